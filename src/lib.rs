@@ -1,0 +1,16 @@
+//! spillway: a gateway reverse proxy that decides, per request, whether an HTTP API call
+//! runs on a pool of VMs or on a function tier (LIBRA), and a trace-driven simulator that
+//! runs the same decision code on a virtual clock.
+//!
+//! * [`policy`] — the sans-IO core (monitor, scaling manager, balancer, function
+//!   instances, cost model). No I/O, no clock reads.
+//! * [`config`] — the YAML schema shared by the gateway and the simulator.
+//! * [`proxy`] — the hyper/tokio data plane, admin listener and the live driver.
+//! * [`backends`] — VM pool and function tier providers (local processes, static URLs,
+//!   HTTP function endpoints).
+//! * [`sim`] — the discrete-event simulator and cost reports.
+//! * [`sample_api`] — the sample API the quickstart runs on both tiers.
+
+#![warn(missing_docs)]
+
+pub mod policy;

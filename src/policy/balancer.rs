@@ -1,0 +1,456 @@
+//! Routing policies: VM or function tier, per request — LIBRA §III-C (Load Balancer).
+//!
+//! LIBRA's balancer ([`VmFirst`]) is VM-first: a request goes to a VM when a token is
+//! available from a bucket filled at ρ·vm_reqs tokens/s whose capacity is one second's
+//! budget, to the ready VM with the fewest outstanding requests; otherwise it spills to
+//! the function tier. The bucket smooths the budget over the epoch instead of sending
+//! "the first N requests of each epoch" to VMs.
+//!
+//! Every decision carries a [`RouteReason`] that drivers turn into metric labels and log
+//! fields. The VM table ([`VmTable`]) is owned by the
+//! [`Controller`](super::controller::Controller) and lent to the policy read-only.
+
+use super::{Time, VmId};
+
+/// What the balancer needs to know about a request.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RequestMeta {
+    /// The request asks for a protocol upgrade (`Upgrade` header, e.g. WebSocket). Such
+    /// requests are pinned to VMs: function tiers cannot hold a tunnel.
+    pub upgrade: bool,
+    /// The method is idempotent (GET, HEAD, OPTIONS, TRACE, PUT, DELETE) and may be
+    /// retried once after a connect failure (http-cases C17).
+    pub idempotent: bool,
+}
+
+/// Which attempt of a request is being routed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Attempt {
+    /// The first routing decision for the request (counted by the traffic monitor).
+    First,
+    /// A retry after a connect failure to `failed` (no byte was sent). Idempotent only.
+    RetryAfterConnectFailure {
+        /// The VM that refused the connection; not chosen again.
+        failed: VmId,
+    },
+    /// The function tier throttled the request (e.g. Lambda 429); try a VM instead.
+    SpillBack,
+}
+
+/// Why a request went where it went. Label values are fixed (see [`Self::as_str`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RouteReason {
+    /// A token was available and a VM is ready.
+    WithinBudget,
+    /// The VM budget for this second is used up: spilled to functions.
+    BudgetExhausted,
+    /// No VM is ready (none provisioned, or all booting/draining).
+    NoReadyVm,
+    /// An `Upgrade` request pinned to a VM.
+    UpgradePinned,
+    /// An `Upgrade` request but no VM is ready: rejected (503).
+    UpgradeNoReadyVm,
+    /// A spill-back from the function tier found no token or no ready VM: rejected (503).
+    SpillBackRejected,
+    /// The policy sends every request to VMs (MAX, AUTO baselines).
+    VmOnly,
+    /// The policy sends every request to functions (FAAS baseline).
+    FunctionOnly,
+    /// Spock: VMs are at capacity while new ones boot; functions absorb the excess.
+    ScalingOut,
+}
+
+impl RouteReason {
+    /// Label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteReason::WithinBudget => "within_budget",
+            RouteReason::BudgetExhausted => "budget_exhausted",
+            RouteReason::NoReadyVm => "no_ready_vm",
+            RouteReason::UpgradePinned => "upgrade_pinned",
+            RouteReason::UpgradeNoReadyVm => "upgrade_no_ready_vm",
+            RouteReason::SpillBackRejected => "spill_back_rejected",
+            RouteReason::VmOnly => "vm_only",
+            RouteReason::FunctionOnly => "function_only",
+            RouteReason::ScalingOut => "scaling_out",
+        }
+    }
+}
+
+/// A routing decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Send to this VM.
+    Vm {
+        /// The chosen VM (ready, fewest outstanding requests).
+        vm: VmId,
+        /// Why.
+        reason: RouteReason,
+    },
+    /// Send to the function tier.
+    Function {
+        /// Why.
+        reason: RouteReason,
+    },
+    /// Answer 503 locally (with `Retry-After`).
+    Reject {
+        /// Why.
+        reason: RouteReason,
+    },
+}
+
+impl Route {
+    /// The reason of any variant.
+    pub fn reason(&self) -> RouteReason {
+        match *self {
+            Route::Vm { reason, .. } | Route::Function { reason } | Route::Reject { reason } => {
+                reason
+            }
+        }
+    }
+}
+
+/// Life-cycle state of one VM, as the controller tracks it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VmState {
+    /// Launched; not ready yet (booting, address resolution, health probe).
+    Booting,
+    /// Ready: takes requests.
+    Ready,
+    /// Takes no new requests; stops when its outstanding requests reach zero.
+    Draining,
+}
+
+/// One row of the [`VmTable`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct VmEntry {
+    /// The VM.
+    pub id: VmId,
+    /// Its state.
+    pub state: VmState,
+    /// Requests sent to it that have not finished.
+    pub outstanding: u32,
+}
+
+/// The VM pool as the policy sees it. Rows are kept in launch order.
+#[derive(Clone, Debug, Default)]
+pub struct VmTable {
+    rows: Vec<VmEntry>,
+}
+
+impl VmTable {
+    /// All rows, in launch order.
+    pub fn rows(&self) -> &[VmEntry] {
+        &self.rows
+    }
+
+    /// The row of `id`, if the VM is known.
+    pub fn get(&self, id: VmId) -> Option<&VmEntry> {
+        self.rows.iter().find(|r| r.id == id)
+    }
+
+    pub(crate) fn get_mut(&mut self, id: VmId) -> Option<&mut VmEntry> {
+        self.rows.iter_mut().find(|r| r.id == id)
+    }
+
+    pub(crate) fn insert(&mut self, id: VmId, state: VmState) {
+        self.rows.push(VmEntry {
+            id,
+            state,
+            outstanding: 0,
+        });
+    }
+
+    pub(crate) fn remove(&mut self, id: VmId) -> Option<VmEntry> {
+        let i = self.rows.iter().position(|r| r.id == id)?;
+        Some(self.rows.remove(i))
+    }
+
+    /// Number of VMs in `state`.
+    pub fn count(&self, state: VmState) -> u32 {
+        self.rows.iter().filter(|r| r.state == state).count() as u32
+    }
+
+    /// The ready VM with the fewest outstanding requests (ties: the oldest), skipping
+    /// `exclude`.
+    pub fn least_outstanding_ready(&self, exclude: Option<VmId>) -> Option<VmId> {
+        self.rows
+            .iter()
+            .filter(|r| r.state == VmState::Ready && Some(r.id) != exclude)
+            .min_by_key(|r| r.outstanding)
+            .map(|r| r.id)
+    }
+}
+
+/// A routing policy: a sans-IO state machine asked once per routing decision.
+pub trait RoutingPolicy: Send {
+    /// Short name for reports.
+    fn name(&self) -> &'static str;
+
+    /// The controller publishes a new VM budget (requests/s, before ρ). LIBRA §III-B,
+    /// Alg. 1 line 6: raised only as new VMs become ready, lowered before VMs drain.
+    fn set_vm_budget(&mut self, now: Time, vm_reqs_rps: f64);
+
+    /// Decide where one attempt of a request goes.
+    fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route;
+}
+
+/// A token bucket refilled continuously at `rate` tokens/s, holding at most one second's
+/// worth (and at least one token, so rates below 1/s still admit requests).
+#[derive(Clone, Debug)]
+pub struct TokenBucket {
+    rate: f64,
+    capacity: f64,
+    tokens: f64,
+    last: Time,
+}
+
+impl TokenBucket {
+    /// An empty bucket with rate 0.
+    pub fn new() -> Self {
+        Self {
+            rate: 0.0,
+            capacity: 0.0,
+            tokens: 0.0,
+            last: Time::ZERO,
+        }
+    }
+
+    /// Tokens per second.
+    pub fn rate(&self) -> f64 {
+        self.rate
+    }
+
+    /// Tokens available at `now` (after refill).
+    pub fn available(&mut self, now: Time) -> f64 {
+        self.refill(now);
+        self.tokens
+    }
+
+    /// Change the rate at `now`. The capacity becomes one second's budget; tokens above it
+    /// are dropped. A raise from zero starts with a full bucket so that newly ready VMs are
+    /// used at once.
+    pub fn set_rate(&mut self, now: Time, rate: f64) {
+        self.refill(now);
+        let rate = if rate.is_finite() {
+            rate.max(0.0)
+        } else {
+            f64::MAX
+        };
+        let was_empty_rate = self.rate == 0.0;
+        self.rate = rate;
+        self.capacity = if rate > 0.0 { rate.max(1.0) } else { 0.0 };
+        if was_empty_rate {
+            self.tokens = self.capacity;
+        }
+        self.tokens = self.tokens.min(self.capacity);
+    }
+
+    /// Take one token at `now` if one is available.
+    #[inline]
+    pub fn try_take(&mut self, now: Time) -> bool {
+        self.refill(now);
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
+        }
+    }
+
+    #[inline]
+    fn refill(&mut self, now: Time) {
+        if now > self.last {
+            let dt = (now - self.last).as_secs_f64();
+            self.tokens = (self.tokens + self.rate * dt).min(self.capacity);
+            self.last = now;
+        }
+    }
+}
+
+impl Default for TokenBucket {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// LIBRA's VM-first balancer — LIBRA §III-C.
+///
+/// * `Upgrade` requests are pinned to the least-loaded ready VM (they take a token when
+///   one is available but are never spilled) or rejected when no VM is ready.
+/// * Otherwise, first attempts, retries and spill-backs all need a token: first attempts
+///   and retries without one go to the function tier, spill-backs without one are
+///   rejected. So VM first attempts never exceed the bucket.
+#[derive(Clone, Debug)]
+pub struct VmFirst {
+    rho: f64,
+    bucket: TokenBucket,
+}
+
+impl VmFirst {
+    /// A balancer sending at most `rho`·vm_reqs requests/s to VMs (0 < ρ ≤ 1).
+    pub fn new(rho: f64) -> Self {
+        Self {
+            rho,
+            bucket: TokenBucket::new(),
+        }
+    }
+
+    /// The bucket's current fill rate, tokens/s (ρ·vm_reqs).
+    pub fn vm_rate(&self) -> f64 {
+        self.bucket.rate()
+    }
+}
+
+impl RoutingPolicy for VmFirst {
+    fn name(&self) -> &'static str {
+        "libra"
+    }
+
+    fn set_vm_budget(&mut self, now: Time, vm_reqs_rps: f64) {
+        self.bucket.set_rate(now, self.rho * vm_reqs_rps);
+    }
+
+    fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {
+        let exclude = match attempt {
+            Attempt::RetryAfterConnectFailure { failed } => Some(failed),
+            _ => None,
+        };
+        let candidate = vms.least_outstanding_ready(exclude);
+        if req.upgrade {
+            return match candidate {
+                Some(vm) => {
+                    self.bucket.try_take(now);
+                    Route::Vm {
+                        vm,
+                        reason: RouteReason::UpgradePinned,
+                    }
+                }
+                None => Route::Reject {
+                    reason: RouteReason::UpgradeNoReadyVm,
+                },
+            };
+        }
+        let spill = |reason| match attempt {
+            Attempt::SpillBack => Route::Reject {
+                reason: RouteReason::SpillBackRejected,
+            },
+            _ => Route::Function { reason },
+        };
+        match candidate {
+            None => spill(RouteReason::NoReadyVm),
+            Some(vm) => {
+                if self.bucket.try_take(now) {
+                    Route::Vm {
+                        vm,
+                        reason: RouteReason::WithinBudget,
+                    }
+                } else {
+                    spill(RouteReason::BudgetExhausted)
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn table(n: u64) -> VmTable {
+        let mut t = VmTable::default();
+        for i in 0..n {
+            t.insert(VmId(i), VmState::Ready);
+        }
+        t
+    }
+
+    #[test]
+    fn bucket_admits_rho_times_budget_per_second_smoothly() {
+        let mut b = VmFirst::new(0.5);
+        let vms = table(1);
+        b.set_vm_budget(Time::ZERO, 20.0); // 10 tokens/s, capacity 10, starts full
+        let first = RequestMeta::default();
+        let mut to_vm = 0;
+        // 40 requests in the first 100 ms: only the 10 banked tokens (+ 1 refilled) admit.
+        for i in 0..40u64 {
+            let now = Duration::from_micros(i * 2500);
+            if matches!(b.route(now, &first, Attempt::First, &vms), Route::Vm { .. }) {
+                to_vm += 1;
+            }
+        }
+        assert_eq!(to_vm, 10);
+        // After one empty second the bucket is full again but never holds more than 10.
+        let mut later = 0;
+        for i in 0..40u64 {
+            let now = Duration::from_secs(5) + Duration::from_micros(i);
+            if matches!(b.route(now, &first, Attempt::First, &vms), Route::Vm { .. }) {
+                later += 1;
+            }
+        }
+        assert_eq!(later, 10);
+    }
+
+    #[test]
+    fn picks_the_ready_vm_with_fewest_outstanding() {
+        let mut vms = table(3);
+        vms.get_mut(VmId(0)).unwrap().outstanding = 4;
+        vms.get_mut(VmId(1)).unwrap().outstanding = 1;
+        vms.get_mut(VmId(2)).unwrap().state = VmState::Draining;
+        let mut b = VmFirst::new(1.0);
+        b.set_vm_budget(Time::ZERO, 100.0);
+        let r = b.route(Time::ZERO, &RequestMeta::default(), Attempt::First, &vms);
+        assert_eq!(
+            r,
+            Route::Vm {
+                vm: VmId(1),
+                reason: RouteReason::WithinBudget
+            }
+        );
+        let retry = Attempt::RetryAfterConnectFailure { failed: VmId(1) };
+        let r = b.route(Time::ZERO, &RequestMeta::default(), retry, &vms);
+        assert_eq!(
+            r,
+            Route::Vm {
+                vm: VmId(0),
+                reason: RouteReason::WithinBudget
+            }
+        );
+    }
+
+    #[test]
+    fn upgrades_are_pinned_and_spill_backs_need_a_token() {
+        let mut b = VmFirst::new(1.0);
+        let up = RequestMeta {
+            upgrade: true,
+            idempotent: true,
+        };
+        let r = b.route(Time::ZERO, &up, Attempt::First, &VmTable::default());
+        assert_eq!(
+            r,
+            Route::Reject {
+                reason: RouteReason::UpgradeNoReadyVm
+            }
+        );
+        let vms = table(1);
+        // No budget at all: upgrade still pinned, spill-back rejected, first → function.
+        assert!(matches!(
+            b.route(Time::ZERO, &up, Attempt::First, &vms),
+            Route::Vm { .. }
+        ));
+        let plain = RequestMeta::default();
+        assert_eq!(
+            b.route(Time::ZERO, &plain, Attempt::SpillBack, &vms),
+            Route::Reject {
+                reason: RouteReason::SpillBackRejected
+            }
+        );
+        assert_eq!(
+            b.route(Time::ZERO, &plain, Attempt::First, &vms),
+            Route::Function {
+                reason: RouteReason::BudgetExhausted
+            }
+        );
+    }
+}

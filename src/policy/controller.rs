@@ -1,0 +1,545 @@
+//! The controller: LIBRA's three components composed into one sans-IO state machine —
+//! LIBRA §III (Fig. 2).
+//!
+//! The [`Controller`] owns the [`TrafficMonitor`], a [`ScalingPolicy`], a
+//! [`RoutingPolicy`] and the [`VmTable`]. Drivers feed it events — requests
+//! ([`Controller::route`]), finished VM requests, VM readiness and failures — and drain
+//! [`Action`]s from [`Controller::poll_action`]: launch a VM, stop a VM, and an
+//! informational record of every scaling decision. Epochs close lazily on any event at or
+//! after [`Controller::poll_timeout`], or explicitly in [`Controller::handle_timeout`].
+//!
+//! Budget publication (LIBRA Alg. 1, line 6): the balancer's budget is always
+//! `min(vm_reqs, ready_vms · r_max)`. A higher `vm_reqs` therefore reaches the balancer
+//! only as the VMs that serve it become ready, and a lower one reaches it at once, before
+//! any VM is drained.
+
+use std::collections::VecDeque;
+
+use super::balancer::{Attempt, RequestMeta, Route, RoutingPolicy, VmState, VmTable};
+use super::monitor::{MonitorParams, TrafficMonitor};
+use super::scaling::{EpochObservation, PoolSnapshot, ScaleDecision, ScalingPolicy};
+use super::{Time, VmId};
+
+/// Parameters of the controller itself (the policies carry their own).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ControllerParams {
+    /// Traffic monitor parameters (epoch, α, β, K).
+    pub monitor: MonitorParams,
+    /// r_max, requests/s one VM serves within the SLA: caps the published budget at
+    /// `ready_vms · r_max`.
+    pub r_max_rps: f64,
+    /// `true`: scaling decisions launch and stop VMs. `false` (a `static` pool): decisions
+    /// are computed and reported, the pool is what the driver adopted.
+    pub execute_scaling: bool,
+}
+
+/// Direction of a scaling decision relative to the previous target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleDirection {
+    /// More VMs wanted.
+    Up,
+    /// Fewer VMs wanted.
+    Down,
+    /// Same target (the budget may still change).
+    Hold,
+}
+
+impl ScaleDirection {
+    /// Label value for metrics and logs: `"up"`, `"down"`, `"hold"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleDirection::Up => "up",
+            ScaleDirection::Down => "down",
+            ScaleDirection::Hold => "hold",
+        }
+    }
+}
+
+/// Work for the driver.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// Launch a VM; report [`Controller::on_vm_ready`] or [`Controller::on_vm_failed`].
+    Launch {
+        /// The id the controller allocated for it.
+        vm: VmId,
+    },
+    /// The VM takes no new requests from now on; in-flight ones finish. Informational:
+    /// the controller emits [`Action::Stop`] when its last request finished.
+    Drain {
+        /// The draining VM.
+        vm: VmId,
+    },
+    /// Stop (terminate) the VM. It has no outstanding request. Report nothing back.
+    Stop {
+        /// The VM to stop.
+        vm: VmId,
+    },
+    /// A scaling decision was taken (for logs and metrics).
+    Decided {
+        /// Index of the epoch whose end triggered it.
+        epoch: u64,
+        /// The decision.
+        decision: ScaleDecision,
+        /// Relative to the previous target.
+        direction: ScaleDirection,
+    },
+}
+
+/// Cumulative routing counters.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RoutedTotals {
+    /// Attempts sent to VMs (first attempts, retries and spill-backs).
+    pub vm: u64,
+    /// Attempts sent to the function tier.
+    pub function: u64,
+    /// Requests answered 503 by the balancer.
+    pub rejected: u64,
+}
+
+/// A snapshot for `/status`, logs and the simulator's per-epoch series. Rates in
+/// requests/s.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ControllerStatus {
+    /// Index of the last completed epoch (`None` before the first one closed).
+    pub epoch: Option<u64>,
+    /// EWMA request rate after the last completed epoch, requests/s.
+    pub avg_rps: f64,
+    /// EWMA absolute deviation after the last completed epoch, requests/s.
+    pub std_rps: f64,
+    /// Requests counted in the last completed epoch.
+    pub last_epoch_requests: u64,
+    /// The last decided `vm_reqs`, requests/s.
+    pub vm_reqs_rps: f64,
+    /// The budget the balancer uses now, `min(vm_reqs, ready · r_max)`, requests/s.
+    pub published_vm_reqs_rps: f64,
+    /// VM pool counts and target.
+    pub pool: PoolSnapshot,
+    /// Cumulative routing counters.
+    pub routed: RoutedTotals,
+}
+
+/// LIBRA's composition of monitor, scaling manager and balancer. See the
+/// [module docs](self).
+pub struct Controller {
+    params: ControllerParams,
+    monitor: TrafficMonitor,
+    scaler: Box<dyn ScalingPolicy>,
+    router: Box<dyn RoutingPolicy>,
+    vms: VmTable,
+    next_vm: u64,
+    target: u32,
+    vm_reqs: f64,
+    published: f64,
+    actions: VecDeque<Action>,
+    routed: RoutedTotals,
+    epoch_vm: u64,
+    epoch_function: u64,
+    epoch_utilisation: Option<f64>,
+}
+
+impl Controller {
+    /// A controller at time zero with an empty pool. Call [`Self::start`] next.
+    pub fn new(
+        params: ControllerParams,
+        scaler: Box<dyn ScalingPolicy>,
+        router: Box<dyn RoutingPolicy>,
+    ) -> Self {
+        let monitor = TrafficMonitor::new(params.monitor.clone());
+        Self {
+            params,
+            monitor,
+            scaler,
+            router,
+            vms: VmTable::default(),
+            next_vm: 0,
+            target: 0,
+            vm_reqs: 0.0,
+            published: 0.0,
+            actions: VecDeque::new(),
+            routed: RoutedTotals::default(),
+            epoch_vm: 0,
+            epoch_function: 0,
+            epoch_utilisation: None,
+        }
+    }
+
+    /// Apply the scaling policy's initial decision (e.g. launch `min_vms`). In a
+    /// report-only (`static`) pool the initial budget is the adopted VMs' capacity.
+    pub fn start(&mut self, now: Time) {
+        let initial = self.scaler.initial();
+        self.apply(now, 0, initial, false);
+        if !self.params.execute_scaling {
+            self.vm_reqs = f64::INFINITY;
+            self.publish(now);
+        }
+    }
+
+    /// Register a VM that is already ready (a `static` upstream, or an instance adopted
+    /// after a restart). Returns its id.
+    pub fn adopt_ready_vm(&mut self, now: Time) -> VmId {
+        self.advance(now);
+        let vm = self.alloc();
+        self.vms.insert(vm, VmState::Ready);
+        if self.params.execute_scaling {
+            self.target = self.target.max(self.active());
+        }
+        self.publish(now);
+        vm
+    }
+
+    /// Route one attempt of a request. First attempts are counted by the traffic monitor.
+    /// A [`Route::Vm`] counts as outstanding on that VM until
+    /// [`Self::on_vm_request_finished`].
+    pub fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt) -> Route {
+        self.advance(now);
+        if attempt == Attempt::First {
+            self.monitor.on_request(now);
+        }
+        let route = self.router.route(now, req, attempt, &self.vms);
+        match route {
+            Route::Vm { vm, .. } => {
+                if let Some(row) = self.vms.get_mut(vm) {
+                    row.outstanding += 1;
+                }
+                self.routed.vm += 1;
+                if attempt == Attempt::First {
+                    self.epoch_vm += 1;
+                }
+            }
+            Route::Function { .. } => {
+                self.routed.function += 1;
+                self.epoch_function += 1;
+            }
+            Route::Reject { .. } => self.routed.rejected += 1,
+        }
+        route
+    }
+
+    /// A request routed to `vm` finished (any outcome). Emits [`Action::Stop`] when a
+    /// draining VM becomes idle.
+    pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        let Some(row) = self.vms.get_mut(vm) else {
+            return;
+        };
+        row.outstanding = row.outstanding.saturating_sub(1);
+        if row.state == VmState::Draining && row.outstanding == 0 {
+            self.vms.remove(vm);
+            self.actions.push_back(Action::Stop { vm });
+        }
+    }
+
+    /// A launched VM passed its readiness check.
+    pub fn on_vm_ready(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        if let Some(row) = self.vms.get_mut(vm)
+            && row.state == VmState::Booting
+        {
+            row.state = VmState::Ready;
+            self.publish(now);
+        }
+    }
+
+    /// A VM failed: its launch failed or timed out, or it died. It is forgotten; the next
+    /// scaling decision replaces it. The driver cleans up whatever the provider left.
+    pub fn on_vm_failed(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        if self.vms.remove(vm).is_some() {
+            self.publish(now);
+        }
+    }
+
+    /// The driver measured the mean VM utilisation (0–1) of the epoch that is open; it is
+    /// passed to the scaling policy when the epoch closes.
+    pub fn set_vm_utilisation(&mut self, utilisation: f64) {
+        self.epoch_utilisation = Some(utilisation);
+    }
+
+    /// When the open epoch ends.
+    pub fn poll_timeout(&self) -> Time {
+        self.monitor.poll_timeout()
+    }
+
+    /// Close every epoch that ended at or before `now` and run the scaling policy.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.advance(now);
+    }
+
+    /// Next action for the driver, in the order they were decided.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// The VM table (read-only).
+    pub fn vms(&self) -> &VmTable {
+        &self.vms
+    }
+
+    /// Counts per VM state plus the target.
+    pub fn pool(&self) -> PoolSnapshot {
+        PoolSnapshot {
+            booting: self.vms.count(VmState::Booting),
+            ready: self.vms.count(VmState::Ready),
+            draining: self.vms.count(VmState::Draining),
+            target: self.target,
+        }
+    }
+
+    /// A snapshot of monitor, scaling and routing state.
+    pub fn status(&self) -> ControllerStatus {
+        let last = self.monitor.last_closed();
+        ControllerStatus {
+            epoch: last.map(|e| e.epoch),
+            avg_rps: last.map_or(0.0, |e| e.avg_rps),
+            std_rps: last.map_or(0.0, |e| e.std_rps),
+            last_epoch_requests: last.map_or(0, |e| e.requests),
+            vm_reqs_rps: self.vm_reqs,
+            published_vm_reqs_rps: self.published,
+            pool: self.pool(),
+            routed: self.routed,
+        }
+    }
+
+    /// The traffic monitor (read-only).
+    pub fn monitor(&self) -> &TrafficMonitor {
+        &self.monitor
+    }
+
+    fn alloc(&mut self) -> VmId {
+        let vm = VmId(self.next_vm);
+        self.next_vm += 1;
+        vm
+    }
+
+    fn active(&self) -> u32 {
+        self.vms
+            .rows()
+            .iter()
+            .filter(|r| r.state != VmState::Draining)
+            .count() as u32
+    }
+
+    #[inline]
+    fn advance(&mut self, now: Time) {
+        while now >= self.monitor.poll_timeout() {
+            let Some(closed) = self.monitor.handle_timeout(now) else {
+                break;
+            };
+            let obs = EpochObservation {
+                traffic: closed,
+                epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
+                vm_requests: std::mem::take(&mut self.epoch_vm),
+                function_requests: std::mem::take(&mut self.epoch_function),
+                vm_utilisation: self.epoch_utilisation.take(),
+                pool: self.pool(),
+            };
+            let end = self.monitor.epoch_start(closed.epoch + 1);
+            if let Some(decision) = self.scaler.on_epoch(end, &obs) {
+                self.apply(end, closed.epoch, decision, true);
+            }
+        }
+    }
+
+    fn apply(&mut self, now: Time, epoch: u64, decision: ScaleDecision, record: bool) {
+        let direction = match decision.target_vms.cmp(&self.target) {
+            std::cmp::Ordering::Greater => ScaleDirection::Up,
+            std::cmp::Ordering::Less => ScaleDirection::Down,
+            std::cmp::Ordering::Equal => ScaleDirection::Hold,
+        };
+        self.target = decision.target_vms;
+        self.vm_reqs = decision.vm_reqs_rps;
+        // A lower budget reaches the balancer before any VM drains.
+        self.publish(now);
+        if record {
+            self.actions.push_back(Action::Decided {
+                epoch,
+                decision,
+                direction,
+            });
+        }
+        if !self.params.execute_scaling {
+            return;
+        }
+        let active = self.active();
+        if self.target > active {
+            for _ in active..self.target {
+                let vm = self.alloc();
+                self.vms.insert(vm, VmState::Booting);
+                self.actions.push_back(Action::Launch { vm });
+            }
+        } else if self.target < active {
+            let mut excess = active - self.target;
+            // Cancel VMs that are still booting first (newest first): they serve nobody.
+            let booting: Vec<VmId> = self
+                .vms
+                .rows()
+                .iter()
+                .rev()
+                .filter(|r| r.state == VmState::Booting)
+                .map(|r| r.id)
+                .take(excess as usize)
+                .collect();
+            for vm in booting {
+                self.vms.remove(vm);
+                self.actions.push_back(Action::Stop { vm });
+                excess -= 1;
+            }
+            // Then drain the ready VMs with the fewest outstanding requests.
+            while excess > 0 {
+                let Some(vm) = self.vms.least_outstanding_ready(None) else {
+                    break;
+                };
+                let row = self.vms.get_mut(vm).expect("row exists");
+                row.state = VmState::Draining;
+                self.actions.push_back(Action::Drain { vm });
+                if row.outstanding == 0 {
+                    self.vms.remove(vm);
+                    self.actions.push_back(Action::Stop { vm });
+                }
+                excess -= 1;
+            }
+            self.publish(now);
+        }
+    }
+
+    fn publish(&mut self, now: Time) {
+        let capacity = f64::from(self.vms.count(VmState::Ready)) * self.params.r_max_rps;
+        let budget = self.vm_reqs.min(capacity);
+        if budget != self.published {
+            self.published = budget;
+            self.router.set_vm_budget(now, budget);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::balancer::{RouteReason, VmFirst};
+    use crate::policy::scaling::{LibraScaler, LibraScalingParams};
+    use std::time::Duration;
+
+    fn controller(min_vms: u32, cip: f64) -> Controller {
+        let params = ControllerParams {
+            monitor: MonitorParams {
+                epoch: Duration::from_secs(1),
+                alpha: 0.5,
+                beta: 0.5,
+                decision_epochs: 2,
+            },
+            r_max_rps: 10.0,
+            execute_scaling: true,
+        };
+        let scaler = LibraScaler::new(LibraScalingParams {
+            phi: 1.0,
+            r_max_rps: 10.0,
+            min_vms,
+            max_vms: 8,
+            cip_rps: cip,
+        });
+        let mut c = Controller::new(params, Box::new(scaler), Box::new(VmFirst::new(0.8)));
+        c.start(Time::ZERO);
+        c
+    }
+
+    fn actions(c: &mut Controller) -> Vec<Action> {
+        std::iter::from_fn(|| c.poll_action()).collect()
+    }
+
+    fn send(c: &mut Controller, second: u64, n: u64) -> Vec<Route> {
+        (0..n)
+            .map(|i| {
+                let now = Duration::from_secs(second) + Duration::from_millis(i * 1000 / n.max(1));
+                c.route(now, &RequestMeta::default(), Attempt::First)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn scales_out_and_publishes_the_budget_only_when_vms_are_ready() {
+        let mut c = controller(0, 1.0);
+        assert!(actions(&mut c).is_empty(), "min_vms = 0 launches nothing");
+        send(&mut c, 0, 30);
+        send(&mut c, 1, 30);
+        c.handle_timeout(Duration::from_secs(2));
+        // avg = 30 req/s, std = 0.5·|30−30| = 0 → vm_reqs = 30 → 3 VMs.
+        let a = actions(&mut c);
+        let launched: Vec<VmId> = a
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch { vm } => Some(*vm),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launched.len(), 3);
+        assert!(matches!(
+            a[0],
+            Action::Decided {
+                direction: ScaleDirection::Up,
+                ..
+            }
+        ));
+        let st = c.status();
+        assert_eq!((st.vm_reqs_rps, st.published_vm_reqs_rps), (30.0, 0.0));
+        // While VMs boot everything spills.
+        assert!(
+            send(&mut c, 2, 5)
+                .iter()
+                .all(|r| matches!(r, Route::Function { .. }))
+        );
+        c.on_vm_ready(Duration::from_millis(2500), launched[0]);
+        assert_eq!(
+            c.status().published_vm_reqs_rps,
+            10.0,
+            "one ready VM = 10 req/s"
+        );
+        c.on_vm_ready(Duration::from_millis(2600), launched[1]);
+        c.on_vm_ready(Duration::from_millis(2700), launched[2]);
+        assert_eq!(c.status().published_vm_reqs_rps, 30.0);
+    }
+
+    #[test]
+    fn below_the_cip_all_vms_drain_then_stop() {
+        let mut c = controller(2, 5.0);
+        let launched: Vec<VmId> = actions(&mut c)
+            .into_iter()
+            .filter_map(|a| match a {
+                Action::Launch { vm } => Some(vm),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(launched.len(), 2, "min_vms launched at start");
+        for vm in &launched {
+            c.on_vm_ready(Time::ZERO, *vm);
+        }
+        let r = c.route(
+            Duration::from_millis(10),
+            &RequestMeta::default(),
+            Attempt::First,
+        );
+        let Route::Vm {
+            vm: busy,
+            reason: RouteReason::WithinBudget,
+        } = r
+        else {
+            panic!("{r:?}")
+        };
+        // Two quiet epochs: avg = 0.5 req/s < CIP 5 → target 0 although min_vms = 2.
+        c.handle_timeout(Duration::from_secs(2));
+        let a = actions(&mut c);
+        assert!(a.contains(&Action::Drain { vm: busy }));
+        let stopped: Vec<_> = a
+            .iter()
+            .filter(|a| matches!(a, Action::Stop { .. }))
+            .collect();
+        assert_eq!(
+            stopped.len(),
+            1,
+            "the idle VM stops at once, the busy one drains"
+        );
+        assert_eq!(c.status().published_vm_reqs_rps, 0.0);
+        c.on_vm_request_finished(Duration::from_secs(2), busy);
+        assert_eq!(actions(&mut c), vec![Action::Stop { vm: busy }]);
+        assert_eq!(c.pool(), PoolSnapshot::default());
+    }
+}

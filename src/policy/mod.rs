@@ -1,0 +1,64 @@
+//! The sans-IO policy core: every decision spillway makes, as plain state machines.
+//!
+//! Nothing in this module performs I/O, spawns tasks or reads a clock. Time is passed in
+//! as [`Time`] (a [`std::time::Duration`] since an origin the driver chooses), events are
+//! method calls, and decisions are return values or queued [`controller::Action`]s. The
+//! live gateway (`crate::proxy::driver`, tokio) and the simulator (`crate::sim`, a virtual
+//! clock) are two drivers of exactly these types, in the style of quinn-proto:
+//! `handle_timeout(now)` / `poll_timeout()` / `poll_action()`.
+//!
+//! | module | paper | what it decides |
+//! |---|---|---|
+//! | [`monitor`] | LIBRA §III-A (Traffic Monitor) | EWMA of requests per epoch and of their deviation |
+//! | [`scaling`] | LIBRA §III-B, Alg. 1 (Scaling Manager) | how many VMs to run and the VM budget `vm_reqs` |
+//! | [`balancer`] | LIBRA §III-C (Load Balancer) | VM or function tier, per request |
+//! | [`controller`] | LIBRA §III (composition) | glues the three, owns the VM table, emits launch/drain/stop actions |
+//! | [`functions`] | FaaSim §3 (instance life cycle) | cold/warm starts, keep-alive, pre-warm, max instances |
+//! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
+//!
+//! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
+//! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
+
+pub mod balancer;
+pub mod controller;
+pub mod cost;
+pub mod functions;
+pub mod monitor;
+pub mod scaling;
+
+/// A point in time, as the time elapsed since an origin chosen by the driver.
+///
+/// The live gateway uses the instant it started; the simulator uses trace second 0.
+/// Policies only ever compare and subtract `Time`s, so the origin never matters.
+pub type Time = std::time::Duration;
+
+/// Identifier of one VM in the pool, allocated by the [`controller::Controller`].
+///
+/// Ids are never reused within one controller's lifetime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VmId(pub u64);
+
+impl std::fmt::Display for VmId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "vm-{}", self.0)
+    }
+}
+
+/// The two tiers a request can run on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Tier {
+    /// The VM pool (IaaS).
+    Vm,
+    /// The function tier (FaaS: local processes, an edge FaaS gateway, or AWS Lambda).
+    Function,
+}
+
+impl Tier {
+    /// The label value used in metrics and logs: `"vm"` or `"function"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Tier::Vm => "vm",
+            Tier::Function => "function",
+        }
+    }
+}

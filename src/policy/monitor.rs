@@ -1,0 +1,241 @@
+//! Traffic Monitor — LIBRA §III-A.
+//!
+//! Counts the requests that arrive in each epoch (a fixed interval, `epoch_seconds`) and
+//! keeps an exponentially weighted moving average of that count and of its deviation:
+//!
+//! ```text
+//! first epoch:  avg = x₁, std = 0
+//! afterwards:   avg ← (1−α)·avg + α·x
+//!               std ← (1−β)·std + β·|avg_prev − x|
+//! ```
+//!
+//! **"std" is not a standard deviation.** It is the EWMA of the absolute deviation of
+//! each epoch's count from the *previous* average, exactly as the LIBRA authors' public
+//! simulator computes it; we keep their name because the paper and its equations use it.
+//!
+//! Every `decision_epochs` (K) completed epochs the monitor produces a [`TrafficReport`]
+//! for the scaling manager. Internally the EWMAs are in requests per epoch; everything the
+//! monitor reports is converted to **requests per second**.
+//!
+//! Epoch `i` covers `[i·E, (i+1)·E)` on the driver's clock. Epochs with no request count as
+//! zero. The driver calls [`TrafficMonitor::handle_timeout`] at or after
+//! [`TrafficMonitor::poll_timeout`]; calling it late closes every epoch that ended.
+
+use std::time::Duration;
+
+use super::Time;
+
+/// Smoothing and reporting parameters of the traffic monitor.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MonitorParams {
+    /// Length of one epoch. Must be non-zero.
+    pub epoch: Duration,
+    /// EWMA weight of the newest epoch in `avg` (α, 0–1).
+    pub alpha: f64,
+    /// EWMA weight of the newest deviation in `std` (β, 0–1).
+    pub beta: f64,
+    /// K: a report is produced every K completed epochs (K ≥ 1).
+    pub decision_epochs: u32,
+}
+
+/// What the monitor tells the scaling manager every K epochs — LIBRA §III-A.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct TrafficReport {
+    /// Index of the epoch whose end produced this report (0-based).
+    pub epoch: u64,
+    /// EWMA of the request rate, requests/s.
+    pub avg_rps: f64,
+    /// EWMA absolute deviation of the request rate, requests/s (the paper's "std").
+    pub std_rps: f64,
+}
+
+/// One completed epoch, as the monitor saw it.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochClosed {
+    /// Index of the epoch (0-based).
+    pub epoch: u64,
+    /// Requests counted in it.
+    pub requests: u64,
+    /// `avg` after this epoch, requests/s.
+    pub avg_rps: f64,
+    /// `std` after this epoch, requests/s.
+    pub std_rps: f64,
+    /// `Some` every K epochs: the report for the scaling manager.
+    pub report: Option<TrafficReport>,
+}
+
+/// The traffic monitor state machine. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct TrafficMonitor {
+    params: MonitorParams,
+    /// Index of the epoch currently being counted.
+    current: u64,
+    count: u64,
+    /// `None` until the first epoch closes.
+    ewma: Option<(f64, f64)>,
+    last_closed: Option<EpochClosed>,
+}
+
+impl TrafficMonitor {
+    /// A monitor whose epoch 0 starts at time zero.
+    ///
+    /// # Panics
+    /// If `params.epoch` is zero or `params.decision_epochs` is zero (config validation
+    /// rejects both before a monitor is built).
+    pub fn new(params: MonitorParams) -> Self {
+        assert!(!params.epoch.is_zero(), "epoch must be non-zero");
+        assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
+        Self {
+            params,
+            current: 0,
+            count: 0,
+            ewma: None,
+            last_closed: None,
+        }
+    }
+
+    /// The parameters this monitor was built with.
+    pub fn params(&self) -> &MonitorParams {
+        &self.params
+    }
+
+    /// Count one request arriving at `now`.
+    ///
+    /// The caller must first close finished epochs with [`Self::handle_timeout`]; a request
+    /// whose `now` lies past the current epoch is counted in the current one (drivers that
+    /// process events in time order never do that).
+    #[inline]
+    pub fn on_request(&mut self, _now: Time) {
+        self.count += 1;
+    }
+
+    /// When the current epoch ends: the next time [`Self::handle_timeout`] has work.
+    pub fn poll_timeout(&self) -> Time {
+        self.epoch_start(self.current + 1)
+    }
+
+    /// Start time of epoch `index`.
+    pub fn epoch_start(&self, index: u64) -> Time {
+        self.params
+            .epoch
+            .saturating_mul(index.min(u32::MAX as u64) as u32)
+    }
+
+    /// Close the current epoch if it ended at or before `now`, returning its summary.
+    ///
+    /// Call repeatedly until it returns `None` to close several epochs after a gap.
+    /// LIBRA §III-A, equations for avg and std.
+    pub fn handle_timeout(&mut self, now: Time) -> Option<EpochClosed> {
+        if now < self.poll_timeout() {
+            return None;
+        }
+        let x = self.count as f64;
+        let (avg, std) = match self.ewma {
+            None => (x, 0.0),
+            Some((avg_prev, std_prev)) => {
+                let p = &self.params;
+                let avg = (1.0 - p.alpha) * avg_prev + p.alpha * x;
+                let std = (1.0 - p.beta) * std_prev + p.beta * (avg_prev - x).abs();
+                (avg, std)
+            }
+        };
+        self.ewma = Some((avg, std));
+        let secs = self.params.epoch.as_secs_f64();
+        let index = self.current;
+        let report =
+            ((index + 1) % u64::from(self.params.decision_epochs) == 0).then(|| TrafficReport {
+                epoch: index,
+                avg_rps: avg / secs,
+                std_rps: std / secs,
+            });
+        let closed = EpochClosed {
+            epoch: index,
+            requests: self.count,
+            avg_rps: avg / secs,
+            std_rps: std / secs,
+            report,
+        };
+        self.current += 1;
+        self.count = 0;
+        self.last_closed = Some(closed);
+        Some(closed)
+    }
+
+    /// Requests counted so far in the epoch that is still open.
+    pub fn current_epoch_requests(&self) -> u64 {
+        self.count
+    }
+
+    /// Index of the epoch that is still open.
+    pub fn current_epoch(&self) -> u64 {
+        self.current
+    }
+
+    /// The last completed epoch, if any.
+    pub fn last_closed(&self) -> Option<&EpochClosed> {
+        self.last_closed.as_ref()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn monitor(k: u32) -> TrafficMonitor {
+        TrafficMonitor::new(MonitorParams {
+            epoch: Duration::from_secs(2),
+            alpha: 0.5,
+            beta: 0.25,
+            decision_epochs: k,
+        })
+    }
+
+    fn feed(m: &mut TrafficMonitor, epoch: u64, n: u64) -> EpochClosed {
+        let t = m.epoch_start(epoch);
+        for _ in 0..n {
+            m.on_request(t);
+        }
+        m.handle_timeout(m.epoch_start(epoch + 1))
+            .expect("epoch closes")
+    }
+
+    #[test]
+    fn equations_match_hand_computation() {
+        let mut m = monitor(3);
+        // Epoch length 2 s: counts 10, 20, 4 → per-epoch avg/std, reported per second.
+        let e0 = feed(&mut m, 0, 10);
+        assert_eq!((e0.avg_rps, e0.std_rps), (5.0, 0.0)); // avg = 10/epoch
+        assert!(e0.report.is_none());
+        let e1 = feed(&mut m, 1, 20);
+        // avg = 0.5·10 + 0.5·20 = 15; std = 0.75·0 + 0.25·|10−20| = 2.5
+        assert_eq!((e1.avg_rps, e1.std_rps), (7.5, 1.25));
+        let e2 = feed(&mut m, 2, 4);
+        // avg = 0.5·15 + 0.5·4 = 9.5; std = 0.75·2.5 + 0.25·|15−4| = 4.625
+        assert_eq!((e2.avg_rps, e2.std_rps), (4.75, 2.3125));
+        let r = e2.report.expect("third epoch reports with K = 3");
+        assert_eq!(r.epoch, 2);
+        assert_eq!((r.avg_rps, r.std_rps), (4.75, 2.3125));
+    }
+
+    #[test]
+    fn a_late_call_closes_every_finished_epoch_with_zero_counts() {
+        let mut m = monitor(1);
+        feed(&mut m, 0, 8);
+        let now = m.epoch_start(3);
+        let closed: Vec<_> = std::iter::from_fn(|| m.handle_timeout(now)).collect();
+        assert_eq!(closed.len(), 2, "epochs 1 and 2 ended by t = 6 s");
+        assert_eq!(closed[0].requests, 0);
+        // avg: 8 → 4 → 2 per epoch = 1 req/s after epoch 2.
+        assert_eq!(closed[1].avg_rps, 1.0);
+        assert!(m.handle_timeout(now).is_none());
+        assert_eq!(m.poll_timeout(), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn no_epoch_closes_before_its_end() {
+        let mut m = monitor(1);
+        m.on_request(Duration::ZERO);
+        assert!(m.handle_timeout(Duration::from_millis(1999)).is_none());
+        assert_eq!(m.current_epoch_requests(), 1);
+    }
+}

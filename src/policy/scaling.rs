@@ -1,0 +1,232 @@
+//! Scaling policies: how many VMs to run — LIBRA §III-B, Algorithm 1, and the baselines'
+//! hook.
+//!
+//! A [`ScalingPolicy`] sees every completed epoch ([`EpochObservation`]) and may answer
+//! with a [`ScaleDecision`]: the number of VMs wanted and the VM budget `vm_reqs`
+//! (requests/s the balancer may send to VMs before ρ). The
+//! [`Controller`](super::controller::Controller) turns the decision into launch and drain
+//! actions. LIBRA's manager is [`LibraScaler`]; the simulator's baselines (MAX, FAAS, AUTO,
+//! Spock) implement the same trait.
+
+use super::Time;
+use super::monitor::EpochClosed;
+
+/// What a scaling policy sees at the end of each epoch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct EpochObservation {
+    /// The traffic monitor's view of the epoch (count, EWMAs, report every K epochs).
+    pub traffic: EpochClosed,
+    /// Length of one epoch, seconds.
+    pub epoch_seconds: f64,
+    /// First-attempt requests routed to VMs during the epoch.
+    pub vm_requests: u64,
+    /// Requests routed to the function tier during the epoch.
+    pub function_requests: u64,
+    /// Mean VM utilisation over the epoch (0–1, may exceed 1 when queues build), when the
+    /// driver measures it (the simulator does: busy slots ÷ slots). `None` otherwise;
+    /// policies then fall back to `vm_requests` ÷ (ready VMs · r_max).
+    pub vm_utilisation: Option<f64>,
+    /// The pool at the end of the epoch.
+    pub pool: PoolSnapshot,
+}
+
+/// Number of VMs per state, as the controller tracks them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PoolSnapshot {
+    /// Launched, not ready yet.
+    pub booting: u32,
+    /// Ready and taking requests.
+    pub ready: u32,
+    /// Taking no new requests, finishing in-flight ones before they stop.
+    pub draining: u32,
+    /// The last decided target.
+    pub target: u32,
+}
+
+impl PoolSnapshot {
+    /// VMs that count towards the target: booting + ready.
+    pub fn active(&self) -> u32 {
+        self.booting + self.ready
+    }
+}
+
+/// Why a scaling policy chose its target.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ScaleReason {
+    /// LIBRA Alg. 1 line 2: avg below the cost-indifference point → functions are cheaper.
+    BelowCostIndifferencePoint,
+    /// LIBRA Alg. 1 lines 4–5: n = ceil((avg + φ·std) / r_max).
+    Provision,
+    /// The computed n was raised to `min_vms`.
+    ClampedToMin,
+    /// The computed n was lowered to `max_vms`.
+    ClampedToMax,
+    /// A baseline's rule (utilisation threshold, peak provisioning, …).
+    Baseline,
+}
+
+impl ScaleReason {
+    /// Label value for metrics and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScaleReason::BelowCostIndifferencePoint => "below_cip",
+            ScaleReason::Provision => "provision",
+            ScaleReason::ClampedToMin => "clamped_min",
+            ScaleReason::ClampedToMax => "clamped_max",
+            ScaleReason::Baseline => "baseline",
+        }
+    }
+}
+
+/// A scaling decision: LIBRA Alg. 1's output.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ScaleDecision {
+    /// VMs wanted (booting + ready).
+    pub target_vms: u32,
+    /// VM budget in requests/s before the balancer applies ρ (LIBRA's `vm_reqs`).
+    /// `f64::INFINITY` means "no budget: send everything the VMs can take" (baselines).
+    pub vm_reqs_rps: f64,
+    /// Why.
+    pub reason: ScaleReason,
+}
+
+/// A scaling policy: a sans-IO state machine fed once per epoch.
+pub trait ScalingPolicy: Send {
+    /// Short name for reports (`"libra"`, `"auto"`, …).
+    fn name(&self) -> &'static str;
+
+    /// The decision in force before any epoch closed (initial pool and budget).
+    fn initial(&self) -> ScaleDecision;
+
+    /// Called at the end of every epoch; `Some` changes the target and/or budget.
+    fn on_epoch(&mut self, now: Time, obs: &EpochObservation) -> Option<ScaleDecision>;
+}
+
+/// LIBRA's scaling-manager parameters — LIBRA §III-B.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraScalingParams {
+    /// φ: how many "std"s above avg the VMs are provisioned for.
+    pub phi: f64,
+    /// r_max: requests/s one VM serves within the SLA (static in this version).
+    pub r_max_rps: f64,
+    /// Lower bound on the VM count (overridden by the CIP rule).
+    pub min_vms: u32,
+    /// Upper bound on the VM count.
+    pub max_vms: u32,
+    /// Cost-indifference point, requests/s: below it every VM is released.
+    pub cip_rps: f64,
+}
+
+/// LIBRA's scaling manager — LIBRA §III-B, Algorithm 1. Acts on every monitor report
+/// (every K epochs) and ignores the epochs in between.
+#[derive(Clone, Debug)]
+pub struct LibraScaler {
+    params: LibraScalingParams,
+}
+
+impl LibraScaler {
+    /// A scaler with the given parameters.
+    pub fn new(params: LibraScalingParams) -> Self {
+        Self { params }
+    }
+
+    /// Algorithm 1 on one (avg, std) report, both in requests/s.
+    ///
+    /// Line 2: `avg < CIP` → release every VM (this overrides `min_vms`).
+    /// Lines 4–5: `vm_reqs = avg + φ·std`, `n = ceil(vm_reqs / r_max)`, clamped to
+    /// `[min_vms, max_vms]`.
+    pub fn decide(&self, avg_rps: f64, std_rps: f64) -> ScaleDecision {
+        let p = &self.params;
+        if avg_rps < p.cip_rps {
+            return ScaleDecision {
+                target_vms: 0,
+                vm_reqs_rps: 0.0,
+                reason: ScaleReason::BelowCostIndifferencePoint,
+            };
+        }
+        let vm_reqs = avg_rps + p.phi * std_rps;
+        let n = (vm_reqs / p.r_max_rps).ceil().max(0.0);
+        let n = if n > f64::from(u32::MAX) {
+            u32::MAX
+        } else {
+            n as u32
+        };
+        let (target_vms, reason) = if n < p.min_vms {
+            (p.min_vms, ScaleReason::ClampedToMin)
+        } else if n > p.max_vms {
+            (p.max_vms, ScaleReason::ClampedToMax)
+        } else {
+            (n, ScaleReason::Provision)
+        };
+        ScaleDecision {
+            target_vms,
+            vm_reqs_rps: vm_reqs,
+            reason,
+        }
+    }
+}
+
+impl ScalingPolicy for LibraScaler {
+    fn name(&self) -> &'static str {
+        "libra"
+    }
+
+    /// Before the first report: `min_vms` VMs with a budget of their whole capacity.
+    fn initial(&self) -> ScaleDecision {
+        ScaleDecision {
+            target_vms: self.params.min_vms,
+            vm_reqs_rps: f64::from(self.params.min_vms) * self.params.r_max_rps,
+            reason: ScaleReason::ClampedToMin,
+        }
+    }
+
+    fn on_epoch(&mut self, _now: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
+        let report = obs.traffic.report?;
+        Some(self.decide(report.avg_rps, report.std_rps))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scaler() -> LibraScaler {
+        LibraScaler::new(LibraScalingParams {
+            phi: 1.0,
+            r_max_rps: 16.0,
+            min_vms: 1,
+            max_vms: 5,
+            cip_rps: 3.3,
+        })
+    }
+
+    #[test]
+    fn algorithm_1_provisions_avg_plus_phi_std() {
+        // vm_reqs = 40 + 1·9 = 49 → ceil(49/16) = 4 VMs.
+        let d = scaler().decide(40.0, 9.0);
+        assert_eq!(d.target_vms, 4);
+        assert_eq!(d.vm_reqs_rps, 49.0);
+        assert_eq!(d.reason, ScaleReason::Provision);
+        // exactly 48 → 3 VMs (ceil of an integer).
+        assert_eq!(scaler().decide(40.0, 8.0).target_vms, 3);
+    }
+
+    #[test]
+    fn below_the_cip_every_vm_is_released_even_below_min_vms() {
+        let d = scaler().decide(3.2, 50.0);
+        assert_eq!(d.target_vms, 0);
+        assert_eq!(d.vm_reqs_rps, 0.0);
+        assert_eq!(d.reason, ScaleReason::BelowCostIndifferencePoint);
+    }
+
+    #[test]
+    fn clamps_to_min_and_max() {
+        assert_eq!(scaler().decide(4.0, 0.0).target_vms, 1);
+        let d = scaler().decide(200.0, 0.0);
+        assert_eq!((d.target_vms, d.reason), (5, ScaleReason::ClampedToMax));
+        assert_eq!(
+            d.vm_reqs_rps, 200.0,
+            "the balancer caps the budget at ready capacity"
+        );
+    }
+}
