@@ -10,7 +10,14 @@
 //!   HTTP function endpoints).
 //! * [`sim`] — the discrete-event simulator and cost reports.
 //! * [`sample_api`] — the sample API the quickstart runs on both tiers.
+//! * [`cli`] — the command line.
 
 #![warn(missing_docs)]
 
+pub mod backends;
+pub mod cli;
+pub mod config;
 pub mod policy;
+pub mod proxy;
+pub mod sample_api;
+pub mod sim;

@@ -158,7 +158,7 @@ impl FunctionPool {
     /// The instance failed (start-up failed, crashed): it is forgotten.
     pub fn on_failed(&mut self, _now: Time, id: InstanceId) {
         let i = id.0 as usize;
-        if matches!(self.slots.get(i), Some(State::Idle { .. })) {
+        if matches!(self.slots.get(i), Some(State::Idle)) {
             self.idle.retain(|(x, _)| *x != id);
         }
         if !matches!(self.slots.get(i), None | Some(State::Free)) {

@@ -15,11 +15,13 @@
 //! | [`controller`] | LIBRA §III (composition) | glues the three, owns the VM table, emits launch/drain/stop actions |
 //! | [`functions`] | FaaSim §3 (instance life cycle) | cold/warm starts, keep-alive, pre-warm, max instances |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
+//! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
 //!
 //! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
 
 pub mod balancer;
+pub mod baselines;
 pub mod controller;
 pub mod cost;
 pub mod functions;

@@ -142,8 +142,9 @@ impl TrafficMonitor {
         self.ewma = Some((avg, std));
         let secs = self.params.epoch.as_secs_f64();
         let index = self.current;
-        let report =
-            ((index + 1) % u64::from(self.params.decision_epochs) == 0).then(|| TrafficReport {
+        let report = (index + 1)
+            .is_multiple_of(u64::from(self.params.decision_epochs))
+            .then(|| TrafficReport {
                 epoch: index,
                 avg_rps: avg / secs,
                 std_rps: std / secs,

@@ -1,0 +1,140 @@
+//! Snapshots of the gateway's admin `GET /status` endpoint.
+//!
+//! Only the fields the report needs are read: the cumulative `routed.vm` and
+//! `routed.function` counters (per-interval shares come from differences between
+//! snapshots) and `scaling.ready_vms`. Other fields are ignored, so the endpoint
+//! may grow without breaking the load test.
+
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::Uri;
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use serde_json::Value;
+
+/// How long one `/status` request may take before the snapshot counts as missing.
+pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The parts of a `/status` response the report uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdminSnapshot {
+    /// Cumulative attempts routed to VMs.
+    pub routed_vm: u64,
+    /// Cumulative attempts routed to the function tier.
+    pub routed_function: u64,
+    /// VMs ready at the time of the snapshot, if reported.
+    pub ready_vms: Option<u64>,
+}
+
+impl AdminSnapshot {
+    /// Extract a snapshot from a `/status` JSON document.
+    pub fn from_json(doc: &Value) -> anyhow::Result<Self> {
+        let counter = |ptr: &str| {
+            doc.pointer(ptr)
+                .and_then(Value::as_u64)
+                .with_context(|| format!("/status has no non-negative integer at {ptr}"))
+        };
+        Ok(Self {
+            routed_vm: counter("/routed/vm")?,
+            routed_function: counter("/routed/function")?,
+            ready_vms: doc.pointer("/scaling/ready_vms").and_then(Value::as_u64),
+        })
+    }
+}
+
+/// Routing shares between two snapshots, as fractions in `[0, 1]`.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Shares {
+    /// Share of attempts routed to VMs.
+    pub vm: f64,
+    /// Share of attempts routed to the function tier.
+    pub function: f64,
+}
+
+/// Shares of the attempts routed between `before` and `after`; `None` when
+/// nothing was routed or the counters went backwards (gateway restarted).
+pub fn shares(before: &AdminSnapshot, after: &AdminSnapshot) -> Option<Shares> {
+    let vm = after.routed_vm.checked_sub(before.routed_vm)?;
+    let function = after.routed_function.checked_sub(before.routed_function)?;
+    let total = vm + function;
+    (total > 0).then(|| Shares {
+        vm: vm as f64 / total as f64,
+        function: function as f64 / total as f64,
+    })
+}
+
+/// The HTTP client type shared by the load and the admin requests.
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// Fetch one snapshot from `status_url`, bounded by [`STATUS_TIMEOUT`].
+pub async fn fetch(client: &HttpClient, status_url: &Uri) -> anyhow::Result<AdminSnapshot> {
+    let request = hyper::Request::get(status_url.clone()).body(Full::new(Bytes::new()))?;
+    let body = tokio::time::timeout(STATUS_TIMEOUT, async {
+        let response = client.request(request).await?;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        if !status.is_success() {
+            bail!("{status_url} answered {status}");
+        }
+        anyhow::Ok(body)
+    })
+    .await
+    .with_context(|| format!("{status_url} did not answer within {STATUS_TIMEOUT:?}"))??;
+    let doc: Value = serde_json::from_slice(&body)
+        .with_context(|| format!("{status_url} did not return JSON"))?;
+    AdminSnapshot::from_json(&doc)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn status(vm: u64, function: u64, ready: u64) -> Value {
+        json!({
+            "epoch": 3,
+            "traffic": {"avg": 10.5, "std": 1.25, "last_epoch_requests": 40},
+            "scaling": {"vm_reqs": 8.0, "target_vms": 2, "ready_vms": ready},
+            "routed": {"vm": vm, "function": function, "rejected": 0},
+        })
+    }
+
+    #[test]
+    fn parses_the_documented_shape() {
+        let snap = AdminSnapshot::from_json(&status(30, 10, 2)).unwrap();
+        assert_eq!(
+            snap,
+            AdminSnapshot {
+                routed_vm: 30,
+                routed_function: 10,
+                ready_vms: Some(2)
+            }
+        );
+    }
+
+    #[test]
+    fn ready_vms_is_optional_but_routed_is_not() {
+        let snap = AdminSnapshot::from_json(&json!({"routed": {"vm": 1, "function": 2}})).unwrap();
+        assert_eq!(snap.ready_vms, None);
+        let err = AdminSnapshot::from_json(&json!({"routed": {"vm": 1}})).unwrap_err();
+        assert!(err.to_string().contains("/routed/function"), "{err}");
+    }
+
+    #[test]
+    fn shares_come_from_differences() {
+        let a = AdminSnapshot::from_json(&status(100, 50, 1)).unwrap();
+        let b = AdminSnapshot::from_json(&status(130, 60, 2)).unwrap();
+        assert_eq!(
+            shares(&a, &b),
+            Some(Shares {
+                vm: 0.75,
+                function: 0.25
+            })
+        );
+        assert_eq!(shares(&a, &a), None);
+        assert_eq!(shares(&b, &a), None);
+    }
+}

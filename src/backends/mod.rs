@@ -1,0 +1,134 @@
+//! Backend providers: where VMs and function instances come from.
+//!
+//! The live driver (`crate::proxy::driver`) executes the controller's actions through a
+//! [`VmProvider`] and sends spilled requests to a [`FunctionTier`]. Both traits are
+//! asynchronous and object-safe so that local providers (this issue) and AWS providers
+//! (EC2, Lambda) plug in the same way:
+//!
+//! * a VM goes through **launch** (the provider starts it and names it), **address
+//!   resolution** ([`VmProvider::resolve`], polled until the VM has an address), and a
+//!   **readiness probe** run by the driver (HTTP GET on the health path until 2xx or
+//!   `boot_timeout_seconds`). A launch that fails or times out is terminated and reported
+//!   to the controller, which replaces it at its next decision: partial launches are just
+//!   some launches failing.
+//! * a function call either returns a response, fails, or is **throttled** — in which
+//!   case the untouched request comes back so the balancer can spill it back to a VM.
+
+pub mod function_http;
+pub mod function_process;
+pub mod process;
+pub mod vm_process;
+pub mod vm_static;
+
+use std::future::Future;
+use std::pin::Pin;
+
+use http::{Request, Response, Uri};
+
+use crate::policy::VmId;
+use crate::proxy::body::Body;
+use crate::proxy::client::UpstreamError;
+
+/// A boxed future, so the traits stay object-safe.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Why a backend operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BackendError {
+    /// A process could not be spawned.
+    #[error("cannot start {command:?}: {source}")]
+    Spawn {
+        /// The program.
+        command: String,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The instance exited or never became ready within its boot timeout.
+    #[error("{instance} did not become ready: {reason}")]
+    NotReady {
+        /// Provider-side name.
+        instance: String,
+        /// What happened.
+        reason: String,
+    },
+    /// The instance is unknown to the provider.
+    #[error("unknown instance {0}")]
+    UnknownInstance(String),
+    /// Any other provider failure (API error, throttling, capacity…).
+    #[error("{0}")]
+    Provider(String),
+}
+
+/// A VM pool provider. See the [module docs](self).
+pub trait VmProvider: Send + Sync + 'static {
+    /// Provider kind for logs and `/status` (`"process"`, `"static"`, `"ec2"`).
+    fn kind(&self) -> &'static str;
+
+    /// Whether the controller's launch/stop decisions are executed (`false` for `static`
+    /// pools: decisions are computed and reported only).
+    fn executes_scaling(&self) -> bool;
+
+    /// VMs that already exist and belong to this pool, as `(instance, base URL)`: static
+    /// upstreams, or (AWS) tagged instances left by an earlier gateway run. They are
+    /// registered as ready without a launch.
+    fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>>;
+
+    /// Start one VM for controller id `vm`; returns the provider's instance name once the
+    /// launch was accepted (not when it is ready).
+    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>>;
+
+    /// Address resolution: the base URL of `instance`, or `None` while it has none yet.
+    fn resolve<'a>(&'a self, instance: &'a str)
+    -> BoxFuture<'a, Result<Option<Uri>, BackendError>>;
+
+    /// Stop `instance` (no request is outstanding on it).
+    fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>>;
+
+    /// Gateway shutdown: stop (or, per provider policy, keep) every instance.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}
+
+/// Why a function call did not produce a response.
+#[derive(Debug, thiserror::Error)]
+pub enum FunctionError {
+    /// The tier is at its concurrency limit; the request was not sent and is returned so
+    /// the balancer can spill it back to a VM (LIBRA §III-C; http-cases C20).
+    #[error("function tier throttled the call")]
+    Throttled(Box<Request<Body>>),
+    /// A cold start failed (spawn failure, readiness timeout).
+    #[error("cold start failed: {0}")]
+    ColdStart(BackendError),
+    /// The call to the instance or endpoint failed.
+    #[error(transparent)]
+    Upstream(#[from] UpstreamError),
+}
+
+/// Counters a function tier exposes for `/status` and metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
+pub struct FunctionTierStats {
+    /// Instances alive (local process tier), or calls in flight (HTTP tier).
+    pub instances: u32,
+    /// Idle warm instances.
+    pub idle: u32,
+    /// Cold starts so far.
+    pub cold_starts: u64,
+    /// Warm starts so far.
+    pub warm_starts: u64,
+    /// Throttled calls so far.
+    pub throttled: u64,
+}
+
+/// A function tier. See the [module docs](self).
+pub trait FunctionTier: Send + Sync + 'static {
+    /// Tier kind for logs and `/status` (`"process"`, `"http"`, `"lambda"`).
+    fn kind(&self) -> &'static str;
+
+    /// Run one request. The response body streams; the instance stays busy until it ends.
+    fn invoke(&self, req: Request<Body>) -> BoxFuture<'_, Result<Response<Body>, FunctionError>>;
+
+    /// Current counters.
+    fn stats(&self) -> FunctionTierStats;
+
+    /// Gateway shutdown: stop every instance.
+    fn shutdown(&self) -> BoxFuture<'_, ()>;
+}

@@ -1,0 +1,589 @@
+//! The configuration schema: serde structs with documented defaults and their semantic
+//! validation. See `config/reference.yaml` for the annotated version.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use super::ConfigIssue;
+use crate::policy::controller::ControllerParams;
+use crate::policy::cost::{self, Architecture, FunctionPricing};
+use crate::policy::functions::FunctionPoolParams;
+use crate::policy::monitor::MonitorParams;
+use crate::policy::scaling::LibraScalingParams;
+
+/// Default proxy listen address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
+/// Default admin listen address (loopback: the admin API has no authentication).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// Default maximum request body, bytes (10 MiB).
+pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+/// Default time to receive a request's headers, seconds.
+pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
+/// Default TCP connect timeout to an upstream, seconds.
+pub const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 2.0;
+/// Default time to wait for an upstream's response headers, seconds.
+pub const DEFAULT_UPSTREAM_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default idle time before a client or pooled upstream connection is closed, seconds.
+pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default time in-flight requests get to finish on shutdown, seconds.
+pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 30.0;
+/// LIBRA authors' epoch, seconds.
+pub const DEFAULT_EPOCH_SECONDS: f64 = 1.0;
+/// LIBRA authors' α and β.
+pub const DEFAULT_ALPHA: f64 = 0.2;
+/// LIBRA authors' β.
+pub const DEFAULT_BETA: f64 = 0.2;
+/// LIBRA authors' φ.
+pub const DEFAULT_PHI: f64 = 1.0;
+/// LIBRA authors' ρ.
+pub const DEFAULT_RHO: f64 = 0.8;
+/// LIBRA authors' K (decisions every 300 one-second epochs).
+pub const DEFAULT_DECISION_EPOCHS: u32 = 300;
+/// Default VM boot/readiness timeout, seconds.
+pub const DEFAULT_BOOT_TIMEOUT_SECONDS: f64 = 120.0;
+/// Default interval between readiness probes, seconds.
+pub const DEFAULT_PROBE_INTERVAL_SECONDS: f64 = 0.1;
+/// Default function keep-alive, seconds.
+pub const DEFAULT_KEEP_ALIVE_SECONDS: f64 = 600.0;
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    /// Schema version; only `1` exists.
+    #[serde(default = "one")]
+    pub version: u32,
+    /// Listeners, timeouts, limits and forwarding rules of the data plane.
+    #[serde(default)]
+    pub gateway: GatewayConfig,
+    /// LIBRA's traffic monitor, scaling manager and balancer parameters.
+    #[serde(default)]
+    pub libra: LibraConfig,
+    /// Prices used for the cost-indifference point and the simulator's bill.
+    #[serde(default)]
+    pub pricing: PricingConfig,
+    /// The VM pool provider.
+    #[serde(default)]
+    pub vm_pool: VmPoolConfig,
+    /// The function tier provider.
+    #[serde(default)]
+    pub function_tier: FunctionTierConfig,
+    /// Simulator-only settings (ignored by `spillway serve`).
+    #[serde(default)]
+    pub sim: crate::sim::config::SimSection,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// `gateway:` — the data plane.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct GatewayConfig {
+    /// Plain-HTTP listen address (HTTP/1.1 and h2c). Port 0 picks a free port.
+    pub listen: SocketAddr,
+    /// Admin listener (`/healthz`, `/metrics`, `/status`).
+    pub admin_listen: SocketAddr,
+    /// Optional TLS listener (ALPN h2 and http/1.1).
+    pub tls: Option<TlsConfig>,
+    /// Peers (CIDRs) whose X-Forwarded-* headers are trusted and appended to.
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Largest accepted request body; larger ones get 413.
+    pub max_body_bytes: u64,
+    /// Time allowed to receive a request's headers (slowloris guard).
+    pub header_read_timeout_seconds: f64,
+    /// TCP connect timeout to upstreams.
+    pub connect_timeout_seconds: f64,
+    /// Time to wait for an upstream's response headers; then 504.
+    pub upstream_timeout_seconds: f64,
+    /// Idle time before a pooled upstream connection is closed.
+    pub idle_timeout_seconds: f64,
+    /// Time in-flight requests get to finish after SIGTERM/SIGINT.
+    pub drain_timeout_seconds: f64,
+}
+
+impl Default for GatewayConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("valid"),
+            admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
+            tls: None,
+            trusted_proxies: Vec::new(),
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+            connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
+            upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
+            idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT_SECONDS,
+            drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
+        }
+    }
+}
+
+/// `gateway.tls:` — a TLS listener.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsConfig {
+    /// TLS listen address.
+    pub listen: SocketAddr,
+    /// PEM certificate chain.
+    pub cert_file: PathBuf,
+    /// PEM private key.
+    pub key_file: PathBuf,
+}
+
+/// `libra:` — LIBRA §III parameters.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LibraConfig {
+    /// Epoch length, seconds (LIBRA §III-A).
+    pub epoch_seconds: f64,
+    /// α: EWMA weight of the newest epoch count, 0–1.
+    pub alpha: f64,
+    /// β: EWMA weight of the newest deviation, 0–1.
+    pub beta: f64,
+    /// φ: VMs are provisioned for avg + φ·std.
+    pub phi: f64,
+    /// ρ: the balancer sends at most ρ·vm_reqs requests/s to VMs, (0, 1].
+    pub rho: f64,
+    /// K: the scaling manager runs every K epochs.
+    pub decision_epochs: u32,
+    /// r_max: requests/s one VM serves within the SLA.
+    pub r_max_rps: f64,
+    /// Fewest VMs while avg is above the CIP.
+    pub min_vms: u32,
+    /// Most VMs.
+    pub max_vms: u32,
+    /// Cost-indifference point, requests/s. When absent it is computed from `pricing`.
+    pub cip_rps: Option<f64>,
+}
+
+impl Default for LibraConfig {
+    fn default() -> Self {
+        Self {
+            epoch_seconds: DEFAULT_EPOCH_SECONDS,
+            alpha: DEFAULT_ALPHA,
+            beta: DEFAULT_BETA,
+            phi: DEFAULT_PHI,
+            rho: DEFAULT_RHO,
+            decision_epochs: DEFAULT_DECISION_EPOCHS,
+            r_max_rps: 16.0,
+            min_vms: 0,
+            max_vms: 10,
+            cip_rps: None,
+        }
+    }
+}
+
+/// `pricing:` — prices and the function profile used for the CIP and the simulator.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PricingConfig {
+    /// On-demand price of one VM, USD per hour (default: m4.large).
+    pub vm_hourly_usd: f64,
+    /// Memory of the function, MB.
+    pub function_memory_mb: u32,
+    /// Typical execution time of one call on the function tier, milliseconds.
+    pub function_duration_ms: f64,
+    /// Function architecture: `x86_64` or `arm64`.
+    pub architecture: Architecture,
+    /// Overrides the architecture's GB-second price, USD.
+    pub gb_second_usd: Option<f64>,
+    /// Per-invocation fee, USD.
+    pub request_usd: f64,
+    /// Whether the functions sit behind an API gateway (spillway invokes Lambda directly,
+    /// so the default is `false`).
+    pub api_gateway: bool,
+    /// API gateway fee per request, USD, charged only when `api_gateway` is true.
+    pub api_gateway_request_usd: f64,
+}
+
+impl Default for PricingConfig {
+    fn default() -> Self {
+        Self {
+            vm_hourly_usd: cost::DEFAULT_M4_LARGE_HOURLY_USD,
+            function_memory_mb: 512,
+            function_duration_ms: 1000.0,
+            architecture: Architecture::X86_64,
+            gb_second_usd: None,
+            request_usd: cost::DEFAULT_LAMBDA_REQUEST_USD,
+            api_gateway: false,
+            api_gateway_request_usd: cost::DEFAULT_API_GATEWAY_REQUEST_USD,
+        }
+    }
+}
+
+impl PricingConfig {
+    /// The function prices this section describes.
+    pub fn function_pricing(&self) -> FunctionPricing {
+        FunctionPricing {
+            gb_second_usd: self
+                .gb_second_usd
+                .unwrap_or_else(|| self.architecture.default_gb_second_usd()),
+            request_usd: self.request_usd,
+            api_gateway_request_usd: if self.api_gateway {
+                self.api_gateway_request_usd
+            } else {
+                0.0
+            },
+        }
+    }
+
+    /// Cost of one function call of the configured memory and duration, USD.
+    pub fn cost_per_request(&self) -> f64 {
+        self.function_pricing().cost_per_request(
+            self.function_memory_mb,
+            Duration::from_secs_f64(self.function_duration_ms / 1000.0),
+        )
+    }
+}
+
+/// `vm_pool:` — where VMs come from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum VmPoolConfig {
+    /// Each VM is a local child process started from `command`.
+    Process(ProcessVmPoolConfig),
+    /// Fixed upstream URLs; scaling decisions are computed and reported, not executed.
+    Static(StaticVmPoolConfig),
+}
+
+impl Default for VmPoolConfig {
+    fn default() -> Self {
+        VmPoolConfig::Static(StaticVmPoolConfig { urls: Vec::new() })
+    }
+}
+
+/// `vm_pool: {type: process}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessVmPoolConfig {
+    /// Program and arguments. `{port}` is replaced by the port the VM must listen on
+    /// (127.0.0.1), `{spillway}` by the path of the running spillway binary.
+    pub command: Vec<String>,
+    /// Readiness probe path; ready when it answers 2xx.
+    #[serde(default = "default_health_path")]
+    pub health_path: String,
+    /// A VM not ready after this long is stopped and replaced.
+    #[serde(default = "default_boot_timeout")]
+    pub boot_timeout_seconds: f64,
+    /// Interval between readiness probes.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval_seconds: f64,
+}
+
+/// `vm_pool: {type: static}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StaticVmPoolConfig {
+    /// Base URLs (`http://host:port`) of the VMs.
+    pub urls: Vec<String>,
+}
+
+/// `function_tier:` — where spilled requests run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FunctionTierConfig {
+    /// On-demand local instances (child processes) with real cold starts.
+    Process(ProcessFunctionTierConfig),
+    /// An existing function endpoint (OpenFaaS, Knative, …).
+    Http(HttpFunctionTierConfig),
+}
+
+impl Default for FunctionTierConfig {
+    fn default() -> Self {
+        FunctionTierConfig::Http(HttpFunctionTierConfig {
+            url: String::new(),
+            max_concurrency: 100,
+        })
+    }
+}
+
+/// `function_tier: {type: process}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProcessFunctionTierConfig {
+    /// Program and arguments, with `{port}` and `{spillway}` placeholders.
+    pub command: Vec<String>,
+    /// Readiness probe path.
+    #[serde(default = "default_health_path")]
+    pub health_path: String,
+    /// An idle instance is stopped after this long (FaaSim keep-alive).
+    #[serde(default = "default_keep_alive")]
+    pub keep_alive_seconds: f64,
+    /// Cap on simultaneous instances; calls beyond it are throttled.
+    pub max_instances: u32,
+    /// Instances started up front and kept warm (pre-warm).
+    #[serde(default)]
+    pub prewarmed_instances: u32,
+    /// A cold start not ready after this long fails the call (502).
+    #[serde(default = "default_function_boot_timeout")]
+    pub boot_timeout_seconds: f64,
+    /// Interval between readiness probes during a cold start.
+    #[serde(default = "default_probe_interval")]
+    pub probe_interval_seconds: f64,
+}
+
+/// `function_tier: {type: http}`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpFunctionTierConfig {
+    /// Base URL of the function endpoint; the request path is appended.
+    pub url: String,
+    /// Most calls in flight; more are throttled.
+    pub max_concurrency: u32,
+}
+
+fn default_health_path() -> String {
+    "/".to_string()
+}
+fn default_boot_timeout() -> f64 {
+    DEFAULT_BOOT_TIMEOUT_SECONDS
+}
+fn default_function_boot_timeout() -> f64 {
+    10.0
+}
+fn default_probe_interval() -> f64 {
+    DEFAULT_PROBE_INTERVAL_SECONDS
+}
+fn default_keep_alive() -> f64 {
+    DEFAULT_KEEP_ALIVE_SECONDS
+}
+
+/// Collects semantic problems with their field paths during validation.
+pub struct Issues(pub(crate) Vec<ConfigIssue>);
+
+impl Issues {
+    /// Record one problem at `path`.
+    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
+        self.0.push(ConfigIssue {
+            path: path.into(),
+            message: message.into(),
+        });
+    }
+
+    /// `value` must be finite and > 0.
+    pub fn positive(&mut self, path: &str, value: f64) {
+        if !(value.is_finite() && value > 0.0) {
+            self.push(path, format!("must be a positive number, got {value}"));
+        }
+    }
+
+    /// `value` must be finite and ≥ 0.
+    pub fn non_negative(&mut self, path: &str, value: f64) {
+        if !(value.is_finite() && value >= 0.0) {
+            self.push(path, format!("must be zero or positive, got {value}"));
+        }
+    }
+
+    /// `value` must lie in `[lo, hi]`.
+    pub fn within(&mut self, path: &str, value: f64, lo: f64, hi: f64) {
+        if !(value.is_finite() && (lo..=hi).contains(&value)) {
+            self.push(path, format!("must be in [{lo}, {hi}], got {value}"));
+        }
+    }
+}
+
+fn check_command(issues: &mut Issues, path: &str, command: &[String]) {
+    if command.is_empty() || command[0].trim().is_empty() {
+        issues.push(path, "must name a program: a list like [\"{spillway}\", \"sample-api\", \"--listen\", \"127.0.0.1:{port}\"]");
+    } else if !command.iter().any(|a| a.contains("{port}")) {
+        issues.push(
+            path,
+            "must contain the {port} placeholder so each instance gets its own port",
+        );
+    }
+}
+
+fn check_path(issues: &mut Issues, path: &str, value: &str) {
+    if !value.starts_with('/') {
+        issues.push(path, format!("must start with '/', got {value:?}"));
+    }
+}
+
+fn check_url(issues: &mut Issues, path: &str, value: &str) {
+    match value.parse::<http::Uri>() {
+        Ok(uri) if matches!(uri.scheme_str(), Some("http")) && uri.authority().is_some() => {}
+        Ok(_) => issues.push(
+            path,
+            format!("must be an http:// URL with a host, got {value:?}"),
+        ),
+        Err(e) => issues.push(path, format!("not a URL ({e}): {value:?}")),
+    }
+}
+
+impl Config {
+    /// Semantic validation: every problem, each with its field path. Empty = valid.
+    pub fn validate(&self) -> Vec<ConfigIssue> {
+        let mut is = Issues(Vec::new());
+        if self.version != 1 {
+            is.push(
+                "version",
+                format!("only version 1 exists, got {}", self.version),
+            );
+        }
+        let g = &self.gateway;
+        if g.listen == g.admin_listen && g.listen.port() != 0 {
+            is.push("gateway.admin_listen", "must differ from gateway.listen");
+        }
+        if g.max_body_bytes == 0 {
+            is.push("gateway.max_body_bytes", "must be at least 1");
+        }
+        is.positive(
+            "gateway.header_read_timeout_seconds",
+            g.header_read_timeout_seconds,
+        );
+        is.positive("gateway.connect_timeout_seconds", g.connect_timeout_seconds);
+        is.positive(
+            "gateway.upstream_timeout_seconds",
+            g.upstream_timeout_seconds,
+        );
+        is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        is.non_negative("gateway.drain_timeout_seconds", g.drain_timeout_seconds);
+
+        let l = &self.libra;
+        is.positive("libra.epoch_seconds", l.epoch_seconds);
+        is.within("libra.alpha", l.alpha, 0.0, 1.0);
+        is.within("libra.beta", l.beta, 0.0, 1.0);
+        is.non_negative("libra.phi", l.phi);
+        if !(l.rho.is_finite() && l.rho > 0.0 && l.rho <= 1.0) {
+            is.push("libra.rho", format!("must be in (0, 1], got {}", l.rho));
+        }
+        if l.decision_epochs == 0 {
+            is.push("libra.decision_epochs", "must be at least 1");
+        }
+        is.positive("libra.r_max_rps", l.r_max_rps);
+        if l.min_vms > l.max_vms {
+            is.push(
+                "libra.min_vms",
+                format!(
+                    "must not exceed libra.max_vms ({} > {})",
+                    l.min_vms, l.max_vms
+                ),
+            );
+        }
+        if let Some(cip) = l.cip_rps {
+            is.non_negative("libra.cip_rps", cip);
+        }
+
+        let p = &self.pricing;
+        is.positive("pricing.vm_hourly_usd", p.vm_hourly_usd);
+        if p.function_memory_mb < 128 || p.function_memory_mb > 10_240 {
+            is.push(
+                "pricing.function_memory_mb",
+                format!(
+                    "must be in [128, 10240] (Lambda's range), got {}",
+                    p.function_memory_mb
+                ),
+            );
+        }
+        is.positive("pricing.function_duration_ms", p.function_duration_ms);
+        if let Some(v) = p.gb_second_usd {
+            is.non_negative("pricing.gb_second_usd", v);
+        }
+        is.non_negative("pricing.request_usd", p.request_usd);
+        is.non_negative("pricing.api_gateway_request_usd", p.api_gateway_request_usd);
+
+        match &self.vm_pool {
+            VmPoolConfig::Process(v) => {
+                check_command(&mut is, "vm_pool.command", &v.command);
+                check_path(&mut is, "vm_pool.health_path", &v.health_path);
+                is.positive("vm_pool.boot_timeout_seconds", v.boot_timeout_seconds);
+                is.positive("vm_pool.probe_interval_seconds", v.probe_interval_seconds);
+            }
+            VmPoolConfig::Static(s) => {
+                for (i, u) in s.urls.iter().enumerate() {
+                    check_url(&mut is, &format!("vm_pool.urls[{i}]"), u);
+                }
+            }
+        }
+        match &self.function_tier {
+            FunctionTierConfig::Process(f) => {
+                check_command(&mut is, "function_tier.command", &f.command);
+                check_path(&mut is, "function_tier.health_path", &f.health_path);
+                is.non_negative("function_tier.keep_alive_seconds", f.keep_alive_seconds);
+                if f.max_instances == 0 {
+                    is.push("function_tier.max_instances", "must be at least 1");
+                }
+                if f.prewarmed_instances > f.max_instances {
+                    is.push(
+                        "function_tier.prewarmed_instances",
+                        format!(
+                            "must not exceed function_tier.max_instances ({} > {})",
+                            f.prewarmed_instances, f.max_instances
+                        ),
+                    );
+                }
+                is.positive("function_tier.boot_timeout_seconds", f.boot_timeout_seconds);
+                is.positive(
+                    "function_tier.probe_interval_seconds",
+                    f.probe_interval_seconds,
+                );
+            }
+            FunctionTierConfig::Http(h) => {
+                check_url(&mut is, "function_tier.url", &h.url);
+                if h.max_concurrency == 0 {
+                    is.push("function_tier.max_concurrency", "must be at least 1");
+                }
+            }
+        }
+        self.sim.validate(&mut is);
+        is.0
+    }
+
+    /// The cost-indifference point in force, requests/s: `libra.cip_rps` when set, else
+    /// computed from `pricing` and `libra.r_max_rps` (LIBRA §II).
+    pub fn cip_rps(&self) -> f64 {
+        self.libra.cip_rps.unwrap_or_else(|| {
+            cost::cost_indifference_point_rps(
+                self.pricing.cost_per_request(),
+                self.libra.r_max_rps,
+                self.pricing.vm_hourly_usd,
+            )
+        })
+    }
+
+    /// Traffic-monitor parameters (LIBRA §III-A).
+    pub fn monitor_params(&self) -> MonitorParams {
+        MonitorParams {
+            epoch: Duration::from_secs_f64(self.libra.epoch_seconds),
+            alpha: self.libra.alpha,
+            beta: self.libra.beta,
+            decision_epochs: self.libra.decision_epochs,
+        }
+    }
+
+    /// Scaling-manager parameters (LIBRA §III-B), with the CIP resolved.
+    pub fn libra_scaling_params(&self) -> LibraScalingParams {
+        LibraScalingParams {
+            phi: self.libra.phi,
+            r_max_rps: self.libra.r_max_rps,
+            min_vms: self.libra.min_vms,
+            max_vms: self.libra.max_vms,
+            cip_rps: self.cip_rps(),
+        }
+    }
+
+    /// Controller parameters; `static` pools only report their scaling decisions.
+    pub fn controller_params(&self) -> ControllerParams {
+        ControllerParams {
+            monitor: self.monitor_params(),
+            r_max_rps: self.libra.r_max_rps,
+            execute_scaling: !matches!(self.vm_pool, VmPoolConfig::Static(_)),
+        }
+    }
+}
+
+impl ProcessFunctionTierConfig {
+    /// The instance-pool parameters (FaaSim keep-alive, pre-warm, max instances).
+    pub fn pool_params(&self) -> FunctionPoolParams {
+        FunctionPoolParams {
+            keep_alive: Duration::from_secs_f64(self.keep_alive_seconds),
+            max_instances: Some(self.max_instances),
+            prewarmed: self.prewarmed_instances,
+        }
+    }
+}

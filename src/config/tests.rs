@@ -1,0 +1,78 @@
+use super::*;
+
+#[test]
+fn the_embedded_quickstart_is_valid() {
+    let c = Config::quickstart();
+    assert_eq!(c.gateway.listen.to_string(), "127.0.0.1:8080");
+    assert_eq!(c.gateway.admin_listen.to_string(), "127.0.0.1:9090");
+    assert!(matches!(c.vm_pool, VmPoolConfig::Process(_)));
+    assert!(matches!(c.function_tier, FunctionTierConfig::Process(_)));
+}
+
+#[test]
+fn the_shipped_reference_config_is_valid() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/reference.yaml");
+    Config::load(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[test]
+fn type_errors_name_file_line_and_column() {
+    let yaml = "version: 1\nlibra:\n  alpha: 0.2\n  rho: lots\n";
+    let err = Config::from_yaml(yaml, "x.yaml").unwrap_err();
+    let ConfigError::Parse { line, column, .. } = &err else {
+        panic!("{err}")
+    };
+    assert_eq!((*line, *column), (4, 8), "{err}");
+    assert!(err.to_string().starts_with("x.yaml:4:8: "), "{err}");
+}
+
+#[test]
+fn unknown_keys_are_errors_with_their_location() {
+    let yaml = "libra:\n  epoch_secs: 1\n";
+    let err = Config::from_yaml(yaml, "y.yaml").unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.starts_with("y.yaml:2:"), "{msg}");
+    assert!(msg.contains("epoch_secs"), "{msg}");
+}
+
+#[test]
+fn every_semantic_problem_is_reported_at_once_with_its_path() {
+    let yaml = r#"
+libra:
+  alpha: 1.5
+  rho: 0
+  min_vms: 5
+  max_vms: 2
+vm_pool:
+  type: process
+  command: ["sample-api"]
+function_tier:
+  type: http
+  url: "ftp://nowhere"
+  max_concurrency: 0
+"#;
+    let err = Config::from_yaml(yaml, "bad.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "libra.alpha",
+            "libra.rho",
+            "libra.min_vms",
+            "vm_pool.command",
+            "function_tier.url",
+            "function_tier.max_concurrency"
+        ],
+        "{err}"
+    );
+}
+
+#[test]
+fn cip_is_computed_from_pricing_when_not_set() {
+    let c = Config::from_yaml("libra: {r_max_rps: 16}\n", "p.yaml").unwrap();
+    // m4.large vs 512 MB × 1 s on x86 without an API gateway: 3.255 req/s.
+    assert!((c.cip_rps() - 3.2552).abs() < 1e-3, "{}", c.cip_rps());
+}

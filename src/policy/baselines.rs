@@ -1,0 +1,392 @@
+//! The baselines LIBRA is compared with — LIBRA §IV (../shared/docs/papers.md §1):
+//! MAX (VMs for the peak), FAAS (functions only), AUTO (reactive VM autoscaling) and
+//! Spock (AUTO, with functions absorbing load while new VMs boot).
+//!
+//! Each one is a sans-IO [`ScalingPolicy`] and/or [`RoutingPolicy`] beside LIBRA's
+//! [`LibraScaler`](super::scaling::LibraScaler) and [`VmFirst`](super::balancer::VmFirst),
+//! so the live gateway could run them too; the simulator drives them through the same
+//! [`Controller`](super::controller::Controller).
+//!
+//! | policy | scaling | routing |
+//! |---|---|---|
+//! | MAX | [`FixedScaler`] (peak VMs from the start) | [`VmOnly`] |
+//! | FAAS | [`FixedScaler`] with 0 VMs | [`FunctionOnly`] |
+//! | AUTO | [`AutoScaler`] | [`VmOnly`] |
+//! | Spock | [`AutoScaler`] | [`SpockRouter`] |
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::Time;
+use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmState, VmTable};
+use super::scaling::{EpochObservation, ScaleDecision, ScaleReason, ScalingPolicy};
+
+/// A constant pool: `vms` VMs from the start, never changed. MAX (LIBRA §IV: VMs
+/// provisioned for the trace's peak) uses the peak's VM count, FAAS uses 0.
+#[derive(Clone, Debug)]
+pub struct FixedScaler {
+    name: &'static str,
+    vms: u32,
+}
+
+impl FixedScaler {
+    /// MAX: `vms` VMs for the whole run (the driver computes `ceil(peak / r_max)`).
+    pub fn max(vms: u32) -> Self {
+        Self { name: "max", vms }
+    }
+
+    /// FAAS: no VM at all.
+    pub fn faas() -> Self {
+        Self {
+            name: "faas",
+            vms: 0,
+        }
+    }
+}
+
+impl ScalingPolicy for FixedScaler {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn initial(&self) -> ScaleDecision {
+        ScaleDecision {
+            target_vms: self.vms,
+            vm_reqs_rps: if self.vms == 0 { 0.0 } else { f64::INFINITY },
+            reason: ScaleReason::Baseline,
+        }
+    }
+
+    fn on_epoch(&mut self, _now: Time, _obs: &EpochObservation) -> Option<ScaleDecision> {
+        None
+    }
+}
+
+/// Parameters of reactive VM autoscaling (AUTO, Spock) — LIBRA §IV.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AutoParams {
+    /// Scale out when the mean utilisation over the window is above this (0–1; paper 0.7).
+    pub scale_out_utilisation: f64,
+    /// Scale in when the mean utilisation over the window is below this (0–1; paper 0.3).
+    pub scale_in_utilisation: f64,
+    /// Length of the averaging window, in epochs (≥ 1).
+    pub window_epochs: u32,
+    /// VMs added or removed per action (the LIBRA authors' code: 10).
+    pub step_vms: u32,
+    /// After an action no other action is taken for this long (the authors' code: 120 s).
+    pub grace: Duration,
+    /// Fewest VMs; also the initial pool.
+    pub min_vms: u32,
+    /// Most VMs.
+    pub max_vms: u32,
+    /// r_max, requests/s per VM: used to estimate utilisation when the driver does not
+    /// measure it (`vm_requests ÷ (ready · r_max · epoch)`).
+    pub r_max_rps: f64,
+}
+
+/// Reactive autoscaling on VM utilisation (AUTO) — LIBRA §IV. Every epoch it records the
+/// utilisation; once the window is full and the grace period is over it adds `step_vms`
+/// above `scale_out_utilisation` or removes `step_vms` below `scale_in_utilisation`, then
+/// clears the window and starts a new grace period. The budget is unlimited
+/// (`vm_reqs = ∞`): routing decides.
+#[derive(Clone, Debug)]
+pub struct AutoScaler {
+    name: &'static str,
+    params: AutoParams,
+    window: VecDeque<f64>,
+    sum: f64,
+    target: u32,
+    grace_until: Time,
+}
+
+impl AutoScaler {
+    /// AUTO.
+    pub fn auto(params: AutoParams) -> Self {
+        Self::named("auto", params)
+    }
+
+    /// Spock's scaling half (the same rule; pair it with [`SpockRouter`]).
+    pub fn spock(params: AutoParams) -> Self {
+        Self::named("spock", params)
+    }
+
+    fn named(name: &'static str, params: AutoParams) -> Self {
+        let target = params.min_vms;
+        Self {
+            name,
+            window: VecDeque::with_capacity(params.window_epochs as usize),
+            sum: 0.0,
+            target,
+            grace_until: Time::ZERO,
+            params,
+        }
+    }
+
+    fn decision(&self) -> ScaleDecision {
+        ScaleDecision {
+            target_vms: self.target,
+            vm_reqs_rps: f64::INFINITY,
+            reason: ScaleReason::Baseline,
+        }
+    }
+}
+
+impl ScalingPolicy for AutoScaler {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn initial(&self) -> ScaleDecision {
+        self.decision()
+    }
+
+    fn on_epoch(&mut self, now: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
+        let p = &self.params;
+        let u = obs.vm_utilisation.unwrap_or_else(|| {
+            let cap = f64::from(obs.pool.ready) * p.r_max_rps * obs.epoch_seconds;
+            if cap > 0.0 {
+                obs.vm_requests as f64 / cap
+            } else {
+                0.0
+            }
+        });
+        self.window.push_back(u);
+        self.sum += u;
+        if self.window.len() > p.window_epochs as usize {
+            self.sum -= self.window.pop_front().unwrap_or(0.0);
+        }
+        if self.window.len() < p.window_epochs as usize || now < self.grace_until {
+            return None;
+        }
+        let mean = self.sum / self.window.len() as f64;
+        let new = if mean > p.scale_out_utilisation {
+            self.target.saturating_add(p.step_vms).min(p.max_vms)
+        } else if mean < p.scale_in_utilisation {
+            self.target.saturating_sub(p.step_vms).max(p.min_vms)
+        } else {
+            return None;
+        };
+        if new == self.target {
+            return None;
+        }
+        self.target = new;
+        self.window.clear();
+        self.sum = 0.0;
+        self.grace_until = now + p.grace;
+        Some(self.decision())
+    }
+}
+
+/// Every request to the ready VM with the fewest outstanding requests; queues build on
+/// the VMs when they are full (MAX, AUTO). No ready VM: rejected.
+#[derive(Clone, Debug, Default)]
+pub struct VmOnly;
+
+impl RoutingPolicy for VmOnly {
+    fn name(&self) -> &'static str {
+        "vm_only"
+    }
+
+    fn set_vm_budget(&mut self, _now: Time, _vm_reqs_rps: f64) {}
+
+    fn route(&mut self, _now: Time, _req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {
+        let exclude = match attempt {
+            Attempt::RetryAfterConnectFailure { failed } => Some(failed),
+            _ => None,
+        };
+        match vms.least_outstanding_ready(exclude) {
+            Some(vm) => Route::Vm {
+                vm,
+                reason: RouteReason::VmOnly,
+            },
+            None => Route::Reject {
+                reason: RouteReason::NoReadyVm,
+            },
+        }
+    }
+}
+
+/// Every request to the function tier (FAAS). Spill-backs are rejected.
+#[derive(Clone, Debug, Default)]
+pub struct FunctionOnly;
+
+impl RoutingPolicy for FunctionOnly {
+    fn name(&self) -> &'static str {
+        "function_only"
+    }
+
+    fn set_vm_budget(&mut self, _now: Time, _vm_reqs_rps: f64) {}
+
+    fn route(&mut self, _now: Time, _req: &RequestMeta, attempt: Attempt, _vms: &VmTable) -> Route {
+        match attempt {
+            Attempt::SpillBack => Route::Reject {
+                reason: RouteReason::SpillBackRejected,
+            },
+            _ => Route::Function {
+                reason: RouteReason::FunctionOnly,
+            },
+        }
+    }
+}
+
+/// Spock's balancer — LIBRA §IV: VMs first; while a scale-out is in progress (some VM is
+/// booting) and every ready VM has `slots_per_vm` requests outstanding, the excess goes
+/// to the function tier. With no VM booting, requests queue on the VMs as in AUTO.
+#[derive(Clone, Debug)]
+pub struct SpockRouter {
+    slots_per_vm: u32,
+}
+
+impl SpockRouter {
+    /// `slots_per_vm`: requests one VM serves in parallel (a full VM has that many
+    /// outstanding).
+    pub fn new(slots_per_vm: u32) -> Self {
+        Self { slots_per_vm }
+    }
+}
+
+impl RoutingPolicy for SpockRouter {
+    fn name(&self) -> &'static str {
+        "spock"
+    }
+
+    fn set_vm_budget(&mut self, _now: Time, _vm_reqs_rps: f64) {}
+
+    fn route(&mut self, _now: Time, _req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {
+        let exclude = match attempt {
+            Attempt::RetryAfterConnectFailure { failed } => Some(failed),
+            _ => None,
+        };
+        let candidate = vms.least_outstanding_ready(exclude);
+        let full = candidate
+            .and_then(|vm| vms.get(vm))
+            .is_none_or(|row| row.outstanding >= self.slots_per_vm);
+        if full && attempt != Attempt::SpillBack && vms.count(VmState::Booting) > 0 {
+            return Route::Function {
+                reason: RouteReason::ScalingOut,
+            };
+        }
+        match candidate {
+            Some(vm) => Route::Vm {
+                vm,
+                reason: RouteReason::VmOnly,
+            },
+            None => Route::Reject {
+                reason: RouteReason::NoReadyVm,
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::VmId;
+    use crate::policy::monitor::EpochClosed;
+    use crate::policy::scaling::PoolSnapshot;
+
+    fn obs(u: f64, ready: u32) -> EpochObservation {
+        EpochObservation {
+            traffic: EpochClosed {
+                epoch: 0,
+                requests: 0,
+                avg_rps: 0.0,
+                std_rps: 0.0,
+                report: None,
+            },
+            epoch_seconds: 1.0,
+            vm_requests: 0,
+            function_requests: 0,
+            vm_utilisation: Some(u),
+            pool: PoolSnapshot {
+                ready,
+                ..PoolSnapshot::default()
+            },
+        }
+    }
+
+    fn params() -> AutoParams {
+        AutoParams {
+            scale_out_utilisation: 0.7,
+            scale_in_utilisation: 0.3,
+            window_epochs: 3,
+            step_vms: 2,
+            grace: Duration::from_secs(5),
+            min_vms: 1,
+            max_vms: 4,
+            r_max_rps: 10.0,
+        }
+    }
+
+    #[test]
+    fn auto_scales_out_after_a_full_window_then_waits_for_the_grace_period() {
+        let mut a = AutoScaler::auto(params());
+        assert_eq!(a.initial().target_vms, 1);
+        let s = Duration::from_secs;
+        assert!(a.on_epoch(s(1), &obs(0.9, 1)).is_none());
+        assert!(a.on_epoch(s(2), &obs(0.9, 1)).is_none());
+        let d = a
+            .on_epoch(s(3), &obs(0.9, 1))
+            .expect("window full, mean 0.9 > 0.7");
+        assert_eq!(d.target_vms, 3);
+        // Grace until 8 s: a full window of overload at 4..6 s does nothing.
+        for t in 4..=6 {
+            assert!(a.on_epoch(s(t), &obs(1.0, 3)).is_none());
+        }
+        assert!(a.on_epoch(s(7), &obs(1.0, 3)).is_none());
+        let d = a.on_epoch(s(8), &obs(1.0, 3)).expect("grace over");
+        assert_eq!(d.target_vms, 4, "capped at max_vms");
+    }
+
+    #[test]
+    fn auto_scales_in_down_to_min_and_holds_between_thresholds() {
+        let mut p = params();
+        p.min_vms = 3;
+        p.step_vms = 10;
+        let mut a = AutoScaler::auto(p);
+        let s = Duration::from_secs;
+        for t in 1..=3 {
+            assert!(a.on_epoch(s(t), &obs(0.5, 3)).is_none(), "0.5 is between");
+        }
+        for t in 4..=6 {
+            assert!(a.on_epoch(s(t), &obs(0.0, 3)).is_none(), "already at min");
+        }
+    }
+
+    #[test]
+    fn spock_spills_only_while_vms_boot_and_the_ready_ones_are_full() {
+        let mut t = VmTable::default();
+        t.insert(VmId(0), VmState::Ready);
+        t.get_mut(VmId(0)).unwrap().outstanding = 2;
+        let mut r = SpockRouter::new(2);
+        let req = RequestMeta::default();
+        assert!(matches!(
+            r.route(Time::ZERO, &req, Attempt::First, &t),
+            Route::Vm { .. }
+        ));
+        t.insert(VmId(1), VmState::Booting);
+        assert_eq!(
+            r.route(Time::ZERO, &req, Attempt::First, &t),
+            Route::Function {
+                reason: RouteReason::ScalingOut
+            }
+        );
+        t.get_mut(VmId(0)).unwrap().outstanding = 1;
+        assert!(matches!(
+            r.route(Time::ZERO, &req, Attempt::First, &t),
+            Route::Vm { .. }
+        ));
+        assert_eq!(
+            FunctionOnly.route(Time::ZERO, &req, Attempt::First, &t),
+            Route::Function {
+                reason: RouteReason::FunctionOnly
+            }
+        );
+        assert_eq!(
+            VmOnly.route(Time::ZERO, &req, Attempt::First, &VmTable::default()),
+            Route::Reject {
+                reason: RouteReason::NoReadyVm
+            }
+        );
+    }
+}

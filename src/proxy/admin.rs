@@ -1,0 +1,98 @@
+//! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text), `GET /status`
+//! (JSON). Bind it to loopback: it has no authentication.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{HeaderValue, Method, Request, Response, StatusCode, header};
+use hyper::body::Incoming;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::{Value, json};
+
+use super::body::{self, Body};
+use super::driver::Gateway;
+
+/// Answer one admin request.
+pub async fn handle(
+    gw: Arc<Gateway>,
+    prometheus: PrometheusHandle,
+    req: Request<Incoming>,
+) -> Result<Response<Body>, Infallible> {
+    let resp = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        (&Method::GET, "/metrics") => text(
+            StatusCode::OK,
+            prometheus.render(),
+            "text/plain; version=0.0.4",
+        ),
+        (&Method::GET, "/status") => text(
+            StatusCode::OK,
+            serde_json::to_string_pretty(&status_json(&gw)).unwrap_or_default() + "\n",
+            "application/json",
+        ),
+        (_, "/healthz" | "/metrics" | "/status") => text(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "method not allowed\n".into(),
+            "text/plain",
+        ),
+        _ => text(StatusCode::NOT_FOUND, "not found\n".into(), "text/plain"),
+    };
+    Ok(resp)
+}
+
+fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<Body> {
+    let mut r = Response::new(body::full(s));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    r
+}
+
+fn num(x: f64) -> Value {
+    if x.is_finite() { json!(x) } else { Value::Null }
+}
+
+/// The `/status` document. Rates in requests/s; `routed` counts are cumulative.
+///
+/// ```json
+/// {"epoch": 12,
+///  "traffic": {"avg": 41.2, "std": 3.1, "last_epoch_requests": 44},
+///  "scaling": {"vm_reqs": 44.3, "budget_rps": 40.0, "target_vms": 3, "ready_vms": 2, ...},
+///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
+///  "functions": {...}, "vms": [...]}
+/// ```
+pub fn status_json(gw: &Gateway) -> Value {
+    let s = gw.status();
+    let c = &s.controller;
+    json!({
+        "epoch": c.epoch,
+        "traffic": {
+            "avg": c.avg_rps,
+            "std": c.std_rps,
+            "last_epoch_requests": c.last_epoch_requests,
+        },
+        "scaling": {
+            "vm_reqs": num(c.vm_reqs_rps),
+            "budget_rps": num(c.published_vm_reqs_rps),
+            "cip_rps": num(gw.cip_rps()),
+            "target_vms": c.pool.target,
+            "ready_vms": c.pool.ready,
+            "booting_vms": c.pool.booting,
+            "draining_vms": c.pool.draining,
+            "executes_scaling": gw.vm_provider().executes_scaling(),
+            "last_decision": s.last_decision.map(|(epoch, d)| json!({
+                "epoch": epoch,
+                "target_vms": d.target_vms,
+                "vm_reqs": num(d.vm_reqs_rps),
+                "reason": d.reason.as_str(),
+            })),
+        },
+        "routed": {
+            "vm": c.routed.vm,
+            "function": c.routed.function,
+            "rejected": c.routed.rejected,
+        },
+        "vm_pool": { "kind": gw.vm_provider().kind(), "vms": s.vms },
+        "functions": { "kind": gw.functions().kind(), "stats": gw.functions().stats() },
+    })
+}

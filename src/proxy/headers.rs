@@ -1,0 +1,652 @@
+//! Proxy header hygiene: pure functions over [`http::HeaderMap`] that remove hop-by-hop
+//! headers (RFC 9110 §7.6.1) and set the `X-Forwarded-*` headers without trusting what
+//! an untrusted client sent.
+//!
+//! Order matters: call [`strip_hop_by_hop`] first, then [`set_forwarded`], so that a
+//! client naming `X-Forwarded-For` in its `Connection` header cannot delete the header the
+//! gateway adds (http-cases C7).
+
+use std::net::IpAddr;
+
+use http::Method;
+use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use ipnet::{IpNet, Ipv4Net};
+
+/// `X-Forwarded-For`: the chain of client addresses.
+pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
+/// `X-Forwarded-Proto`: the scheme the client used towards the first proxy.
+pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+/// `X-Forwarded-Host`: the `Host` (or `:authority`) the client asked for.
+pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// The fixed hop-by-hop headers, other than `TE` (handled separately) and the ones named
+/// in `Connection`.
+const HOP_BY_HOP: [&str; 9] = [
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authenticate",
+    "proxy-authorization",
+    "trailer",
+    "transfer-encoding",
+    "upgrade",
+    "http2-settings",
+];
+
+/// Iterate over the comma-separated tokens of every `Connection` header value, trimmed of
+/// spaces and tabs, skipping empty tokens. Works on raw bytes, so non-UTF-8 values are
+/// tolerated.
+fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
+    headers
+        .get_all(header::CONNECTION)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|t| t.trim_ascii())
+        .filter(|t| !t.is_empty())
+}
+
+/// Remove hop-by-hop headers from a request or response before forwarding it.
+///
+/// Removes, in this order:
+/// 1. every header named in any `Connection` header value (comma-separated,
+///    case-insensitive, surrounding whitespace ignored, invalid names ignored) — except
+///    `TE`, which follows rule 3;
+/// 2. `Connection`, `Keep-Alive`, `Proxy-Connection`, `Proxy-Authenticate`,
+///    `Proxy-Authorization`, `Trailer`, `Transfer-Encoding`, `Upgrade`, `HTTP2-Settings`;
+/// 3. `TE`, unless `keep_te_trailers` is set and there is exactly one `TE` value equal
+///    (case-insensitively, after trimming) to `trailers`, the only value HTTP/2 allows.
+///
+/// Upgrade requests lose their `Upgrade`/`Connection` headers too: a caller that
+/// tunnels upgrades must read them with [`wants_upgrade`] first and re-add them.
+pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
+    let named: Vec<HeaderName> = connection_tokens(headers)
+        .filter_map(|t| HeaderName::from_bytes(t).ok())
+        .filter(|n| *n != header::TE)
+        .collect();
+    for name in named {
+        headers.remove(name);
+    }
+    for name in HOP_BY_HOP {
+        headers.remove(name);
+    }
+    let keep_te = keep_te_trailers && {
+        let mut values = headers.get_all(header::TE).iter();
+        matches!(
+            (values.next(), values.next()),
+            (Some(v), None) if v.as_bytes().trim_ascii().eq_ignore_ascii_case(b"trailers")
+        )
+    };
+    if keep_te {
+        headers.insert(header::TE, HeaderValue::from_static("trailers"));
+    } else {
+        headers.remove(header::TE);
+    }
+}
+
+/// The set of peer networks whose `X-Forwarded-*` headers the gateway believes (for
+/// example a load balancer in front of it). Empty by default: nobody is trusted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TrustedProxies {
+    nets: Vec<IpNet>,
+}
+
+impl TrustedProxies {
+    /// Build the set from a list of networks. IPv4-mapped IPv6 networks
+    /// (`::ffff:a.b.c.d/96+n`) are stored as the equivalent IPv4 network, so either
+    /// spelling matches both IPv4 peers and IPv4-mapped IPv6 peers.
+    pub fn new(nets: Vec<IpNet>) -> Self {
+        let nets = nets.into_iter().map(canonical_net).collect();
+        Self { nets }
+    }
+
+    /// Whether `peer` lies in one of the trusted networks. An IPv4-mapped IPv6 peer
+    /// (`::ffff:a.b.c.d`, as seen on a dual-stack socket) is matched as its IPv4 address.
+    pub fn contains(&self, peer: IpAddr) -> bool {
+        let peer = peer.to_canonical();
+        self.nets.iter().any(|n| n.contains(&peer))
+    }
+
+    /// Whether no network is trusted.
+    pub fn is_empty(&self) -> bool {
+        self.nets.is_empty()
+    }
+}
+
+impl From<Vec<IpNet>> for TrustedProxies {
+    fn from(nets: Vec<IpNet>) -> Self {
+        Self::new(nets)
+    }
+}
+
+/// Turn an IPv4-mapped IPv6 network with prefix ≥ 96 into its IPv4 equivalent; leave
+/// anything else unchanged.
+fn canonical_net(net: IpNet) -> IpNet {
+    if let IpNet::V6(v6) = net
+        && let Some(v4) = v6.addr().to_ipv4_mapped()
+        && v6.prefix_len() >= 96
+        && let Ok(n) = Ipv4Net::new(v4, v6.prefix_len() - 96)
+    {
+        return IpNet::V4(n.trunc());
+    }
+    net
+}
+
+/// Set `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` on a request about
+/// to be forwarded upstream. Call it after [`strip_hop_by_hop`].
+///
+/// * `peer` is the TCP peer address; an IPv4-mapped IPv6 peer is written as plain IPv4,
+///   IPv6 peers without brackets.
+/// * `proto` is the scheme the client used (`"http"` or `"https"`).
+/// * `host` is the host the client asked for (`Host` header or `:authority`), if any.
+///
+/// If `trusted` contains the peer, the peer is appended to the existing
+/// `X-Forwarded-For` chain (all existing lines joined with `", "` into one line) and any
+/// existing `X-Forwarded-Proto` / `X-Forwarded-Host` / `Forwarded` are kept (the
+/// `X-Forwarded-*` ones are set from `proto`/`host` only when absent).
+///
+/// Otherwise every client-supplied value is discarded: `X-Forwarded-For` becomes the
+/// peer alone, `X-Forwarded-Proto` becomes `proto`, `X-Forwarded-Host` becomes `host`
+/// (removed when `host` is `None`), and `Forwarded` is removed.
+///
+/// A `proto` or `host` that is not a valid header value is treated as absent (the header
+/// is removed, or left as is for a trusted peer); this function never panics.
+pub fn set_forwarded(
+    headers: &mut HeaderMap,
+    peer: IpAddr,
+    proto: &str,
+    host: Option<&str>,
+    trusted: &TrustedProxies,
+) {
+    let peer = peer.to_canonical();
+    let peer_str = peer.to_string();
+    let proto_value = HeaderValue::from_str(proto).ok();
+    let host_value = host.and_then(|h| HeaderValue::from_str(h).ok());
+
+    if trusted.contains(peer) {
+        let mut chain: Vec<u8> = Vec::new();
+        for v in headers.get_all(&X_FORWARDED_FOR) {
+            let v = v.as_bytes().trim_ascii();
+            if v.is_empty() {
+                continue;
+            }
+            if !chain.is_empty() {
+                chain.extend_from_slice(b", ");
+            }
+            chain.extend_from_slice(v);
+        }
+        if !chain.is_empty() {
+            chain.extend_from_slice(b", ");
+        }
+        chain.extend_from_slice(peer_str.as_bytes());
+        let xff = HeaderValue::from_bytes(&chain).unwrap_or_else(|_| {
+            HeaderValue::from_str(&peer_str).unwrap_or(HeaderValue::from_static("unknown"))
+        });
+        headers.insert(X_FORWARDED_FOR.clone(), xff);
+        if !headers.contains_key(&X_FORWARDED_PROTO)
+            && let Some(v) = proto_value
+        {
+            headers.insert(X_FORWARDED_PROTO.clone(), v);
+        }
+        if !headers.contains_key(&X_FORWARDED_HOST)
+            && let Some(v) = host_value
+        {
+            headers.insert(X_FORWARDED_HOST.clone(), v);
+        }
+    } else {
+        match HeaderValue::from_str(&peer_str) {
+            Ok(v) => {
+                headers.insert(X_FORWARDED_FOR.clone(), v);
+            }
+            Err(_) => {
+                headers.remove(&X_FORWARDED_FOR);
+            }
+        }
+        set_or_remove(headers, &X_FORWARDED_PROTO, proto_value);
+        set_or_remove(headers, &X_FORWARDED_HOST, host_value);
+        headers.remove(header::FORWARDED);
+    }
+}
+
+/// Replace every value of `name` with `value`, or remove the header when `value` is
+/// `None`.
+fn set_or_remove(headers: &mut HeaderMap, name: &HeaderName, value: Option<HeaderValue>) {
+    match value {
+        Some(v) => {
+            headers.insert(name.clone(), v);
+        }
+        None => {
+            headers.remove(name);
+        }
+    }
+}
+
+/// Whether `method` is idempotent per RFC 9110 §9.2.2 (GET, HEAD, OPTIONS, TRACE, PUT,
+/// DELETE) and so may be retried after a failure that might have reached the upstream.
+pub fn is_idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::TRACE | Method::PUT | Method::DELETE
+    )
+}
+
+/// Whether the message asks for a protocol upgrade: an `Upgrade` header is present and
+/// some `Connection` header lists the `upgrade` token (case-insensitive).
+pub fn wants_upgrade(headers: &HeaderMap) -> bool {
+    headers.contains_key(header::UPGRADE)
+        && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case(b"upgrade"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    fn map(pairs: &[(&str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                HeaderName::from_bytes(k.as_bytes()).expect("test header name"),
+                HeaderValue::from_str(v).expect("test header value"),
+            );
+        }
+        h
+    }
+
+    fn values(h: &HeaderMap, name: &str) -> Vec<String> {
+        h.get_all(name)
+            .iter()
+            .map(|v| v.to_str().expect("ascii").to_string())
+            .collect()
+    }
+
+    fn nets(list: &[&str]) -> TrustedProxies {
+        TrustedProxies::new(list.iter().map(|s| s.parse().expect("net")).collect())
+    }
+
+    const UNTRUSTED_PEER: IpAddr = IpAddr::V4(Ipv4Addr::new(203, 0, 113, 7));
+
+    /// C7: the request headers exactly as in http-cases.md, stripped and then forwarded.
+    #[test]
+    fn c7_hop_by_hop_and_connection_named_headers() {
+        let mut h = map(&[
+            ("host", "a"),
+            (
+                "connection",
+                "keep-alive, X-Forwarded-For, X-Auth-User, HTTP2-Settings",
+            ),
+            ("x-auth-user", "admin"),
+            ("keep-alive", "5"),
+            ("te", "gzip"),
+            ("upgrade", "h2c"),
+            ("http2-settings", "AAA"),
+            ("proxy-connection", "keep-alive"),
+        ]);
+        strip_hop_by_hop(&mut h, true);
+        for gone in [
+            "connection",
+            "keep-alive",
+            "proxy-connection",
+            "te",
+            "trailer",
+            "upgrade",
+            "http2-settings",
+            "x-auth-user",
+        ] {
+            assert!(!h.contains_key(gone), "{gone} survived: {h:?}");
+        }
+        assert_eq!(values(&h, "host"), ["a"]);
+        set_forwarded(
+            &mut h,
+            UNTRUSTED_PEER,
+            "http",
+            Some("a"),
+            &TrustedProxies::default(),
+        );
+        // The gateway's own X-Forwarded-For survives the client naming it in Connection.
+        assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+        assert_eq!(values(&h, "x-forwarded-proto"), ["http"]);
+        assert_eq!(values(&h, "x-forwarded-host"), ["a"]);
+        assert_eq!(h.len(), 4, "{h:?}");
+    }
+
+    /// C7, "same rule on responses".
+    #[test]
+    fn c7_same_rule_on_responses() {
+        let mut h = map(&[
+            ("content-type", "text/plain"),
+            ("connection", "close, X-Internal"),
+            ("x-internal", "secret"),
+            ("keep-alive", "timeout=5"),
+            ("transfer-encoding", "chunked"),
+            ("trailer", "grpc-status"),
+            ("proxy-authenticate", "Basic"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(values(&h, "content-type"), ["text/plain"]);
+    }
+
+    #[test]
+    fn te_trailers_kept_only_when_asked_and_exact() {
+        let mut h = map(&[("te", "trailers")]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(values(&h, "te"), ["trailers"]);
+
+        // Compliant HTTP/1.1 clients also list TE in Connection; the TE rule still governs.
+        let mut h = map(&[("te", " Trailers "), ("connection", "TE")]);
+        strip_hop_by_hop(&mut h, true);
+        assert_eq!(values(&h, "te"), ["trailers"]);
+
+        let mut h = map(&[("te", "trailers")]);
+        strip_hop_by_hop(&mut h, false);
+        assert!(!h.contains_key("te"));
+
+        for other in [
+            vec!["trailers, gzip"],
+            vec!["gzip"],
+            vec!["trailers", "trailers"],
+        ] {
+            let mut h = HeaderMap::new();
+            for v in &other {
+                h.append(header::TE, HeaderValue::from_static(v));
+            }
+            strip_hop_by_hop(&mut h, true);
+            assert!(!h.contains_key("te"), "{other:?} kept");
+        }
+    }
+
+    #[test]
+    fn multiple_connection_headers_odd_whitespace_and_case() {
+        let mut h = map(&[
+            ("connection", "  X-One ,\tx-TWO,,"),
+            ("connection", "X-Three"),
+            ("connection", ", ,bad name, bäd"),
+            ("x-one", "1"),
+            ("x-two", "2"),
+            ("x-three", "3"),
+            ("x-four", "4"),
+        ]);
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1, "{h:?}");
+        assert_eq!(values(&h, "x-four"), ["4"]);
+    }
+
+    #[test]
+    fn non_utf8_connection_value_is_tolerated() {
+        let mut h = HeaderMap::new();
+        h.append(
+            header::CONNECTION,
+            HeaderValue::from_bytes(b"x-gone, \xff\xfe, x-also").expect("obs-text allowed"),
+        );
+        h.append("x-gone", HeaderValue::from_static("1"));
+        h.append("x-also", HeaderValue::from_static("1"));
+        h.append("x-stay", HeaderValue::from_static("1"));
+        strip_hop_by_hop(&mut h, false);
+        assert_eq!(h.len(), 1);
+        assert!(h.contains_key("x-stay"));
+    }
+
+    /// C8: spoofed forwarding headers from a peer that is not a trusted proxy.
+    #[test]
+    fn c8_spoofed_forwarding_headers_from_untrusted_peer() {
+        let mut h = map(&[
+            ("host", "api.example"),
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "admin.internal"),
+            ("forwarded", "for=10.0.0.1;proto=https"),
+        ]);
+        let trusted = nets(&["192.0.2.0/24"]);
+        strip_hop_by_hop(&mut h, false);
+        set_forwarded(
+            &mut h,
+            UNTRUSTED_PEER,
+            "http",
+            Some("api.example"),
+            &trusted,
+        );
+        assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+        assert_eq!(values(&h, "x-forwarded-proto"), ["http"]);
+        assert_eq!(values(&h, "x-forwarded-host"), ["api.example"]);
+        assert!(!h.contains_key("forwarded"));
+
+        // No host: a spoofed X-Forwarded-Host is dropped, not kept.
+        let mut h = map(&[
+            ("x-forwarded-for", "10.0.0.1"),
+            ("x-forwarded-for", "10.0.0.2"),
+            ("x-forwarded-host", "admin.internal"),
+        ]);
+        set_forwarded(&mut h, UNTRUSTED_PEER, "https", None, &trusted);
+        assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+        assert_eq!(values(&h, "x-forwarded-proto"), ["https"]);
+        assert!(!h.contains_key("x-forwarded-host"));
+    }
+
+    #[test]
+    fn trusted_peer_appends_and_keeps_existing() {
+        let trusted = nets(&["192.0.2.0/24", "2001:db8::/32"]);
+        let lb = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10));
+        let mut h = map(&[
+            ("x-forwarded-for", "198.51.100.1"),
+            ("x-forwarded-for", "198.51.100.2"),
+            ("x-forwarded-proto", "https"),
+            ("x-forwarded-host", "public.example"),
+            ("forwarded", "for=198.51.100.1"),
+        ]);
+        set_forwarded(&mut h, lb, "http", Some("internal"), &trusted);
+        assert_eq!(
+            values(&h, "x-forwarded-for"),
+            ["198.51.100.1, 198.51.100.2, 192.0.2.10"]
+        );
+        assert_eq!(values(&h, "x-forwarded-proto"), ["https"]);
+        assert_eq!(values(&h, "x-forwarded-host"), ["public.example"]);
+        assert!(h.contains_key("forwarded"));
+
+        // Trusted but nothing present yet: set from proto/host.
+        let mut h = HeaderMap::new();
+        let v6 = IpAddr::V6("2001:db8::1".parse().expect("v6"));
+        set_forwarded(&mut h, v6, "https", Some("h.example"), &trusted);
+        assert_eq!(values(&h, "x-forwarded-for"), ["2001:db8::1"]);
+        assert_eq!(values(&h, "x-forwarded-proto"), ["https"]);
+        assert_eq!(values(&h, "x-forwarded-host"), ["h.example"]);
+    }
+
+    #[test]
+    fn ipv6_and_ipv4_mapped_peers() {
+        let v4_trust = nets(&["10.1.0.0/16"]);
+        let mapped: IpAddr = IpAddr::V6(Ipv4Addr::new(10, 1, 2, 3).to_ipv6_mapped());
+        assert!(v4_trust.contains(mapped));
+        assert!(v4_trust.contains(IpAddr::V4(Ipv4Addr::new(10, 1, 2, 3))));
+        assert!(!v4_trust.contains(IpAddr::V6(Ipv4Addr::new(10, 2, 0, 1).to_ipv6_mapped())));
+
+        // A mapped-IPv6 network matches plain IPv4 peers too.
+        let mapped_trust = nets(&["::ffff:10.1.0.0/112"]);
+        assert!(mapped_trust.contains(IpAddr::V4(Ipv4Addr::new(10, 1, 9, 9))));
+        assert!(mapped_trust.contains(mapped));
+        assert!(!mapped_trust.contains(IpAddr::V4(Ipv4Addr::new(10, 2, 0, 1))));
+
+        let v6_trust = nets(&["fd00::/8"]);
+        assert!(v6_trust.contains(IpAddr::V6("fd12::1".parse().expect("v6"))));
+        assert!(!v6_trust.contains(IpAddr::V6(Ipv6Addr::LOCALHOST)));
+        assert!(!TrustedProxies::default().contains(IpAddr::V4(Ipv4Addr::LOCALHOST)));
+
+        // An untrusted mapped peer is written as plain IPv4.
+        let mut h = map(&[("x-forwarded-for", "1.2.3.4")]);
+        let peer = IpAddr::V6(Ipv4Addr::new(198, 51, 100, 9).to_ipv6_mapped());
+        set_forwarded(&mut h, peer, "http", None, &v4_trust);
+        assert_eq!(values(&h, "x-forwarded-for"), ["198.51.100.9"]);
+        // A trusted mapped peer appends plain IPv4.
+        set_forwarded(&mut h, mapped, "http", None, &v4_trust);
+        assert_eq!(values(&h, "x-forwarded-for"), ["198.51.100.9, 10.1.2.3"]);
+        // An untrusted IPv6 peer, no brackets.
+        let mut h = HeaderMap::new();
+        set_forwarded(
+            &mut h,
+            IpAddr::V6(Ipv6Addr::LOCALHOST),
+            "http",
+            None,
+            &v4_trust,
+        );
+        assert_eq!(values(&h, "x-forwarded-for"), ["::1"]);
+    }
+
+    #[test]
+    fn invalid_host_or_proto_never_panics() {
+        let mut h = map(&[("x-forwarded-host", "spoof")]);
+        set_forwarded(
+            &mut h,
+            UNTRUSTED_PEER,
+            "ht\ntp",
+            Some("bad\r\nhost"),
+            &TrustedProxies::default(),
+        );
+        assert!(!h.contains_key("x-forwarded-host"));
+        assert!(!h.contains_key("x-forwarded-proto"));
+        assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+    }
+
+    #[test]
+    fn idempotent_methods() {
+        for m in [
+            Method::GET,
+            Method::HEAD,
+            Method::OPTIONS,
+            Method::TRACE,
+            Method::PUT,
+            Method::DELETE,
+        ] {
+            assert!(is_idempotent(&m), "{m}");
+        }
+        for m in [Method::POST, Method::PATCH, Method::CONNECT] {
+            assert!(!is_idempotent(&m), "{m}");
+        }
+        let custom = Method::from_bytes(b"PURGE").expect("method");
+        assert!(!is_idempotent(&custom));
+    }
+
+    #[test]
+    fn upgrade_detection() {
+        assert!(wants_upgrade(&map(&[
+            ("connection", "keep-alive, Upgrade"),
+            ("upgrade", "websocket"),
+        ])));
+        assert!(wants_upgrade(&map(&[
+            ("connection", "keep-alive"),
+            ("connection", " UPGRADE "),
+            ("upgrade", "websocket"),
+        ])));
+        assert!(!wants_upgrade(&map(&[("upgrade", "websocket")])));
+        assert!(!wants_upgrade(&map(&[("connection", "upgrade")])));
+        assert!(!wants_upgrade(&map(&[
+            ("connection", "upgraded, x-upgrade"),
+            ("upgrade", "websocket"),
+        ])));
+    }
+
+    const FIXED: [&str; 10] = [
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authenticate",
+        "proxy-authorization",
+        "te",
+        "trailer",
+        "transfer-encoding",
+        "upgrade",
+        "http2-settings",
+    ];
+
+    fn header_name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            proptest::sample::select(FIXED.to_vec()).prop_map(str::to_string),
+            "[xX]-[a-zA-Z]{1,3}",
+            "[a-z]{1,6}",
+        ]
+    }
+
+    fn header_value() -> impl Strategy<Value = Vec<u8>> {
+        prop_oneof![
+            // Comma lists of plausible names with messy separators.
+            proptest::collection::vec((header_name(), "[ \t]{0,2}", "[ \t]{0,2}"), 0..5).prop_map(
+                |parts| {
+                    parts
+                        .into_iter()
+                        .map(|(n, a, b)| format!("{a}{n}{b}"))
+                        .collect::<Vec<_>>()
+                        .join(",")
+                        .into_bytes()
+                }
+            ),
+            Just(b"trailers".to_vec()),
+            // Arbitrary bytes allowed in a header value (visible ASCII, SP, HTAB, obs-text).
+            proptest::collection::vec(prop_oneof![Just(b'\t'), 0x20u8..0x7f, 0x80u8..=0xff], 0..24),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn strip_leaves_no_hop_by_hop_or_named_header(
+            pairs in proptest::collection::vec((header_name(), header_value()), 0..16),
+            keep_te in any::<bool>(),
+        ) {
+            let mut h = HeaderMap::new();
+            for (n, v) in &pairs {
+                let name = HeaderName::from_bytes(n.as_bytes()).expect("generated name");
+                if let Ok(value) = HeaderValue::from_bytes(v) {
+                    h.append(name, value);
+                }
+            }
+            let named: Vec<HeaderName> = connection_tokens(&h)
+                .filter_map(|t| HeaderName::from_bytes(t).ok())
+                .collect();
+            let before = h.clone();
+            strip_hop_by_hop(&mut h, keep_te);
+            for f in FIXED {
+                if f == "te" && keep_te {
+                    // Only the exact `trailers` value may survive.
+                    for v in h.get_all("te") {
+                        prop_assert_eq!(v.as_bytes(), b"trailers");
+                    }
+                    prop_assert!(h.get_all("te").iter().count() <= 1);
+                } else {
+                    prop_assert!(!h.contains_key(f), "{} survived", f);
+                }
+            }
+            for n in &named {
+                if *n != header::TE {
+                    prop_assert!(!h.contains_key(n), "{} survived", n);
+                }
+            }
+            // Nothing else was touched.
+            for (k, v) in &before {
+                let hop = FIXED.contains(&k.as_str()) || named.contains(k);
+                if !hop {
+                    prop_assert!(h.get_all(k).iter().any(|x| x == v));
+                }
+            }
+            // And set_forwarded never panics on what remains.
+            set_forwarded(&mut h, UNTRUSTED_PEER, "http", Some("a"), &TrustedProxies::default());
+            prop_assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+        }
+
+        #[test]
+        fn set_forwarded_never_panics(
+            xff in proptest::collection::vec(header_value(), 0..4),
+            host in proptest::option::of(".{0,12}"),
+            v6 in any::<[u8; 16]>(),
+            trust_all in any::<bool>(),
+        ) {
+            let mut h = HeaderMap::new();
+            for v in &xff {
+                if let Ok(value) = HeaderValue::from_bytes(v) {
+                    h.append(X_FORWARDED_FOR.clone(), value);
+                }
+            }
+            let trusted = if trust_all { nets(&["::/0", "0.0.0.0/0"]) } else { TrustedProxies::default() };
+            set_forwarded(&mut h, IpAddr::V6(Ipv6Addr::from(v6)), "https", host.as_deref(), &trusted);
+            prop_assert_eq!(h.get_all(&X_FORWARDED_FOR).iter().count(), 1);
+            let _ = wants_upgrade(&h);
+        }
+    }
+}

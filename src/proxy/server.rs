@@ -1,0 +1,323 @@
+//! Listeners and process lifetime: binds the proxy (plain and optional TLS) and admin
+//! listeners, serves HTTP/1.1 and h2 through hyper-util's auto builder with hyper's timer
+//! installed (header-read timeout), and shuts down gracefully: stop accepting, let
+//! in-flight requests finish within `drain_timeout_seconds`, stop every child process.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::TlsAcceptor;
+
+use crate::backends::function_http::HttpFunctionTier;
+use crate::backends::function_process::ProcessFunctionTier;
+use crate::backends::vm_process::ProcessVmPool;
+use crate::backends::vm_static::StaticVmPool;
+use crate::backends::{BackendError, FunctionTier, VmProvider};
+use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
+use crate::policy::balancer::VmFirst;
+use crate::policy::controller::Controller;
+use crate::policy::scaling::LibraScaler;
+
+use super::client::{ClientSettings, UpstreamClient};
+use super::driver::{Gateway, Readiness};
+use super::headers::TrustedProxies;
+use super::service::{self, ServiceSettings};
+use super::tls::{self, TlsError};
+
+/// Most concurrent h2 streams per client connection.
+pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+
+/// Why the gateway could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    /// A listener could not be bound.
+    #[error("cannot listen on {addr} ({what}): {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// The address.
+        addr: SocketAddr,
+        /// Cause.
+        source: std::io::Error,
+    },
+    /// The TLS certificate or key could not be loaded.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+    /// A backend could not be set up.
+    #[error("backend: {0}")]
+    Backend(#[from] BackendError),
+}
+
+/// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
+pub struct Server {
+    config: Config,
+    gateway: Arc<Gateway>,
+    prometheus: metrics_exporter_prometheus::PrometheusHandle,
+    proxy: TcpListener,
+    admin: TcpListener,
+    tls: Option<(TcpListener, TlsAcceptor)>,
+}
+
+fn secs(x: f64) -> Duration {
+    Duration::from_secs_f64(x)
+}
+
+impl Server {
+    /// Build the backends and the controller, start the driver, bind every listener.
+    /// `spillway_exe` replaces `{spillway}` in process commands.
+    ///
+    /// # Errors
+    /// [`ServeError`] naming the listener, TLS file or backend.
+    pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
+        let prometheus = super::metrics::install();
+        let g = &config.gateway;
+        let client = UpstreamClient::new(ClientSettings {
+            connect_timeout: secs(g.connect_timeout_seconds),
+            idle_timeout: secs(g.idle_timeout_seconds),
+        });
+        let (vm_provider, readiness): (Arc<dyn VmProvider>, Readiness) = match &config.vm_pool {
+            VmPoolConfig::Process(p) => (
+                Arc::new(ProcessVmPool::new(p, spillway_exe.clone())),
+                Readiness {
+                    health_path: p.health_path.clone(),
+                    boot_timeout: secs(p.boot_timeout_seconds),
+                    probe_interval: secs(p.probe_interval_seconds),
+                },
+            ),
+            VmPoolConfig::Static(s) => (
+                Arc::new(StaticVmPool::new(s)?),
+                Readiness {
+                    health_path: "/".into(),
+                    boot_timeout: Duration::from_secs(1),
+                    probe_interval: Duration::from_millis(100),
+                },
+            ),
+        };
+        let functions: Arc<dyn FunctionTier> = match &config.function_tier {
+            FunctionTierConfig::Process(f) => {
+                let tier = ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone());
+                tier.start();
+                tier
+            }
+            FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
+        };
+        let controller = Controller::new(
+            config.controller_params(),
+            Box::new(LibraScaler::new(config.libra_scaling_params())),
+            Box::new(VmFirst::new(config.libra.rho)),
+        );
+        let gateway = Gateway::new(
+            controller,
+            vm_provider,
+            functions,
+            client,
+            readiness,
+            config.cip_rps(),
+        );
+
+        let bind = |what, addr| async move {
+            TcpListener::bind(addr)
+                .await
+                .map_err(|source| ServeError::Bind { what, addr, source })
+        };
+        let proxy = bind("proxy", g.listen).await?;
+        let admin = bind("admin", g.admin_listen).await?;
+        let tls = match &g.tls {
+            Some(t) => {
+                let acceptor =
+                    TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
+                Some((bind("tls", t.listen).await?, acceptor))
+            }
+            None => None,
+        };
+        gateway.start().await?;
+        Ok(Server {
+            config,
+            gateway,
+            prometheus,
+            proxy,
+            admin,
+            tls,
+        })
+    }
+
+    /// The bound proxy address (useful with port 0).
+    pub fn proxy_addr(&self) -> SocketAddr {
+        self.proxy
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    /// The bound admin address.
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+            .local_addr()
+            .expect("bound listener has an address")
+    }
+
+    /// The bound TLS address, if any.
+    pub fn tls_addr(&self) -> Option<SocketAddr> {
+        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
+    }
+
+    /// The shared gateway state.
+    pub fn gateway(&self) -> &Arc<Gateway> {
+        &self.gateway
+    }
+
+    /// Serve until `shutdown` resolves, then drain and stop the backends.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+        let g = &self.config.gateway;
+        let settings = Arc::new(ServiceSettings {
+            max_body_bytes: g.max_body_bytes,
+            upstream_timeout: secs(g.upstream_timeout_seconds),
+            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+        });
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(secs(g.header_read_timeout_seconds))
+            .keep_alive(true);
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
+            .max_pending_accept_reset_streams(Some(100))
+            .max_local_error_reset_streams(Some(100));
+        let builder = Arc::new(builder);
+        let graceful = GracefulShutdown::new();
+        let handshake_timeout = secs(g.header_read_timeout_seconds);
+
+        let admin_task = {
+            let gw = Arc::clone(&self.gateway);
+            let prometheus = self.prometheus.clone();
+            let admin = self.admin;
+            tokio::spawn(async move {
+                loop {
+                    let Ok((stream, _)) = admin.accept().await else {
+                        continue;
+                    };
+                    let gw = Arc::clone(&gw);
+                    let prometheus = prometheus.clone();
+                    tokio::spawn(async move {
+                        let svc = service_fn(move |req| {
+                            super::admin::handle(Arc::clone(&gw), prometheus.clone(), req)
+                        });
+                        let _ = hyper::server::conn::http1::Builder::new()
+                            .timer(TokioTimer::new())
+                            .header_read_timeout(Duration::from_secs(10))
+                            .serve_connection(TokioIo::new(stream), svc)
+                            .await;
+                    });
+                }
+            })
+        };
+
+        let serve = |stream: TcpStream, peer: SocketAddr, scheme: &'static str| {
+            let gw = Arc::clone(&self.gateway);
+            let settings = Arc::clone(&settings);
+            let svc = service_fn(move |req| {
+                let gw = Arc::clone(&gw);
+                let settings = Arc::clone(&settings);
+                async move {
+                    Ok::<_, std::convert::Infallible>(
+                        service::handle(gw, settings, req, peer, scheme).await,
+                    )
+                }
+            });
+            (stream, svc)
+        };
+
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                () = &mut shutdown => break,
+                accepted = self.proxy.accept() => {
+                    let Ok((stream, peer)) = accepted else { continue };
+                    let _ = stream.set_nodelay(true);
+                    let (stream, svc) = serve(stream, peer, "http");
+                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                    let watched = graceful.watcher().watch(conn);
+                    tokio::spawn(async move {
+                        if let Err(e) = watched.await {
+                            tracing::debug!(error = %e, "client connection ended with an error");
+                        }
+                    });
+                }
+                accepted = accept_tls(&self.tls) => {
+                    let Some((stream, peer, acceptor)) = accepted else { continue };
+                    let (stream, svc) = serve(stream, peer, "https");
+                    let builder = Arc::clone(&builder);
+                    let watcher = graceful.watcher();
+                    tokio::spawn(async move {
+                        let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                        };
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
+                        if let Err(e) = watcher.watch(conn).await {
+                            tracing::debug!(error = %e, "TLS client connection ended with an error");
+                        }
+                    });
+                }
+            }
+        }
+        drop(self.proxy);
+        drop(self.tls);
+        let drain = secs(g.drain_timeout_seconds);
+        tracing::info!(
+            in_flight_connections = graceful.count(),
+            drain_timeout_seconds = drain.as_secs_f64(),
+            "shutting down: draining"
+        );
+        if tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!("drain timeout reached; closing the remaining connections");
+        }
+        admin_task.abort();
+        self.gateway.shutdown_backends().await;
+        tracing::info!("stopped");
+    }
+}
+
+async fn accept_tls(
+    tls: &Option<(TcpListener, TlsAcceptor)>,
+) -> Option<(TcpStream, SocketAddr, TlsAcceptor)> {
+    match tls {
+        Some((listener, acceptor)) => {
+            let (stream, peer) = listener.accept().await.ok()?;
+            let _ = stream.set_nodelay(true);
+            Some((stream, peer, acceptor.clone()))
+        }
+        None => std::future::pending().await,
+    }
+}
+
+/// Resolves on SIGTERM or SIGINT (Ctrl-C).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).expect("can install a SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

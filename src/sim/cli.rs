@@ -1,0 +1,402 @@
+//! Command-line entry points: `spillway sim` ([`SimArgs`], [`run_sim`]) and
+//! `spillway cost` ([`CostArgs`], [`run_cost`]). The binary's subcommands call these.
+
+use std::io::{IsTerminal as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use super::SimError;
+use super::costmodel::{CostInputs, cost_report, cost_text};
+use super::engine::PolicyKind;
+use super::plot::{plot_cost, plot_sim};
+use super::report::{series_csv, table};
+use super::trace::{Trace, TraceFormat, TraceOptions};
+use crate::config::Config;
+use crate::policy::cost::Architecture;
+
+/// The LIBRA paper preset, used when `--config` is not given.
+pub const LIBRA_PAPER_YAML: &str = include_str!("../../config/sim/libra-paper.yaml");
+
+/// `--policy` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum PolicyArg {
+    /// LIBRA (the policy core).
+    Libra,
+    /// VMs for the peak.
+    Max,
+    /// Functions only.
+    Faas,
+    /// Reactive VM autoscaling.
+    Auto,
+    /// AUTO with functions while VMs boot.
+    Spock,
+    /// All five.
+    All,
+}
+
+/// `spillway sim`: replay a trace through LIBRA and the baselines (LIBRA §IV).
+#[derive(Clone, Debug, clap::Args)]
+pub struct SimArgs {
+    /// Configuration (gateway schema + `sim:`); default: the built-in
+    /// config/sim/libra-paper.yaml.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The trace file.
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// Trace format.
+    #[arg(long, value_enum, default_value_t = TraceFormat::Counts)]
+    pub format: TraceFormat,
+    /// azure2019: durations-percentiles file (per-function empirical service times).
+    #[arg(long, value_name = "FILE")]
+    pub durations: Option<PathBuf>,
+    /// azure2019: app-memory file (per-app memory, MB).
+    #[arg(long, value_name = "FILE")]
+    pub memory: Option<PathBuf>,
+    /// Divide the load by this, carrying the remainder (total = round(total / d)).
+    #[arg(long, default_value_t = 1.0, value_name = "D")]
+    pub rate_divisor: f64,
+    /// Window start, trace seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub from: Option<f64>,
+    /// Window end (exclusive), trace seconds.
+    #[arg(long, value_name = "SECONDS")]
+    pub to: Option<f64>,
+    /// Policies to run (comma-separated), or `all`.
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
+    pub policy: Vec<PolicyArg>,
+    /// RNG seed; the same seed and inputs give a byte-identical JSON report.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the JSON report here (`-`: stdout).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Write the per-epoch series as CSV here.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// Draw load vs VM capacity, function share and costs into this SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+    /// No table and no progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// `--arch` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ArchArg {
+    /// x86_64 ($0.0000166667/GB-s).
+    #[value(name = "x86_64", alias = "x86")]
+    X86_64,
+    /// arm64 ($0.0000133334/GB-s).
+    Arm64,
+}
+
+/// `spillway cost`: LIBRA §II's cost model and cost-indifference point.
+#[derive(Clone, Debug, clap::Args)]
+pub struct CostArgs {
+    /// Take prices, function profile and r_max from this config (`pricing:`, `libra:`).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// VM price, USD per hour (default m4.large, 0.10).
+    #[arg(long, value_name = "USD")]
+    pub vm_hourly_usd: Option<f64>,
+    /// Requests/s one VM serves within the SLA (default 16).
+    #[arg(long, value_name = "RPS")]
+    pub r_max_rps: Option<f64>,
+    /// Function memory, MB (default 512).
+    #[arg(long, value_name = "MB")]
+    pub memory_mb: Option<u32>,
+    /// Function execution time, ms (default 1000).
+    #[arg(long, value_name = "MS")]
+    pub duration_ms: Option<f64>,
+    /// Function architecture (default x86_64).
+    #[arg(long, value_enum)]
+    pub arch: Option<ArchArg>,
+    /// Override the GB-second price, USD.
+    #[arg(long, value_name = "USD")]
+    pub gb_second_usd: Option<f64>,
+    /// Per-invocation fee, USD (default 0.0000002).
+    #[arg(long, value_name = "USD")]
+    pub request_usd: Option<f64>,
+    /// The functions sit behind an API gateway (adds its per-request fee).
+    #[arg(long)]
+    pub api_gateway: bool,
+    /// API-gateway fee per request, USD (default 0.000001, HTTP API).
+    #[arg(long, value_name = "USD")]
+    pub api_gateway_request_usd: Option<f64>,
+    /// Highest rate in the table, requests/s (default 3 · r_max).
+    #[arg(long, value_name = "RPS")]
+    pub max_rate: Option<f64>,
+    /// Rate step of the table, requests/s (default max_rate / 24).
+    #[arg(long, value_name = "RPS")]
+    pub step: Option<f64>,
+    /// Print (`-` or no value) or write the JSON report (`{"cip_rps": …, …}`).
+    #[arg(long, value_name = "FILE", num_args = 0..=1, default_missing_value = "-")]
+    pub json: Option<PathBuf>,
+    /// Draw the cost curves into this SVG.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), SimError> {
+    if path == Path::new("-") {
+        let mut out = std::io::stdout().lock();
+        return out
+            .write_all(text.as_bytes())
+            .and_then(|()| out.flush())
+            .map_err(|source| SimError::Io {
+                path: path.to_owned(),
+                source,
+            });
+    }
+    std::fs::write(path, text).map_err(|source| SimError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+fn load_config(path: Option<&Path>) -> Result<Config, SimError> {
+    Ok(match path {
+        Some(p) => Config::load(p)?,
+        None => Config::from_yaml(LIBRA_PAPER_YAML, "<built-in config/sim/libra-paper.yaml>")?,
+    })
+}
+
+/// The policies `--policy` selects, in report order, without duplicates.
+pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
+    let all = args.is_empty() || args.contains(&PolicyArg::All);
+    PolicyKind::ALL
+        .into_iter()
+        .filter(|k| {
+            all || args.iter().any(|a| {
+                matches!(
+                    (a, k),
+                    (PolicyArg::Libra, PolicyKind::Libra)
+                        | (PolicyArg::Max, PolicyKind::Max)
+                        | (PolicyArg::Faas, PolicyKind::Faas)
+                        | (PolicyArg::Auto, PolicyKind::Auto)
+                        | (PolicyArg::Spock, PolicyKind::Spock)
+                )
+            })
+        })
+        .collect()
+}
+
+/// Run `spillway sim`: load the config and trace, run the policies, print the table and
+/// write the requested outputs.
+///
+/// # Errors
+/// Any [`SimError`]: unreadable or malformed files (with file and line), invalid
+/// configuration (with field paths), invalid options, plot failures.
+pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
+    let config = load_config(args.config.as_deref())?;
+    let opts = TraceOptions {
+        format: args.format,
+        rate_divisor: args.rate_divisor,
+        from_s: args.from,
+        to_s: args.to,
+        durations: args.durations.clone(),
+        memory: args.memory.clone(),
+    };
+    if (args.durations.is_some() || args.memory.is_some()) && args.format != TraceFormat::Azure2019
+    {
+        return Err(SimError::Invalid {
+            field: "--durations/--memory".into(),
+            message: "only apply to --format azure2019".into(),
+        });
+    }
+    let trace = Trace::load(&args.trace, &opts)?;
+    let policies = selected_policies(&args.policy);
+    let total = trace.total_requests();
+    let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
+        let bar = ProgressBar::with_draw_target(
+            Some(total * policies.len() as u64),
+            ProgressDrawTarget::stderr(),
+        );
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{msg:>6} [{bar:40}] {human_pos}/{human_len} requests ({eta})",
+            )
+            .expect("valid template")
+            .progress_chars("=> "),
+        );
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let wall = std::time::Instant::now();
+    let (report, runs) = super::simulate(
+        &config,
+        &trace,
+        &policies,
+        args.seed,
+        args.csv.is_some() || args.plot.is_some(),
+        &mut |i, n| {
+            bar.set_message(policies[i].name());
+            bar.set_position(i as u64 * total + n);
+        },
+    )?;
+    bar.finish_and_clear();
+    let secs = wall.elapsed().as_secs_f64();
+    if let Some(path) = &args.json {
+        let mut text = serde_json::to_string_pretty(&report).expect("reports serialise");
+        text.push('\n');
+        write_file(path, &text)?;
+    }
+    if let Some(path) = &args.csv {
+        let series: Vec<(&str, &[_])> = runs
+            .iter()
+            .map(|r| (r.report.name.as_str(), r.series.as_slice()))
+            .collect();
+        write_file(path, &series_csv(&series))?;
+    }
+    if let Some(path) = &args.plot {
+        plot_sim(&runs, config.libra.r_max_rps, path)?;
+    }
+    if !args.quiet {
+        let text = format!(
+            "trace {} ({} requests, {:.0} s), seed {}\n{}",
+            report.trace,
+            total,
+            trace.duration_s,
+            args.seed,
+            table(&report.policies)
+        );
+        if args.json.as_deref() == Some(Path::new("-")) {
+            eprint!("{text}");
+        } else {
+            print!("{text}");
+        }
+        let simulated = total as f64 * policies.len() as f64;
+        eprintln!(
+            "simulated {} policies x {} requests in {:.2} s ({:.2} M requests/s)",
+            policies.len(),
+            total,
+            secs,
+            simulated / secs.max(1e-9) / 1e6
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn invalid(field: &str, message: String) -> SimError {
+    SimError::Invalid {
+        field: field.into(),
+        message,
+    }
+}
+
+/// The cost inputs from a config and the command-line overrides.
+///
+/// # Errors
+/// [`SimError::Invalid`] naming the option for out-of-range values.
+pub fn cost_inputs(args: &CostArgs, config: &Config) -> Result<CostInputs, SimError> {
+    let p = &config.pricing;
+    let arch = match args.arch {
+        Some(ArchArg::X86_64) => Architecture::X86_64,
+        Some(ArchArg::Arm64) => Architecture::Arm64,
+        None => p.architecture,
+    };
+    let gateway = args.api_gateway || p.api_gateway;
+    let inputs = CostInputs {
+        vm_hourly_usd: args.vm_hourly_usd.unwrap_or(p.vm_hourly_usd),
+        r_max_rps: args.r_max_rps.unwrap_or(config.libra.r_max_rps),
+        memory_mb: args.memory_mb.unwrap_or(p.function_memory_mb),
+        duration_ms: args.duration_ms.unwrap_or(p.function_duration_ms),
+        architecture: match arch {
+            Architecture::X86_64 => "x86_64".into(),
+            Architecture::Arm64 => "arm64".into(),
+        },
+        gb_second_usd: args
+            .gb_second_usd
+            .or(p.gb_second_usd.filter(|_| args.arch.is_none()))
+            .unwrap_or_else(|| arch.default_gb_second_usd()),
+        request_usd: args.request_usd.unwrap_or(p.request_usd),
+        api_gateway_request_usd: if gateway {
+            args.api_gateway_request_usd
+                .unwrap_or(p.api_gateway_request_usd)
+        } else {
+            0.0
+        },
+    };
+    let positive = |field: &str, v: f64| {
+        if v.is_finite() && v > 0.0 {
+            Ok(())
+        } else {
+            Err(invalid(
+                field,
+                format!("must be a positive number, got {v}"),
+            ))
+        }
+    };
+    let non_negative = |field: &str, v: f64| {
+        if v.is_finite() && v >= 0.0 {
+            Ok(())
+        } else {
+            Err(invalid(field, format!("must be zero or positive, got {v}")))
+        }
+    };
+    positive("--vm-hourly-usd", inputs.vm_hourly_usd)?;
+    positive("--r-max-rps", inputs.r_max_rps)?;
+    positive("--duration-ms", inputs.duration_ms)?;
+    non_negative("--gb-second-usd", inputs.gb_second_usd)?;
+    non_negative("--request-usd", inputs.request_usd)?;
+    non_negative("--api-gateway-request-usd", inputs.api_gateway_request_usd)?;
+    if !(128..=10_240).contains(&inputs.memory_mb) {
+        return Err(invalid(
+            "--memory-mb",
+            format!(
+                "must be in [128, 10240] (Lambda's range), got {}",
+                inputs.memory_mb
+            ),
+        ));
+    }
+    Ok(inputs)
+}
+
+/// Run `spillway cost`: print the CIP and the cost table, optionally JSON and a plot.
+///
+/// # Errors
+/// [`SimError::Invalid`] for out-of-range options, config and I/O errors.
+pub fn run_cost(args: &CostArgs) -> Result<ExitCode, SimError> {
+    let config = match &args.config {
+        Some(p) => Config::load(p)?,
+        None => Config::default(),
+    };
+    let inputs = cost_inputs(args, &config)?;
+    let max_rate = args.max_rate.unwrap_or(3.0 * inputs.r_max_rps);
+    if !(max_rate.is_finite() && max_rate > 0.0) {
+        return Err(invalid(
+            "--max-rate",
+            format!("must be a positive number, got {max_rate}"),
+        ));
+    }
+    let step = args.step.unwrap_or(max_rate / 24.0);
+    if !(step.is_finite() && step > 0.0 && max_rate / step <= 1_000_000.0) {
+        return Err(invalid(
+            "--step",
+            format!("must be positive and give at most 10^6 rows, got {step}"),
+        ));
+    }
+    let steps = (max_rate / step + 1e-9).floor() as u64;
+    let rates = (0..=steps).map(|i| i as f64 * step);
+    let report = cost_report(inputs, rates);
+    match args.json.as_deref() {
+        Some(p) => {
+            let mut text = serde_json::to_string_pretty(&report).expect("reports serialise");
+            text.push('\n');
+            write_file(p, &text)?;
+            if p != Path::new("-") {
+                print!("{}", cost_text(&report));
+            }
+        }
+        None => print!("{}", cost_text(&report)),
+    }
+    if let Some(p) = &args.plot {
+        plot_cost(&report, p)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,317 @@
+//! `sim:` — simulator-only configuration: the request, VM and function models, the SLA
+//! and the AUTO/Spock baselines' parameters. Ignored by `spillway serve`.
+//!
+//! The policy parameters themselves (epoch, α, β, φ, ρ, K, r_max, VM bounds, prices) come
+//! from the shared `libra:` and `pricing:` sections, so a simulated configuration is the
+//! one the gateway would run. See `config/sim/libra-paper.yaml` for the LIBRA authors'
+//! values.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Issues;
+
+/// The `sim:` section.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SimSection {
+    /// The request model (service time, memory).
+    pub request: RequestModelConfig,
+    /// The physical VM model (slots, boot time, billing).
+    pub vm: VmModelConfig,
+    /// The function model (start-up times, keep-alive, concurrency, billing).
+    pub function: FunctionModelConfig,
+    /// SLA: a response slower than this many milliseconds is a violation (LIBRA §IV: 1 s).
+    pub sla_ms: f64,
+    /// AUTO and Spock parameters (LIBRA §IV).
+    pub auto: AutoConfig,
+}
+
+impl Default for SimSection {
+    fn default() -> Self {
+        Self {
+            request: RequestModelConfig::default(),
+            vm: VmModelConfig::default(),
+            function: FunctionModelConfig::default(),
+            sla_ms: 1000.0,
+            auto: AutoConfig::default(),
+        }
+    }
+}
+
+/// `sim.request:` — what one request costs to serve.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RequestModelConfig {
+    /// Service (execution) time distribution, the same on a VM slot and on a function.
+    pub service_time: ServiceTimeConfig,
+    /// Memory of one request on the function tier, MB; absent: `pricing.function_memory_mb`.
+    pub memory_mb: Option<u32>,
+}
+
+impl Default for RequestModelConfig {
+    fn default() -> Self {
+        Self {
+            service_time: ServiceTimeConfig::Fixed { ms: 1000.0 },
+            memory_mb: None,
+        }
+    }
+}
+
+/// `sim.request.service_time:` — a distribution of service times, milliseconds.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(tag = "distribution", rename_all = "snake_case", deny_unknown_fields)]
+pub enum ServiceTimeConfig {
+    /// Always `ms`.
+    Fixed {
+        /// Service time, ms.
+        ms: f64,
+    },
+    /// Normal, truncated at 1 µs.
+    Normal {
+        /// Mean, ms.
+        mean_ms: f64,
+        /// Standard deviation, ms.
+        std_ms: f64,
+    },
+    /// Log-normal with this mean and standard deviation (of the service time itself).
+    Lognormal {
+        /// Mean, ms.
+        mean_ms: f64,
+        /// Standard deviation, ms.
+        std_ms: f64,
+    },
+    /// Empirical: `[percentile, ms]` points (as in the Azure 2019 durations file:
+    /// 0, 1, 25, 50, 75, 99, 100), interpolated linearly between them.
+    Empirical {
+        /// `[percentile 0–100, ms]` pairs, percentiles increasing, first 0, last 100.
+        percentiles: Vec<[f64; 2]>,
+    },
+}
+
+/// How VM time is billed.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum VmBilling {
+    /// Per second (EC2 Linux on-demand), with `minimum_billed_seconds` per VM.
+    PerSecond,
+    /// Per started hour.
+    PerHour,
+}
+
+/// `sim.vm:` — the physical VM model (separate from the policy's planning figure
+/// `libra.r_max_rps`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct VmModelConfig {
+    /// Parallel request slots per VM; further requests wait in the VM's FIFO queue.
+    pub slots: u32,
+    /// Seconds from launch to ready (LIBRA's code: 100 s).
+    pub boot_seconds: f64,
+    /// `per_second` (default) or `per_hour`.
+    pub billing: VmBilling,
+    /// Per-second billing only: each VM is billed at least this many seconds (EC2: 60).
+    pub minimum_billed_seconds: f64,
+    /// Whether the boot time is billed (EC2 bills from launch: true). `false` bills from
+    /// ready to stop.
+    pub bill_boot: bool,
+}
+
+impl Default for VmModelConfig {
+    fn default() -> Self {
+        Self {
+            slots: 16,
+            boot_seconds: 100.0,
+            billing: VmBilling::PerSecond,
+            minimum_billed_seconds: 60.0,
+            bill_boot: true,
+        }
+    }
+}
+
+/// `sim.function:` — the function model, FaaSim §3.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct FunctionModelConfig {
+    /// Extra latency of a cold start (new instance, INIT phase), ms.
+    pub cold_start_ms: f64,
+    /// Extra latency of a warm start, ms.
+    pub warm_start_ms: f64,
+    /// An idle instance stays warm this long, seconds (FaaSim keep-alive).
+    pub keep_alive_seconds: f64,
+    /// Most instances at once; calls beyond it are throttled (counted, not served).
+    pub max_concurrency: u32,
+    /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency).
+    pub prewarmed: u32,
+    /// Bill the cold start as INIT duration (AWS does; the LIBRA preset does not).
+    pub bill_init: bool,
+}
+
+impl Default for FunctionModelConfig {
+    fn default() -> Self {
+        Self {
+            cold_start_ms: 250.0,
+            warm_start_ms: 5.0,
+            keep_alive_seconds: 600.0,
+            max_concurrency: 1000,
+            prewarmed: 0,
+            bill_init: true,
+        }
+    }
+}
+
+/// `sim.auto:` — reactive VM autoscaling for AUTO and Spock (LIBRA §IV).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AutoConfig {
+    /// Scale out above this mean utilisation (busy slots ÷ slots), 0–1.
+    pub scale_out_utilisation: f64,
+    /// Scale in below this mean utilisation, 0–1.
+    pub scale_in_utilisation: f64,
+    /// Averaging window, seconds (a whole number of epochs).
+    pub window_seconds: f64,
+    /// VMs added or removed per action.
+    pub step_vms: u32,
+    /// No action for this long after one, seconds.
+    pub grace_seconds: f64,
+    /// Fewest VMs; the initial pool (booted before t = 0).
+    pub min_vms: u32,
+    /// Most VMs.
+    pub max_vms: u32,
+}
+
+impl Default for AutoConfig {
+    fn default() -> Self {
+        Self {
+            scale_out_utilisation: 0.7,
+            scale_in_utilisation: 0.3,
+            window_seconds: 120.0,
+            step_vms: 10,
+            grace_seconds: 120.0,
+            min_vms: 1,
+            max_vms: 100,
+        }
+    }
+}
+
+impl ServiceTimeConfig {
+    fn validate(&self, is: &mut Issues, path: &str) {
+        match self {
+            ServiceTimeConfig::Fixed { ms } => is.positive(&format!("{path}.ms"), *ms),
+            ServiceTimeConfig::Normal { mean_ms, std_ms }
+            | ServiceTimeConfig::Lognormal { mean_ms, std_ms } => {
+                is.positive(&format!("{path}.mean_ms"), *mean_ms);
+                is.non_negative(&format!("{path}.std_ms"), *std_ms);
+            }
+            ServiceTimeConfig::Empirical { percentiles } => {
+                let p = format!("{path}.percentiles");
+                if let Err(e) = check_percentiles(percentiles) {
+                    is.push(p, e);
+                }
+            }
+        }
+    }
+}
+
+/// Checks `[percentile, ms]` points: at least two, percentiles strictly increasing from 0
+/// to 100, times non-negative and non-decreasing.
+pub(crate) fn check_percentiles(points: &[[f64; 2]]) -> Result<(), String> {
+    if points.len() < 2 {
+        return Err("needs at least two [percentile, ms] points".into());
+    }
+    if points[0][0] != 0.0 || points[points.len() - 1][0] != 100.0 {
+        return Err("must start at percentile 0 and end at percentile 100".into());
+    }
+    for w in points.windows(2) {
+        if !(w[1][0] > w[0][0]) || !(w[1][1] >= w[0][1]) {
+            return Err(format!(
+                "percentiles must increase and times must not decrease: {:?} then {:?}",
+                w[0], w[1]
+            ));
+        }
+    }
+    if points.iter().any(|p| !(p[1].is_finite() && p[1] >= 0.0)) {
+        return Err("times must be finite and >= 0".into());
+    }
+    Ok(())
+}
+
+impl SimSection {
+    /// Semantic checks, reported with paths under `sim.`.
+    pub(crate) fn validate(&self, is: &mut Issues) {
+        self.request
+            .service_time
+            .validate(is, "sim.request.service_time");
+        if let Some(m) = self.request.memory_mb
+            && !(128..=10_240).contains(&m)
+        {
+            is.push(
+                "sim.request.memory_mb",
+                format!("must be in [128, 10240] (Lambda's range), got {m}"),
+            );
+        }
+        if self.vm.slots == 0 {
+            is.push("sim.vm.slots", "must be at least 1");
+        }
+        is.non_negative("sim.vm.boot_seconds", self.vm.boot_seconds);
+        is.non_negative(
+            "sim.vm.minimum_billed_seconds",
+            self.vm.minimum_billed_seconds,
+        );
+        let f = &self.function;
+        is.non_negative("sim.function.cold_start_ms", f.cold_start_ms);
+        is.non_negative("sim.function.warm_start_ms", f.warm_start_ms);
+        is.non_negative("sim.function.keep_alive_seconds", f.keep_alive_seconds);
+        if f.max_concurrency == 0 {
+            is.push("sim.function.max_concurrency", "must be at least 1");
+        }
+        if f.prewarmed > f.max_concurrency {
+            is.push(
+                "sim.function.prewarmed",
+                format!(
+                    "must not exceed sim.function.max_concurrency ({} > {})",
+                    f.prewarmed, f.max_concurrency
+                ),
+            );
+        }
+        is.positive("sim.sla_ms", self.sla_ms);
+        let a = &self.auto;
+        is.within(
+            "sim.auto.scale_out_utilisation",
+            a.scale_out_utilisation,
+            0.0,
+            1.0,
+        );
+        is.within(
+            "sim.auto.scale_in_utilisation",
+            a.scale_in_utilisation,
+            0.0,
+            1.0,
+        );
+        if a.scale_in_utilisation >= a.scale_out_utilisation {
+            is.push(
+                "sim.auto.scale_in_utilisation",
+                "must be below sim.auto.scale_out_utilisation",
+            );
+        }
+        is.positive("sim.auto.window_seconds", a.window_seconds);
+        is.non_negative("sim.auto.grace_seconds", a.grace_seconds);
+        if a.step_vms == 0 {
+            is.push("sim.auto.step_vms", "must be at least 1");
+        }
+        if a.min_vms == 0 {
+            is.push(
+                "sim.auto.min_vms",
+                "must be at least 1 (AUTO sends every request to VMs)",
+            );
+        }
+        if a.min_vms > a.max_vms {
+            is.push(
+                "sim.auto.min_vms",
+                format!(
+                    "must not exceed sim.auto.max_vms ({} > {})",
+                    a.min_vms, a.max_vms
+                ),
+            );
+        }
+    }
+}

@@ -1,0 +1,168 @@
+//! Reports: the per-policy result objects (`--json`), the comparison table, and the
+//! per-epoch series (`--csv`).
+
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+/// Cost of a run, USD.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CostBreakdown {
+    /// `vm + function`, USD.
+    pub total: f64,
+    /// Billed VM time × hourly price, USD (LIBRA §II IaaS cost).
+    pub vm: f64,
+    /// GB-s × price + request fees (+ API-gateway fees when configured), USD (LIBRA §II
+    /// FaaS cost).
+    pub function: f64,
+}
+
+/// Response-time summary of served requests, milliseconds. Percentiles come from an HDR
+/// histogram and are rounded to its precision (3 significant digits); the mean is exact.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResponseMs {
+    /// Mean, ms.
+    pub mean: f64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 95th percentile, ms.
+    pub p95: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+}
+
+/// One policy's result — the fields of issue 3's "Output".
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PolicyReport {
+    /// `libra`, `max`, `faas`, `auto` or `spock`.
+    pub name: String,
+    /// Requests that arrived.
+    pub requests: u64,
+    /// Requests answered (VM or function).
+    pub served: u64,
+    /// Requests not served: function calls over the concurrency limit, plus requests the
+    /// routing policy rejected (no ready VM for a VM-only policy).
+    pub throttled: u64,
+    /// Served requests slower than the SLA, plus the throttled ones.
+    pub sla_violations: u64,
+    /// `sla_violations` as a percentage of `requests` (0–100).
+    pub sla_violation_pct: f64,
+    /// Cost, USD.
+    pub cost_usd: CostBreakdown,
+    /// Billed VM time, hours (after the billing rule's rounding and minimum).
+    pub vm_hours: f64,
+    /// Billed function GB-seconds (1 ms granularity, INIT included when billed).
+    pub function_gb_seconds: f64,
+    /// Fraction of served requests served by functions, 0–1.
+    pub function_share: f64,
+    /// Function cold starts.
+    pub cold_starts: u64,
+    /// Response times of served requests.
+    pub response_ms: ResponseMs,
+}
+
+/// The `--json` document.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SimReport {
+    /// One object per policy, in the order run.
+    pub policies: Vec<PolicyReport>,
+    /// The trace path as given.
+    pub trace: String,
+    /// The RNG seed.
+    pub seed: u64,
+}
+
+/// One row of the per-epoch series (`--csv`, `--plot`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct EpochRow {
+    /// End of the epoch, seconds.
+    pub time_s: f64,
+    /// Requests that arrived in the epoch.
+    pub load: u64,
+    /// Traffic monitor EWMA after the epoch, requests/s (LIBRA §III-A).
+    pub avg_rps: f64,
+    /// Traffic monitor EWMA deviation, requests/s.
+    pub std_rps: f64,
+    /// The scaling policy's VM budget `vm_reqs`, requests/s (∞ for VM-only baselines).
+    pub vm_reqs_rps: f64,
+    /// Ready VMs at the end of the epoch.
+    pub vms_ready: u32,
+    /// Requests sent to functions during the epoch.
+    pub function_calls: u64,
+}
+
+fn fmt_f(x: f64) -> String {
+    if x.is_finite() {
+        format!("{x}")
+    } else {
+        String::new()
+    }
+}
+
+/// The per-epoch series as CSV: `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls`
+/// (`vm_reqs` empty when unlimited).
+pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
+    let mut out = String::from("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls\n");
+    for (name, rows) in series {
+        for r in *rows {
+            let _ = writeln!(
+                out,
+                "{name},{},{},{},{},{},{},{}",
+                r.time_s,
+                r.load,
+                r.avg_rps,
+                r.std_rps,
+                fmt_f(r.vm_reqs_rps),
+                r.vms_ready,
+                r.function_calls
+            );
+        }
+    }
+    out
+}
+
+/// The terminal comparison table.
+pub fn table(reports: &[PolicyReport]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7} {:>10} {:>9} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}",
+        "policy",
+        "requests",
+        "served",
+        "throttled",
+        "sla_viol",
+        "viol_%",
+        "cost_usd",
+        "vm_usd",
+        "fn_usd",
+        "vm_hours",
+        "fn_%",
+        "cold",
+        "mean_ms",
+        "p95_ms",
+        "p99_ms"
+    );
+    for r in reports {
+        let _ = writeln!(
+            out,
+            "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7.3} {:>10.2} {:>9.2} {:>10.2} {:>9.1} {:>7.2} {:>8} {:>8.1} {:>8.1} {:>8.1}",
+            r.name,
+            r.requests,
+            r.served,
+            r.throttled,
+            r.sla_violations,
+            r.sla_violation_pct,
+            r.cost_usd.total,
+            r.cost_usd.vm,
+            r.cost_usd.function,
+            r.vm_hours,
+            r.function_share * 100.0,
+            r.cold_starts,
+            r.response_ms.mean,
+            r.response_ms.p95,
+            r.response_ms.p99
+        );
+    }
+    out
+}

@@ -1,0 +1,709 @@
+//! Trace parsers and the arrival stream they feed to the engine.
+//!
+//! Formats (`--format`):
+//! * `counts` — one integer a line: requests in that second (line 1 = second 0);
+//!   arrivals evenly spaced within the second, at `s + j/c` (LIBRA §IV's WITS trace).
+//! * `events` — `<arrival seconds> [<zone>]` a line, time-ordered (FaaSim §3's event
+//!   lists). The zone is kept for edge/cloud placement.
+//! * `azure2019` — an Azure Functions 2019 `invocations_per_function_md` file: one row per
+//!   function, per-minute counts; arrivals uniformly random within the minute. Optional
+//!   durations-percentiles (`--durations`) and app-memory (`--memory`) files give each
+//!   function an empirical service time and a memory size.
+//! * `azure2021` — `app,func,end_timestamp,duration` rows (seconds); each invocation
+//!   arrives at `end − duration` (clamped at 0) with its own service time.
+//!
+//! All parsers accept trailing spaces, `\r\n` and a missing final newline, ignore blank
+//! lines at the end of the file, and reject anything else with the file and 1-based line.
+//!
+//! `--from/--to` select a window in trace seconds (counts: whole seconds, azure2019: whole
+//! minutes, whose start lies in `[from, to)`); the clock restarts at the window's first
+//! unit. `--rate-divisor d` then scales the load with a carried remainder: unit `i` keeps
+//! `round(C_i / d) − round(C_{i−1} / d)` requests, `C_i` the cumulative count, so the scaled
+//! total is exactly `round(total / d)`.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use rand::Rng;
+use rand_chacha::ChaCha8Rng;
+
+use super::SimError;
+use super::model::ServiceModel;
+
+/// Trace file format, see the [module docs](self).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum, Default)]
+pub enum TraceFormat {
+    /// One integer a line: requests in that second.
+    #[default]
+    Counts,
+    /// `<arrival seconds> [<zone>]` a line.
+    Events,
+    /// Azure Functions 2019 per-minute invocation counts.
+    Azure2019,
+    /// Azure Functions 2021 invocations: `app,func,end_timestamp,duration`.
+    Azure2021,
+}
+
+/// How to read a trace.
+#[derive(Clone, Debug)]
+pub struct TraceOptions {
+    /// File format.
+    pub format: TraceFormat,
+    /// Divide the load by this (≥ 1 shrinks it), carrying the remainder.
+    pub rate_divisor: f64,
+    /// Window start, trace seconds.
+    pub from_s: Option<f64>,
+    /// Window end (exclusive), trace seconds.
+    pub to_s: Option<f64>,
+    /// azure2019: the durations-percentiles file.
+    pub durations: Option<PathBuf>,
+    /// azure2019: the app-memory file.
+    pub memory: Option<PathBuf>,
+}
+
+impl Default for TraceOptions {
+    fn default() -> Self {
+        Self {
+            format: TraceFormat::Counts,
+            rate_divisor: 1.0,
+            from_s: None,
+            to_s: None,
+            durations: None,
+            memory: None,
+        }
+    }
+}
+
+/// A class of requests with its own service-time model and memory (one Azure function).
+/// Class 0 is the configured default request.
+#[derive(Clone, Debug, Default)]
+pub struct RequestClass {
+    /// Service time model; `None`: the configured `sim.request.service_time`.
+    pub service: Option<ServiceModel>,
+    /// Memory, MB; `None`: the configured memory.
+    pub memory_mb: Option<u32>,
+}
+
+/// One request arrival.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Arrival {
+    /// Arrival time, nanoseconds since the window start.
+    pub at_ns: u64,
+    /// Request class (index into [`Trace::classes`]).
+    pub class: u32,
+    /// Zone of origin (`events` traces; 0 otherwise).
+    pub zone: u32,
+    /// Service time from the trace, ns (`azure2021`); 0: sample from the class model.
+    pub service_ns: u64,
+}
+
+/// The parsed, windowed and scaled trace data.
+#[derive(Clone, Debug)]
+pub enum TraceData {
+    /// Requests per second, arrivals evenly spaced.
+    Counts(Vec<u32>),
+    /// Explicit arrivals, time-ordered.
+    Events(Vec<Arrival>),
+    /// Per minute: `(class, count)` cells; arrivals uniformly random in the minute.
+    PerMinute(Vec<Vec<(u32, u32)>>),
+}
+
+/// A loaded trace: data plus request classes.
+#[derive(Clone, Debug)]
+pub struct Trace {
+    /// Where it came from (for the report).
+    pub path: String,
+    /// The arrivals.
+    pub data: TraceData,
+    /// Request classes; index 0 is the default.
+    pub classes: Vec<RequestClass>,
+    /// Length of the trace, seconds (counts: lines, azure2019: minutes · 60, events: the
+    /// last arrival).
+    pub duration_s: f64,
+}
+
+const NS: u64 = 1_000_000_000;
+
+fn parse_err(file: &Path, line: usize, message: impl Into<String>) -> SimError {
+    SimError::Parse {
+        file: file.display().to_string(),
+        line,
+        message: message.into(),
+    }
+}
+
+fn read(path: &Path) -> Result<String, SimError> {
+    std::fs::read_to_string(path).map_err(|source| SimError::Io {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+/// The lines of `text`, 1-based numbers, right-trimmed, trailing blank lines dropped;
+/// an interior blank line is an error.
+fn lines<'a>(text: &'a str, file: &Path) -> Result<Vec<(usize, &'a str)>, SimError> {
+    let mut out: Vec<(usize, &str)> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| (i + 1, l.trim_end()))
+        .collect();
+    while out.last().is_some_and(|(_, l)| l.is_empty()) {
+        out.pop();
+    }
+    if let Some((n, _)) = out.iter().find(|(_, l)| l.is_empty()) {
+        return Err(parse_err(file, *n, "empty line"));
+    }
+    Ok(out)
+}
+
+/// Scale a sequence of counts by `divisor`, carrying the remainder (see module docs).
+pub fn scale_counts(counts: impl IntoIterator<Item = u64>, divisor: f64) -> Vec<u64> {
+    let mut cum = 0u64;
+    let mut prev_out = 0u64;
+    counts
+        .into_iter()
+        .map(|c| {
+            cum += c;
+            let out = (cum as f64 / divisor).round() as u64;
+            let n = out - prev_out;
+            prev_out = out;
+            n
+        })
+        .collect()
+}
+
+fn in_window(t: f64, o: &TraceOptions) -> bool {
+    o.from_s.is_none_or(|f| t >= f) && o.to_s.is_none_or(|e| t < e)
+}
+
+impl Trace {
+    /// Read and parse `path` in `opts.format`, apply the window and the rate divisor.
+    ///
+    /// # Errors
+    /// [`SimError::Io`] if a file cannot be read, [`SimError::Parse`] (file and line) for
+    /// a malformed line, [`SimError::Invalid`] for bad options.
+    pub fn load(path: &Path, opts: &TraceOptions) -> Result<Trace, SimError> {
+        let text = read(path)?;
+        Self::parse(&text, path, opts)
+    }
+
+    /// Parse trace text (`file` names it in errors); azure2019's side files are read from
+    /// `opts`.
+    ///
+    /// # Errors
+    /// As [`Trace::load`].
+    pub fn parse(text: &str, file: &Path, opts: &TraceOptions) -> Result<Trace, SimError> {
+        if !(opts.rate_divisor.is_finite() && opts.rate_divisor > 0.0) {
+            return Err(SimError::Invalid {
+                field: "--rate-divisor".into(),
+                message: format!("must be a positive number, got {}", opts.rate_divisor),
+            });
+        }
+        if let (Some(f), Some(t)) = (opts.from_s, opts.to_s)
+            && f >= t
+        {
+            return Err(SimError::Invalid {
+                field: "--from/--to".into(),
+                message: format!("--from ({f}) must be before --to ({t})"),
+            });
+        }
+        let mut trace = match opts.format {
+            TraceFormat::Counts => parse_counts(text, file, opts)?,
+            TraceFormat::Events => parse_events(text, file, opts)?,
+            TraceFormat::Azure2019 => parse_azure2019(text, file, opts)?,
+            TraceFormat::Azure2021 => parse_azure2021(text, file, opts)?,
+        };
+        trace.path = file.display().to_string();
+        Ok(trace)
+    }
+
+    /// Total number of requests the stream will produce.
+    pub fn total_requests(&self) -> u64 {
+        match &self.data {
+            TraceData::Counts(c) => c.iter().map(|&x| u64::from(x)).sum(),
+            TraceData::Events(e) => e.len() as u64,
+            TraceData::PerMinute(m) => m
+                .iter()
+                .flat_map(|cells| cells.iter().map(|&(_, n)| u64::from(n)))
+                .sum(),
+        }
+    }
+
+    /// The busiest second's request count (MAX provisions for it). Per-minute traces
+    /// use the busiest minute's mean rate, rounded up.
+    pub fn peak_rps(&self) -> f64 {
+        match &self.data {
+            TraceData::Counts(c) => f64::from(c.iter().copied().max().unwrap_or(0)),
+            TraceData::Events(e) => {
+                let mut peak = 0u64;
+                let mut i = 0;
+                while i < e.len() {
+                    let sec = e[i].at_ns / NS;
+                    let j = i + e[i..].partition_point(|a| a.at_ns / NS == sec);
+                    peak = peak.max((j - i) as u64);
+                    i = j;
+                }
+                peak as f64
+            }
+            TraceData::PerMinute(m) => m
+                .iter()
+                .map(|cells| cells.iter().map(|&(_, n)| u64::from(n)).sum::<u64>())
+                .max()
+                .map_or(0.0, |n| (n as f64 / 60.0).ceil()),
+        }
+    }
+
+    /// The arrival stream; `rng` is used only by per-minute traces.
+    pub fn stream(&self, rng: ChaCha8Rng) -> ArrivalStream<'_> {
+        ArrivalStream {
+            trace: self,
+            rng,
+            unit: 0,
+            j: 0,
+            buf: Vec::new(),
+        }
+    }
+}
+
+fn parse_counts(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    let mut counts = Vec::new();
+    let mut first = None;
+    for (n, l) in lines(text, file)? {
+        let c: u64 = l.trim_start().parse().map_err(|_| {
+            parse_err(
+                file,
+                n,
+                format!(
+                    "expected a non-negative integer (requests in second {}), got {l:?}",
+                    n - 1
+                ),
+            )
+        })?;
+        let second = (n - 1) as f64;
+        if in_window(second, o) {
+            first.get_or_insert(n - 1);
+            counts.push(c);
+        }
+    }
+    let scaled = scale_counts(counts, o.rate_divisor);
+    let scaled = scaled
+        .into_iter()
+        .map(|c| u32::try_from(c).unwrap_or(u32::MAX))
+        .collect::<Vec<_>>();
+    Ok(Trace {
+        path: String::new(),
+        duration_s: scaled.len() as f64,
+        data: TraceData::Counts(scaled),
+        classes: vec![RequestClass::default()],
+    })
+}
+
+/// Keeps the k-th item iff `round(k/d) > round((k−1)/d)`: `round(N/d)` of N kept.
+fn keep_every(divisor: f64) -> impl FnMut() -> bool {
+    let mut k = 0u64;
+    move || {
+        k += 1;
+        (k as f64 / divisor).round() > ((k - 1) as f64 / divisor).round()
+    }
+}
+
+fn secs_to_ns(s: f64) -> u64 {
+    (s * NS as f64).round() as u64
+}
+
+fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    let mut arrivals = Vec::new();
+    let mut last = f64::NEG_INFINITY;
+    let origin = o.from_s.unwrap_or(0.0);
+    let lines = lines(text, file)?;
+    let mut keep = keep_every(o.rate_divisor);
+    for (n, l) in lines {
+        let mut it = l.split_whitespace();
+        let t: f64 = it
+            .next()
+            .and_then(|x| x.parse().ok())
+            .filter(|t: &f64| t.is_finite() && *t >= 0.0)
+            .ok_or_else(|| {
+                parse_err(
+                    file,
+                    n,
+                    format!("expected `<arrival seconds> [<zone>]`, got {l:?}"),
+                )
+            })?;
+        let zone = match it.next() {
+            None => 0,
+            Some(z) => z.parse::<u32>().map_err(|_| {
+                parse_err(
+                    file,
+                    n,
+                    format!("zone must be a non-negative integer, got {z:?}"),
+                )
+            })?,
+        };
+        if it.next().is_some() {
+            return Err(parse_err(
+                file,
+                n,
+                format!("expected `<arrival seconds> [<zone>]`, got {l:?}"),
+            ));
+        }
+        if t < last {
+            return Err(parse_err(
+                file,
+                n,
+                format!("arrivals must be time-ordered: {t} after {last}"),
+            ));
+        }
+        last = t;
+        if in_window(t, o) && keep() {
+            arrivals.push(Arrival {
+                at_ns: secs_to_ns(t - origin),
+                class: 0,
+                zone,
+                service_ns: 0,
+            });
+        }
+    }
+    Ok(Trace {
+        path: String::new(),
+        duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
+        data: TraceData::Events(arrivals),
+        classes: vec![RequestClass::default()],
+    })
+}
+
+fn split_csv(l: &str) -> Vec<&str> {
+    l.split(',').map(str::trim).collect()
+}
+
+fn column(header: &[&str], name: &str, file: &Path) -> Result<usize, SimError> {
+    header
+        .iter()
+        .position(|h| h.eq_ignore_ascii_case(name))
+        .ok_or_else(|| parse_err(file, 1, format!("header has no {name:?} column")))
+}
+
+fn parse_azure2019(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    let lines = lines(text, file)?;
+    let Some((_, head)) = lines.first() else {
+        return Err(parse_err(file, 1, "empty file: expected a header row"));
+    };
+    let header = split_csv(head);
+    let owner = column(&header, "HashOwner", file)?;
+    let app = column(&header, "HashApp", file)?;
+    let func = column(&header, "HashFunction", file)?;
+    let first_minute = column(&header, "1", file)?;
+    let minutes = header.len() - first_minute;
+    // Side files: durations per (owner, app, function), memory per (owner, app).
+    let durations = match &o.durations {
+        Some(p) => parse_durations(&read(p)?, p)?,
+        None => HashMap::new(),
+    };
+    let memory = match &o.memory {
+        Some(p) => parse_memory(&read(p)?, p)?,
+        None => HashMap::new(),
+    };
+    let mut classes = vec![RequestClass::default()];
+    let mut rows: Vec<(u32, Vec<u64>)> = Vec::new();
+    for &(n, l) in &lines[1..] {
+        let f = split_csv(l);
+        if f.len() != header.len() {
+            return Err(parse_err(
+                file,
+                n,
+                format!(
+                    "expected {} comma-separated fields, got {}",
+                    header.len(),
+                    f.len()
+                ),
+            ));
+        }
+        let counts = f[first_minute..]
+            .iter()
+            .map(|x| x.parse::<u64>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|_| parse_err(file, n, "per-minute counts must be non-negative integers"))?;
+        let key = (
+            f[owner].to_string(),
+            f[app].to_string(),
+            f[func].to_string(),
+        );
+        let class = RequestClass {
+            service: durations.get(&key).cloned(),
+            memory_mb: memory.get(&(key.0.clone(), key.1.clone())).copied(),
+        };
+        classes.push(class);
+        rows.push(((classes.len() - 1) as u32, counts));
+    }
+    // Window on whole minutes, then scale minute-major.
+    let selected: Vec<usize> = (0..minutes)
+        .filter(|&m| in_window(m as f64 * 60.0, o))
+        .collect();
+    let cells = selected
+        .iter()
+        .flat_map(|&m| rows.iter().map(move |(_, c)| c[m]));
+    let mut scaled = scale_counts(cells, o.rate_divisor).into_iter();
+    let data: Vec<Vec<(u32, u32)>> = selected
+        .iter()
+        .map(|_| {
+            rows.iter()
+                .filter_map(|(class, _)| {
+                    let n = scaled.next().unwrap_or(0);
+                    (n > 0).then(|| (*class, u32::try_from(n).unwrap_or(u32::MAX)))
+                })
+                .collect()
+        })
+        .collect();
+    Ok(Trace {
+        path: String::new(),
+        duration_s: data.len() as f64 * 60.0,
+        data: TraceData::PerMinute(data),
+        classes,
+    })
+}
+
+type FunctionKey = (String, String, String);
+
+fn parse_durations(
+    text: &str,
+    file: &Path,
+) -> Result<HashMap<FunctionKey, ServiceModel>, SimError> {
+    let lines = lines(text, file)?;
+    let Some((_, head)) = lines.first() else {
+        return Err(parse_err(file, 1, "empty file: expected a header row"));
+    };
+    let header = split_csv(head);
+    let owner = column(&header, "HashOwner", file)?;
+    let app = column(&header, "HashApp", file)?;
+    let func = column(&header, "HashFunction", file)?;
+    let pct: Vec<(f64, usize)> = [0.0, 1.0, 25.0, 50.0, 75.0, 99.0, 100.0]
+        .iter()
+        .map(|&p| {
+            Ok((
+                p,
+                column(&header, &format!("percentile_Average_{p}"), file)?,
+            ))
+        })
+        .collect::<Result<_, SimError>>()?;
+    let mut out = HashMap::new();
+    for &(n, l) in &lines[1..] {
+        let f = split_csv(l);
+        if f.len() != header.len() {
+            return Err(parse_err(
+                file,
+                n,
+                format!(
+                    "expected {} comma-separated fields, got {}",
+                    header.len(),
+                    f.len()
+                ),
+            ));
+        }
+        let mut points = Vec::with_capacity(pct.len());
+        for &(p, i) in &pct {
+            let ms: f64 = f[i]
+                .parse()
+                .ok()
+                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    parse_err(
+                        file,
+                        n,
+                        format!("percentile {p}: expected milliseconds >= 0, got {:?}", f[i]),
+                    )
+                })?;
+            points.push([p, ms]);
+        }
+        // Azure's percentiles are per-sample averages and may dip; keep them monotone.
+        for i in 1..points.len() {
+            points[i][1] = points[i][1].max(points[i - 1][1]);
+        }
+        let model = ServiceModel::empirical(&points).map_err(|m| parse_err(file, n, m))?;
+        out.insert(
+            (
+                f[owner].to_string(),
+                f[app].to_string(),
+                f[func].to_string(),
+            ),
+            model,
+        );
+    }
+    Ok(out)
+}
+
+fn parse_memory(text: &str, file: &Path) -> Result<HashMap<(String, String), u32>, SimError> {
+    let lines = lines(text, file)?;
+    let Some((_, head)) = lines.first() else {
+        return Err(parse_err(file, 1, "empty file: expected a header row"));
+    };
+    let header = split_csv(head);
+    let owner = column(&header, "HashOwner", file)?;
+    let app = column(&header, "HashApp", file)?;
+    let avg = column(&header, "AverageAllocatedMb", file)?;
+    let mut out = HashMap::new();
+    for &(n, l) in &lines[1..] {
+        let f = split_csv(l);
+        if f.len() != header.len() {
+            return Err(parse_err(
+                file,
+                n,
+                format!(
+                    "expected {} comma-separated fields, got {}",
+                    header.len(),
+                    f.len()
+                ),
+            ));
+        }
+        let mb: f64 = f[avg]
+            .parse()
+            .ok()
+            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+            .ok_or_else(|| {
+                parse_err(
+                    file,
+                    n,
+                    format!("AverageAllocatedMb: expected MB >= 0, got {:?}", f[avg]),
+                )
+            })?;
+        // Lambda bills configured memory in [128, 10240] MB.
+        let mb = (mb.ceil() as u32).clamp(128, 10_240);
+        out.insert((f[owner].to_string(), f[app].to_string()), mb);
+    }
+    Ok(out)
+}
+
+fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    let lines = lines(text, file)?;
+    let Some((_, head)) = lines.first() else {
+        return Err(parse_err(file, 1, "empty file: expected a header row"));
+    };
+    let header = split_csv(head);
+    let app = column(&header, "app", file)?;
+    let func = column(&header, "func", file)?;
+    let end = column(&header, "end_timestamp", file)?;
+    let dur = column(&header, "duration", file)?;
+    let mut ids: HashMap<(String, String), u32> = HashMap::new();
+    let mut classes = vec![RequestClass::default()];
+    let mut rows: Vec<(f64, u64, u32)> = Vec::with_capacity(lines.len());
+    for &(n, l) in &lines[1..] {
+        let f = split_csv(l);
+        if f.len() != header.len() {
+            return Err(parse_err(
+                file,
+                n,
+                format!(
+                    "expected {} comma-separated fields, got {}",
+                    header.len(),
+                    f.len()
+                ),
+            ));
+        }
+        let num = |i: usize, what: &str| {
+            f[i].parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v >= 0.0)
+                .ok_or_else(|| {
+                    parse_err(
+                        file,
+                        n,
+                        format!("{what}: expected seconds >= 0, got {:?}", f[i]),
+                    )
+                })
+        };
+        let e = num(end, "end_timestamp")?;
+        let d = num(dur, "duration")?;
+        let next = classes.len() as u32;
+        let class = *ids
+            .entry((f[app].to_string(), f[func].to_string()))
+            .or_insert(next);
+        if class == next {
+            classes.push(RequestClass::default());
+        }
+        rows.push(((e - d).max(0.0), secs_to_ns(d).max(1), class));
+    }
+    // Rows are ordered by end time; arrivals are start times. Stable sort keeps ties in
+    // file order.
+    rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let origin = o.from_s.unwrap_or(0.0);
+    let mut keep = keep_every(o.rate_divisor);
+    let arrivals: Vec<Arrival> = rows
+        .into_iter()
+        .filter(|r| in_window(r.0, o))
+        .filter(|_| keep())
+        .map(|(t, service_ns, class)| Arrival {
+            at_ns: secs_to_ns(t - origin),
+            class,
+            zone: 0,
+            service_ns,
+        })
+        .collect();
+    Ok(Trace {
+        path: String::new(),
+        duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
+        data: TraceData::Events(arrivals),
+        classes,
+    })
+}
+
+/// The arrivals of a [`Trace`], in time order. See [`Trace::stream`].
+pub struct ArrivalStream<'a> {
+    trace: &'a Trace,
+    rng: ChaCha8Rng,
+    /// Second (counts), event index (events) or minute (per-minute).
+    unit: usize,
+    /// Index within the unit.
+    j: u32,
+    buf: Vec<Arrival>,
+}
+
+impl ArrivalStream<'_> {
+    /// The next arrival, `None` at the end.
+    #[inline]
+    pub fn next_arrival(&mut self) -> Option<Arrival> {
+        match &self.trace.data {
+            TraceData::Counts(c) => loop {
+                let &n = c.get(self.unit)?;
+                if self.j < n {
+                    let at_ns = self.unit as u64 * NS + u64::from(self.j) * NS / u64::from(n);
+                    self.j += 1;
+                    return Some(Arrival {
+                        at_ns,
+                        class: 0,
+                        zone: 0,
+                        service_ns: 0,
+                    });
+                }
+                self.unit += 1;
+                self.j = 0;
+            },
+            TraceData::Events(e) => {
+                let a = e.get(self.unit).copied();
+                self.unit += 1;
+                a
+            }
+            TraceData::PerMinute(m) => loop {
+                if let Some(a) = self.buf.get(self.j as usize) {
+                    self.j += 1;
+                    return Some(*a);
+                }
+                let cells = m.get(self.unit)?;
+                let base = self.unit as u64 * 60 * NS;
+                self.buf.clear();
+                for &(class, n) in cells {
+                    for _ in 0..n {
+                        let at_ns = base + self.rng.random_range(0..60 * NS);
+                        self.buf.push(Arrival {
+                            at_ns,
+                            class,
+                            zone: 0,
+                            service_ns: 0,
+                        });
+                    }
+                }
+                self.buf.sort_by_key(|a| (a.at_ns, a.class));
+                self.unit += 1;
+                self.j = 0;
+            },
+        }
+    }
+}

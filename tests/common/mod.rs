@@ -1,0 +1,364 @@
+//! Test harness: starts the real `spillway` binary and real upstream processes on
+//! 127.0.0.1 with port 0, talks to them over loopback, polls with deadlines.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Path of the spillway binary under test.
+pub fn exe() -> &'static str {
+    env!("CARGO_BIN_EXE_spillway")
+}
+
+/// A running child process whose stderr is captured line by line.
+pub struct Proc {
+    pub child: Child,
+    pub log: Arc<Mutex<Vec<String>>>,
+    lines: mpsc::Receiver<String>,
+}
+
+impl Proc {
+    pub fn spawn(args: &[&str]) -> Proc {
+        let mut child = Command::new(exe())
+            .args(args)
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn spillway");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let (tx, rx) = mpsc::channel();
+        let stderr = child.stderr.take().unwrap();
+        let log2 = Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                log2.lock().unwrap().push(line.clone());
+                let _ = tx.send(line);
+            }
+        });
+        let mut stdout = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = stdout.read_to_end(&mut sink);
+        });
+        Proc {
+            child,
+            log,
+            lines: rx,
+        }
+    }
+
+    /// Wait for a stderr line containing `needle`; returns it.
+    pub fn wait_line(&self, needle: &str, within: Duration) -> String {
+        let deadline = Instant::now() + within;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => panic!(
+                    "no line containing {needle:?} within {within:?}; log:\n{}",
+                    self.log.lock().unwrap().join("\n")
+                ),
+            }
+        }
+    }
+
+    pub fn log_text(&self) -> String {
+        self.log.lock().unwrap().join("\n")
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} failed");
+    }
+
+    /// Wait for the process to exit; returns its exit code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let deadline = Instant::now() + within;
+        loop {
+            if let Some(status) = self.child.try_wait().expect("try_wait") {
+                return status.code();
+            }
+            assert!(
+                Instant::now() < deadline,
+                "process did not exit within {within:?}:\n{}",
+                self.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A gateway started from a YAML config (listen and admin on port 0).
+pub struct Gateway {
+    pub proc: Proc,
+    pub proxy: SocketAddr,
+    pub admin: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+fn field(line: &str, key: &str) -> SocketAddr {
+    let start = line
+        .find(&format!("{key}="))
+        .unwrap_or_else(|| panic!("{key}= in {line}"))
+        + key.len()
+        + 1;
+    let rest = &line[start..];
+    let end = rest.find(' ').unwrap_or(rest.len());
+    rest[..end]
+        .parse()
+        .unwrap_or_else(|e| panic!("{e}: {line}"))
+}
+
+impl Gateway {
+    /// Start `spillway serve` with `yaml` (which must bind 127.0.0.1:0 listeners).
+    pub fn start(yaml: &str) -> Gateway {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gateway.yaml");
+        std::fs::write(&path, yaml).unwrap();
+        let proc = Proc::spawn(&["serve", "--config", path.to_str().unwrap()]);
+        let line = proc.wait_line("spillway listening", Duration::from_secs(30));
+        Gateway {
+            proxy: field(&line, "proxy"),
+            admin: field(&line, "admin"),
+            proc,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.proxy, path)
+    }
+
+    pub fn status(&self) -> Value {
+        let (code, _, body) = http(self.admin, "GET", "/status", &[], b"");
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        serde_json::from_slice(&body).expect("status JSON")
+    }
+
+    /// Poll `/status` until `pred` holds.
+    pub fn wait_status(
+        &self,
+        what: &str,
+        within: Duration,
+        pred: impl Fn(&Value) -> bool,
+    ) -> Value {
+        let deadline = Instant::now() + within;
+        loop {
+            let s = self.status();
+            if pred(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; last status:\n{s:#}\nlog:\n{}",
+                self.proc.log_text()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// A sample API process on a free port (`spillway sample-api`).
+pub struct SampleApi {
+    pub proc: Proc,
+    pub addr: SocketAddr,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl SampleApi {
+    pub fn start(name: &str) -> SampleApi {
+        let port = free_port();
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let proc = Proc::spawn(&["sample-api", "--listen", &addr.to_string(), "--name", name]);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(addr).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "sample API {name} did not listen"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        SampleApi { proc, addr }
+    }
+
+    pub fn stats(&self) -> Value {
+        let (code, _, body) = http(self.addr, "GET", "/stats", &[], b"");
+        assert_eq!(code, 200);
+        serde_json::from_slice(&body).unwrap()
+    }
+}
+
+/// One HTTP/1.1 request on a fresh connection (Connection: close). Returns status,
+/// lower-cased headers and body.
+pub fn http(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    if !body.is_empty() || method == "POST" || method == "PUT" {
+        req.push_str(&format!("Content-Length: {}\r\n", body.len()));
+    }
+    req.push_str("\r\n");
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    raw(addr, &bytes)
+}
+
+/// Send raw bytes, read until the server closes, parse one response.
+pub fn raw(addr: SocketAddr, bytes: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    parse_response(&buf)
+}
+
+pub fn parse_response(buf: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let end = buf
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no header end in {:?}", String::from_utf8_lossy(buf)));
+    let head = String::from_utf8_lossy(&buf[..end]);
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = buf[end + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    (status, headers, body)
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let Some(pos) = b.windows(2).position(|w| w == b"\r\n") else {
+            return out;
+        };
+        let size =
+            usize::from_str_radix(String::from_utf8_lossy(&b[..pos]).trim(), 16).unwrap_or(0);
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[pos + 2..pos + 2 + size]);
+        b = &b[pos + 2 + size + 2..];
+    }
+}
+
+pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    headers
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
+/// Send `rate` requests/s to `path` for `seconds`, each on its own thread-pool worker,
+/// open loop (bounded: rate·seconds requests). Returns (status, instance) per request.
+pub fn load(addr: SocketAddr, path: &str, rate: f64, seconds: f64) -> Vec<(u16, String)> {
+    let n = (rate * seconds).round() as usize;
+    let gap = Duration::from_secs_f64(1.0 / rate);
+    let start = Instant::now();
+    let (tx, rx) = mpsc::channel();
+    for i in 0..n {
+        let due = start + gap * i as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait); // pacing the open-loop sender, not an assertion wait
+        }
+        let tx = tx.clone();
+        let path = path.to_string();
+        std::thread::spawn(move || {
+            let (code, headers, _) = http(addr, "GET", &path, &[], b"");
+            let instance = header(&headers, "x-spillway-instance")
+                .unwrap_or("")
+                .to_string();
+            let _ = tx.send((code, instance));
+        });
+    }
+    drop(tx);
+    rx.iter().take(n).collect()
+}
+
+pub fn u64_at(v: &Value, path: &str) -> u64 {
+    v.pointer(path)
+        .and_then(Value::as_u64)
+        .unwrap_or_else(|| panic!("{path} in {v:#}"))
+}
+
+pub fn f64_at(v: &Value, path: &str) -> f64 {
+    v.pointer(path)
+        .and_then(Value::as_f64)
+        .unwrap_or_else(|| panic!("{path} in {v:#}"))
+}
+
+/// YAML for a gateway on port 0 running sample-API processes on both tiers.
+pub fn process_config(libra: &str, extra_gateway: &str) -> String {
+    let exe = exe();
+    format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  drain_timeout_seconds: 10
+{extra_gateway}
+libra:
+{libra}
+vm_pool:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "vm-{{port}}"]
+  boot_timeout_seconds: 20
+  probe_interval_seconds: 0.05
+function_tier:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
+  keep_alive_seconds: 30
+  max_instances: 64
+  probe_interval_seconds: 0.02
+"#
+    )
+}
