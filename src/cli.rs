@@ -33,6 +33,9 @@ pub enum Command {
         /// Configuration file (YAML).
         #[arg(long, short)]
         config: PathBuf,
+        /// Check it as a simulator config (`vm_pool` and `function_tier` optional).
+        #[arg(long)]
+        sim: bool,
     },
     /// Run the bundled sample API (what the quickstart's VMs and functions run).
     SampleApi {
@@ -43,4 +46,9 @@ pub enum Command {
         #[arg(long, default_value = "sample-api")]
         name: String,
     },
+    /// Replay a trace through LIBRA and the baselines (MAX, FAAS, AUTO, Spock) on a
+    /// virtual clock and compare cost, SLA violations and latency.
+    Sim(crate::sim::cli::SimArgs),
+    /// Print the cost-indifference point and the FaaS / IaaS / hybrid cost curves.
+    Cost(crate::sim::cli::CostArgs),
 }

@@ -33,9 +33,21 @@ fn init_tracing(command: &Command) {
         .init();
 }
 
+/// Bad input (trace, config) is reported on stderr with exit code 1.
+fn report(result: Result<ExitCode, spillway::sim::SimError>) -> ExitCode {
+    result.unwrap_or_else(|e| {
+        eprintln!("error: {e}");
+        ExitCode::FAILURE
+    })
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+        Command::Check { config, sim } => match if sim {
+            Config::load(&config)
+        } else {
+            Config::load_for_serve(&config)
+        } {
             Ok(_) => {
                 println!("{}: ok", config.display());
                 Ok(ExitCode::SUCCESS)
@@ -47,7 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         },
         Command::Serve { config } => {
             let config = match config {
-                Some(path) => match Config::load(&path) {
+                Some(path) => match Config::load_for_serve(&path) {
                     Ok(c) => c,
                     Err(e @ (ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
                         eprintln!("{e}");
@@ -71,6 +83,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::Ok(ExitCode::SUCCESS)
             })
         }
+        Command::Sim(args) => Ok(report(spillway::sim::cli::run_sim(&args))),
+        Command::Cost(args) => Ok(report(spillway::sim::cli::run_cost(&args))),
         Command::SampleApi { listen, name } => {
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {

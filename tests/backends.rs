@@ -126,3 +126,35 @@ async fn process_vm_pool_runs_the_sample_api() {
     assert!(pool.is_empty());
     assert!(!client.probe(&base, "/").await, "stopped");
 }
+
+#[tokio::test]
+async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
+    let cfg = ProcessFunctionTierConfig {
+        command: command("fn"),
+        health_path: "/".into(),
+        keep_alive_seconds: 60.0,
+        max_instances: 4,
+        prewarmed_instances: 0,
+        boot_timeout_seconds: 20.0,
+        probe_interval_seconds: 0.05,
+    };
+    let tier: Arc<ProcessFunctionTier> = ProcessFunctionTier::new(&cfg, exe(), client());
+    tier.start();
+    let first = call(&*tier, "/").await;
+    // The gateway's upstream timeout drops the call while the instance still works on it.
+    let abandoned = tokio::time::timeout(
+        Duration::from_millis(300),
+        tier.invoke(get("/sleep?ms=5000")),
+    )
+    .await;
+    assert!(abandoned.is_err(), "the call should have been cut off");
+    eventually("the abandoned instance is gone", || {
+        tier.stats().instances == 0
+    })
+    .await;
+    // The next call does not land on the busy instance: it cold-starts a new one.
+    let next = call(&*tier, "/").await;
+    assert_ne!(next, first);
+    assert_eq!(tier.stats().cold_starts, 2);
+    tier.shutdown().await;
+}

@@ -2,7 +2,7 @@
 //! FaaS gateway…) reached over HTTP. Spillway limits the calls in flight to
 //! `max_concurrency` with a semaphore: a call that finds no permit is throttled and its
 //! untouched request handed back, and a permit is held until the response body has been
-//! fully streamed or dropped ([`GuardedBody`]).
+//! fully streamed or dropped ([`GuardedBody`](crate::proxy::body::GuardedBody)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use http::{Request, Response, Uri};
 use tokio::sync::Semaphore;
 
-use super::process::GuardedBody;
+use crate::proxy::body::GuardedBody;
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::HttpFunctionTierConfig;
 use crate::proxy::body::{Body, boxed};

@@ -5,7 +5,7 @@
 //!   spawned on a fresh loopback port and probed until ready (`boot_timeout_seconds`), and
 //!   at `max_instances` the call is **throttled** and the untouched request handed back.
 //! * One call at a time per instance: the instance is released only when the response
-//!   body has been fully streamed or dropped ([`GuardedBody`]).
+//!   body has been fully streamed or dropped ([`GuardedBody`](crate::proxy::body::GuardedBody)).
 //! * A keep-alive task sleeps until [`FunctionPool::poll_timeout`], expires idle instances
 //!   with [`FunctionPool::handle_timeout`] and kills their processes. It is woken whenever
 //!   the pool changes and ends at [`FunctionTier::shutdown`] (or when the tier is dropped).
@@ -23,11 +23,12 @@ use http::{Request, Response, Uri};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::process::{ChildProcess, GuardedBody, ReadinessSettings, free_port, wait_ready};
+use super::process::{ChildProcess, ReadinessSettings, free_port, wait_ready};
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::ProcessFunctionTierConfig;
 use crate::policy::Time;
 use crate::policy::functions::{Acquire, FunctionPool, InstanceId};
+use crate::proxy::body::GuardedBody;
 use crate::proxy::body::{Body, boxed};
 use crate::proxy::client::{UpstreamClient, UpstreamError};
 
@@ -239,11 +240,13 @@ impl Shared {
         };
         self.wake.notify_one();
 
-        let lease = Lease {
+        let mut call = InFlight(Some(Lease {
             shared: Some(Arc::clone(self)),
             id,
-        };
-        match self.client.forward(&base, req).await {
+        }));
+        let forwarded = self.client.forward(&base, req).await;
+        let lease = call.0.take().expect("the lease is taken once");
+        match forwarded {
             Ok(resp) => Ok(resp.map(|b| boxed(GuardedBody::new(boxed(b), lease)))),
             Err(e @ UpstreamError::Connect { .. }) => {
                 tracing::warn!(?id, error = %e, "function instance unreachable: stopping it");
@@ -355,6 +358,23 @@ impl Drop for Lease {
             let now = sh.now();
             sh.lock().pool.release(now, self.id);
             sh.wake.notify_one();
+        }
+    }
+}
+
+/// A call waiting for its instance's response. If the caller gives up (the gateway's
+/// upstream timeout drops the future), the instance may still be working on the abandoned
+/// request: it is stopped rather than handed to the next call, which keeps "one request
+/// at a time per instance" true.
+struct InFlight(Option<Lease>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(lease) = self.0.take() {
+            tracing::warn!(id = ?lease.id, "function call abandoned mid-request: stopping its instance");
+            if let Some(mut child) = lease.fail() {
+                child.start_kill();
+            }
         }
     }
 }

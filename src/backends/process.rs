@@ -1,23 +1,16 @@
 //! Shared helpers of the local backends: child processes on loopback ports (free port,
-//! command template, spawn, readiness wait, stop) and [`GuardedBody`], the response body
-//! wrapper that holds a lease (a function instance, a concurrency permit) until the body
-//! has been fully streamed or dropped.
+//! command template, spawn, readiness wait, stop).
 
 use std::ffi::OsString;
 use std::fmt;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::Path;
-use std::pin::Pin;
 use std::process::{ExitStatus, Stdio};
-use std::task::{Context, Poll};
 use std::time::Duration;
 
-use bytes::Bytes;
 use http::Uri;
-use http_body::{Frame, SizeHint};
 
 use super::BackendError;
-use crate::proxy::body::{Body, BoxError};
 use crate::proxy::client::UpstreamClient;
 
 /// Placeholder replaced by the instance's port in a command template.
@@ -145,17 +138,30 @@ impl ChildProcess {
             return Err(BackendError::Provider("empty command".to_string()));
         };
         let program_name = program.to_string_lossy().into_owned();
-        let child = tokio::process::Command::new(program)
+        let mut command = tokio::process::Command::new(program);
+        command
             .args(rest)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true)
-            .spawn()
-            .map_err(|source| BackendError::Spawn {
-                command: program_name.clone(),
-                source,
-            })?;
+            .kill_on_drop(true);
+        #[cfg(target_os = "linux")]
+        // SAFETY: the closure runs in the forked child before exec and only calls
+        // prctl(2), which is async-signal-safe. It makes the kernel send SIGTERM to the
+        // child when the gateway dies without cleaning up (SIGKILL, crash), so no VM or
+        // function process outlives its gateway.
+        unsafe {
+            command.pre_exec(|| {
+                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let child = command.spawn().map_err(|source| BackendError::Spawn {
+            command: program_name.clone(),
+            source,
+        })?;
         let pid = child.id().unwrap_or_default();
         tracing::debug!(pid, port, program = %program_name, "child process started");
         Ok(Self {
@@ -267,66 +273,10 @@ pub async fn wait_ready(
     }
 }
 
-/// A response body that holds a lease `G` (an instance, a concurrency permit) and drops
-/// it as soon as the inner body ends (last frame or error) or is dropped, whichever comes
-/// first. The lease's `Drop` does the release.
-pub struct GuardedBody<G> {
-    inner: Body,
-    guard: Option<G>,
-}
-
-impl<G> GuardedBody<G> {
-    /// Wrap `inner`, holding `guard` until it ends.
-    pub fn new(inner: Body, guard: G) -> Self {
-        Self {
-            inner,
-            guard: Some(guard),
-        }
-    }
-}
-
-impl<G> fmt::Debug for GuardedBody<G> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("GuardedBody")
-            .field("held", &self.guard.is_some())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<G: Unpin> http_body::Body for GuardedBody<G> {
-    type Data = Bytes;
-    type Error = BoxError;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, BoxError>>> {
-        let this = self.get_mut();
-        let polled = Pin::new(&mut this.inner).poll_frame(cx);
-        match &polled {
-            Poll::Ready(None | Some(Err(_))) => this.guard = None,
-            Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guard = None,
-            _ => {}
-        }
-        polled
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.inner.size_hint()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::proxy::client::ClientSettings;
-    use http_body_util::BodyExt;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, Ordering};
 
     pub(crate) fn client() -> UpstreamClient {
         UpstreamClient::new(ClientSettings {
@@ -469,31 +419,5 @@ mod tests {
         let pid = child.pid();
         child.stop().await;
         assert!(!Path::new(&format!("/proc/{pid}")).exists());
-    }
-
-    struct Flag(Arc<AtomicBool>);
-    impl Drop for Flag {
-        fn drop(&mut self) {
-            self.0.store(true, Ordering::SeqCst);
-        }
-    }
-
-    #[tokio::test]
-    async fn guarded_body_releases_at_end_of_stream_or_drop() {
-        let released = Arc::new(AtomicBool::new(false));
-        let mut body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
-        let frame = body.frame().await.unwrap().unwrap();
-        assert_eq!(frame.into_data().unwrap(), "hello");
-        assert!(
-            released.load(Ordering::SeqCst),
-            "released at the last frame, before drop"
-        );
-        assert!(body.frame().await.is_none());
-
-        let released = Arc::new(AtomicBool::new(false));
-        let body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
-        assert!(!released.load(Ordering::SeqCst));
-        drop(body);
-        assert!(released.load(Ordering::SeqCst));
     }
 }

@@ -86,6 +86,23 @@ impl Config {
         Self::from_yaml(&text, &path.display().to_string())
     }
 
+    /// [`Config::load`] plus the sections `spillway serve` needs ([`Config::gateway_issues`]).
+    ///
+    /// # Errors
+    /// As [`Config::load`]; missing providers are [`ConfigError::Invalid`].
+    pub fn load_for_serve(path: &Path) -> Result<Config, ConfigError> {
+        let config = Self::load(path)?;
+        let issues = config.gateway_issues();
+        if issues.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError::Invalid {
+                file: path.display().to_string(),
+                issues,
+            })
+        }
+    }
+
     /// The embedded quickstart configuration.
     pub fn quickstart() -> Config {
         Self::from_yaml(QUICKSTART_YAML, "<embedded quickstart>")

@@ -65,12 +65,13 @@ pub struct Config {
     /// Prices used for the cost-indifference point and the simulator's bill.
     #[serde(default)]
     pub pricing: PricingConfig,
-    /// The VM pool provider.
+    /// The VM pool provider. Required by `spillway serve`; the simulator models VMs in
+    /// `sim:` instead.
     #[serde(default)]
-    pub vm_pool: VmPoolConfig,
-    /// The function tier provider.
+    pub vm_pool: Option<VmPoolConfig>,
+    /// The function tier provider. Required by `spillway serve`.
     #[serde(default)]
-    pub function_tier: FunctionTierConfig,
+    pub function_tier: Option<FunctionTierConfig>,
     /// Simulator-only settings (ignored by `spillway serve`).
     #[serde(default)]
     pub sim: crate::sim::config::SimSection,
@@ -251,12 +252,6 @@ pub enum VmPoolConfig {
     Static(StaticVmPoolConfig),
 }
 
-impl Default for VmPoolConfig {
-    fn default() -> Self {
-        VmPoolConfig::Static(StaticVmPoolConfig { urls: Vec::new() })
-    }
-}
-
 /// `vm_pool: {type: process}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -291,15 +286,6 @@ pub enum FunctionTierConfig {
     Process(ProcessFunctionTierConfig),
     /// An existing function endpoint (OpenFaaS, Knative, …).
     Http(HttpFunctionTierConfig),
-}
-
-impl Default for FunctionTierConfig {
-    fn default() -> Self {
-        FunctionTierConfig::Http(HttpFunctionTierConfig {
-            url: String::new(),
-            max_concurrency: 100,
-        })
-    }
 }
 
 /// `function_tier: {type: process}`.
@@ -488,20 +474,22 @@ impl Config {
         is.non_negative("pricing.api_gateway_request_usd", p.api_gateway_request_usd);
 
         match &self.vm_pool {
-            VmPoolConfig::Process(v) => {
+            None => {}
+            Some(VmPoolConfig::Process(v)) => {
                 check_command(&mut is, "vm_pool.command", &v.command);
                 check_path(&mut is, "vm_pool.health_path", &v.health_path);
                 is.positive("vm_pool.boot_timeout_seconds", v.boot_timeout_seconds);
                 is.positive("vm_pool.probe_interval_seconds", v.probe_interval_seconds);
             }
-            VmPoolConfig::Static(s) => {
+            Some(VmPoolConfig::Static(s)) => {
                 for (i, u) in s.urls.iter().enumerate() {
                     check_url(&mut is, &format!("vm_pool.urls[{i}]"), u);
                 }
             }
         }
         match &self.function_tier {
-            FunctionTierConfig::Process(f) => {
+            None => {}
+            Some(FunctionTierConfig::Process(f)) => {
                 check_command(&mut is, "function_tier.command", &f.command);
                 check_path(&mut is, "function_tier.health_path", &f.health_path);
                 is.non_negative("function_tier.keep_alive_seconds", f.keep_alive_seconds);
@@ -523,7 +511,7 @@ impl Config {
                     f.probe_interval_seconds,
                 );
             }
-            FunctionTierConfig::Http(h) => {
+            Some(FunctionTierConfig::Http(h)) => {
                 check_url(&mut is, "function_tier.url", &h.url);
                 if h.max_concurrency == 0 {
                     is.push("function_tier.max_concurrency", "must be at least 1");
@@ -531,6 +519,24 @@ impl Config {
             }
         }
         self.sim.validate(&mut is);
+        is.0
+    }
+
+    /// What `spillway serve` needs beyond [`Config::validate`]: both providers.
+    pub fn gateway_issues(&self) -> Vec<ConfigIssue> {
+        let mut is = Issues(Vec::new());
+        if self.vm_pool.is_none() {
+            is.push(
+                "vm_pool",
+                "missing: `spillway serve` needs a VM pool (type: process or static)",
+            );
+        }
+        if self.function_tier.is_none() {
+            is.push(
+                "function_tier",
+                "missing: `spillway serve` needs a function tier (type: process or http)",
+            );
+        }
         is.0
     }
 
@@ -572,7 +578,7 @@ impl Config {
         ControllerParams {
             monitor: self.monitor_params(),
             r_max_rps: self.libra.r_max_rps,
-            execute_scaling: !matches!(self.vm_pool, VmPoolConfig::Static(_)),
+            execute_scaling: !matches!(self.vm_pool, Some(VmPoolConfig::Static(_))),
         }
     }
 }

@@ -5,8 +5,12 @@ fn the_embedded_quickstart_is_valid() {
     let c = Config::quickstart();
     assert_eq!(c.gateway.listen.to_string(), "127.0.0.1:8080");
     assert_eq!(c.gateway.admin_listen.to_string(), "127.0.0.1:9090");
-    assert!(matches!(c.vm_pool, VmPoolConfig::Process(_)));
-    assert!(matches!(c.function_tier, FunctionTierConfig::Process(_)));
+    assert!(matches!(c.vm_pool, Some(VmPoolConfig::Process(_))));
+    assert!(matches!(
+        c.function_tier,
+        Some(FunctionTierConfig::Process(_))
+    ));
+    assert!(c.gateway_issues().is_empty());
 }
 
 #[test]
@@ -75,4 +79,11 @@ fn cip_is_computed_from_pricing_when_not_set() {
     let c = Config::from_yaml("libra: {r_max_rps: 16}\n", "p.yaml").unwrap();
     // m4.large vs 512 MB × 1 s on x86 without an API gateway: 3.255 req/s.
     assert!((c.cip_rps() - 3.2552).abs() < 1e-3, "{}", c.cip_rps());
+}
+
+#[test]
+fn serve_needs_both_providers_the_simulator_does_not() {
+    let c = Config::from_yaml("libra: {r_max_rps: 16}\n", "s.yaml").unwrap();
+    let paths: Vec<String> = c.gateway_issues().into_iter().map(|i| i.path).collect();
+    assert_eq!(paths, ["vm_pool", "function_tier"]);
 }

@@ -30,50 +30,46 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     boxed(Full::new(bytes.into()).map_err(|never| match never {}))
 }
 
-/// A body that runs a callback exactly once, when the stream ends, fails, or is dropped
-/// unfinished. Used to keep a VM's request outstanding, or a function instance busy,
-/// until the response has been fully streamed to the client.
-pub struct OnEnd {
+/// A response body that holds a lease `G` (an instance, a concurrency permit) and drops
+/// it as soon as the inner body ends (last frame or error) or is dropped, whichever comes
+/// first. The lease's `Drop` does the release.
+pub struct GuardedBody<G> {
     inner: Body,
-    on_end: Option<Box<dyn FnOnce() + Send + Sync>>,
+    guard: Option<G>,
 }
 
-impl OnEnd {
-    /// Wrap `inner`; `on_end` runs once.
-    pub fn new(inner: Body, on_end: impl FnOnce() + Send + Sync + 'static) -> Self {
+impl<G> GuardedBody<G> {
+    /// Wrap `inner`, holding `guard` until it ends.
+    pub fn new(inner: Body, guard: G) -> Self {
         Self {
             inner,
-            on_end: Some(Box::new(on_end)),
-        }
-    }
-
-    fn fire(&mut self) {
-        if let Some(f) = self.on_end.take() {
-            f();
+            guard: Some(guard),
         }
     }
 }
 
-impl Drop for OnEnd {
-    fn drop(&mut self) {
-        self.fire();
+impl<G> std::fmt::Debug for GuardedBody<G> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GuardedBody")
+            .field("held", &self.guard.is_some())
+            .finish_non_exhaustive()
     }
 }
 
-impl http_body::Body for OnEnd {
+impl<G: Unpin> http_body::Body for GuardedBody<G> {
     type Data = Bytes;
     type Error = BoxError;
 
     fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
+        self: std::pin::Pin<&mut Self>,
         cx: &mut std::task::Context<'_>,
     ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
-        let polled = std::pin::Pin::new(&mut self.inner).poll_frame(cx);
-        if matches!(
-            polled,
-            std::task::Poll::Ready(None) | std::task::Poll::Ready(Some(Err(_)))
-        ) {
-            self.fire();
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(None | Some(Err(_))) => this.guard = None,
+            std::task::Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guard = None,
+            _ => {}
         }
         polled
     }
@@ -87,26 +83,54 @@ impl http_body::Body for OnEnd {
     }
 }
 
+/// A guard that runs a closure once when dropped; pairs with [`GuardedBody`] for ad-hoc
+/// releases (e.g. a VM's outstanding-request count).
+pub struct OnDrop<F: FnOnce()>(Option<F>);
+
+impl<F: FnOnce()> OnDrop<F> {
+    /// Run `f` when this guard is dropped.
+    pub fn new(f: F) -> Self {
+        Self(Some(f))
+    }
+}
+
+impl<F: FnOnce()> Drop for OnDrop<F> {
+    fn drop(&mut self) {
+        if let Some(f) = self.0.take() {
+            f();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::sync::Arc;
-    use std::sync::atomic::{AtomicU32, Ordering};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    struct Flag(Arc<AtomicBool>);
+    impl Drop for Flag {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
 
     #[tokio::test]
-    async fn on_end_fires_once_at_end_of_stream_or_drop() {
-        let n = Arc::new(AtomicU32::new(0));
-        let c = Arc::clone(&n);
-        let body = OnEnd::new(full("abc"), move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        });
-        let bytes = body.collect().await.unwrap().to_bytes();
-        assert_eq!(&bytes[..], b"abc");
-        assert_eq!(n.load(Ordering::SeqCst), 1);
-        let c = Arc::clone(&n);
-        drop(OnEnd::new(full("x"), move || {
-            c.fetch_add(1, Ordering::SeqCst);
-        }));
-        assert_eq!(n.load(Ordering::SeqCst), 2);
+    async fn guarded_body_releases_at_end_of_stream_or_drop() {
+        let released = Arc::new(AtomicBool::new(false));
+        let mut body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
+        let frame = body.frame().await.unwrap().unwrap();
+        assert_eq!(frame.into_data().unwrap(), "hello");
+        assert!(
+            released.load(Ordering::SeqCst),
+            "released at the last frame, before drop"
+        );
+        assert!(body.frame().await.is_none());
+
+        let released = Arc::new(AtomicBool::new(false));
+        let body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
+        assert!(!released.load(Ordering::SeqCst));
+        drop(body);
+        assert!(released.load(Ordering::SeqCst));
     }
 }

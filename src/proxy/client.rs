@@ -35,17 +35,17 @@ pub enum UpstreamError {
     #[error("connect to {uri} failed: {source}")]
     Connect {
         /// Upstream URL.
-        uri: Uri,
+        uri: String,
         /// Cause.
-        source: hyper_util::client::legacy::Error,
+        source: Box<hyper_util::client::legacy::Error>,
     },
     /// The request was (possibly partly) sent and then failed.
     #[error("request to {uri} failed: {source}")]
     Request {
         /// Upstream URL.
-        uri: Uri,
+        uri: String,
         /// Cause.
-        source: hyper_util::client::legacy::Error,
+        source: Box<hyper_util::client::legacy::Error>,
     },
     /// The target URL could not be built from the base and the request path.
     #[error("bad upstream URL {0}")]
@@ -81,6 +81,7 @@ impl UpstreamClient {
         *req.uri_mut() = uri.clone();
         *req.version_mut() = http::Version::HTTP_11;
         self.inner.request(req).await.map_err(|source| {
+            let (uri, source) = (uri.to_string(), Box::new(source));
             if source.is_connect() {
                 UpstreamError::Connect { uri, source }
             } else {

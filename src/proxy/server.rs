@@ -51,6 +51,9 @@ pub enum ServeError {
     /// The TLS certificate or key could not be loaded.
     #[error(transparent)]
     Tls(#[from] TlsError),
+    /// The configuration lacks a section the gateway needs.
+    #[error("config: {0} is missing (required by `spillway serve`)")]
+    MissingSection(&'static str),
     /// A backend could not be set up.
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
@@ -83,7 +86,11 @@ impl Server {
             connect_timeout: secs(g.connect_timeout_seconds),
             idle_timeout: secs(g.idle_timeout_seconds),
         });
-        let (vm_provider, readiness): (Arc<dyn VmProvider>, Readiness) = match &config.vm_pool {
+        let (vm_provider, readiness): (Arc<dyn VmProvider>, Readiness) = match config
+            .vm_pool
+            .as_ref()
+            .ok_or(ServeError::MissingSection("vm_pool"))?
+        {
             VmPoolConfig::Process(p) => (
                 Arc::new(ProcessVmPool::new(p, spillway_exe.clone())),
                 Readiness {
@@ -101,7 +108,11 @@ impl Server {
                 },
             ),
         };
-        let functions: Arc<dyn FunctionTier> = match &config.function_tier {
+        let functions: Arc<dyn FunctionTier> = match config
+            .function_tier
+            .as_ref()
+            .ok_or(ServeError::MissingSection("function_tier"))?
+        {
             FunctionTierConfig::Process(f) => {
                 let tier = ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone());
                 tier.start();

@@ -23,7 +23,7 @@ use tokio::time::Instant;
 use crate::backends::FunctionError;
 use crate::policy::balancer::{Attempt, RequestMeta, Route};
 
-use super::body::{self, Body, OnEnd};
+use super::body::{self, Body, GuardedBody, OnDrop};
 use super::client::UpstreamError;
 use super::driver::Gateway;
 use super::error::ProxyError;
@@ -223,11 +223,9 @@ async fn dispatch(
                             return Ok(("vm", Response::from_parts(parts, body::empty())));
                         }
                         let gw2 = Arc::clone(gw);
-                        let resp = resp.map(|b| {
-                            body::boxed(OnEnd::new(body::boxed(b), move || {
-                                gw2.finish_vm_request(vm)
-                            }))
-                        });
+                        let done = OnDrop::new(move || gw2.finish_vm_request(vm));
+                        let resp =
+                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
                         return Ok(("vm", clean_response(resp)));
                     }
                 }

@@ -222,7 +222,11 @@ pub(crate) fn check_percentiles(points: &[[f64; 2]]) -> Result<(), String> {
         return Err("must start at percentile 0 and end at percentile 100".into());
     }
     for w in points.windows(2) {
-        if !(w[1][0] > w[0][0]) || !(w[1][1] >= w[0][1]) {
+        if w[1][0].partial_cmp(&w[0][0]) != Some(std::cmp::Ordering::Greater)
+            || w[1][1]
+                .partial_cmp(&w[0][1])
+                .is_none_or(|o| o == std::cmp::Ordering::Less)
+        {
             return Err(format!(
                 "percentiles must increase and times must not decrease: {:?} then {:?}",
                 w[0], w[1]

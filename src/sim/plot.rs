@@ -15,6 +15,9 @@ use super::SimError;
 use super::costmodel::CostReport;
 use super::engine::PolicyRun;
 
+/// Picks one cost column of a row.
+type CostColumn = fn(&super::costmodel::CostRow) -> f64;
+
 const COLORS: [RGBColor; 5] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
@@ -233,7 +236,7 @@ pub fn plot_cost(report: &CostReport, path: &Path) -> Result<(), SimError> {
         .y_desc("USD per hour")
         .draw()
         .map_err(|e| err(path, e))?;
-    let series: [(&str, fn(&super::costmodel::CostRow) -> f64); 3] = [
+    let series: [(&str, CostColumn); 3] = [
         ("FaaS only", |r| r.faas_usd_per_hour),
         ("IaaS only", |r| r.iaas_usd_per_hour),
         ("hybrid", |r| r.hybrid_usd_per_hour),

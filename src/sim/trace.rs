@@ -298,12 +298,13 @@ fn parse_counts(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
     })
 }
 
-/// Keeps the k-th item iff `round(k/d) > round((k−1)/d)`: `round(N/d)` of N kept.
-fn keep_every(divisor: f64) -> impl FnMut() -> bool {
+/// Copies of the k-th item: `round(k/d) − round((k−1)/d)` (0 or 1 for d ≥ 1; d < 1
+/// duplicates), so `round(N/d)` in total.
+fn copies_of_next(divisor: f64) -> impl FnMut() -> usize {
     let mut k = 0u64;
     move || {
         k += 1;
-        (k as f64 / divisor).round() > ((k - 1) as f64 / divisor).round()
+        ((k as f64 / divisor).round() - ((k - 1) as f64 / divisor).round()) as usize
     }
 }
 
@@ -316,7 +317,7 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
     let mut last = f64::NEG_INFINITY;
     let origin = o.from_s.unwrap_or(0.0);
     let lines = lines(text, file)?;
-    let mut keep = keep_every(o.rate_divisor);
+    let mut copies = copies_of_next(o.rate_divisor);
     for (n, l) in lines {
         let mut it = l.split_whitespace();
         let t: f64 = it
@@ -355,13 +356,14 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
             ));
         }
         last = t;
-        if in_window(t, o) && keep() {
-            arrivals.push(Arrival {
+        if in_window(t, o) {
+            let a = Arrival {
                 at_ns: secs_to_ns(t - origin),
                 class: 0,
                 zone,
                 service_ns: 0,
-            });
+            };
+            arrivals.extend(std::iter::repeat_n(a, copies()));
         }
     }
     Ok(Trace {
@@ -625,16 +627,18 @@ fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     // file order.
     rows.sort_by(|a, b| a.0.total_cmp(&b.0));
     let origin = o.from_s.unwrap_or(0.0);
-    let mut keep = keep_every(o.rate_divisor);
+    let mut copies = copies_of_next(o.rate_divisor);
     let arrivals: Vec<Arrival> = rows
         .into_iter()
         .filter(|r| in_window(r.0, o))
-        .filter(|_| keep())
-        .map(|(t, service_ns, class)| Arrival {
-            at_ns: secs_to_ns(t - origin),
-            class,
-            zone: 0,
-            service_ns,
+        .flat_map(|(t, service_ns, class)| {
+            let a = Arrival {
+                at_ns: secs_to_ns(t - origin),
+                class,
+                zone: 0,
+                service_ns,
+            };
+            std::iter::repeat_n(a, copies())
         })
         .collect();
     Ok(Trace {

@@ -101,7 +101,17 @@ impl Proc {
 }
 
 impl Drop for Proc {
+    /// SIGTERM first so the gateway stops its own children, SIGKILL if it lingers.
     fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while matches!(self.child.try_wait(), Ok(None)) && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -357,7 +367,7 @@ function_tier:
   type: process
   command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
   keep_alive_seconds: 30
-  max_instances: 64
+  max_instances: 160
   probe_interval_seconds: 0.02
 "#
     )

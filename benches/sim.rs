@@ -1,0 +1,52 @@
+//! Simulator throughput: simulated requests per second, per policy (issue 3 goal:
+//! ≥ 3 M requests/s per policy on a 2-core machine, release build).
+//!
+//! `cargo bench --bench sim` replays `../shared/traces/wits_per_second.txt` (45,000 s,
+//! 6,432,107 requests) with `config/sim/libra-paper.yaml` when the shared traces are
+//! present, else a synthetic WITS-like trace of the same shape.
+
+use std::path::Path;
+use std::time::Duration;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use spillway::config::Config;
+use spillway::sim::engine::{PolicyKind, SimParams, run_policy};
+use spillway::sim::trace::{Trace, TraceOptions};
+
+fn trace() -> Trace {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let wits = root.join("../shared/traces/wits_per_second.txt");
+    if wits.exists() {
+        return Trace::load(&wits, &TraceOptions::default()).expect("WITS parses");
+    }
+    // 45,000 s around 143 req/s with slow waves and bursts (deterministic).
+    let text: String = (0..45_000u64)
+        .map(|s| {
+            let wave = 143.0 + 90.0 * ((s as f64) / 3000.0).sin();
+            let burst = if s % 997 < 20 { 400.0 } else { 0.0 };
+            format!("{}\n", (wave + burst) as u64)
+        })
+        .collect();
+    Trace::parse(&text, Path::new("synthetic"), &TraceOptions::default()).expect("parses")
+}
+
+fn bench(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let config = Config::load(&root.join("config/sim/libra-paper.yaml")).expect("preset loads");
+    let params = SimParams::from_config(&config).expect("models build");
+    let trace = trace();
+    let mut g = c.benchmark_group("sim");
+    g.throughput(Throughput::Elements(trace.total_requests()));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(8));
+    g.warm_up_time(Duration::from_secs(1));
+    for kind in PolicyKind::ALL {
+        g.bench_function(kind.name(), |b| {
+            b.iter(|| run_policy(&params, &trace, kind, 1, false, &mut |_| {}))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

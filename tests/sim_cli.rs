@@ -1,0 +1,251 @@
+//! `spillway sim` / `spillway cost` through their library entry points ([`run_sim`],
+//! [`run_cost`]), and the shipped preset.
+
+use std::path::{Path, PathBuf};
+
+use clap::Parser;
+use spillway::config::Config;
+use spillway::sim::cli::{CostArgs, SimArgs, run_cost, run_sim};
+
+#[derive(Parser)]
+enum Cmd {
+    Sim(SimArgs),
+    Cost(CostArgs),
+}
+
+fn sim_args(args: &[&str]) -> SimArgs {
+    match Cmd::try_parse_from(
+        std::iter::once("spillway")
+            .chain(["sim"])
+            .chain(args.iter().copied()),
+    ) {
+        Ok(Cmd::Sim(a)) => a,
+        Ok(_) => unreachable!(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn cost_args(args: &[&str]) -> CostArgs {
+    match Cmd::try_parse_from(
+        std::iter::once("spillway")
+            .chain(["cost"])
+            .chain(args.iter().copied()),
+    ) {
+        Ok(Cmd::Cost(a)) => a,
+        Ok(_) => unreachable!(),
+        Err(e) => panic!("{e}"),
+    }
+}
+
+fn root(p: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join(p)
+}
+
+#[test]
+fn the_libra_paper_preset_loads_with_the_issue_values() {
+    let c = Config::load(&root("config/sim/libra-paper.yaml")).unwrap_or_else(|e| panic!("{e}"));
+    let l = &c.libra;
+    assert_eq!(
+        (
+            l.epoch_seconds,
+            l.decision_epochs,
+            l.phi,
+            l.rho,
+            l.alpha,
+            l.beta,
+            l.r_max_rps
+        ),
+        (1.0, 300, 1.0, 0.8, 0.2, 0.2, 16.0)
+    );
+    assert_eq!(c.pricing.vm_hourly_usd, 0.10);
+    assert_eq!(
+        (c.pricing.function_memory_mb, c.pricing.function_duration_ms),
+        (512, 1000.0)
+    );
+    assert!(!c.pricing.api_gateway);
+    let s = &c.sim;
+    assert_eq!(
+        (s.vm.slots, s.vm.boot_seconds, s.vm.minimum_billed_seconds),
+        (16, 100.0, 0.0)
+    );
+    assert!(s.vm.bill_boot && !s.function.bill_init);
+    assert_eq!(s.sla_ms, 1000.0);
+    let a = &s.auto;
+    assert_eq!(
+        (
+            a.scale_out_utilisation,
+            a.scale_in_utilisation,
+            a.step_vms,
+            a.grace_seconds
+        ),
+        (0.7, 0.3, 10, 120.0)
+    );
+}
+
+#[test]
+fn sim_errors_name_the_field() {
+    let yaml = "function_tier: {type: http, url: \"http://x:1\", max_concurrency: 1}\nsim:\n  vm: {slots: 0}\n  auto: {scale_in_utilisation: 0.9}\n";
+    let err = Config::from_yaml(yaml, "s.yaml").unwrap_err().to_string();
+    assert!(err.contains("sim.vm.slots: must be at least 1"), "{err}");
+    assert!(err.contains("sim.auto.scale_in_utilisation"), "{err}");
+}
+
+#[test]
+fn run_sim_writes_json_csv_and_plot() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.txt");
+    std::fs::write(&trace, "20\n40\n5\n".repeat(200)).unwrap();
+    let json = dir.path().join("r.json");
+    let csv = dir.path().join("r.csv");
+    let svg = dir.path().join("r.svg");
+    let cfg = root("config/sim/libra-paper.yaml");
+    let args = [
+        "--config",
+        cfg.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "libra,faas",
+        "--seed",
+        "4",
+        "--json",
+        json.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+        "--quiet",
+    ];
+    run_sim(&sim_args(&args)).unwrap();
+    let first = std::fs::read(&json).unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(v["seed"], 4);
+    assert_eq!(v["trace"], trace.display().to_string());
+    let names: Vec<&str> = v["policies"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["libra", "faas"]);
+    assert_eq!(v["policies"][1]["requests"], 13_000);
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    assert!(
+        csv_text
+            .starts_with("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls\nlibra,1,20,")
+    );
+    assert_eq!(csv_text.lines().count(), 1 + 2 * 600);
+    let svg_text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        svg_text.starts_with("<svg") && svg_text.contains("<text"),
+        "text is drawn without fonts"
+    );
+    // Byte-identical on a second run.
+    run_sim(&sim_args(&args)).unwrap();
+    assert_eq!(first, std::fs::read(&json).unwrap());
+}
+
+#[test]
+fn run_sim_reports_bad_trace_lines_and_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("bad.txt");
+    std::fs::write(&trace, "1\n2\nthree\n").unwrap();
+    let err = run_sim(&sim_args(&["--trace", trace.to_str().unwrap(), "--quiet"])).unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "{}:3: expected a non-negative integer (requests in second 2), got \"three\"",
+            trace.display()
+        )
+    );
+    let err = run_sim(&sim_args(&[
+        "--trace",
+        trace.to_str().unwrap(),
+        "--durations",
+        "d.csv",
+    ]))
+    .unwrap_err();
+    assert!(
+        err.to_string().starts_with("--durations/--memory: "),
+        "{err}"
+    );
+    let missing = run_sim(&sim_args(&["--trace", "/nonexistent/t.txt"])).unwrap_err();
+    assert!(
+        missing.to_string().starts_with("/nonexistent/t.txt: "),
+        "{missing}"
+    );
+}
+
+#[test]
+fn cost_for_m4_large_and_512mb_1s_x86_is_between_3_and_4_rps() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("c.json");
+    let svg = dir.path().join("c.svg");
+    run_cost(&cost_args(&[
+        "--json",
+        json.to_str().unwrap(),
+        "--plot",
+        svg.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let cip = v["cip_rps"].as_f64().unwrap();
+    assert!((3.0..4.0).contains(&cip), "{cip}");
+    assert!((cip - 3.2552).abs() < 1e-3);
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 25, "0..=48 req/s in steps of 2");
+    // At 16 req/s one VM ($0.10/h) beats 16 calls/s on functions.
+    let r16 = rows.iter().find(|r| r["rate_rps"] == 16.0).unwrap();
+    assert_eq!(r16["iaas_usd_per_hour"], 0.1);
+    assert!(r16["faas_usd_per_hour"].as_f64().unwrap() > 0.49);
+    assert!(std::fs::read_to_string(&svg).unwrap().contains("<text"));
+    // An API gateway makes every call dearer: the CIP drops (2.91 req/s).
+    run_cost(&cost_args(&[
+        "--api-gateway",
+        "--json",
+        json.to_str().unwrap(),
+    ]))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!((v["cip_rps"].as_f64().unwrap() - 2.9138).abs() < 1e-3);
+    // Bad values name the option.
+    let err = run_cost(&cost_args(&["--memory-mb", "64"])).unwrap_err();
+    assert!(err.to_string().starts_with("--memory-mb: "), "{err}");
+}
+
+#[test]
+fn the_binary_runs_sim_and_cost() {
+    let bin = env!("CARGO_BIN_EXE_spillway");
+    let out = std::process::Command::new(bin)
+        .args(["cost", "--json"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!((3.0..4.0).contains(&v["cip_rps"].as_f64().unwrap()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.txt");
+    std::fs::write(&trace, "5\n9\n").unwrap();
+    let cfg = root("config/sim/libra-paper.yaml");
+    let out = std::process::Command::new(bin)
+        .args(["sim", "--config", cfg.to_str().unwrap(), "--trace"])
+        .arg(&trace)
+        .args(["--policy", "all", "--seed", "1", "--json", "-"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["policies"].as_array().unwrap().len(), 5);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("policy   requests"));
+
+    std::fs::write(&trace, "5\nfive\n").unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["sim", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(&format!("{}:2: ", trace.display())), "{err}");
+}

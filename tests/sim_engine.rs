@@ -1,0 +1,334 @@
+//! Simulator engine: hand-computable traces with exact costs, VM counts and violations;
+//! proptest invariants; determinism. No wall-clock asserts.
+
+use std::path::Path;
+
+use proptest::prelude::*;
+use spillway::config::Config;
+use spillway::sim::engine::{PolicyKind, PolicyRun, SimParams, run_policy};
+use spillway::sim::simulate;
+use spillway::sim::trace::{Trace, TraceOptions};
+
+/// A config with LIBRA's paper parameters except K = `k`, `r_max`, and `sim` overrides.
+fn config(k: u32, r_max: f64, sim: &str) -> Config {
+    let yaml = format!(
+        r#"
+libra: {{epoch_seconds: 1, decision_epochs: {k}, phi: 1.0, rho: 0.8, alpha: 0.2, beta: 0.2,
+         r_max_rps: {r_max}, min_vms: 0, max_vms: 100}}
+pricing: {{vm_hourly_usd: 0.10, function_memory_mb: 512, function_duration_ms: 1000}}
+function_tier: {{type: http, url: "http://127.0.0.1:8081", max_concurrency: 10}}
+sim:
+{sim}
+"#
+    );
+    Config::from_yaml(&yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+const BASE_SIM: &str = r#"
+  sla_ms: 1000
+  request: {service_time: {distribution: fixed, ms: 1000}}
+  vm: {slots: 16, boot_seconds: 100, billing: per_second, minimum_billed_seconds: 60, bill_boot: true}
+  function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}
+  auto: {min_vms: 1, max_vms: 10, step_vms: 1, window_seconds: 10, grace_seconds: 30}
+"#;
+
+fn counts(text: &str) -> Trace {
+    Trace::parse(text, Path::new("mem.txt"), &TraceOptions::default()).unwrap()
+}
+
+fn run(c: &Config, t: &Trace, k: PolicyKind) -> PolicyRun {
+    let p = SimParams::from_config(c).unwrap();
+    run_policy(&p, t, k, 1, true, &mut |_| {})
+}
+
+/// Cost of one 512 MB × 1 s call on x86 without INIT or gateway, USD.
+const CALL_USD: f64 = 0.5 * 0.000_016_666_7 + 0.000_000_2;
+
+fn close(a: f64, b: f64) -> bool {
+    (a - b).abs() <= 1e-12 * b.abs().max(1.0)
+}
+
+#[test]
+fn constant_10_rps_faas_costs_exactly_6000_calls() {
+    let c = config(60, 16.0, BASE_SIM);
+    let t = counts(&"10\n".repeat(600));
+    let r = run(&c, &t, PolicyKind::Faas);
+    let rep = &r.report;
+    assert_eq!((rep.requests, rep.served, rep.throttled), (6000, 6000, 0));
+    assert_eq!(
+        rep.sla_violations, 0,
+        "1000 ms is not slower than the 1000 ms SLA"
+    );
+    // Instance i finishes exactly when call i + 10 arrives: 10 cold starts, then warm.
+    assert_eq!(rep.cold_starts, 10);
+    assert_eq!(rep.function_gb_seconds, 3000.0);
+    assert!(close(rep.cost_usd.function, 6000.0 * CALL_USD), "{rep:?}");
+    assert_eq!((rep.cost_usd.vm, rep.vm_hours), (0.0, 0.0));
+    assert_eq!(rep.function_share, 1.0);
+    assert_eq!(rep.response_ms.mean, 1000.0);
+    assert_eq!(rep.response_ms.p99, 1000.0);
+}
+
+#[test]
+fn constant_10_rps_max_runs_one_vm_for_the_whole_trace() {
+    let c = config(60, 16.0, BASE_SIM);
+    let t = counts(&"10\n".repeat(600));
+    let r = run(&c, &t, PolicyKind::Max);
+    // peak 10 req/s, r_max 16 → 1 VM, booted before t = 0; the last call ends at 600.9 s.
+    assert_eq!(r.stats.vms_launched, 1);
+    assert_eq!(r.stats.vm_billed_seconds, 601.0);
+    assert!(close(r.report.cost_usd.total, 601.0 / 3600.0 * 0.10));
+    assert_eq!(r.report.sla_violations, 0);
+    assert_eq!(r.report.function_share, 0.0);
+}
+
+#[test]
+fn constant_10_rps_libra_launches_one_vm_at_the_first_decision() {
+    let c = config(60, 16.0, BASE_SIM);
+    let t = counts(&"10\n".repeat(600));
+    let r = run(&c, &t, PolicyKind::Libra);
+    // First report at 60 s: avg 10 ≥ CIP 3.26, std 0 → ceil(10/16) = 1 VM, ready at 160 s,
+    // billed from launch (60 s) to the end (600.9 s → 541 s).
+    assert_eq!(r.stats.vms_launched, 1);
+    assert_eq!(r.stats.peak_vms, 1);
+    assert_eq!(r.stats.vm_billed_seconds, 541.0);
+    let ready: Vec<u32> = r.series.iter().map(|e| e.vms_ready).collect();
+    // Row i is the epoch ending at i + 1 s; epoch ends are handled before events at the
+    // same instant, so the VM that is ready at 160 s shows from the row ending at 161 s.
+    assert_eq!(ready[159], 0, "epoch ending at 160 s");
+    assert_eq!(ready[160], 1, "epoch ending at 161 s");
+    // At most 2 · ρ · 10 = 16 calls in flight on 16 slots: no queue, no violation.
+    assert_eq!(r.report.sla_violations, 0);
+    assert_eq!(r.report.cold_starts, 10);
+    let on_vm = r.report.served - r.stats.function_served;
+    // The VM takes ρ·10 = 8 req/s from 160 s on, plus the bucket's initial 8 tokens.
+    assert!((440 * 8..=440 * 8 + 8).contains(&on_vm), "{on_vm}");
+    assert!(close(
+        r.report.cost_usd.total,
+        541.0 / 3600.0 * 0.10 + r.stats.function_served as f64 * CALL_USD
+    ));
+}
+
+#[test]
+fn one_burst_on_too_few_vms_queues_exactly_the_excess() {
+    // 100 requests in second 10, none else. r_max 32 → MAX runs ceil(100/32) = 4 VMs,
+    // 64 slots: requests 64..99 wait for request j − 64's slot: 1.36 s each.
+    let c = config(60, 32.0, BASE_SIM);
+    let t = counts(&format!("{}100\n{}", "0\n".repeat(10), "0\n".repeat(20)));
+    let r = run(&c, &t, PolicyKind::Max);
+    assert_eq!(r.stats.vms_launched, 4);
+    assert_eq!(r.report.sla_violations, 36);
+    assert_eq!(
+        r.report.response_ms.mean,
+        (64.0 * 1000.0 + 36.0 * 1360.0) / 100.0
+    );
+    // 31 s of trace (the last queued request ends at 10.99 + 1.36 = 12.35 s): each VM
+    // is billed its 60 s minimum.
+    assert_eq!(r.stats.vm_billed_seconds, 4.0 * 60.0);
+    // r_max 16 → 7 VMs, 112 slots: no violation.
+    let r = run(&config(60, 16.0, BASE_SIM), &t, PolicyKind::Max);
+    assert_eq!((r.stats.vms_launched, r.report.sla_violations), (7, 0));
+}
+
+#[test]
+fn one_burst_on_functions_cold_starts_throttles_and_bills_init() {
+    let sim = BASE_SIM.replace(
+        "function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}",
+        "function: {cold_start_ms: 250, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 60, bill_init: true}",
+    );
+    let c = config(60, 16.0, &sim);
+    let t = counts(&format!("{}100\n", "0\n".repeat(10)));
+    let r = run(&c, &t, PolicyKind::Faas);
+    let rep = &r.report;
+    // 60 instances start (cold), the other 40 calls find none idle and are throttled.
+    assert_eq!((rep.served, rep.throttled, rep.cold_starts), (60, 40, 60));
+    // Every served call takes 1.25 s > 1 s: all 100 requests violate the SLA.
+    assert_eq!(rep.sla_violations, 100);
+    assert_eq!(rep.sla_violation_pct, 100.0);
+    // 60 · 0.5 GB · (1 s + 0.25 s INIT) = 37.5 GB-s.
+    assert_eq!(rep.function_gb_seconds, 37.5);
+    assert!(close(
+        rep.cost_usd.total,
+        37.5 * 0.000_016_666_7 + 60.0 * 0.000_000_2
+    ));
+}
+
+#[test]
+fn an_api_gateway_fee_is_charged_only_when_configured() {
+    let t = counts("10\n");
+    let plain = run(&config(60, 16.0, BASE_SIM), &t, PolicyKind::Faas);
+    let yaml = r#"
+pricing: {api_gateway: true}
+function_tier: {type: http, url: "http://127.0.0.1:8081", max_concurrency: 10}
+sim:
+  request: {service_time: {distribution: fixed, ms: 1000}}
+  function: {cold_start_ms: 0, warm_start_ms: 0, bill_init: false}
+"#;
+    let c = Config::from_yaml(yaml, "gw.yaml").unwrap();
+    let gw = run(&c, &t, PolicyKind::Faas);
+    assert!(close(
+        gw.report.cost_usd.function - plain.report.cost_usd.function,
+        10.0 * 0.000_001
+    ));
+}
+
+#[test]
+fn auto_scales_out_under_overload_and_spock_spills_while_booting() {
+    // 1 VM (16 slots) at first, 30 req/s of 1 s requests: utilisation 1 → scale out.
+    let c = config(60, 16.0, BASE_SIM);
+    let t = counts(&"30\n".repeat(300));
+    let auto = run(&c, &t, PolicyKind::Auto);
+    // +1 VM every 30 s grace while the first new one boots (100 s) and the backlog
+    // keeps utilisation at 1, bounded by max_vms.
+    assert!(
+        (3..=10).contains(&auto.stats.vms_launched),
+        "{:?}",
+        auto.stats
+    );
+    assert!(
+        auto.report.sla_violations > 0,
+        "queues build while the VM boots"
+    );
+    assert_eq!(auto.report.function_share, 0.0);
+    let spock = run(&c, &t, PolicyKind::Spock);
+    assert!(spock.report.function_share > 0.0);
+    assert!(spock.report.sla_violations < auto.report.sla_violations);
+}
+
+#[test]
+fn same_seed_same_bytes_and_the_seed_matters_for_random_models() {
+    let sim = BASE_SIM.replace(
+        "{distribution: fixed, ms: 1000}",
+        "{distribution: lognormal, mean_ms: 400, std_ms: 300}",
+    );
+    let c = config(30, 16.0, &sim);
+    let t = counts(&"7\n13\n2\n40\n".repeat(60));
+    let all = PolicyKind::ALL;
+    let json = |seed| {
+        let (rep, _) = simulate(&c, &t, &all, seed, false, &mut |_, _| {}).unwrap();
+        serde_json::to_string(&rep).unwrap()
+    };
+    assert_eq!(json(5), json(5));
+    assert_ne!(json(5), json(6));
+}
+
+#[test]
+fn the_report_has_exactly_the_issue_fields() {
+    let c = config(60, 16.0, BASE_SIM);
+    let (rep, _) = simulate(
+        &c,
+        &counts("3\n"),
+        &[PolicyKind::Libra],
+        9,
+        false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let v = serde_json::to_value(&rep).unwrap();
+    let keys = |v: &serde_json::Value| -> Vec<String> {
+        let mut k: Vec<String> = v.as_object().unwrap().keys().cloned().collect();
+        k.sort();
+        k
+    };
+    assert_eq!(keys(&v), ["policies", "seed", "trace"]);
+    let p = &v["policies"][0];
+    assert_eq!(
+        keys(p),
+        [
+            "cold_starts",
+            "cost_usd",
+            "function_gb_seconds",
+            "function_share",
+            "name",
+            "requests",
+            "response_ms",
+            "served",
+            "sla_violation_pct",
+            "sla_violations",
+            "throttled",
+            "vm_hours"
+        ]
+    );
+    assert_eq!(keys(&p["cost_usd"]), ["function", "total", "vm"]);
+    assert_eq!(keys(&p["response_ms"]), ["mean", "p50", "p95", "p99"]);
+    assert_eq!(p["name"], "libra");
+}
+
+fn service_strategy() -> impl Strategy<Value = String> {
+    prop_oneof![
+        (1u32..2000).prop_map(|ms| format!("{{distribution: fixed, ms: {ms}}}")),
+        (1u32..1000, 0u32..500)
+            .prop_map(|(m, s)| format!("{{distribution: lognormal, mean_ms: {m}, std_ms: {s}}}")),
+        (1u32..1000, 0u32..500)
+            .prop_map(|(m, s)| format!("{{distribution: normal, mean_ms: {m}, std_ms: {s}}}")),
+    ]
+}
+
+fn policy_strategy() -> impl Strategy<Value = PolicyKind> {
+    prop::sample::select(PolicyKind::ALL.to_vec())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+
+    #[test]
+    fn invariants_hold_for_any_trace_and_policy(
+        counts_in in prop::collection::vec(0u32..60, 1..90),
+        service in service_strategy(),
+        policy in policy_strategy(),
+        max_conc in 1u32..200,
+        k in 1u32..20,
+        seed in any::<u64>(),
+    ) {
+        let sim = format!(r#"
+  sla_ms: 1000
+  request: {{service_time: {service}}}
+  vm: {{slots: 4, boot_seconds: 5}}
+  function: {{cold_start_ms: 100, warm_start_ms: 5, keep_alive_seconds: 3, max_concurrency: {max_conc}}}
+  auto: {{min_vms: 1, max_vms: 6, step_vms: 2, window_seconds: 3, grace_seconds: 4}}
+"#);
+        let c = config(k, 4.0, &sim);
+        let text: String = counts_in.iter().map(|c| format!("{c}\n")).collect();
+        let t = counts(&text);
+        let p = SimParams::from_config(&c).unwrap();
+        let r = run_policy(&p, &t, policy, seed, false, &mut |_| {});
+        let rep = &r.report;
+        prop_assert_eq!(rep.requests, counts_in.iter().map(|&c| u64::from(c)).sum::<u64>());
+        prop_assert_eq!(rep.served + rep.throttled, rep.requests);
+        prop_assert!(rep.sla_violations <= rep.requests);
+        prop_assert!(rep.cost_usd.vm >= 0.0 && rep.cost_usd.function >= 0.0);
+        prop_assert!(close(rep.cost_usd.total, rep.cost_usd.vm + rep.cost_usd.function));
+        prop_assert!(rep.vm_hours >= 0.0 && rep.function_gb_seconds >= 0.0);
+        prop_assert!((0.0..=1.0).contains(&rep.function_share));
+        if policy == PolicyKind::Faas {
+            prop_assert_eq!(rep.cost_usd.vm, 0.0);
+            prop_assert_eq!(r.stats.vms_launched, 0);
+        }
+        if matches!(policy, PolicyKind::Max | PolicyKind::Auto) {
+            prop_assert_eq!(rep.function_share, 0.0);
+        }
+    }
+
+    #[test]
+    fn max_with_capacity_above_the_peak_never_violates(
+        counts_in in prop::collection::vec(0u32..200, 1..60),
+        service_ms in 1u32..3000,
+        slots in 1u32..32,
+    ) {
+        // r_max = slots / (ceil(S) + 1): MAX's VMs hold every request of the last
+        // ceil(S) + 1 seconds at once, so nobody waits.
+        let s = f64::from(service_ms) / 1000.0;
+        let r_max = f64::from(slots) / (s.ceil() + 1.0);
+        let sim = format!(r#"
+  sla_ms: {service_ms}
+  request: {{service_time: {{distribution: fixed, ms: {service_ms}}}}}
+  vm: {{slots: {slots}}}
+"#);
+        let c = config(10, r_max, &sim);
+        let text: String = counts_in.iter().map(|c| format!("{c}\n")).collect();
+        let r = run(&c, &counts(&text), PolicyKind::Max);
+        prop_assert_eq!(r.report.sla_violations, 0);
+        prop_assert_eq!(r.report.throttled, 0);
+        prop_assert_eq!(r.report.response_ms.mean, f64::from(service_ms));
+    }
+}

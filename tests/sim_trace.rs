@@ -1,0 +1,271 @@
+//! Trace parsers: every format, malformed lines rejected with file and line, trailing
+//! spaces and a missing final newline accepted, windowing and rate scaling.
+
+use std::path::{Path, PathBuf};
+
+use proptest::prelude::*;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use spillway::sim::SimError;
+use spillway::sim::trace::{Arrival, Trace, TraceFormat, TraceOptions, scale_counts};
+
+fn data(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/data")
+        .join(name)
+}
+
+fn opts(format: TraceFormat) -> TraceOptions {
+    TraceOptions {
+        format,
+        ..TraceOptions::default()
+    }
+}
+
+fn arrivals(t: &Trace) -> Vec<Arrival> {
+    let mut s = t.stream(ChaCha8Rng::seed_from_u64(3));
+    std::iter::from_fn(|| s.next_arrival()).collect()
+}
+
+fn parse_error(text: &str, format: TraceFormat) -> (usize, String) {
+    match Trace::parse(text, Path::new("bad.txt"), &opts(format)) {
+        Err(e @ SimError::Parse { line, .. }) => {
+            let msg = e.to_string();
+            assert!(msg.starts_with(&format!("bad.txt:{line}: ")), "{msg}");
+            (line, msg)
+        }
+        other => panic!("expected a parse error, got {other:?}"),
+    }
+}
+
+#[test]
+fn counts_accepts_trailing_spaces_and_no_final_newline() {
+    let t = Trace::load(&data("sim_counts.txt"), &opts(TraceFormat::Counts)).unwrap();
+    assert_eq!(t.total_requests(), 35);
+    assert_eq!(t.duration_s, 5.0);
+    assert_eq!(t.peak_rps(), 12.0);
+    let a = arrivals(&t);
+    assert_eq!(a.len(), 35);
+    // Evenly spaced: second 0 has 10 → every 100 ms.
+    assert_eq!(a[1].at_ns, 100_000_000);
+    assert_eq!(a[10].at_ns, 1_000_000_000);
+    assert!(a.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+}
+
+#[test]
+fn the_shared_traces_parse() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces");
+    let wits = root.join("wits_per_second.txt");
+    if !wits.exists() {
+        return; // the shared traces are outside the repository
+    }
+    let t = Trace::load(&wits, &opts(TraceFormat::Counts)).unwrap();
+    assert_eq!((t.total_requests(), t.duration_s), (6_432_107, 45_000.0));
+    let sq = Trace::load(
+        &root.join("square_per_second.txt"),
+        &opts(TraceFormat::Counts),
+    )
+    .unwrap();
+    assert_eq!(sq.duration_s, 1112.0);
+    let burst = Trace::load(&root.join("faasim/burst.txt"), &opts(TraceFormat::Events)).unwrap();
+    assert_eq!(burst.total_requests(), 10_000);
+    // The LIBRA AWS experiment: first 1800 s of WITS divided by 16.
+    let o = TraceOptions {
+        rate_divisor: 16.0,
+        to_s: Some(1800.0),
+        ..opts(TraceFormat::Counts)
+    };
+    let cut = Trace::load(&wits, &o).unwrap();
+    let full = Trace::load(
+        &wits,
+        &TraceOptions {
+            to_s: Some(1800.0),
+            ..opts(TraceFormat::Counts)
+        },
+    )
+    .unwrap();
+    assert_eq!(cut.duration_s, 1800.0);
+    assert_eq!(
+        cut.total_requests(),
+        (full.total_requests() as f64 / 16.0).round() as u64
+    );
+}
+
+#[test]
+fn counts_rejects_bad_lines_with_their_number() {
+    assert_eq!(parse_error("1\n2\nx\n", TraceFormat::Counts).0, 3);
+    assert_eq!(parse_error("1\n-4\n", TraceFormat::Counts).0, 2);
+    assert_eq!(parse_error("1\n\n3\n", TraceFormat::Counts).0, 2);
+    assert_eq!(parse_error("1.5", TraceFormat::Counts).0, 1);
+    // Trailing blank lines are fine.
+    Trace::parse("1\n2\n\n\n", Path::new("ok"), &opts(TraceFormat::Counts)).unwrap();
+}
+
+#[test]
+fn events_keep_zones_and_reject_bad_or_unordered_lines() {
+    let t = Trace::load(&data("sim_events.txt"), &opts(TraceFormat::Events)).unwrap();
+    let a = arrivals(&t);
+    assert_eq!(a.len(), 5);
+    assert_eq!(
+        a.iter().map(|x| x.zone).collect::<Vec<_>>(),
+        [0, 1, 2, 0, 3]
+    );
+    assert_eq!(a[4].at_ns, 2_250_000_000);
+    assert_eq!(t.peak_rps(), 3.0);
+    assert_eq!(parse_error("0.1 0\n0.2 zz\n", TraceFormat::Events).0, 2);
+    assert_eq!(parse_error("0.1 0\n0.2 1 9\n", TraceFormat::Events).0, 2);
+    assert_eq!(parse_error("0.5\n0.4\n", TraceFormat::Events).0, 2);
+    assert_eq!(parse_error("abc\n", TraceFormat::Events).0, 1);
+    // Zone is optional.
+    let t = Trace::parse("0.5\n0.7", Path::new("ok"), &opts(TraceFormat::Events)).unwrap();
+    assert_eq!(t.total_requests(), 2);
+}
+
+#[test]
+fn azure2019_spreads_each_minute_and_uses_durations_and_memory() {
+    let o = TraceOptions {
+        durations: Some(data("sim_azure2019_durations.csv")),
+        memory: Some(data("sim_azure2019_memory.csv")),
+        ..opts(TraceFormat::Azure2019)
+    };
+    let t = Trace::load(&data("sim_azure2019_invocations.csv"), &o).unwrap();
+    assert_eq!(t.total_requests(), 60 + 120 + 30 + 5 + 600);
+    assert_eq!(t.duration_s, 300.0);
+    assert_eq!(t.peak_rps(), 11.0, "minute 2: 601 calls → ceil(601/60)");
+    assert_eq!(t.classes.len(), 4, "default + 3 functions");
+    assert_eq!(t.classes[1].memory_mb, Some(301));
+    assert_eq!(
+        t.classes[3].memory_mb,
+        Some(128),
+        "60 MB is raised to Lambda's 128 MB"
+    );
+    assert!(t.classes[2].service.is_some());
+    let a = arrivals(&t);
+    assert_eq!(a.len(), 815);
+    assert!(a.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
+    let minute1 = a
+        .iter()
+        .filter(|x| (60_000_000_000..120_000_000_000).contains(&x.at_ns));
+    assert_eq!(minute1.clone().count(), 601);
+    assert_eq!(minute1.filter(|x| x.class == 3).count(), 600);
+    // The same seed gives the same arrivals.
+    assert_eq!(a, arrivals(&t));
+}
+
+#[test]
+fn azure2019_rejects_bad_rows() {
+    let head = "HashOwner,HashApp,HashFunction,Trigger,1,2\n";
+    let (line, msg) = parse_error(&format!("{head}o,a,f,http,1,x\n"), TraceFormat::Azure2019);
+    assert_eq!(line, 2, "{msg}");
+    let (line, _) = parse_error(
+        &format!("{head}o,a,f,http,1,2\no,a,g,http,1\n"),
+        TraceFormat::Azure2019,
+    );
+    assert_eq!(line, 3);
+    let (line, _) = parse_error("HashOwner,HashApp,Trigger,1\n", TraceFormat::Azure2019);
+    assert_eq!(line, 1, "missing HashFunction column");
+    // A bad durations file names its own file and line.
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().join("durations.csv");
+    let good = std::fs::read_to_string(data("sim_azure2019_durations.csv")).unwrap();
+    std::fs::write(
+        &d,
+        good.replace("o2,a2,f3,50,600,50,50,50", "o2,a2,f3,50,600,50,50,-1"),
+    )
+    .unwrap();
+    let o = TraceOptions {
+        durations: Some(d.clone()),
+        ..opts(TraceFormat::Azure2019)
+    };
+    let err = Trace::load(&data("sim_azure2019_invocations.csv"), &o).unwrap_err();
+    assert!(
+        err.to_string().starts_with(&format!("{}:4: ", d.display())),
+        "{err}"
+    );
+}
+
+#[test]
+fn azure2021_arrives_at_end_minus_duration_with_the_trace_duration() {
+    let t = Trace::load(&data("sim_azure2021.csv"), &opts(TraceFormat::Azure2021)).unwrap();
+    let a = arrivals(&t);
+    let starts: Vec<u64> = a.iter().map(|x| x.at_ns).collect();
+    assert_eq!(
+        starts,
+        [100_000_000, 1_000_000_000, 1_750_000_000, 2_990_000_000]
+    );
+    let services: Vec<u64> = a.iter().map(|x| x.service_ns).collect();
+    assert_eq!(
+        services,
+        [1_100_000_000, 500_000_000, 250_000_000, 10_000_000]
+    );
+    assert_eq!(a[0].class, 2, "a1/f2 is the second function seen");
+    assert_eq!(a[1].class, a[3].class);
+    assert_eq!(t.classes.len(), 4);
+    assert_eq!(
+        parse_error(
+            "app,func,end_timestamp,duration\na,f,1.0,x\n",
+            TraceFormat::Azure2021
+        )
+        .0,
+        2
+    );
+    assert_eq!(
+        parse_error(
+            "app,func,end_timestamp,duration\na,f,1.0,0.1\na,f,2\n",
+            TraceFormat::Azure2021
+        )
+        .0,
+        3
+    );
+}
+
+#[test]
+fn window_and_divisor_options() {
+    let o = TraceOptions {
+        from_s: Some(1.0),
+        to_s: Some(3.0),
+        ..opts(TraceFormat::Counts)
+    };
+    let t = Trace::load(&data("sim_counts.txt"), &o).unwrap();
+    assert_eq!((t.total_requests(), t.duration_s), (20, 2.0));
+    assert_eq!(arrivals(&t)[0].at_ns, 0, "the clock restarts at the window");
+    let e = Trace::load(
+        &data("sim_events.txt"),
+        &TraceOptions {
+            from_s: Some(0.1),
+            rate_divisor: 2.0,
+            ..opts(TraceFormat::Events)
+        },
+    )
+    .unwrap();
+    assert_eq!(e.total_requests(), 2, "4 events in the window, halved");
+    for bad in [0.0, -1.0, f64::NAN] {
+        let o = TraceOptions {
+            rate_divisor: bad,
+            ..opts(TraceFormat::Counts)
+        };
+        let err = Trace::parse("1\n", Path::new("x"), &o).unwrap_err();
+        assert!(err.to_string().starts_with("--rate-divisor: "), "{err}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn scaled_total_is_the_rounded_quotient(
+        counts in prop::collection::vec(0u64..5000, 0..300),
+        divisor in 0.05f64..100.0,
+    ) {
+        let total: u64 = counts.iter().sum();
+        let scaled = scale_counts(counts.clone(), divisor);
+        prop_assert_eq!(scaled.len(), counts.len());
+        prop_assert_eq!(scaled.iter().sum::<u64>(), (total as f64 / divisor).round() as u64);
+    }
+
+    #[test]
+    fn event_lists_keep_the_rounded_quotient(n in 0usize..500, divisor in 0.5f64..20.0) {
+        let text: String = (0..n).map(|i| format!("{}.0 1\n", i)).collect();
+        let o = TraceOptions { rate_divisor: divisor, ..opts(TraceFormat::Events) };
+        let t = Trace::parse(&text, Path::new("p"), &o).unwrap();
+        prop_assert_eq!(t.total_requests(), (n as f64 / divisor).round() as u64);
+    }
+}
