@@ -84,7 +84,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
 
 #[test]
 fn sim_errors_name_the_field() {
-    let yaml = "function_tier: {type: http, url: \"http://x:1\", max_concurrency: 1}\nsim:\n  vm: {slots: 0}\n  auto: {scale_in_utilisation: 0.9}\n";
+    let yaml = "sim:\n  vm: {slots: 0}\n  auto: {scale_in_utilisation: 0.9}\n";
     let err = Config::from_yaml(yaml, "s.yaml").unwrap_err().to_string();
     assert!(err.contains("sim.vm.slots: must be at least 1"), "{err}");
     assert!(err.contains("sim.auto.scale_in_utilisation"), "{err}");

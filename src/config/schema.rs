@@ -160,6 +160,9 @@ pub struct LibraConfig {
     pub max_vms: u32,
     /// Cost-indifference point, requests/s. When absent it is computed from `pricing`.
     pub cip_rps: Option<f64>,
+    /// Optional extension: spill when the least-loaded ready VM already has this many
+    /// requests in flight (absent: no cap, the paper's balancer).
+    pub max_outstanding_per_vm: Option<u32>,
 }
 
 impl Default for LibraConfig {
@@ -175,6 +178,7 @@ impl Default for LibraConfig {
             min_vms: 0,
             max_vms: 10,
             cip_rps: None,
+            max_outstanding_per_vm: None,
         }
     }
 }
@@ -454,6 +458,12 @@ impl Config {
         if let Some(cip) = l.cip_rps {
             is.non_negative("libra.cip_rps", cip);
         }
+        if l.max_outstanding_per_vm == Some(0) {
+            is.push(
+                "libra.max_outstanding_per_vm",
+                "must be at least 1 (or absent for no cap)",
+            );
+        }
 
         let p = &self.pricing;
         is.positive("pricing.vm_hourly_usd", p.vm_hourly_usd);
@@ -571,6 +581,12 @@ impl Config {
             max_vms: self.libra.max_vms,
             cip_rps: self.cip_rps(),
         }
+    }
+
+    /// LIBRA's balancer (LIBRA §III-C) with this config's ρ and per-VM cap.
+    pub fn libra_balancer(&self) -> crate::policy::balancer::VmFirst {
+        crate::policy::balancer::VmFirst::new(self.libra.rho)
+            .with_max_outstanding_per_vm(self.libra.max_outstanding_per_vm)
     }
 
     /// Controller parameters; `static` pools only report their scaling decisions.

@@ -58,6 +58,9 @@ pub enum RouteReason {
     FunctionOnly,
     /// Spock: VMs are at capacity while new ones boot; functions absorb the excess.
     ScalingOut,
+    /// A token was available but every ready VM already has `max_outstanding_per_vm`
+    /// requests in flight: spilled (no token taken).
+    VmsSaturated,
 }
 
 impl RouteReason {
@@ -73,6 +76,7 @@ impl RouteReason {
             RouteReason::VmOnly => "vm_only",
             RouteReason::FunctionOnly => "function_only",
             RouteReason::ScalingOut => "scaling_out",
+            RouteReason::VmsSaturated => "vms_saturated",
         }
     }
 }
@@ -174,11 +178,15 @@ impl VmTable {
     /// The ready VM with the fewest outstanding requests (ties: the oldest), skipping
     /// `exclude`.
     pub fn least_outstanding_ready(&self, exclude: Option<VmId>) -> Option<VmId> {
+        self.least_loaded_ready(exclude).map(|r| r.id)
+    }
+
+    /// Like [`Self::least_outstanding_ready`], returning the whole row.
+    pub fn least_loaded_ready(&self, exclude: Option<VmId>) -> Option<&VmEntry> {
         self.rows
             .iter()
             .filter(|r| r.state == VmState::Ready && Some(r.id) != exclude)
             .min_by_key(|r| r.outstanding)
-            .map(|r| r.id)
     }
 }
 
@@ -281,10 +289,16 @@ impl Default for TokenBucket {
 /// * Otherwise, first attempts, retries and spill-backs all need a token: first attempts
 ///   and retries without one go to the function tier, spill-backs without one are
 ///   rejected. So VM first attempts never exceed the bucket.
+/// * Optional extension (not in the paper): with `max_outstanding_per_vm`, a request is
+///   also spilled when even the least-loaded ready VM already has that many requests in
+///   flight. A token bucket admits up to two seconds' budget in one second after a quiet
+///   second; with VMs whose capacity is exactly `r_max` (the simulator's slot model) that
+///   burst queues. The cap bounds it without changing the bucket.
 #[derive(Clone, Debug)]
 pub struct VmFirst {
     rho: f64,
     bucket: TokenBucket,
+    max_outstanding_per_vm: Option<u32>,
 }
 
 impl VmFirst {
@@ -293,7 +307,14 @@ impl VmFirst {
         Self {
             rho,
             bucket: TokenBucket::new(),
+            max_outstanding_per_vm: None,
         }
+    }
+
+    /// Also spill when the least-loaded ready VM has `cap` requests in flight.
+    pub fn with_max_outstanding_per_vm(mut self, cap: Option<u32>) -> Self {
+        self.max_outstanding_per_vm = cap;
+        self
     }
 
     /// The bucket's current fill rate, tokens/s (ρ·vm_reqs).
@@ -316,7 +337,8 @@ impl RoutingPolicy for VmFirst {
             Attempt::RetryAfterConnectFailure { failed } => Some(failed),
             _ => None,
         };
-        let candidate = vms.least_outstanding_ready(exclude);
+        let least = vms.least_loaded_ready(exclude);
+        let candidate = least.map(|r| r.id);
         if req.upgrade {
             return match candidate {
                 Some(vm) => {
@@ -337,9 +359,16 @@ impl RoutingPolicy for VmFirst {
             },
             _ => Route::Function { reason },
         };
-        match candidate {
+        match least {
             None => spill(RouteReason::NoReadyVm),
-            Some(vm) => {
+            Some(row)
+                if self
+                    .max_outstanding_per_vm
+                    .is_some_and(|cap| row.outstanding >= cap) =>
+            {
+                spill(RouteReason::VmsSaturated)
+            }
+            Some(&VmEntry { id: vm, .. }) => {
                 if self.bucket.try_take(now) {
                     Route::Vm {
                         vm,
@@ -417,6 +446,34 @@ mod tests {
                 reason: RouteReason::WithinBudget
             }
         );
+    }
+
+    #[test]
+    fn a_saturated_pool_spills_without_spending_a_token() {
+        let mut vms = table(2);
+        vms.get_mut(VmId(0)).unwrap().outstanding = 2;
+        vms.get_mut(VmId(1)).unwrap().outstanding = 2;
+        let mut b = VmFirst::new(1.0).with_max_outstanding_per_vm(Some(2));
+        b.set_vm_budget(Time::ZERO, 3.0);
+        let r = b.route(Time::ZERO, &RequestMeta::default(), Attempt::First, &vms);
+        assert_eq!(
+            r,
+            Route::Function {
+                reason: RouteReason::VmsSaturated
+            }
+        );
+        vms.get_mut(VmId(1)).unwrap().outstanding = 1;
+        for _ in 0..3 {
+            // The three banked tokens are still there.
+            let r = b.route(Time::ZERO, &RequestMeta::default(), Attempt::First, &vms);
+            assert_eq!(
+                r,
+                Route::Vm {
+                    vm: VmId(1),
+                    reason: RouteReason::WithinBudget
+                }
+            );
+        }
     }
 
     #[test]

@@ -22,7 +22,6 @@ use crate::backends::vm_process::ProcessVmPool;
 use crate::backends::vm_static::StaticVmPool;
 use crate::backends::{BackendError, FunctionTier, VmProvider};
 use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
-use crate::policy::balancer::VmFirst;
 use crate::policy::controller::Controller;
 use crate::policy::scaling::LibraScaler;
 
@@ -123,7 +122,7 @@ impl Server {
         let controller = Controller::new(
             config.controller_params(),
             Box::new(LibraScaler::new(config.libra_scaling_params())),
-            Box::new(VmFirst::new(config.libra.rho)),
+            Box::new(config.libra_balancer()),
         );
         let gateway = Gateway::new(
             controller,

@@ -95,8 +95,8 @@ pub struct SimParams {
     pub controller: ControllerParams,
     /// LIBRA's scaling-manager parameters, CIP resolved.
     pub libra: LibraScalingParams,
-    /// ρ.
-    pub rho: f64,
+    /// LIBRA's balancer (ρ, optional per-VM cap), cloned for each run.
+    pub balancer: VmFirst,
     /// AUTO/Spock parameters.
     pub auto: AutoParams,
     /// The VM model.
@@ -134,7 +134,7 @@ impl SimParams {
         Ok(Self {
             controller,
             libra: c.libra_scaling_params(),
-            rho: c.libra.rho,
+            balancer: c.libra_balancer(),
             auto: AutoParams {
                 scale_out_utilisation: s.auto.scale_out_utilisation,
                 scale_in_utilisation: s.auto.scale_in_utilisation,
@@ -168,7 +168,7 @@ impl SimParams {
         match kind {
             PolicyKind::Libra => (
                 Box::new(LibraScaler::new(self.libra.clone())),
-                Box::new(VmFirst::new(self.rho)),
+                Box::new(self.balancer.clone()),
             ),
             PolicyKind::Max => (
                 Box::new(FixedScaler::max(self.max_vms_for(trace))),
