@@ -116,14 +116,15 @@ impl Config {
     pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
         let config: Config = serde_saphyr::from_str(text).map_err(|e| {
             let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            // The library's message may embed a snippet and location; keep its first line.
+            // The library's message may embed a snippet and repeat the location; keep the
+            // first line without the location, which we print once as file:line:column.
             let message = e.to_string();
-            let message = message
+            let first = message
                 .lines()
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid YAML")
-                .trim()
-                .to_string();
+                .trim();
+            let message = strip_location(first, line, column);
             ConfigError::Parse {
                 file: file.to_string(),
                 line,
@@ -141,6 +142,20 @@ impl Config {
             })
         }
     }
+}
+
+/// Remove the location phrases serde-saphyr adds ("error: line L column C: …",
+/// "… at line L, column C") so the location is printed once.
+fn strip_location(message: &str, line: u64, column: u64) -> String {
+    let mut m = message.trim_start_matches("error: ").to_string();
+    for phrase in [
+        format!("line {line} column {column}: "),
+        format!(" at line {line}, column {column}"),
+        format!(" at line {line} column {column}"),
+    ] {
+        m = m.replace(&phrase, "");
+    }
+    m.trim().to_string()
 }
 
 #[cfg(test)]
