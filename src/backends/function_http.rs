@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use http::{Request, Response, Uri};
 use tokio::sync::Semaphore;
 
-use crate::proxy::body::GuardedBody;
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::HttpFunctionTierConfig;
+use crate::proxy::body::GuardedBody;
 use crate::proxy::body::{Body, boxed};
 use crate::proxy::client::UpstreamClient;
 

@@ -28,7 +28,10 @@ fn type_errors_name_file_line_and_column() {
     };
     assert_eq!((*line, *column), (4, 8), "{err}");
     assert!(err.to_string().starts_with("x.yaml:4:8: "), "{err}");
-    assert!(!err.to_string().contains("line 4"), "location printed once: {err}");
+    assert!(
+        !err.to_string().contains("line 4"),
+        "location printed once: {err}"
+    );
 }
 
 #[test]
