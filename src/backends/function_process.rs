@@ -179,24 +179,33 @@ impl Shared {
         }
     }
 
+    /// A started instance joins the pool (idle if pre-warmed, busy with its call if cold),
+    /// unless the tier shut down meanwhile: then it is returned for the caller to stop.
+    fn register_started(
+        &self,
+        guard: &mut StartGuard,
+        id: InstanceId,
+        child: ChildProcess,
+    ) -> Option<ChildProcess> {
+        let mut st = self.lock();
+        guard.disarm();
+        let now = self.now();
+        if st.shut_down {
+            st.pool.on_failed(now, id);
+            Some(child)
+        } else {
+            st.pool.on_started(now, id);
+            st.instances.insert(id, child);
+            None
+        }
+    }
+
     async fn prewarm_one(self: Arc<Self>, id: InstanceId) {
         let mut guard = StartGuard::new(&self, id);
         match self.start_instance().await {
             Ok(child) => {
-                let late = {
-                    let mut st = self.lock();
-                    guard.disarm();
-                    let now = self.now();
-                    if st.shut_down {
-                        st.pool.on_failed(now, id);
-                        Some(child)
-                    } else {
-                        tracing::info!(instance = %child.instance_name(), "pre-warmed function instance ready");
-                        st.pool.on_started(now, id);
-                        st.instances.insert(id, child);
-                        None
-                    }
-                };
+                tracing::info!(instance = %child.instance_name(), "pre-warmed function instance ready");
+                let late = self.register_started(&mut guard, id, child);
                 self.wake.notify_one();
                 if let Some(child) = late {
                     child.stop().await;
@@ -268,20 +277,7 @@ impl Shared {
             FunctionError::ColdStart(e)
         })?;
         let base = child.base().clone();
-        let late = {
-            let mut st = self.lock();
-            guard.disarm();
-            let now = self.now();
-            if st.shut_down {
-                st.pool.on_failed(now, id);
-                Some(child)
-            } else {
-                tracing::debug!(instance = %child.instance_name(), "function cold start ready");
-                st.pool.on_started(now, id);
-                st.instances.insert(id, child);
-                None
-            }
-        };
+        let late = self.register_started(&mut guard, id, child);
         if let Some(child) = late {
             self.wake.notify_one();
             child.stop().await;

@@ -409,17 +409,7 @@ fn parse_azure2019(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     let mut rows: Vec<(u32, Vec<u64>)> = Vec::new();
     for &(n, l) in &lines[1..] {
         let f = split_csv(l);
-        if f.len() != header.len() {
-            return Err(parse_err(
-                file,
-                n,
-                format!(
-                    "expected {} comma-separated fields, got {}",
-                    header.len(),
-                    f.len()
-                ),
-            ));
-        }
+        check_width(&f, &header, file, n)?;
         let counts = f[first_minute..]
             .iter()
             .map(|x| x.parse::<u64>())
@@ -490,17 +480,7 @@ fn parse_durations(
     let mut out = HashMap::new();
     for &(n, l) in &lines[1..] {
         let f = split_csv(l);
-        if f.len() != header.len() {
-            return Err(parse_err(
-                file,
-                n,
-                format!(
-                    "expected {} comma-separated fields, got {}",
-                    header.len(),
-                    f.len()
-                ),
-            ));
-        }
+        check_width(&f, &header, file, n)?;
         let mut points = Vec::with_capacity(pct.len());
         for &(p, i) in &pct {
             let ms: f64 = f[i]
@@ -533,6 +513,23 @@ fn parse_durations(
     Ok(out)
 }
 
+/// A CSV row must have as many fields as the header.
+fn check_width(fields: &[&str], header: &[&str], file: &Path, line: usize) -> Result<(), SimError> {
+    if fields.len() == header.len() {
+        Ok(())
+    } else {
+        Err(parse_err(
+            file,
+            line,
+            format!(
+                "expected {} comma-separated fields, got {}",
+                header.len(),
+                fields.len()
+            ),
+        ))
+    }
+}
+
 fn parse_memory(text: &str, file: &Path) -> Result<HashMap<(String, String), u32>, SimError> {
     let lines = lines(text, file)?;
     let Some((_, head)) = lines.first() else {
@@ -545,17 +542,7 @@ fn parse_memory(text: &str, file: &Path) -> Result<HashMap<(String, String), u32
     let mut out = HashMap::new();
     for &(n, l) in &lines[1..] {
         let f = split_csv(l);
-        if f.len() != header.len() {
-            return Err(parse_err(
-                file,
-                n,
-                format!(
-                    "expected {} comma-separated fields, got {}",
-                    header.len(),
-                    f.len()
-                ),
-            ));
-        }
+        check_width(&f, &header, file, n)?;
         let mb: f64 = f[avg]
             .parse()
             .ok()
@@ -589,17 +576,7 @@ fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     let mut rows: Vec<(f64, u64, u32)> = Vec::with_capacity(lines.len());
     for &(n, l) in &lines[1..] {
         let f = split_csv(l);
-        if f.len() != header.len() {
-            return Err(parse_err(
-                file,
-                n,
-                format!(
-                    "expected {} comma-separated fields, got {}",
-                    header.len(),
-                    f.len()
-                ),
-            ));
-        }
+        check_width(&f, &header, file, n)?;
         let num = |i: usize, what: &str| {
             f[i].parse::<f64>()
                 .ok()
