@@ -411,9 +411,9 @@ mod tests {
     use hyper_util::client::legacy::Client;
     use hyper_util::client::legacy::connect::HttpConnector;
     use std::net::SocketAddr;
-    use std::time::Instant;
     use tokio::sync::oneshot;
     use tokio::task::JoinHandle;
+    use tokio::time::Instant;
 
     type TestClient = Client<HttpConnector, Full<Bytes>>;
 

@@ -2,6 +2,9 @@
 //! bodies both ways, the body limit (413), the header-read timeout (hyper's timer is
 //! installed), and `Upgrade` pinning.
 
+// Real processes on loopback: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::io::{Read, Write};

@@ -2,6 +2,9 @@
 //! as VMs and functions, on 127.0.0.1 (port 0). Short real durations, polling with
 //! deadlines; no fixed sleeps before assertions.
 
+// Real processes on loopback: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::Duration;

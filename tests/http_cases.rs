@@ -1,6 +1,9 @@
 //! http-cases C7, C8 and C17 (../shared/cases/http-cases.md) against the real gateway,
 //! with sample-API upstreams that report what they received (`/headers`, `/stats`).
 
+// Real processes on loopback: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
+
 mod common;
 
 use std::time::Duration;
