@@ -156,6 +156,12 @@ async fn dispatch(
     let mut pending = Some(out);
     loop {
         let (route, target) = gw.route(&meta, attempt);
+        tracing::debug!(
+            ?attempt,
+            ?route,
+            reason = route.reason().as_str(),
+            "routing decision"
+        );
         let request = pending.take().expect("one request per attempt");
         match route {
             Route::Reject { reason } => {
