@@ -110,10 +110,10 @@ async fn process_vm_pool_runs_the_sample_api() {
         .unwrap()
         .expect("a process has an address at once");
     let client = client();
-    let deadline = Instant::now() + pool.boot_timeout();
+    let deadline = Instant::now() + pool.readiness().boot_timeout;
     while !client.probe(&base, &pool.readiness().health_path).await {
         assert!(Instant::now() < deadline, "{name} never became ready");
-        tokio::time::sleep(pool.probe_interval()).await;
+        tokio::time::sleep(pool.readiness().probe_interval).await;
     }
     let resp = client.forward(&base, get("/")).await.unwrap();
     let port = base.port_u16().unwrap();

@@ -23,7 +23,8 @@ use http::{Request, Response, Uri};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::process::{ChildProcess, ReadinessSettings, free_port, wait_ready};
+use super::ReadinessSettings;
+use super::process::{ChildProcess, free_port, wait_ready};
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::ProcessFunctionTierConfig;
 use crate::policy::Time;

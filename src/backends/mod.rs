@@ -22,12 +22,51 @@ pub mod vm_static;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::time::Duration;
 
 use http::{Request, Response, Uri};
 
 use crate::policy::VmId;
 use crate::proxy::body::Body;
 use crate::proxy::client::UpstreamError;
+
+/// How a newly started instance is checked for readiness: `GET health_path` every
+/// `probe_interval` until a 2xx answer, giving up after `boot_timeout`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReadinessSettings {
+    /// Probe path, starting with `/`.
+    pub health_path: String,
+    /// Longest time from spawn to the first 2xx probe.
+    pub boot_timeout: Duration,
+    /// Pause between two probes.
+    pub probe_interval: Duration,
+}
+
+impl ReadinessSettings {
+    /// Settings from configuration values in seconds. Values config validation rejects
+    /// anyway are clamped: NaN or ≤ 0 becomes 0, more than a day (or infinity) one day.
+    pub fn from_secs(
+        health_path: &str,
+        boot_timeout_seconds: f64,
+        probe_interval_seconds: f64,
+    ) -> Self {
+        Self {
+            health_path: health_path.to_string(),
+            boot_timeout: secs(boot_timeout_seconds),
+            probe_interval: secs(probe_interval_seconds),
+        }
+    }
+}
+
+/// Seconds (as configured) → `Duration`, tolerant of invalid input (NaN/negative → 0, huge → 1 day).
+pub fn secs(value: f64) -> Duration {
+    const DAY: f64 = 86_400.0;
+    if value.is_nan() || value <= 0.0 {
+        Duration::ZERO
+    } else {
+        Duration::from_secs_f64(value.min(DAY))
+    }
+}
 
 /// A boxed future, so the traits stay object-safe.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

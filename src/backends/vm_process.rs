@@ -11,7 +11,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use http::Uri;
 
-use super::process::{ChildProcess, ReadinessSettings, free_port};
+use super::ReadinessSettings;
+use super::process::{ChildProcess, free_port};
 use super::{BackendError, BoxFuture, VmProvider};
 use crate::config::ProcessVmPoolConfig;
 use crate::policy::VmId;
@@ -46,16 +47,6 @@ impl ProcessVmPool {
     /// `probe_interval_seconds`.
     pub fn readiness(&self) -> &ReadinessSettings {
         &self.readiness
-    }
-
-    /// Boot timeout: a VM not ready this long after launch is terminated and replaced.
-    pub fn boot_timeout(&self) -> std::time::Duration {
-        self.readiness.boot_timeout
-    }
-
-    /// Interval between readiness probes.
-    pub fn probe_interval(&self) -> std::time::Duration {
-        self.readiness.probe_interval
     }
 
     /// Children currently owned (launched and not terminated), including exited ones not
@@ -185,8 +176,8 @@ mod tests {
             PathBuf::from("spillway"),
         );
         assert_eq!((pool.kind(), pool.executes_scaling()), ("process", true));
-        assert_eq!(pool.boot_timeout(), Duration::from_secs(20));
-        assert_eq!(pool.probe_interval(), Duration::from_millis(50));
+        assert_eq!(pool.readiness().boot_timeout, Duration::from_secs(20));
+        assert_eq!(pool.readiness().probe_interval, Duration::from_millis(50));
         assert!(pool.adopt().await.unwrap().is_empty());
 
         let name = pool.launch(VmId(1)).await.unwrap();
@@ -200,7 +191,7 @@ mod tests {
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
         while !client().probe(&base, "/").await {
             assert!(tokio::time::Instant::now() < deadline, "never became ready");
-            tokio::time::sleep(pool.probe_interval()).await;
+            tokio::time::sleep(pool.readiness().probe_interval).await;
         }
         pool.terminate(&name).await.unwrap();
         assert!(gone(pid), "killed and reaped");

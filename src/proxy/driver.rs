@@ -13,13 +13,12 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
-use std::time::Duration;
 
 use http::Uri;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backends::{FunctionTier, VmProvider};
+use crate::backends::{FunctionTier, ReadinessSettings, VmProvider};
 use crate::policy::balancer::{Attempt, RequestMeta, Route, VmState};
 use crate::policy::controller::{Action, Controller, ControllerStatus};
 use crate::policy::scaling::ScaleDecision;
@@ -27,17 +26,6 @@ use crate::policy::{Time, VmId};
 
 use super::client::UpstreamClient;
 use super::metrics as m;
-
-/// Readiness settings of the VM pool.
-#[derive(Clone, Debug)]
-pub struct Readiness {
-    /// Probe path (GET, 2xx = ready).
-    pub health_path: String,
-    /// Give up on a VM that is not ready after this long.
-    pub boot_timeout: Duration,
-    /// Interval between probes and address resolutions.
-    pub probe_interval: Duration,
-}
 
 /// Where a VM lives, once known.
 #[derive(Clone, Debug, Default)]
@@ -62,7 +50,7 @@ pub struct Gateway {
     vm_provider: Arc<dyn VmProvider>,
     functions: Arc<dyn FunctionTier>,
     client: UpstreamClient,
-    readiness: Readiness,
+    readiness: ReadinessSettings,
     cip_rps: f64,
 }
 
@@ -82,7 +70,7 @@ impl Gateway {
         vm_provider: Arc<dyn VmProvider>,
         functions: Arc<dyn FunctionTier>,
         client: UpstreamClient,
-        readiness: Readiness,
+        readiness: ReadinessSettings,
         cip_rps: f64,
     ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {

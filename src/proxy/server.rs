@@ -20,13 +20,13 @@ use crate::backends::function_http::HttpFunctionTier;
 use crate::backends::function_process::ProcessFunctionTier;
 use crate::backends::vm_process::ProcessVmPool;
 use crate::backends::vm_static::StaticVmPool;
-use crate::backends::{BackendError, FunctionTier, VmProvider};
+use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider, secs};
 use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
 use crate::policy::controller::Controller;
 use crate::policy::scaling::LibraScaler;
 
 use super::client::{ClientSettings, UpstreamClient};
-use super::driver::{Gateway, Readiness};
+use super::driver::Gateway;
 use super::headers::TrustedProxies;
 use super::service::{self, ServiceSettings};
 use super::tls::{self, TlsError};
@@ -68,10 +68,6 @@ pub struct Server {
     tls: Option<(TcpListener, TlsAcceptor)>,
 }
 
-fn secs(x: f64) -> Duration {
-    Duration::from_secs_f64(x)
-}
-
 impl Server {
     /// Build the backends and the controller, start the driver, bind every listener.
     /// `spillway_exe` replaces `{spillway}` in process commands.
@@ -85,26 +81,21 @@ impl Server {
             connect_timeout: secs(g.connect_timeout_seconds),
             idle_timeout: secs(g.idle_timeout_seconds),
         });
-        let (vm_provider, readiness): (Arc<dyn VmProvider>, Readiness) = match config
+        let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
             .as_ref()
             .ok_or(ServeError::MissingSection("vm_pool"))?
         {
-            VmPoolConfig::Process(p) => (
-                Arc::new(ProcessVmPool::new(p, spillway_exe.clone())),
-                Readiness {
-                    health_path: p.health_path.clone(),
-                    boot_timeout: secs(p.boot_timeout_seconds),
-                    probe_interval: secs(p.probe_interval_seconds),
-                },
-            ),
+            VmPoolConfig::Process(p) => {
+                let pool = ProcessVmPool::new(p, spillway_exe.clone());
+                let readiness = pool.readiness().clone();
+                (Arc::new(pool), readiness)
+            }
             VmPoolConfig::Static(s) => (
                 Arc::new(StaticVmPool::new(s)?),
-                Readiness {
-                    health_path: "/".into(),
-                    boot_timeout: Duration::from_secs(1),
-                    probe_interval: Duration::from_millis(100),
-                },
+                // Static upstreams are adopted as ready; these only apply to the probe
+                // after a connect failure.
+                ReadinessSettings::from_secs("/", 1.0, 0.1),
             ),
         };
         let functions: Arc<dyn FunctionTier> = match config
