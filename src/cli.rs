@@ -27,6 +27,12 @@ pub enum Command {
         /// Configuration file (YAML). Default: the embedded config/quickstart.yaml.
         #[arg(long, short)]
         config: Option<PathBuf>,
+        /// Override `gateway.listen` (e.g. when 127.0.0.1:8080 is taken).
+        #[arg(long, value_name = "ADDR")]
+        listen: Option<SocketAddr>,
+        /// Override `gateway.admin_listen`.
+        #[arg(long, value_name = "ADDR")]
+        admin_listen: Option<SocketAddr>,
     },
     /// Validate a configuration file: exit 0 if valid, 1 with every problem otherwise.
     Check {

@@ -13,10 +13,24 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", render(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes, each cause added only if the message does not already say
+/// it (our thiserror messages often include their source).
+fn render(e: &anyhow::Error) -> String {
+    let mut out = e.to_string();
+    for cause in e.chain().skip(1) {
+        let c = cause.to_string();
+        if !out.contains(&c) {
+            out.push_str(": ");
+            out.push_str(&c);
+        }
+    }
+    out
 }
 
 fn init_tracing(command: &Command) {
@@ -57,8 +71,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(ExitCode::FAILURE)
             }
         },
-        Command::Serve { config } => {
-            let config = match config {
+        Command::Serve {
+            config,
+            listen,
+            admin_listen,
+        } => {
+            let mut config = match config {
                 Some(path) => match Config::load_for_serve(&path) {
                     Ok(c) => c,
                     Err(e @ (ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
@@ -69,6 +87,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 },
                 None => Config::quickstart(),
             };
+            if let Some(addr) = listen {
+                config.gateway.listen = addr;
+            }
+            if let Some(addr) = admin_listen {
+                config.gateway.admin_listen = addr;
+            }
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {

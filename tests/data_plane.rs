@@ -179,6 +179,21 @@ fn slow_headers_are_cut_off_by_the_header_read_timeout() {
         text.is_empty() || text.starts_with("HTTP/1.1 408"),
         "{text}"
     );
+
+    // A client that connects and sends nothing at all gets the same deadline (found by
+    // a new-user trial: hyper's timer only starts at the first byte).
+    let mut silent = std::net::TcpStream::connect(gw.proxy).unwrap();
+    silent
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let started = Instant::now();
+    let n = silent.read(&mut [0u8; 16]).unwrap_or(0);
+    assert_eq!(n, 0, "closed without a response");
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "silent connection held for {waited:?}"
+    );
 }
 
 #[test]
@@ -207,4 +222,13 @@ fn upgrade_requests_are_pinned_to_vms_and_get_503_without_one() {
             .unwrap()
             .starts_with("fn-")
     );
+}
+
+#[test]
+fn a_malformed_chunked_body_is_the_clients_fault_400_not_502() {
+    let gw = gateway("", one_vm());
+    gw.wait_status("VM ready", LONG, |s| u64_at(s, "/scaling/ready_vms") == 1);
+    let req = b"POST /headers HTTP/1.1\r\nHost: a\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nbroken\r\n0\r\n\r\n";
+    let (code, _, _) = raw(gw.proxy, req);
+    assert_eq!(code, 400);
 }

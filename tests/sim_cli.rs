@@ -249,3 +249,30 @@ fn the_binary_runs_sim_and_cost() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(&format!("{}:2: ", trace.display())), "{err}");
 }
+
+/// Found by a new-user trial: a negative or NaN window and an empty trace used to run
+/// and report zeros with exit 0.
+#[test]
+fn bad_windows_and_empty_traces_are_errors() {
+    let exe = env!("CARGO_BIN_EXE_spillway");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.txt");
+    std::fs::write(&trace, "3\n4\n").unwrap();
+    let empty = dir.path().join("empty.txt");
+    std::fs::write(&empty, "").unwrap();
+    for (file, extra, needle) in [
+        (&trace, vec!["--from=-5"], "--from"),
+        (&trace, vec!["--to=nan"], "--to"),
+        (&trace, vec!["--from", "10"], "no request in the window"),
+        (&empty, vec![], "no request"),
+    ] {
+        let out = std::process::Command::new(exe)
+            .args(["sim", "--quiet", "--trace", file.to_str().unwrap()])
+            .args(&extra)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
+        assert!(err.contains(needle), "{extra:?}: {err}");
+    }
+}

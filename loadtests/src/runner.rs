@@ -84,7 +84,13 @@ struct Admin {
 impl Admin {
     async fn snapshot(&self) -> Option<AdminSnapshot> {
         let url = self.url.as_ref()?;
-        match admin::fetch(&self.client, url).await {
+        // A pooled connection the admin listener closed while idle fails once; a second
+        // attempt opens a fresh one.
+        let fetched = match admin::fetch(&self.client, url).await {
+            Ok(snapshot) => Ok(snapshot),
+            Err(_) => admin::fetch(&self.client, url).await,
+        };
+        match fetched {
             Ok(snapshot) => Some(snapshot),
             Err(err) => {
                 if !self.warned.swap(true, Ordering::Relaxed) {

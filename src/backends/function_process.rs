@@ -157,25 +157,37 @@ impl Shared {
     }
 
     /// Spawn one instance and wait until it is ready; on failure the child is stopped.
+    /// Spawn an instance on a free port and wait until it is ready. The port is picked by
+    /// binding port 0 and releasing it, so another process can take it before the child
+    /// binds; a child that exits during start-up is therefore retried on a new port, up
+    /// to [`START_ATTEMPTS`] times. A readiness timeout is not retried.
     async fn start_instance(&self) -> Result<ChildProcess, BackendError> {
-        let port = free_port()?;
-        let mut child = ChildProcess::spawn(&self.command, port, &self.spillway_exe)?;
-        let base = child.base().clone();
-        let r = &self.readiness;
-        match wait_ready(
-            &self.client,
-            &base,
-            &r.health_path,
-            r.boot_timeout,
-            r.probe_interval,
-            &mut child,
-        )
-        .await
-        {
-            Ok(()) => Ok(child),
-            Err(e) => {
-                child.stop().await;
-                Err(e)
+        let mut attempt = 1;
+        loop {
+            let port = free_port()?;
+            let mut child = ChildProcess::spawn(&self.command, port, &self.spillway_exe)?;
+            let base = child.base().clone();
+            let r = &self.readiness;
+            let ready = wait_ready(
+                &self.client,
+                &base,
+                &r.health_path,
+                r.boot_timeout,
+                r.probe_interval,
+                &mut child,
+            )
+            .await;
+            match ready {
+                Ok(()) => return Ok(child),
+                Err(e) => {
+                    let exited = child.exited().is_some();
+                    child.stop().await;
+                    if !exited || attempt >= START_ATTEMPTS {
+                        return Err(e);
+                    }
+                    tracing::warn!(attempt, error = %e, "function instance exited during start-up; retrying on another port");
+                    attempt += 1;
+                }
             }
         }
     }
@@ -358,6 +370,9 @@ impl Drop for Lease {
         }
     }
 }
+
+/// Start-up attempts of one instance whose process exits before it is ready.
+pub const START_ATTEMPTS: u32 = 3;
 
 /// A call waiting for its instance's response. If the caller gives up (the gateway's
 /// upstream timeout drops the future), the instance may still be working on the abandoned

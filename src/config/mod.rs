@@ -50,8 +50,9 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// YAML syntax or type error, at a known place.
-    #[error("{file}:{line}:{column}: {message}")]
+    /// YAML syntax or type error, at a known place (`line` 0: location unknown; the
+    /// message then starts with the field path).
+    #[error("{}: {message}", if *line == 0 { file.clone() } else { format!("{file}:{line}:{column}") })]
     Parse {
         /// The file (or `<embedded quickstart>`).
         file: String,
@@ -124,7 +125,10 @@ impl Config {
                 .find(|l| !l.trim().is_empty())
                 .unwrap_or("invalid YAML")
                 .trim();
-            let message = strip_location(first, line, column);
+            let mut message = strip_location(first, line, column);
+            if let Some(path) = failing_path(text) {
+                message = format!("{path}: {message}");
+            }
             ConfigError::Parse {
                 file: file.to_string(),
                 line,
@@ -142,6 +146,17 @@ impl Config {
             })
         }
     }
+}
+
+/// The field path of a type error (`function_tier.max_instances`), found by deserializing
+/// the document again through `serde_path_to_error`. Some values (socket addresses,
+/// CIDRs, the fields of `type:`-tagged sections) lose their YAML location inside serde;
+/// the path still names the place. `None` for syntax errors.
+fn failing_path(text: &str) -> Option<String> {
+    let value: serde_json::Value = serde_saphyr::from_str(text).ok()?;
+    let err = serde_path_to_error::deserialize::<_, Config>(value).err()?;
+    let path = err.path().to_string();
+    (path != ".").then_some(path)
 }
 
 /// Remove the location phrases serde-saphyr adds ("error: line L column C: …",

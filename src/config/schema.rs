@@ -14,6 +14,9 @@ use crate::policy::functions::FunctionPoolParams;
 use crate::policy::monitor::MonitorParams;
 use crate::policy::scaling::LibraScalingParams;
 
+/// Upper bound of every `*_seconds` option: one year.
+pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
+
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default admin listen address (loopback: the admin API has no authentication).
@@ -355,17 +358,33 @@ impl Issues {
         });
     }
 
-    /// `value` must be finite and > 0.
+    /// `value` must be finite and > 0 (and, for a `*_seconds` option, at most
+    /// [`MAX_SECONDS`]).
     pub fn positive(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value > 0.0) {
             self.push(path, format!("must be a positive number, got {value}"));
+        } else {
+            self.bounded_duration(path, value);
         }
     }
 
-    /// `value` must be finite and ≥ 0.
+    /// `value` must be finite and ≥ 0 (and, for a `*_seconds` option, at most
+    /// [`MAX_SECONDS`]).
     pub fn non_negative(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value >= 0.0) {
             self.push(path, format!("must be zero or positive, got {value}"));
+        } else {
+            self.bounded_duration(path, value);
+        }
+    }
+
+    /// Every duration option (`*_seconds`) becomes a `Duration`: keep it representable.
+    fn bounded_duration(&mut self, path: &str, value: f64) {
+        if path.ends_with("_seconds") && value > MAX_SECONDS {
+            self.push(
+                path,
+                format!("must be at most {MAX_SECONDS} seconds (one year), got {value}"),
+            );
         }
     }
 
@@ -546,6 +565,11 @@ impl Config {
                 "function_tier",
                 "missing: `spillway serve` needs a function tier (type: process or http)",
             );
+        }
+        if let Some(tls) = &self.gateway.tls
+            && let Err(e) = crate::proxy::tls::load_server_config(&tls.cert_file, &tls.key_file)
+        {
+            is.push("gateway.tls", e.to_string());
         }
         is.0
     }

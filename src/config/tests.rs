@@ -91,3 +91,42 @@ fn serve_needs_both_providers_the_simulator_does_not() {
     let paths: Vec<String> = c.gateway_issues().into_iter().map(|i| i.path).collect();
     assert_eq!(paths, ["vm_pool", "function_tier"]);
 }
+
+#[test]
+fn durations_too_large_for_a_timer_are_rejected_not_crashed_on() {
+    let yaml = "gateway: {drain_timeout_seconds: 1e20}\nlibra: {epoch_seconds: 1e300}\n";
+    let err = Config::from_yaml(yaml, "d.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        ["gateway.drain_timeout_seconds", "libra.epoch_seconds"],
+        "{err}"
+    );
+}
+
+#[test]
+fn errors_without_a_yaml_location_still_name_the_field() {
+    let err = Config::from_yaml(
+        "gateway:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.1]\n",
+        "t.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("t.yaml: gateway.trusted_proxies[1]: "),
+        "{err}"
+    );
+    let err = Config::from_yaml(
+        "function_tier:\n  type: process\n  command: [a, \"{port}\"]\n  max_instances: lots\n",
+        "f.yaml",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.contains("function_tier: ") && err.contains("\"lots\""),
+        "{err}"
+    );
+}

@@ -23,6 +23,10 @@ pub enum ProxyError {
         /// The configured limit, bytes.
         limit: u64,
     },
+    /// The client's request body was malformed or cut off while it was being forwarded
+    /// (client's fault).
+    #[error("bad request body: {0}")]
+    BadRequestBody(String),
     /// No tier can take the request now (no token and no function capacity, or an
     /// `Upgrade` with no ready VM).
     #[error("no capacity: {reason}")]
@@ -49,6 +53,7 @@ impl ProxyError {
     pub fn status(&self) -> StatusCode {
         match self {
             ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
             ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }

@@ -246,10 +246,16 @@ impl Server {
                     let Ok((stream, peer)) = accepted else { continue };
                     let _ = stream.set_nodelay(true);
                     let (stream, svc) = serve(stream, peer, "http");
-                    let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                    let watched = graceful.watcher().watch(conn);
+                    let builder = Arc::clone(&builder);
+                    let watcher = graceful.watcher();
                     tokio::spawn(async move {
-                        if let Err(e) = watched.await {
+                        // hyper's header-read timer starts with the first byte; a client
+                        // that connects and sends nothing gets the same deadline here.
+                        if !matches!(tokio::time::timeout(handshake_timeout, stream.peek(&mut [0u8; 1])).await, Ok(Ok(1..))) {
+                            return tracing::debug!(%peer, "client sent nothing before the header timeout");
+                        }
+                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
+                        if let Err(e) = watcher.watch(conn).await {
                             tracing::debug!(error = %e, "client connection ended with an error");
                         }
                     });
@@ -281,11 +287,14 @@ impl Server {
             drain_timeout_seconds = drain.as_secs_f64(),
             "shutting down: draining"
         );
-        if tokio::time::timeout(drain, graceful.shutdown())
-            .await
-            .is_err()
-        {
-            tracing::warn!("drain timeout reached; closing the remaining connections");
+        tokio::select! {
+            () = graceful.shutdown() => {}
+            () = tokio::time::sleep(drain) => {
+                tracing::warn!("drain timeout reached; closing the remaining connections");
+            }
+            () = shutdown_signal() => {
+                tracing::warn!("second signal: closing the remaining connections now");
+            }
         }
         admin_task.abort();
         self.gateway.shutdown_backends().await;

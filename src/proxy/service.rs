@@ -75,7 +75,9 @@ pub async fn handle(
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
             match &e {
-                ProxyError::BodyTooLarge { .. } | ProxyError::NoCapacity { .. } => {
+                ProxyError::BodyTooLarge { .. }
+                | ProxyError::NoCapacity { .. }
+                | ProxyError::BadRequestBody(_) => {
                     tracing::debug!(error = %e, "local reply")
                 }
                 _ => tracing::warn!(error = %e, %method, %path, "request failed"),
@@ -269,15 +271,29 @@ async fn dispatch(
     }
 }
 
+/// Whose fault: the request body (over the limit → 413; malformed or cut off by the
+/// client → 400) or the upstream (502).
 fn upstream_error(e: UpstreamError, limit: u64) -> ProxyError {
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    let mut client_body = false;
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {
             return ProxyError::BodyTooLarge { limit };
         }
+        // hyper's client reports errors of the body we streamed up as "user body" errors.
+        if err
+            .downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user)
+        {
+            client_body = true;
+        }
         source = err.source();
     }
-    ProxyError::Upstream(e.to_string())
+    if client_body {
+        ProxyError::BadRequestBody(e.to_string())
+    } else {
+        ProxyError::Upstream(e.to_string())
+    }
 }
 
 /// Strip hop-by-hop headers from an upstream response (http-cases C7, "same rule on

@@ -209,6 +209,20 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
         });
     }
     let trace = Trace::load(&args.trace, &opts)?;
+    if trace.total_requests() == 0 {
+        let window = match (args.from, args.to) {
+            (None, None) => String::new(),
+            (f, t) => format!(
+                " in the window [{}, {})",
+                f.unwrap_or(0.0),
+                t.map_or("end".to_string(), |t| t.to_string())
+            ),
+        };
+        return Err(SimError::Invalid {
+            field: "--trace".into(),
+            message: format!("{}: no request{window}", args.trace.display()),
+        });
+    }
     let policies = selected_policies(&args.policy);
     let total = trace.total_requests();
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {

@@ -199,6 +199,16 @@ impl Trace {
                 message: format!("must be a positive number, got {}", opts.rate_divisor),
             });
         }
+        for (flag, v) in [("--from", opts.from_s), ("--to", opts.to_s)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(SimError::Invalid {
+                    field: flag.into(),
+                    message: format!("must be a number of trace seconds >= 0, got {v}"),
+                });
+            }
+        }
         if let (Some(f), Some(t)) = (opts.from_s, opts.to_s)
             && f >= t
         {
