@@ -14,9 +14,12 @@
 //! * a function call either returns a response, fails, or is **throttled** — in which
 //!   case the untouched request comes back so the balancer can spill it back to a VM.
 
+#[cfg(feature = "aws")]
+pub mod ec2;
 pub mod function_http;
 pub mod function_process;
 pub mod process;
+pub mod provider_errors;
 pub mod vm_process;
 pub mod vm_static;
 
@@ -86,6 +89,11 @@ pub trait VmProvider: Send + Sync + 'static {
 
     /// Gateway shutdown: stop (or, per provider policy, keep) every instance.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+
+    /// API errors so far, for `/status` (`vm_pool.errors`). Local providers have none.
+    fn errors(&self) -> provider_errors::ProviderErrorStats {
+        provider_errors::ProviderErrorStats::default()
+    }
 }
 
 /// Why a function call did not produce a response.

@@ -57,6 +57,11 @@ pub enum ServeError {
     /// A backend could not be set up.
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
+    /// The configuration names an AWS provider but this binary lacks the `aws` feature.
+    #[error(
+        "config: {0} needs AWS support, but spillway was built without the `aws` feature (rebuild with `cargo build --release --features aws`)"
+    )]
+    AwsFeatureDisabled(&'static str),
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -107,6 +112,19 @@ impl Server {
                     probe_interval: Duration::from_millis(100),
                 },
             ),
+            #[cfg(feature = "aws")]
+            VmPoolConfig::Ec2(e) => (
+                Arc::new(crate::backends::ec2::Ec2VmPool::new(e, client.clone()).await?),
+                Readiness {
+                    health_path: e.health_path.clone(),
+                    boot_timeout: secs(e.boot_timeout_seconds),
+                    probe_interval: secs(e.probe_interval_seconds),
+                },
+            ),
+            #[cfg(not(feature = "aws"))]
+            VmPoolConfig::Ec2(_) => {
+                return Err(ServeError::AwsFeatureDisabled("vm_pool (type: ec2)"));
+            }
         };
         let functions: Arc<dyn FunctionTier> = match config
             .function_tier
