@@ -429,6 +429,9 @@ pub enum FunctionTierConfig {
     Process(ProcessFunctionTierConfig),
     /// An existing function endpoint (OpenFaaS, Knative, …).
     Http(HttpFunctionTierConfig),
+    /// An AWS Lambda function called through the Invoke API (issue 4). Always parses;
+    /// `spillway serve` needs a binary built with the `aws` cargo feature.
+    Lambda(super::lambda::LambdaFunctionTierConfig),
 }
 
 /// `function_tier: {type: process}`.
@@ -661,6 +664,7 @@ impl Config {
                     is.push("function_tier.max_concurrency", "must be at least 1");
                 }
             }
+            Some(FunctionTierConfig::Lambda(l)) => l.validate(&mut is),
         }
         self.sim.validate(&mut is);
         is.0
@@ -678,7 +682,7 @@ impl Config {
         if self.function_tier.is_none() {
             is.push(
                 "function_tier",
-                "missing: `spillway serve` needs a function tier (type: process or http)",
+                "missing: `spillway serve` needs a function tier (type: process, http or lambda)",
             );
         }
         is.0

@@ -97,6 +97,10 @@ pub fn status_json(gw: &Gateway) -> Value {
             "vms": s.vms,
             "errors": gw.vm_provider().errors(),
         },
-        "functions": { "kind": gw.functions().kind(), "stats": gw.functions().stats() },
+        "functions": {
+            "kind": gw.functions().kind(),
+            "stats": gw.functions().stats(),
+            "errors": gw.functions().errors(),
+        },
     })
 }

@@ -137,6 +137,16 @@ impl Server {
                 tier
             }
             FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
+            #[cfg(feature = "aws")]
+            FunctionTierConfig::Lambda(l) => {
+                let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
+                tier.start();
+                tier
+            }
+            #[cfg(not(feature = "aws"))]
+            FunctionTierConfig::Lambda(_) => {
+                return Err(ServeError::AwsFeatureDisabled("function_tier (type: lambda)"));
+            }
         };
         let controller = Controller::new(
             config.controller_params(),

@@ -41,6 +41,18 @@ pub struct ServiceSettings {
     pub trusted_proxies: TrustedProxies,
 }
 
+/// Who sent a request, as the gateway saw it: put into every request's extensions before
+/// dispatch so that backends which must report the client themselves (the Lambda tier's
+/// `requestContext.http.sourceIp`, http-cases C8 and C19) read the real peer instead of
+/// a client-supplied `X-Forwarded-For`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The TCP peer of the client connection.
+    pub peer: SocketAddr,
+    /// `"http"` or `"https"`: the listener the request came in on.
+    pub scheme: &'static str,
+}
+
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
 /// request can be rebuilt for a retry.
 struct Replay {
@@ -75,7 +87,10 @@ pub async fn handle(
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
             match &e {
-                ProxyError::BodyTooLarge { .. } | ProxyError::NoCapacity { .. } => {
+                ProxyError::BodyTooLarge { .. }
+                | ProxyError::NoCapacity { .. }
+                | ProxyError::FunctionPayloadTooLarge { .. }
+                | ProxyError::UpgradeOnFunctionRoute => {
                     tracing::debug!(error = %e, "local reply")
                 }
                 _ => tracing::warn!(error = %e, %method, %path, "request failed"),
@@ -232,6 +247,10 @@ async fn dispatch(
             }
             Route::Function { reason } => {
                 m::routing("function", reason.as_str());
+                let mut request = request;
+                request
+                    .extensions_mut()
+                    .insert(ClientInfo { peer, scheme });
                 let called =
                     tokio::time::timeout(settings.upstream_timeout, gw.functions().invoke(request))
                         .await;
@@ -254,8 +273,25 @@ async fn dispatch(
                     Ok(Err(FunctionError::Upstream(e))) => {
                         return Err(("function", upstream_error(e, limit)));
                     }
-                    Ok(Err(e @ FunctionError::ColdStart(_))) => {
+                    Ok(Err(e @ (FunctionError::ColdStart(_) | FunctionError::Failed(_)))) => {
                         return Err(("function", ProxyError::Function(e.to_string())));
+                    }
+                    Ok(Err(FunctionError::PayloadTooLarge { limit })) => {
+                        return Err(("function", ProxyError::FunctionPayloadTooLarge { limit }));
+                    }
+                    Ok(Err(FunctionError::UpgradeNotSupported)) => {
+                        return Err(("function", ProxyError::UpgradeOnFunctionRoute));
+                    }
+                    Ok(Err(FunctionError::TimedOut(after))) => {
+                        return Err(("function", ProxyError::UpstreamTimeout(after)));
+                    }
+                    Ok(Err(FunctionError::RequestBody(e))) => {
+                        let err = if is_length_limit(&*e) {
+                            ProxyError::BodyTooLarge { limit }
+                        } else {
+                            ProxyError::Function(format!("request body: {e}"))
+                        };
+                        return Err(("function", err));
                     }
                 }
             }
@@ -264,14 +300,22 @@ async fn dispatch(
 }
 
 fn upstream_error(e: UpstreamError, limit: u64) -> ProxyError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+    if is_length_limit(&e) {
+        return ProxyError::BodyTooLarge { limit };
+    }
+    ProxyError::Upstream(e.to_string())
+}
+
+/// Whether `e` or one of its sources is the body length limit.
+fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(e);
     while let Some(err) = source {
         if err.is::<http_body_util::LengthLimitError>() {
-            return ProxyError::BodyTooLarge { limit };
+            return true;
         }
         source = err.source();
     }
-    ProxyError::Upstream(e.to_string())
+    false
 }
 
 /// Strip hop-by-hop headers from an upstream response (http-cases C7, "same rule on
