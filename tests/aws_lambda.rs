@@ -46,7 +46,6 @@ function_tier:
   function_name: spillway-test
   region: us-east-1
   endpoint_url: {endpoint}
-  timeout_seconds: 10
 {tier_extra}
 "#
         ),
@@ -249,6 +248,24 @@ fn closed_endpoint_is_502_and_the_gateway_keeps_serving() {
     assert_eq!(st["functions"]["errors"]["last"]["kind"], "unreachable");
 }
 
+/// An Invoke slower than `timeout_seconds` → 504; the gateway keeps serving.
+#[test]
+fn slow_invoke_is_504() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::ok(OK_REPLY).after(Duration::from_secs(3))]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "  timeout_seconds: 0.5");
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 504);
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    let st = gw.status();
+    assert_eq!(
+        u64_at(&st, "/functions/errors/counts/invoke.timeout"),
+        1,
+        "{st:#}"
+    );
+}
+
 /// A JSON event over 6 MiB after base64 → 413 before any invoke (the stub records none);
 /// a small request afterwards is invoked.
 #[test]
@@ -275,6 +292,42 @@ fn payload_over_6_mib_is_413_before_any_invoke() {
     );
     assert_eq!(code, 200);
     assert_eq!(stub.invocations().len(), 1);
+}
+
+/// http-cases C5 for a Lambda local reply: a 7 MiB body is cut off at the 6 MiB limit and
+/// answered 413 without being drained; the request hidden in the rest of the body never
+/// runs (no Invoke at all) and the connection is closed, not reused.
+#[test]
+fn c5_oversized_body_is_not_parsed_as_a_next_request() {
+    use std::io::{Read, Write};
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let hidden = b"GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut body = vec![b'x'; 7 * 1024 * 1024 - hidden.len()];
+    body.extend_from_slice(hidden);
+    let mut s = std::net::TcpStream::connect(gw.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut writer = s.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        // The gateway may stop reading and close: write errors are expected.
+        let _ = writer.write_all(head.as_bytes());
+        let _ = writer.write_all(&body);
+    });
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf); // returns when the gateway closes the connection
+    let _ = sender.join();
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert_eq!(
+        text.matches("HTTP/1.1 ").count(),
+        1,
+        "exactly one response: {text}"
+    );
+    assert!(stub.invocations().is_empty(), "{:?}", stub.calls());
 }
 
 /// 429 from Invoke → the original request (method, body) goes back to a VM when the
