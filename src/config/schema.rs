@@ -252,7 +252,7 @@ pub enum VmPoolConfig {
     Static(StaticVmPoolConfig),
     /// EC2 instances launched and terminated through the EC2 API (issue 4). Always
     /// parses; `spillway serve` needs a binary built with the `aws` cargo feature.
-    Ec2(Ec2VmPoolConfig),
+    Ec2(Box<Ec2VmPoolConfig>),
 }
 
 /// `vm_pool: {type: process}`.
