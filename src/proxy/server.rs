@@ -145,7 +145,9 @@ impl Server {
             }
             #[cfg(not(feature = "aws"))]
             FunctionTierConfig::Lambda(_) => {
-                return Err(ServeError::AwsFeatureDisabled("function_tier (type: lambda)"));
+                return Err(ServeError::AwsFeatureDisabled(
+                    "function_tier (type: lambda)",
+                ));
             }
         };
         let controller = Controller::new(

@@ -248,9 +248,7 @@ async fn dispatch(
             Route::Function { reason } => {
                 m::routing("function", reason.as_str());
                 let mut request = request;
-                request
-                    .extensions_mut()
-                    .insert(ClientInfo { peer, scheme });
+                request.extensions_mut().insert(ClientInfo { peer, scheme });
                 let called =
                     tokio::time::timeout(settings.upstream_timeout, gw.functions().invoke(request))
                         .await;
