@@ -41,10 +41,11 @@ pub struct ServiceSettings {
     pub trusted_proxies: TrustedProxies,
 }
 
-/// Who sent a request, as the gateway saw it: put into every request's extensions before
-/// dispatch so that backends which must report the client themselves (the Lambda tier's
-/// `requestContext.http.sourceIp`, http-cases C8 and C19) read the real peer instead of
-/// a client-supplied `X-Forwarded-For`.
+/// Who sent a request, as the gateway saw it: put into the request's extensions before
+/// every function-tier call, so that tiers which must report the client themselves (the
+/// Lambda tier's `requestContext.http.sourceIp`, http-cases C8 and C19) read the real
+/// peer instead of a client-supplied `X-Forwarded-For`. VM requests carry the peer in the
+/// gateway's own `X-Forwarded-For` instead.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ClientInfo {
     /// The TCP peer of the client connection.
