@@ -14,9 +14,16 @@
 //! * a function call either returns a response, fails, or is **throttled** — in which
 //!   case the untouched request comes back so the balancer can spill it back to a VM.
 
+#[cfg(feature = "aws")]
+pub mod ec2;
 pub mod function_http;
 pub mod function_process;
+#[cfg(feature = "aws")]
+pub mod lambda;
+#[cfg(feature = "aws")]
+pub mod lambda_event;
 pub mod process;
+pub mod provider_errors;
 pub mod vm_process;
 pub mod vm_static;
 
@@ -125,6 +132,11 @@ pub trait VmProvider: Send + Sync + 'static {
 
     /// Gateway shutdown: stop (or, per provider policy, keep) every instance.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+
+    /// API errors so far, for `/status` (`vm_pool.errors`). Local providers have none.
+    fn errors(&self) -> provider_errors::ProviderErrorStats {
+        provider_errors::ProviderErrorStats::default()
+    }
 }
 
 /// Why a function call did not produce a response.
@@ -140,6 +152,28 @@ pub enum FunctionError {
     /// The call to the instance or endpoint failed.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
+    /// The request is too large for the tier (Lambda: the JSON event would exceed the
+    /// Invoke payload limit, `limit` bytes); nothing was sent. Answered 413 (issue 4).
+    #[error("request too large for the function tier (limit {limit} bytes)")]
+    PayloadTooLarge {
+        /// The tier's limit, bytes.
+        limit: u64,
+    },
+    /// Function tiers cannot tunnel an `Upgrade` request (http-cases C6): a clear 4xx.
+    #[error("function tiers do not support Upgrade")]
+    UpgradeNotSupported,
+    /// The function ran and reported an error, its reply is not a valid HTTP response, or
+    /// the provider refused the call (access denied, endpoint unreachable). Answered 502;
+    /// the message is for the log only.
+    #[error("{0}")]
+    Failed(String),
+    /// The call did not finish within the tier's own timeout. Answered 504.
+    #[error("function call timed out after {0:?}")]
+    TimedOut(std::time::Duration),
+    /// The request body could not be read (client gone, or the gateway's body limit:
+    /// a length-limit error is answered 413).
+    #[error("cannot read the request body: {0}")]
+    RequestBody(crate::proxy::body::BoxError),
 }
 
 /// Counters a function tier exposes for `/status` and metrics.
@@ -170,4 +204,10 @@ pub trait FunctionTier: Send + Sync + 'static {
 
     /// Gateway shutdown: stop every instance.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
+
+    /// Provider API errors so far, for `/status` (`functions.errors`). Local tiers have
+    /// none.
+    fn errors(&self) -> provider_errors::ProviderErrorStats {
+        provider_errors::ProviderErrorStats::default()
+    }
 }

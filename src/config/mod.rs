@@ -13,8 +13,10 @@
 //! Every option is documented, with its default, in `config/reference.yaml`; defaults live
 //! once, as the `DEFAULT_*` constants of this module.
 
+mod lambda;
 mod schema;
 
+pub use lambda::*;
 pub use schema::*;
 
 use std::fmt;

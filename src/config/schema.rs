@@ -257,6 +257,9 @@ pub enum VmPoolConfig {
     Process(ProcessVmPoolConfig),
     /// Fixed upstream URLs; scaling decisions are computed and reported, not executed.
     Static(StaticVmPoolConfig),
+    /// EC2 instances launched and terminated through the EC2 API (issue 4). Always
+    /// parses; `spillway serve` needs a binary built with the `aws` cargo feature.
+    Ec2(Box<Ec2VmPoolConfig>),
 }
 
 /// `vm_pool: {type: process}`.
@@ -285,6 +288,146 @@ pub struct StaticVmPoolConfig {
     pub urls: Vec<String>,
 }
 
+/// Default EC2 boot/readiness timeout, seconds (instance boot plus application start).
+pub const DEFAULT_EC2_BOOT_TIMEOUT_SECONDS: f64 = 300.0;
+/// Default interval between EC2 address resolutions (DescribeInstances) and readiness
+/// probes, seconds: slow enough to stay far from the EC2 API's request rate limits.
+pub const DEFAULT_EC2_PROBE_INTERVAL_SECONDS: f64 = 2.0;
+/// Default port the API listens on inside an EC2 instance.
+pub const DEFAULT_EC2_UPSTREAM_PORT: u16 = 8080;
+/// Default instance tag holding the upstream URL for `address: tag`.
+pub const DEFAULT_EC2_UPSTREAM_TAG_KEY: &str = "spillway:upstream";
+/// Tag key every instance of an EC2 pool carries, with the pool name as value.
+pub const EC2_POOL_TAG_KEY: &str = "spillway:pool";
+
+/// `vm_pool: {type: ec2}` — an EC2 VM pool (issue 4, "EC2 VM pool provider").
+///
+/// Either `launch_template` or `image_id` + `instance_type` says what to launch; the
+/// other launch fields override or complete the template. Credentials come only from
+/// the AWS SDK's default chain (environment, profile, SSO, instance/container role).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ec2VmPoolConfig {
+    /// Pool name: every instance is tagged `spillway:pool=<pool_name>`; adoption on start
+    /// and TerminateInstances only touch instances with that tag. 1–128 characters.
+    pub pool_name: String,
+    /// AWS region (`us-east-1`). Absent: the default chain (`AWS_REGION`, profile).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// EC2 endpoint override (`http://127.0.0.1:5000` for moto, a VPC endpoint…).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// Launch template to launch from.
+    #[serde(default)]
+    pub launch_template: Option<Ec2LaunchTemplate>,
+    /// AMI id (`ami-…`); required without `launch_template`.
+    #[serde(default)]
+    pub image_id: Option<String>,
+    /// Instance type (`t3.medium`); required without `launch_template`.
+    #[serde(default)]
+    pub instance_type: Option<String>,
+    /// Subnets to launch into, used round-robin; a capacity error moves the launch on to
+    /// the next subnet. Empty: the template's or the default VPC's.
+    #[serde(default)]
+    pub subnet_ids: Vec<String>,
+    /// Security groups of the instances. Empty: the template's or the VPC default.
+    #[serde(default)]
+    pub security_group_ids: Vec<String>,
+    /// Instance profile, by name or ARN (`arn:aws:iam::…:instance-profile/…`).
+    #[serde(default)]
+    pub instance_profile: Option<String>,
+    /// User data as plain text (spillway base64-encodes it); at most 16 KiB.
+    #[serde(default)]
+    pub user_data: Option<String>,
+    /// Extra tags on instances, volumes and network interfaces (keys must not start with
+    /// `spillway:`, which spillway sets itself).
+    #[serde(default)]
+    pub tags: std::collections::BTreeMap<String, String>,
+    /// Port the API listens on inside the instance (`private_ip`, `public_ip`).
+    #[serde(default = "default_ec2_upstream_port")]
+    pub upstream_port: u16,
+    /// Scheme of the upstream URL; only `http` (the upstream client speaks plain HTTP).
+    #[serde(default = "default_scheme")]
+    pub scheme: String,
+    /// Readiness probe path (GET, 2xx = ready).
+    #[serde(default = "default_health_path")]
+    pub health_path: String,
+    /// How the gateway reaches an instance.
+    #[serde(default)]
+    pub address: Ec2Address,
+    /// Tag holding the instance's upstream base URL (`http://host:port`) for
+    /// `address: tag`: written by the instance's boot script, a port-mapping tool, or a
+    /// test standing in for them. The instance is not resolved until the tag exists.
+    #[serde(default = "default_upstream_tag_key")]
+    pub upstream_tag_key: String,
+    /// An instance not ready (state `running`, address known, health check 2xx) this
+    /// long after launch is terminated.
+    #[serde(default = "default_ec2_boot_timeout")]
+    pub boot_timeout_seconds: f64,
+    /// Interval between address resolutions (DescribeInstances) and readiness probes.
+    #[serde(default = "default_ec2_probe_interval")]
+    pub probe_interval_seconds: f64,
+    /// What happens to the pool's instances when the gateway stops.
+    #[serde(default)]
+    pub on_shutdown: Ec2ShutdownPolicy,
+}
+
+/// `vm_pool.launch_template`: a launch template by id or by name.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Ec2LaunchTemplate {
+    /// Template id (`lt-…`); exactly one of `id` and `name`.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Template name; exactly one of `id` and `name`.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Version number, `$Latest` or `$Default` (absent: the template's default version).
+    #[serde(default)]
+    pub version: Option<String>,
+}
+
+/// `vm_pool.address`: where the upstream URL of an EC2 instance comes from.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ec2Address {
+    /// `scheme://<private IPv4>:<upstream_port>` (the gateway runs in the VPC).
+    #[default]
+    PrivateIp,
+    /// `scheme://<public IPv4>:<upstream_port>`.
+    PublicIp,
+    /// The URL in the `upstream_tag_key` tag (port mappings, dry runs against an
+    /// emulator whose instance addresses are fake).
+    Tag,
+}
+
+/// `vm_pool.on_shutdown`: what a stopping gateway does with its EC2 instances.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Ec2ShutdownPolicy {
+    /// Leave them running; the next gateway run adopts them (by the pool tag).
+    #[default]
+    Keep,
+    /// Terminate every instance of the pool.
+    Terminate,
+}
+
+fn default_ec2_upstream_port() -> u16 {
+    DEFAULT_EC2_UPSTREAM_PORT
+}
+fn default_scheme() -> String {
+    "http".to_string()
+}
+fn default_upstream_tag_key() -> String {
+    DEFAULT_EC2_UPSTREAM_TAG_KEY.to_string()
+}
+fn default_ec2_boot_timeout() -> f64 {
+    DEFAULT_EC2_BOOT_TIMEOUT_SECONDS
+}
+fn default_ec2_probe_interval() -> f64 {
+    DEFAULT_EC2_PROBE_INTERVAL_SECONDS
+}
+
 /// `function_tier:` — where spilled requests run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
@@ -293,6 +436,9 @@ pub enum FunctionTierConfig {
     Process(ProcessFunctionTierConfig),
     /// An existing function endpoint (OpenFaaS, Knative, …).
     Http(HttpFunctionTierConfig),
+    /// An AWS Lambda function called through the Invoke API (issue 4). Always parses;
+    /// `spillway serve` needs a binary built with the `aws` cargo feature.
+    Lambda(super::lambda::LambdaFunctionTierConfig),
 }
 
 /// `function_tier: {type: process}`.
@@ -515,6 +661,7 @@ impl Config {
                     check_url(&mut is, &format!("vm_pool.urls[{i}]"), u);
                 }
             }
+            Some(VmPoolConfig::Ec2(e)) => e.validate(&mut is),
         }
         match &self.function_tier {
             None => {}
@@ -546,6 +693,7 @@ impl Config {
                     is.push("function_tier.max_concurrency", "must be at least 1");
                 }
             }
+            Some(FunctionTierConfig::Lambda(l)) => l.validate(&mut is),
         }
         self.sim.validate(&mut is);
         is.0
@@ -557,13 +705,13 @@ impl Config {
         if self.vm_pool.is_none() {
             is.push(
                 "vm_pool",
-                "missing: `spillway serve` needs a VM pool (type: process or static)",
+                "missing: `spillway serve` needs a VM pool (type: process, static or ec2)",
             );
         }
         if self.function_tier.is_none() {
             is.push(
                 "function_tier",
-                "missing: `spillway serve` needs a function tier (type: process or http)",
+                "missing: `spillway serve` needs a function tier (type: process, http or lambda)",
             );
         }
         if let Some(tls) = &self.gateway.tls
@@ -620,6 +768,117 @@ impl Config {
             r_max_rps: self.libra.r_max_rps,
             execute_scaling: !matches!(self.vm_pool, Some(VmPoolConfig::Static(_))),
         }
+    }
+}
+
+impl Ec2VmPoolConfig {
+    /// Semantic checks of `vm_pool` (type `ec2`), each problem with its field path.
+    pub fn validate(&self, is: &mut Issues) {
+        let n = self.pool_name.chars().count();
+        if n == 0 || n > 128 || self.pool_name.trim() != self.pool_name {
+            is.push(
+                "vm_pool.pool_name",
+                format!(
+                    "must be 1-128 characters without surrounding spaces (a tag value), got {:?}",
+                    self.pool_name
+                ),
+            );
+        }
+        if let Some(r) = &self.region
+            && (r.is_empty() || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
+        {
+            is.push("vm_pool.region", format!("not a region name: {r:?}"));
+        }
+        if let Some(u) = &self.endpoint_url {
+            match u.parse::<http::Uri>() {
+                Ok(uri)
+                    if matches!(uri.scheme_str(), Some("http" | "https"))
+                        && uri.authority().is_some() => {}
+                _ => is.push(
+                    "vm_pool.endpoint_url",
+                    format!("must be an http:// or https:// URL with a host, got {u:?}"),
+                ),
+            }
+        }
+        match &self.launch_template {
+            Some(t) => {
+                if t.id.is_some() == t.name.is_some() {
+                    is.push(
+                        "vm_pool.launch_template",
+                        "set exactly one of `id` and `name`",
+                    );
+                }
+                if let Some(v) = &t.version
+                    && !(v == "$Latest"
+                        || v == "$Default"
+                        || v.parse::<u64>().is_ok_and(|n| n >= 1))
+                {
+                    is.push(
+                        "vm_pool.launch_template.version",
+                        format!("must be a version number, $Latest or $Default, got {v:?}"),
+                    );
+                }
+            }
+            None => {
+                if self.image_id.is_none() {
+                    is.push(
+                        "vm_pool.image_id",
+                        "required without vm_pool.launch_template",
+                    );
+                }
+                if self.instance_type.is_none() {
+                    is.push(
+                        "vm_pool.instance_type",
+                        "required without vm_pool.launch_template",
+                    );
+                }
+            }
+        }
+        if let Some(ud) = &self.user_data
+            && ud.len().div_ceil(3) * 4 > 16 * 1024
+        {
+            is.push(
+                "vm_pool.user_data",
+                "longer than EC2's 16 KiB once base64-encoded",
+            );
+        }
+        for k in self.tags.keys() {
+            if k.starts_with("spillway:") || k.starts_with("aws:") {
+                is.push(
+                    format!("vm_pool.tags.{k}"),
+                    "keys starting with `spillway:` or `aws:` are reserved",
+                );
+            } else if k.is_empty() || k.chars().count() > 128 {
+                is.push(
+                    format!("vm_pool.tags.{k}"),
+                    "tag keys have 1-128 characters",
+                );
+            }
+        }
+        if self.upstream_port == 0 {
+            is.push("vm_pool.upstream_port", "must be 1-65535");
+        }
+        if self.scheme != "http" {
+            is.push(
+                "vm_pool.scheme",
+                format!(
+                    "only `http` is supported (the upstream client speaks plain HTTP), got {:?}",
+                    self.scheme
+                ),
+            );
+        }
+        check_path(is, "vm_pool.health_path", &self.health_path);
+        if self.address == Ec2Address::Tag && self.upstream_tag_key.is_empty() {
+            is.push(
+                "vm_pool.upstream_tag_key",
+                "must not be empty with address: tag",
+            );
+        }
+        is.positive("vm_pool.boot_timeout_seconds", self.boot_timeout_seconds);
+        is.positive(
+            "vm_pool.probe_interval_seconds",
+            self.probe_interval_seconds,
+        );
     }
 }
 

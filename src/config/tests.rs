@@ -130,3 +130,70 @@ fn errors_without_a_yaml_location_still_name_the_field() {
         "{err}"
     );
 }
+
+#[test]
+fn an_ec2_pool_parses_with_documented_defaults() {
+    let yaml = "vm_pool:\n  type: ec2\n  pool_name: api\n  launch_template: {name: api-lt, version: $Latest}\n";
+    let c = Config::from_yaml(yaml, "ec2.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let Some(VmPoolConfig::Ec2(e)) = &c.vm_pool else {
+        panic!("{:?}", c.vm_pool)
+    };
+    assert_eq!(e.address, Ec2Address::PrivateIp);
+    assert_eq!(e.on_shutdown, Ec2ShutdownPolicy::Keep);
+    assert_eq!(e.upstream_port, DEFAULT_EC2_UPSTREAM_PORT);
+    assert_eq!(e.upstream_tag_key, DEFAULT_EC2_UPSTREAM_TAG_KEY);
+    assert_eq!(e.boot_timeout_seconds, DEFAULT_EC2_BOOT_TIMEOUT_SECONDS);
+    assert_eq!(e.probe_interval_seconds, DEFAULT_EC2_PROBE_INTERVAL_SECONDS);
+    assert_eq!((e.scheme.as_str(), e.health_path.as_str()), ("http", "/"));
+    assert!(c.controller_params().execute_scaling);
+}
+
+#[test]
+fn ec2_pool_problems_are_reported_with_their_paths() {
+    let yaml = r#"
+vm_pool:
+  type: ec2
+  pool_name: ""
+  endpoint_url: "ftp://x"
+  launch_template: {id: lt-1, name: both, version: latest}
+  tags: {"spillway:pool": x}
+  upstream_port: 0
+  scheme: https
+  health_path: health
+  boot_timeout_seconds: 0
+  probe_interval_seconds: -1
+"#;
+    let err = Config::from_yaml(yaml, "ec2.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "vm_pool.pool_name",
+            "vm_pool.endpoint_url",
+            "vm_pool.launch_template",
+            "vm_pool.launch_template.version",
+            "vm_pool.tags.spillway:pool",
+            "vm_pool.upstream_port",
+            "vm_pool.scheme",
+            "vm_pool.health_path",
+            "vm_pool.boot_timeout_seconds",
+            "vm_pool.probe_interval_seconds",
+        ],
+        "{err}"
+    );
+    let err = Config::from_yaml("vm_pool: {type: ec2, pool_name: p}\n", "e.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(paths, ["vm_pool.image_id", "vm_pool.instance_type"]);
+}
+
+#[test]
+fn the_shipped_aws_config_is_valid_for_serve() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/aws.yaml");
+    Config::load_for_serve(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
+}

@@ -92,7 +92,15 @@ pub fn status_json(gw: &Gateway) -> Value {
             "function": c.routed.function,
             "rejected": c.routed.rejected,
         },
-        "vm_pool": { "kind": gw.vm_provider().kind(), "vms": s.vms },
-        "functions": { "kind": gw.functions().kind(), "stats": gw.functions().stats() },
+        "vm_pool": {
+            "kind": gw.vm_provider().kind(),
+            "vms": s.vms,
+            "errors": gw.vm_provider().errors(),
+        },
+        "functions": {
+            "kind": gw.functions().kind(),
+            "stats": gw.functions().stats(),
+            "errors": gw.functions().errors(),
+        },
     })
 }

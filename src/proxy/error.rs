@@ -46,14 +46,29 @@ pub enum ProxyError {
     /// The gateway is shutting down.
     #[error("shutting down")]
     ShuttingDown,
+    /// The request is too large for the function tier it was routed to (Lambda: the
+    /// event would exceed the 6 MiB Invoke payload limit); nothing was sent (issue 4).
+    #[error("request over the function tier's {limit}-byte payload limit")]
+    FunctionPayloadTooLarge {
+        /// The tier's limit, bytes.
+        limit: u64,
+    },
+    /// An `Upgrade` request reached a function route, which cannot tunnel it
+    /// (http-cases C6): 400, the client's request cannot be served as asked there.
+    #[error("function routes do not support Upgrade")]
+    UpgradeOnFunctionRoute,
 }
 
 impl ProxyError {
     /// The status code of this error.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::BadRequestBody(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BodyTooLarge { .. } | ProxyError::FunctionPayloadTooLarge { .. } => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
+            ProxyError::BadRequestBody(_) | ProxyError::UpgradeOnFunctionRoute => {
+                StatusCode::BAD_REQUEST
+            }
             ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -99,5 +114,11 @@ mod tests {
             504
         );
         assert_eq!(ProxyError::Upstream("secret detail".into()).status(), 502);
+        assert_eq!(
+            ProxyError::FunctionPayloadTooLarge { limit: 6_291_456 }.status(),
+            413
+        );
+        assert_eq!(ProxyError::UpgradeOnFunctionRoute.status(), 400);
+        assert_eq!(ProxyError::Function("x".into()).status(), 502);
     }
 }

@@ -15,6 +15,7 @@
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
 //! | `spillway_function_cold_starts_total` | counter | — (incremented by the function tiers) |
+//! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 
 use std::time::Duration;
 
@@ -81,6 +82,10 @@ fn describe() {
         "spillway_function_cold_starts_total",
         "Function cold starts."
     );
+    metrics::describe_counter!(
+        "spillway_provider_errors_total",
+        "Failed cloud provider API calls, by provider, operation and error kind."
+    );
 }
 
 /// A request finished on `tier` with `status` after `elapsed` (to response headers).
@@ -114,6 +119,12 @@ pub fn scale_decision(direction: &'static str) {
 /// A VM failed at `stage`.
 pub fn vm_failures(stage: &'static str) {
     counter!("spillway_vm_failures_total", "stage" => stage).increment(1);
+}
+
+/// A cloud provider API call failed (labels from fixed sets, see the table above).
+pub fn provider_error(provider: &'static str, operation: &'static str, kind: &'static str) {
+    counter!("spillway_provider_errors_total", "provider" => provider, "operation" => operation, "kind" => kind)
+        .increment(1);
 }
 
 /// A VM became ready after `elapsed`.

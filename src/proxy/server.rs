@@ -56,6 +56,11 @@ pub enum ServeError {
     /// A backend could not be set up.
     #[error("backend: {0}")]
     Backend(#[from] BackendError),
+    /// The configuration names an AWS provider but this binary lacks the `aws` feature.
+    #[error(
+        "config: {0} needs AWS support, but spillway was built without the `aws` feature (rebuild with `cargo build --release --features aws`)"
+    )]
+    AwsFeatureDisabled(&'static str),
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -97,6 +102,19 @@ impl Server {
                 // after a connect failure.
                 ReadinessSettings::from_secs("/", 1.0, 0.1),
             ),
+            #[cfg(feature = "aws")]
+            VmPoolConfig::Ec2(e) => (
+                Arc::new(crate::backends::ec2::Ec2VmPool::new(e, client.clone()).await?),
+                ReadinessSettings::from_secs(
+                    &e.health_path,
+                    e.boot_timeout_seconds,
+                    e.probe_interval_seconds,
+                ),
+            ),
+            #[cfg(not(feature = "aws"))]
+            VmPoolConfig::Ec2(_) => {
+                return Err(ServeError::AwsFeatureDisabled("vm_pool (type: ec2)"));
+            }
         };
         let functions: Arc<dyn FunctionTier> = match config
             .function_tier
@@ -109,6 +127,18 @@ impl Server {
                 tier
             }
             FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
+            #[cfg(feature = "aws")]
+            FunctionTierConfig::Lambda(l) => {
+                let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
+                tier.start();
+                tier
+            }
+            #[cfg(not(feature = "aws"))]
+            FunctionTierConfig::Lambda(_) => {
+                return Err(ServeError::AwsFeatureDisabled(
+                    "function_tier (type: lambda)",
+                ));
+            }
         };
         let controller = Controller::new(
             config.controller_params(),

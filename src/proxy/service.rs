@@ -41,6 +41,19 @@ pub struct ServiceSettings {
     pub trusted_proxies: TrustedProxies,
 }
 
+/// Who sent a request, as the gateway saw it: put into the request's extensions before
+/// every function-tier call, so that tiers which must report the client themselves (the
+/// Lambda tier's `requestContext.http.sourceIp`, http-cases C8 and C19) read the real
+/// peer instead of a client-supplied `X-Forwarded-For`. VM requests carry the peer in the
+/// gateway's own `X-Forwarded-For` instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The TCP peer of the client connection.
+    pub peer: SocketAddr,
+    /// `"http"` or `"https"`: the listener the request came in on.
+    pub scheme: &'static str,
+}
+
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
 /// request can be rebuilt for a retry.
 struct Replay {
@@ -77,7 +90,9 @@ pub async fn handle(
             match &e {
                 ProxyError::BodyTooLarge { .. }
                 | ProxyError::NoCapacity { .. }
-                | ProxyError::BadRequestBody(_) => {
+                | ProxyError::BadRequestBody(_)
+                | ProxyError::FunctionPayloadTooLarge { .. }
+                | ProxyError::UpgradeOnFunctionRoute => {
                     tracing::debug!(error = %e, "local reply")
                 }
                 _ => tracing::warn!(error = %e, %method, %path, "request failed"),
@@ -240,6 +255,8 @@ async fn dispatch(
             }
             Route::Function { reason } => {
                 m::routing("function", reason.as_str());
+                let mut request = request;
+                request.extensions_mut().insert(ClientInfo { peer, scheme });
                 let called =
                     tokio::time::timeout(settings.upstream_timeout, gw.functions().invoke(request))
                         .await;
@@ -262,8 +279,25 @@ async fn dispatch(
                     Ok(Err(FunctionError::Upstream(e))) => {
                         return Err(("function", upstream_error(e, limit)));
                     }
-                    Ok(Err(e @ FunctionError::ColdStart(_))) => {
+                    Ok(Err(e @ (FunctionError::ColdStart(_) | FunctionError::Failed(_)))) => {
                         return Err(("function", ProxyError::Function(e.to_string())));
+                    }
+                    Ok(Err(FunctionError::PayloadTooLarge { limit })) => {
+                        return Err(("function", ProxyError::FunctionPayloadTooLarge { limit }));
+                    }
+                    Ok(Err(FunctionError::UpgradeNotSupported)) => {
+                        return Err(("function", ProxyError::UpgradeOnFunctionRoute));
+                    }
+                    Ok(Err(FunctionError::TimedOut(after))) => {
+                        return Err(("function", ProxyError::UpstreamTimeout(after)));
+                    }
+                    Ok(Err(FunctionError::RequestBody(e))) => {
+                        let err = if is_length_limit(&*e) {
+                            ProxyError::BodyTooLarge { limit }
+                        } else {
+                            ProxyError::Function(format!("request body: {e}"))
+                        };
+                        return Err(("function", err));
                     }
                 }
             }
@@ -274,26 +308,34 @@ async fn dispatch(
 /// Whose fault: the request body (over the limit → 413; malformed or cut off by the
 /// client → 400) or the upstream (502).
 fn upstream_error(e: UpstreamError, limit: u64) -> ProxyError {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(&e);
-    let mut client_body = false;
-    while let Some(err) = source {
-        if err.is::<http_body_util::LengthLimitError>() {
-            return ProxyError::BodyTooLarge { limit };
-        }
-        // hyper's client reports errors of the body we streamed up as "user body" errors.
-        if err
-            .downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_user)
-        {
-            client_body = true;
-        }
-        source = err.source();
-    }
-    if client_body {
+    if is_length_limit(&e) {
+        ProxyError::BodyTooLarge { limit }
+    } else if is_client_body_error(&e) {
         ProxyError::BadRequestBody(e.to_string())
     } else {
         ProxyError::Upstream(e.to_string())
     }
+}
+
+/// Whether `e` or one of its sources is the body length limit.
+pub(crate) fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    sources(e).any(|err| err.is::<http_body_util::LengthLimitError>())
+}
+
+/// Whether hyper's client reported an error of the request body we streamed up (a
+/// "user body" error: malformed chunking, client gone).
+fn is_client_body_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    sources(e).any(|err| {
+        err.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user)
+    })
+}
+
+/// `e` and its chain of sources.
+fn sources<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |err| err.source())
 }
 
 /// Strip hop-by-hop headers from an upstream response (http-cases C7, "same rule on

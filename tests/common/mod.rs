@@ -24,9 +24,16 @@ pub struct Proc {
 
 impl Proc {
     pub fn spawn(args: &[&str]) -> Proc {
+        Proc::spawn_env(args, &[])
+    }
+
+    /// [`Proc::spawn`] with extra environment variables (e.g. AWS credentials for the
+    /// emulator).
+    pub fn spawn_env(args: &[&str], env: &[(String, String)]) -> Proc {
         let mut child = Command::new(exe())
             .args(args)
             .env("RUST_LOG", "info")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -141,10 +148,15 @@ fn field(line: &str, key: &str) -> SocketAddr {
 impl Gateway {
     /// Start `spillway serve` with `yaml` (which must bind 127.0.0.1:0 listeners).
     pub fn start(yaml: &str) -> Gateway {
+        Gateway::start_env(yaml, &[])
+    }
+
+    /// [`Gateway::start`] with extra environment variables.
+    pub fn start_env(yaml: &str, env: &[(String, String)]) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.yaml");
         std::fs::write(&path, yaml).unwrap();
-        let proc = Proc::spawn(&["serve", "--config", path.to_str().unwrap()]);
+        let proc = Proc::spawn_env(&["serve", "--config", path.to_str().unwrap()], env);
         let line = proc.wait_line("spillway listening", Duration::from_secs(30));
         Gateway {
             proxy: field(&line, "proxy"),

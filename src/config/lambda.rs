@@ -1,0 +1,183 @@
+//! `function_tier: {type: lambda}` — an AWS Lambda function invoked through the Invoke
+//! API (issue 4, "Lambda function tier provider").
+//!
+//! The section always parses and validates, so `spillway check` accepts it in any build;
+//! `spillway serve` needs a binary built with the `aws` cargo feature.
+
+use serde::{Deserialize, Serialize};
+
+use super::schema::Issues;
+
+/// Default time an Invoke call may take before the gateway answers 504, seconds. Equal
+/// to API Gateway's own integration limit.
+pub const DEFAULT_LAMBDA_TIMEOUT_SECONDS: f64 = 30.0;
+/// Longest a Lambda function can run (15 minutes), seconds: the upper bound of
+/// `timeout_seconds`.
+pub const MAX_LAMBDA_TIMEOUT_SECONDS: f64 = 900.0;
+
+/// The event shape the function expects (and the reply shape it returns).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LambdaPayloadFormat {
+    /// API Gateway HTTP API / function URL, payload format 2.0 (http-cases C19).
+    #[default]
+    V2,
+    /// API Gateway REST API, payload format 1.0.
+    V1,
+    /// Application Load Balancer target group (multi-value headers off).
+    Alb,
+}
+
+impl LambdaPayloadFormat {
+    /// The name used in configuration files and logs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LambdaPayloadFormat::V2 => "v2",
+            LambdaPayloadFormat::V1 => "v1",
+            LambdaPayloadFormat::Alb => "alb",
+        }
+    }
+}
+
+/// `function_tier: {type: lambda}`.
+///
+/// Credentials come only from the AWS SDK's default chain (environment, profile, SSO,
+/// container or instance role). Invoke is never retried by the SDK: a throttled call
+/// (429) is spilled back to a VM by the balancer instead.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LambdaFunctionTierConfig {
+    /// Function name (`my-api`), partial ARN (`123456789012:function:my-api`) or full ARN.
+    pub function_name: String,
+    /// Version or alias to invoke (`live`, `7`). Absent: `$LATEST`. Required when
+    /// `prewarmed_instances` is above 0 (provisioned concurrency needs one).
+    #[serde(default)]
+    pub qualifier: Option<String>,
+    /// Event and reply shape: `v2` (default), `v1` or `alb`.
+    #[serde(default)]
+    pub payload_format: LambdaPayloadFormat,
+    /// Longest an Invoke call may take; then 504. Default
+    /// [`DEFAULT_LAMBDA_TIMEOUT_SECONDS`], at most [`MAX_LAMBDA_TIMEOUT_SECONDS`].
+    #[serde(default = "default_lambda_timeout")]
+    pub timeout_seconds: f64,
+    /// AWS region (`us-east-1`). Absent: the default chain (`AWS_REGION`, profile).
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Lambda endpoint override (`http://127.0.0.1:5000` for moto, a VPC endpoint…).
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// Most Invoke calls in flight from this gateway; more are throttled locally and
+    /// spilled back like a 429. Absent: no local limit (Lambda's own concurrency limit
+    /// applies). Set it to the function's reserved concurrency to save the 429 round trip.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// Pre-warm as provisioned concurrency on `qualifier`: `N > 0` puts N at start
+    /// (PutProvisionedConcurrencyConfig), `0` removes it at start
+    /// (DeleteProvisionedConcurrencyConfig), absent leaves it alone (managed elsewhere).
+    #[serde(default)]
+    pub prewarmed_instances: Option<u32>,
+    /// Remove the provisioned concurrency on gateway shutdown. Default `false`: it is
+    /// kept, so a restart does not lose warm capacity (it is billed while it exists).
+    #[serde(default)]
+    pub remove_prewarm_on_shutdown: bool,
+}
+
+fn default_lambda_timeout() -> f64 {
+    DEFAULT_LAMBDA_TIMEOUT_SECONDS
+}
+
+impl LambdaFunctionTierConfig {
+    /// Semantic checks of this section, each reported under `function_tier.<field>`.
+    pub fn validate(&self, is: &mut Issues) {
+        let name = self.function_name.trim();
+        if name.is_empty() {
+            is.push(
+                "function_tier.function_name",
+                "must name the function (name or ARN)",
+            );
+        } else if name.len() > 170 || name.chars().any(|c| c.is_whitespace() || c == '/') {
+            is.push(
+                "function_tier.function_name",
+                format!(
+                    "must be a function name or ARN (at most 170 characters, no spaces or '/'), got {:?}",
+                    self.function_name
+                ),
+            );
+        }
+        if let Some(q) = &self.qualifier
+            && (q.is_empty()
+                || q.len() > 128
+                || !q
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '$')))
+        {
+            is.push(
+                "function_tier.qualifier",
+                format!("must be a version or alias name, got {q:?}"),
+            );
+        }
+        if !(self.timeout_seconds.is_finite()
+            && self.timeout_seconds > 0.0
+            && self.timeout_seconds <= MAX_LAMBDA_TIMEOUT_SECONDS)
+        {
+            is.push(
+                "function_tier.timeout_seconds",
+                format!(
+                    "must be in (0, {MAX_LAMBDA_TIMEOUT_SECONDS}], got {}",
+                    self.timeout_seconds
+                ),
+            );
+        }
+        if let Some(region) = &self.region
+            && (region.is_empty()
+                || !region
+                    .chars()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
+        {
+            is.push(
+                "function_tier.region",
+                format!("must be a region name like us-east-1, got {region:?}"),
+            );
+        }
+        if let Some(url) = &self.endpoint_url {
+            match url.parse::<http::Uri>() {
+                Ok(u)
+                    if matches!(u.scheme_str(), Some("http" | "https"))
+                        && u.authority().is_some() => {}
+                _ => is.push(
+                    "function_tier.endpoint_url",
+                    format!("must be an http:// or https:// URL with a host, got {url:?}"),
+                ),
+            }
+        }
+        if self.max_concurrency == Some(0) {
+            is.push(
+                "function_tier.max_concurrency",
+                "must be at least 1 when set",
+            );
+        }
+        if let Some(n) = self.prewarmed_instances {
+            if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
+                is.push(
+                    "function_tier.prewarmed_instances",
+                    "needs function_tier.qualifier (a published version or an alias): \
+                     provisioned concurrency cannot be set on $LATEST",
+                );
+            }
+            if let Some(max) = self.max_concurrency
+                && n > max
+            {
+                is.push(
+                    "function_tier.prewarmed_instances",
+                    format!("must not exceed function_tier.max_concurrency ({n} > {max})"),
+                );
+            }
+        }
+        if self.remove_prewarm_on_shutdown && self.prewarmed_instances.is_none() {
+            is.push(
+                "function_tier.remove_prewarm_on_shutdown",
+                "only applies when function_tier.prewarmed_instances is set",
+            );
+        }
+    }
+}

@@ -1,0 +1,148 @@
+//! Shared harness of the AWS tests (issue 4, "Tests"): a moto server on a free loopback
+//! port and the dummy credentials every AWS client of a test uses. The local stubs for
+//! what moto cannot answer live with their tests (EC2 query API in `aws_ec2.rs`), the
+//! Lambda ones (moto's Lambda control API, an Invoke stub) in [`lambda`].
+//!
+//! Loopback only: moto's EC2 instances have fake addresses (10.x, 172.x) that no test
+//! ever connects to; instances are resolved to loopback sample APIs through their
+//! `spillway:upstream` tag instead.
+#![allow(dead_code)]
+
+pub mod lambda;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Region every AWS test uses.
+pub const REGION: &str = "us-east-1";
+
+/// Environment for a gateway (or any AWS client) talking to an emulator: dummy
+/// credentials, a region, no instance-metadata probing, no profile files of the machine.
+pub fn aws_env() -> Vec<(String, String)> {
+    [
+        ("AWS_ACCESS_KEY_ID", "testing"),
+        ("AWS_SECRET_ACCESS_KEY", "testing"),
+        ("AWS_REGION", REGION),
+        ("AWS_EC2_METADATA_DISABLED", "true"),
+        ("AWS_CONFIG_FILE", "/nonexistent/spillway-test-aws-config"),
+        (
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/spillway-test-aws-credentials",
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+/// A free loopback TCP port (bound and released: nothing listens on it afterwards).
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A `moto_server` child process on a free loopback port; killed on drop.
+pub struct Moto {
+    child: Child,
+    /// `http://127.0.0.1:PORT`.
+    pub endpoint: String,
+    /// The listen address.
+    pub addr: SocketAddr,
+}
+
+impl Moto {
+    /// Start `moto_server -H 127.0.0.1 -p PORT` and wait (up to 60 s) until it answers.
+    ///
+    /// # Panics
+    /// When `moto_server` is missing (`python3 -m pip install 'moto[server]'`) or does not
+    /// answer in time.
+    pub fn start() -> Moto {
+        for _ in 0..3 {
+            let port = free_port();
+            let child = Command::new("moto_server")
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("moto_server not found: python3 -m pip install 'moto[server]'");
+            let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+            let mut moto = Moto {
+                child,
+                endpoint: format!("http://{addr}"),
+                addr,
+            };
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = moto.child.try_wait() {
+                    break; // port taken meanwhile: try another one
+                }
+                if moto
+                    .get("/moto-api/data.json")
+                    .is_some_and(|(s, _)| s == 200)
+                {
+                    return moto;
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        panic!("moto_server did not start");
+    }
+
+    /// One plain HTTP request to moto; `(status, body)`.
+    pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+        let mut s = TcpStream::connect(self.addr).ok()?;
+        s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
+        let head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            self.addr,
+            body.len()
+        );
+        s.write_all(head.as_bytes()).ok()?;
+        s.write_all(body).ok()?;
+        let mut buf = Vec::new();
+        s.read_to_end(&mut buf).ok()?;
+        let end = buf.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let status = String::from_utf8_lossy(&buf[..end])
+            .split(' ')
+            .nth(1)?
+            .parse()
+            .ok()?;
+        Some((status, buf[end + 4..].to_vec()))
+    }
+
+    /// `GET path`.
+    pub fn get(&self, path: &str) -> Option<(u16, Vec<u8>)> {
+        self.request("GET", path, b"")
+    }
+
+    /// Forget every emulated resource (`POST /moto-api/reset`).
+    pub fn reset(&self) {
+        let r = self.request("POST", "/moto-api/reset", b"");
+        assert!(matches!(r, Some((200, _))), "moto reset failed: {r:?}");
+    }
+}
+
+impl Drop for Moto {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Poll `f` every 50 ms until it returns `Some`, or panic after `within` with `what`.
+pub fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

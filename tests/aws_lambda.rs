@@ -1,0 +1,463 @@
+//! The Lambda function tier through the real gateway binary (issue 4; http-cases C19,
+//! C20): against moto for the reply shapes, and against a local Invoke stub for what moto
+//! cannot answer (function errors, 429, access denied, provisioned concurrency), plus an
+//! endpoint on a closed port. Loopback only; every wait polls with a deadline.
+
+// Real processes (moto, the gateway) on loopback: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
+#![cfg(feature = "aws")]
+
+mod aws_common;
+mod common;
+
+use std::time::Duration;
+
+use aws_common::aws_env;
+use aws_common::lambda::{
+    InvokeReply as StubReply, InvokeStub, moto_with_function, queue_lambda_replies,
+};
+use common::{Gateway, SampleApi, free_port, header, http, u64_at};
+use serde_json::Value;
+
+/// A v2 reply the stub gives by default.
+const OK_REPLY: &str = r#"{"statusCode":200,"headers":{"content-type":"text/plain"},"body":"ok"}"#;
+
+/// A gateway whose function tier is the Lambda function `function` at `endpoint`;
+/// `vm_urls` is a static VM pool (empty: every request goes to the function tier).
+fn lambda_gateway(endpoint: &str, vm_urls: &[String], tier_extra: &str) -> Gateway {
+    let urls = vm_urls
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    Gateway::start_env(
+        &format!(
+            r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  drain_timeout_seconds: 5
+libra:
+  decision_epochs: 1000
+  r_max_rps: 2
+  rho: 1.0
+vm_pool:
+  type: static
+  urls: [{urls}]
+function_tier:
+  type: lambda
+  function_name: spillway-test
+  region: us-east-1
+  endpoint_url: {endpoint}
+{tier_extra}
+"#
+        ),
+        &aws_env(),
+    )
+}
+
+fn set_cookies(headers: &[(String, String)]) -> Vec<&str> {
+    headers
+        .iter()
+        .filter(|(k, _)| k == "set-cookie")
+        .map(|(_, v)| v.as_str())
+        .collect()
+}
+
+/// http-cases C20 (a), (c), (d) in payload format 2.0, replies from moto's Lambda.
+#[test]
+fn c20_v2_replies_from_moto_reach_the_client() {
+    let moto = moto_with_function("spillway-test");
+    let gw = lambda_gateway(&moto.endpoint, &[], "");
+    queue_lambda_replies(
+        &moto,
+        &[
+            r#"{"statusCode":200,"cookies":["sid=abc; Path=/; HttpOnly","flag=on; Path=/"],"headers":{"content-type":"text/plain"},"body":"ok"}"#,
+            r#"{"statusCode":200,"isBase64Encoded":true,"headers":{"content-type":"image/png"},"body":"iVBORw0KGgo="}"#,
+            "this is not JSON {",
+            r#"{"statusCode":99,"body":"secret-99"}"#,
+            r#"{"message":"no status code","n":[1,2]}"#,
+        ],
+    );
+
+    // (a) two Set-Cookie lines, never comma-joined.
+    let (code, h, body) = http(gw.proxy, "GET", "/a", &[], b"");
+    assert_eq!(code, 200, "{}", gw.proc.log_text());
+    assert_eq!(
+        set_cookies(&h),
+        ["sid=abc; Path=/; HttpOnly", "flag=on; Path=/"]
+    );
+    assert_eq!(header(&h, "content-type"), Some("text/plain"));
+    assert_eq!(body, b"ok");
+
+    // (c) base64 body decoded, exact bytes and length.
+    let (code, h, body) = http(gw.proxy, "GET", "/c", &[], b"");
+    assert_eq!(code, 200);
+    assert_eq!(body, [0x89, 0x50, 0x4E, 0x47, 0x0D, 0x0A, 0x1A, 0x0A]);
+    assert_eq!(header(&h, "content-length"), Some("8"));
+    assert_eq!(header(&h, "content-type"), Some("image/png"));
+
+    // (d) invalid JSON and statusCode 99: 502 with a generic body.
+    for _ in 0..2 {
+        let (code, _, body) = http(gw.proxy, "GET", "/d", &[], b"");
+        assert_eq!(code, 502);
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            !text.contains("secret") && !text.contains("JSON"),
+            "generic body: {text}"
+        );
+    }
+
+    // 2.0 without statusCode: 200, application/json, the whole return as body.
+    let (code, h, body) = http(gw.proxy, "GET", "/raw", &[], b"");
+    assert_eq!(code, 200);
+    assert_eq!(header(&h, "content-type"), Some("application/json"));
+    assert_eq!(body, br#"{"message":"no status code","n":[1,2]}"#);
+    let st = gw.status();
+    assert_eq!(st["functions"]["kind"], "lambda");
+    assert_eq!(u64_at(&st, "/functions/errors/total"), 2, "{st:#}");
+}
+
+/// http-cases C20 (b) and (d, missing statusCode) in payload format 1.0.
+#[test]
+fn c20_v1_replies_from_moto_reach_the_client() {
+    let moto = moto_with_function("spillway-test");
+    let gw = lambda_gateway(&moto.endpoint, &[], "  payload_format: v1");
+    queue_lambda_replies(
+        &moto,
+        &[
+            r#"{"statusCode":200,"multiValueHeaders":{"Set-Cookie":["a=1","b=2"]},"body":""}"#,
+            r#"{"body":"no status"}"#,
+        ],
+    );
+    let (code, h, body) = http(gw.proxy, "GET", "/b", &[], b"");
+    assert_eq!(code, 200, "{}", gw.proc.log_text());
+    assert_eq!(set_cookies(&h), ["a=1", "b=2"]);
+    assert!(body.is_empty());
+    let (code, _, _) = http(gw.proxy, "GET", "/d", &[], b"");
+    assert_eq!(code, 502);
+}
+
+/// http-cases C19 and C8 end to end: moto's Lambda echoes the event when no reply is
+/// queued, so the client sees the event the gateway built; its source IP is the real
+/// peer, not the client's X-Forwarded-For.
+#[test]
+fn c19_event_built_by_the_gateway_reaches_the_function() {
+    let moto = moto_with_function("spillway-test");
+    let gw = lambda_gateway(&moto.endpoint, &[], "");
+    let (code, _, body) = http(
+        gw.proxy,
+        "POST",
+        "/authorize?scope=openid%20profile&next=%2Fhome&a=1&a=2",
+        &[
+            ("Cookie", "s=1"),
+            ("Cookie", "t=2"),
+            ("X-Tag", "v1"),
+            ("X-Tag", "v2"),
+            ("X-Forwarded-For", "10.0.0.1"),
+            ("Content-Type", "application/octet-stream"),
+        ],
+        &[0x1f, 0x8b, 0x08, 0x00, 0xff],
+    );
+    assert_eq!(code, 200, "{}", gw.proc.log_text());
+    let ev: Value = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&body)));
+    assert_eq!(ev["rawPath"], "/authorize");
+    assert_eq!(
+        ev["rawQueryString"],
+        "scope=openid%20profile&next=%2Fhome&a=1&a=2"
+    );
+    assert_eq!(
+        ev["queryStringParameters"],
+        serde_json::json!({"scope": "openid profile", "next": "/home", "a": "1,2"})
+    );
+    assert_eq!(ev["cookies"], serde_json::json!(["s=1", "t=2"]));
+    assert!(ev["headers"].get("cookie").is_none());
+    assert_eq!(ev["headers"]["x-tag"], "v1,v2");
+    assert_eq!(ev["requestContext"]["http"]["method"], "POST");
+    assert_eq!(ev["requestContext"]["http"]["sourceIp"], "127.0.0.1");
+    assert_eq!(ev["isBase64Encoded"], true);
+    assert_eq!(ev["body"], "H4sIAP8=");
+    // The client's XFF is not trusted: the gateway's own value names the real peer.
+    assert_eq!(ev["headers"]["x-forwarded-for"], "127.0.0.1");
+}
+
+/// `X-Amz-Function-Error` → 502 with a generic body; the next call is served.
+#[test]
+fn function_error_is_502_and_the_gateway_keeps_serving() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::function_error("secret stack trace")]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let (code, _, body) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 502);
+    assert!(!String::from_utf8_lossy(&body).contains("secret"));
+    let (code, _, body) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!((code, &body[..]), (200, &b"ok"[..]));
+    let st = gw.status();
+    assert_eq!(
+        u64_at(&st, "/functions/errors/counts/function.other"),
+        1,
+        "{st:#}"
+    );
+    assert_eq!(stub.invocations().len(), 2);
+    // Invoke goes to the function by name, as a synchronous call.
+    let call = &stub.invocations()[0];
+    assert_eq!(call.method, "POST");
+    assert!(
+        call.target
+            .starts_with("/2015-03-31/functions/spillway-test/invocations"),
+        "{}",
+        call.target
+    );
+}
+
+/// Access denied → 502, reported in `/status`; the gateway keeps serving.
+#[test]
+fn access_denied_is_502_and_reported() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::api_error(
+        403,
+        "AccessDeniedException",
+        "not authorized to perform: lambda:InvokeFunction",
+    )]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 502);
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    let st = gw.status();
+    assert_eq!(
+        u64_at(&st, "/functions/errors/counts/invoke.access_denied"),
+        1,
+        "{st:#}"
+    );
+    assert_eq!(st["functions"]["errors"]["last"]["kind"], "access_denied");
+    // Invoke is not retried by the SDK.
+    assert_eq!(stub.invocations().len(), 2);
+}
+
+/// An endpoint on a closed port: 502, promptly, request after request; reported.
+#[test]
+fn closed_endpoint_is_502_and_the_gateway_keeps_serving() {
+    let port = free_port();
+    let gw = lambda_gateway(&format!("http://127.0.0.1:{port}"), &[], "");
+    for _ in 0..2 {
+        let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 502, "{}", gw.proc.log_text());
+    }
+    let st = gw.status();
+    assert_eq!(u64_at(&st, "/functions/errors/total"), 2, "{st:#}");
+    assert_eq!(st["functions"]["errors"]["last"]["operation"], "invoke");
+    assert_eq!(st["functions"]["errors"]["last"]["kind"], "unreachable");
+}
+
+/// An Invoke slower than `timeout_seconds` → 504; the gateway keeps serving.
+#[test]
+fn slow_invoke_is_504() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::ok(OK_REPLY).after(Duration::from_secs(3))]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "  timeout_seconds: 0.5");
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 504);
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    let st = gw.status();
+    assert_eq!(
+        u64_at(&st, "/functions/errors/counts/invoke.timeout"),
+        1,
+        "{st:#}"
+    );
+}
+
+/// A JSON event over 6 MiB after base64 → 413 before any invoke (the stub records none);
+/// a small request afterwards is invoked.
+#[test]
+fn payload_over_6_mib_is_413_before_any_invoke() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    // 4.75 MiB of binary is 6.33 MiB of base64.
+    let big = vec![0xA5u8; 4_980_000];
+    let (code, _, _) = http(
+        gw.proxy,
+        "POST",
+        "/upload",
+        &[("Content-Type", "application/octet-stream")],
+        &big,
+    );
+    assert_eq!(code, 413);
+    assert!(stub.invocations().is_empty(), "{:?}", stub.calls());
+    let (code, _, _) = http(
+        gw.proxy,
+        "POST",
+        "/upload",
+        &[("Content-Type", "application/octet-stream")],
+        &big[..1000],
+    );
+    assert_eq!(code, 200);
+    assert_eq!(stub.invocations().len(), 1);
+}
+
+/// http-cases C5 for a Lambda local reply: a 7 MiB body is cut off at the 6 MiB limit and
+/// answered 413 without being drained; the request hidden in the rest of the body never
+/// runs (no Invoke at all) and the connection is closed, not reused.
+#[test]
+fn c5_oversized_body_is_not_parsed_as_a_next_request() {
+    use std::io::{Read, Write};
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let hidden = b"GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+    let mut body = vec![b'x'; 7 * 1024 * 1024 - hidden.len()];
+    body.extend_from_slice(hidden);
+    let mut s = std::net::TcpStream::connect(gw.proxy).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    let head = format!(
+        "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Type: text/plain\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    let mut writer = s.try_clone().unwrap();
+    let sender = std::thread::spawn(move || {
+        // The gateway may stop reading and close: write errors are expected.
+        let _ = writer.write_all(head.as_bytes());
+        let _ = writer.write_all(&body);
+    });
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf); // returns when the gateway closes the connection
+    let _ = sender.join();
+    let text = String::from_utf8_lossy(&buf);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert_eq!(
+        text.matches("HTTP/1.1 ").count(),
+        1,
+        "exactly one response: {text}"
+    );
+    assert!(stub.invocations().is_empty(), "{:?}", stub.calls());
+}
+
+/// 429 from Invoke → the original request (method, body) goes back to a VM when the
+/// balancer has a token and a ready VM (http-cases C20; LIBRA §III-C).
+#[test]
+fn throttled_call_spills_back_to_a_ready_vm() {
+    let vm = SampleApi::start("vm-a");
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    // The delay lets the token bucket (2 tokens/s) refill before the spill-back.
+    stub.script([StubReply::throttled().after(Duration::from_millis(1200))]);
+    let gw = lambda_gateway(&stub.endpoint(), &[format!("http://{}", vm.addr)], "");
+    // Requests go to vm-a while the bucket has tokens; the first one that does not is
+    // invoked, throttled and spilled back.
+    for i in 0..20 {
+        let payload = format!("payload-{i}");
+        let (code, h, body) = http(
+            gw.proxy,
+            "POST",
+            "/echo",
+            &[("Content-Type", "text/plain")],
+            payload.as_bytes(),
+        );
+        assert_eq!(code, 200, "{}", gw.proc.log_text());
+        assert_eq!(header(&h, "x-spillway-instance"), Some("vm-a"));
+        assert_eq!(body, payload.as_bytes());
+        if !stub.invocations().is_empty() {
+            assert_eq!(stub.invocations().len(), 1);
+            let st = gw.status();
+            assert_eq!(u64_at(&st, "/functions/stats/throttled"), 1, "{st:#}");
+            return;
+        }
+    }
+    panic!("no request reached the function tier");
+}
+
+/// 429 with no VM to take the request back → 503 with Retry-After.
+#[test]
+fn throttled_call_without_a_vm_is_503_with_retry_after() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::throttled()]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let (code, h, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 503);
+    assert!(header(&h, "retry-after").is_some(), "{h:?}");
+    assert_eq!(stub.invocations().len(), 1, "never retried by the SDK");
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+}
+
+/// Pre-warm: `prewarmed_instances: 3` puts provisioned concurrency on the qualifier at
+/// start and, with `remove_prewarm_on_shutdown`, deletes it on shutdown.
+#[test]
+fn prewarm_becomes_provisioned_concurrency() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let mut gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  qualifier: live\n  prewarmed_instances: 3\n  remove_prewarm_on_shutdown: true",
+    );
+    let put = stub.wait_call(
+        "PutProvisionedConcurrencyConfig",
+        Duration::from_secs(20),
+        |c| c.method == "PUT",
+    );
+    assert_eq!(
+        put.target,
+        "/2019-09-30/functions/spillway-test/provisioned-concurrency?Qualifier=live"
+    );
+    let body: Value = serde_json::from_slice(&put.body).unwrap();
+    assert_eq!(body["ProvisionedConcurrentExecutions"], 3);
+    // Invokes go to the qualifier.
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    assert!(
+        stub.invocations()[0]
+            .target
+            .ends_with("/invocations?Qualifier=live"),
+        "{:?}",
+        stub.invocations()
+    );
+    gw.proc.signal("TERM");
+    assert_eq!(gw.proc.wait_exit(Duration::from_secs(20)), Some(0));
+    let del = stub.wait_call(
+        "DeleteProvisionedConcurrencyConfig",
+        Duration::from_secs(5),
+        |c| c.method == "DELETE",
+    );
+    assert_eq!(
+        del.target,
+        "/2019-09-30/functions/spillway-test/provisioned-concurrency?Qualifier=live"
+    );
+}
+
+/// `prewarmed_instances: 0` removes provisioned concurrency at start; a failing
+/// provisioned-concurrency call does not stop the gateway from serving.
+#[test]
+fn prewarm_zero_deletes_at_start_and_failures_do_not_stop_serving() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  qualifier: live\n  prewarmed_instances: 0",
+    );
+    stub.wait_call(
+        "DeleteProvisionedConcurrencyConfig",
+        Duration::from_secs(20),
+        |c| c.method == "DELETE",
+    );
+    assert!(stub.calls().iter().all(|c| c.method != "PUT"));
+    drop(gw);
+
+    // A closed API port: the Put fails, is reported, and requests are still answered.
+    let port = free_port();
+    let gw = lambda_gateway(
+        &format!("http://127.0.0.1:{port}"),
+        &[],
+        "  qualifier: live\n  prewarmed_instances: 2",
+    );
+    let st = gw.wait_status("the failed Put in /status", Duration::from_secs(30), |s| {
+        s["functions"]["errors"]["counts"]
+            .as_object()
+            .is_some_and(|c| {
+                c.keys()
+                    .any(|k| k.starts_with("put_provisioned_concurrency_config"))
+            })
+    });
+    assert!(st["functions"]["errors"]["total"].as_u64() >= Some(1));
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 502);
+}
