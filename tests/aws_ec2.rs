@@ -9,6 +9,8 @@
 //! each new instance of its pool it starts a loopback sample API and writes its URL into
 //! the instance's `spillway:upstream` tag with CreateTags.
 #![cfg(feature = "aws")]
+// Real processes and an emulator: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
 
 mod aws_common;
 mod common;

@@ -112,6 +112,8 @@ impl ProviderErrors {
             "provider API call failed"
         );
         crate::proxy::metrics::provider_error(self.provider, operation, kind.as_str());
+        // A wall-clock timestamp for `/status` readers, not a timer.
+        #[allow(clippy::disallowed_methods)]
         let at_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
