@@ -12,6 +12,8 @@
 // Real processes (moto, the gateway) on loopback: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]
 #![cfg(feature = "aws")]
+// Real processes and an emulator: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
 
 mod aws_common;
 mod common;

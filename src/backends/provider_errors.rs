@@ -112,7 +112,7 @@ impl ProviderErrors {
             "provider API call failed"
         );
         crate::proxy::metrics::provider_error(self.provider, operation, kind.as_str());
-        // A wall-clock timestamp shown in `/status`; not a timer.
+        // A wall-clock timestamp for `/status` readers, not a timer.
         #[allow(clippy::disallowed_methods)]
         let at_unix_seconds = SystemTime::now()
             .duration_since(UNIX_EPOCH)
