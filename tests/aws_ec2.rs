@@ -9,8 +9,6 @@
 //! each new instance of its pool it starts a loopback sample API and writes its URL into
 //! the instance's `spillway:upstream` tag with CreateTags.
 
-// Real processes (moto, the gateway) on loopback: deadlines are wall-clock time.
-#![allow(clippy::disallowed_methods)]
 #![cfg(feature = "aws")]
 // Real processes and an emulator: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]
