@@ -106,29 +106,19 @@ impl Ec2VmPool {
     /// [`BackendError::Provider`] when no region is configured anywhere
     /// (`vm_pool.region`, `AWS_REGION`, the profile).
     pub async fn new(cfg: &Ec2VmPoolConfig, http: UpstreamClient) -> Result<Self, BackendError> {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .connect_timeout(API_CONNECT_TIMEOUT)
-                    .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)
-                    .operation_timeout(API_OPERATION_TIMEOUT)
-                    .build(),
-            )
-            .retry_config(
-                aws_config::retry::RetryConfig::standard().with_max_attempts(API_MAX_ATTEMPTS),
-            );
-        if let Some(region) = &cfg.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
-        }
-        if let Some(url) = &cfg.endpoint_url {
-            loader = loader.endpoint_url(url.clone());
-        }
-        let sdk = loader.load().await;
-        if sdk.region().is_none() {
-            return Err(BackendError::Provider(
-                "ec2: no AWS region: set vm_pool.region or AWS_REGION".into(),
-            ));
-        }
+        let sdk = super::aws_sdk::load(
+            "ec2",
+            "vm_pool",
+            cfg.region.as_deref(),
+            cfg.endpoint_url.as_deref(),
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(API_CONNECT_TIMEOUT)
+                .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)
+                .operation_timeout(API_OPERATION_TIMEOUT)
+                .build(),
+            aws_config::retry::RetryConfig::standard().with_max_attempts(API_MAX_ATTEMPTS),
+        )
+        .await?;
         Ok(Self {
             client: Client::new(&sdk),
             cfg: cfg.clone(),

@@ -95,24 +95,19 @@ impl LambdaFunctionTier {
     /// [`BackendError::Provider`] when no region is configured anywhere
     /// (`function_tier.region`, `AWS_REGION`, the profile).
     pub async fn new(cfg: &LambdaFunctionTierConfig) -> Result<Arc<Self>, BackendError> {
-        let mut loader = aws_config::defaults(aws_config::BehaviorVersion::latest())
-            .timeout_config(
-                aws_config::timeout::TimeoutConfig::builder()
-                    .connect_timeout(API_CONNECT_TIMEOUT)
-                    .build(),
-            );
-        if let Some(region) = &cfg.region {
-            loader = loader.region(aws_config::Region::new(region.clone()));
-        }
-        if let Some(url) = &cfg.endpoint_url {
-            loader = loader.endpoint_url(url.clone());
-        }
-        let sdk = loader.load().await;
-        if sdk.region().is_none() {
-            return Err(BackendError::Provider(
-                "lambda: no AWS region: set function_tier.region or AWS_REGION".into(),
-            ));
-        }
+        // Invoke turns retries off per operation; the provisioned-concurrency calls keep
+        // the SDK's standard retries.
+        let sdk = super::aws_sdk::load(
+            "lambda",
+            "function_tier",
+            cfg.region.as_deref(),
+            cfg.endpoint_url.as_deref(),
+            aws_config::timeout::TimeoutConfig::builder()
+                .connect_timeout(API_CONNECT_TIMEOUT)
+                .build(),
+            aws_config::retry::RetryConfig::standard(),
+        )
+        .await?;
         Ok(Arc::new(Self {
             client: Client::new(&sdk),
             function_name: cfg.function_name.clone(),

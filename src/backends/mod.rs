@@ -15,6 +15,8 @@
 //!   case the untouched request comes back so the balancer can spill it back to a VM.
 
 #[cfg(feature = "aws")]
+pub mod aws_sdk;
+#[cfg(feature = "aws")]
 pub mod ec2;
 pub mod function_http;
 pub mod function_process;
