@@ -17,13 +17,12 @@ mod aws_common;
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_common::{Moto, REGION, aws_env, poll};
+use aws_common::{Moto, REGION, StubRequest, aws_env, poll, read_stub_request, write_stub_reply};
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use common::{Gateway, SampleApi, header, http, u64_at};
 use serde_json::Value;
@@ -498,19 +497,6 @@ fn an_instance_that_never_gets_ready_is_terminated_after_the_boot_timeout() {
     assert!(header(&headers, "x-spillway-instance").is_some_and(|i| i.starts_with("fn-")));
 }
 
-/// One request a [`QueryStub`] received.
-#[derive(Clone, Debug)]
-struct StubRequest {
-    /// Method.
-    method: String,
-    /// Path and query.
-    target: String,
-    /// Lower-cased header names with their values.
-    headers: Vec<(String, String)>,
-    /// Body.
-    body: Vec<u8>,
-}
-
 impl StubRequest {
     /// The first value of header `name` (lower case).
     fn header(&self, name: &str) -> Option<&str> {
@@ -605,55 +591,12 @@ fn serve_one(
     handler: &(dyn Fn(&StubRequest) -> StubReply + Send + Sync),
     seen: &Mutex<Vec<StubRequest>>,
 ) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+    let Some((req, reader)) = read_stub_request(stream) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let mut headers = Vec::new();
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 {
-            return;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':') {
-            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-        }
-    }
-    let len: usize = headers
-        .iter()
-        .find(|(k, _)| k == "content-length")
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0);
-    let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let req = StubRequest {
-        method,
-        target,
-        headers,
-        body,
     };
     let (status, reply_headers, reply_body) = handler(&req);
     seen.lock().unwrap().push(req);
-    let mut out = format!("HTTP/1.1 {status} Stub\r\nConnection: close\r\n");
-    for (k, v) in &reply_headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str(&format!("Content-Length: {}\r\n\r\n", reply_body.len()));
-    let mut stream = reader.into_inner();
-    let _ = stream.write_all(out.as_bytes());
-    let _ = stream.write_all(&reply_body);
-    let _ = stream.flush();
+    write_stub_reply(reader, status, &reply_headers, &reply_body);
 }
 
 /// An EC2 query-API stub: DescribeInstances and TerminateInstances succeed (no

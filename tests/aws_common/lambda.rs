@@ -6,14 +6,15 @@
 //! queue is per moto process, so tests stay independent and can run in parallel.
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::{Moto, REGION, poll};
+pub use super::StubRequest;
+use super::{Moto, REGION, poll, read_stub_request, write_stub_reply};
 
 /// moto's default account.
 pub const ACCOUNT: &str = "123456789012";
@@ -238,17 +239,6 @@ impl InvokeReply {
     }
 }
 
-/// One request the [`InvokeStub`] received.
-#[derive(Clone, Debug)]
-pub struct StubRequest {
-    /// Method.
-    pub method: String,
-    /// Path and query as received.
-    pub target: String,
-    /// Body.
-    pub body: Vec<u8>,
-}
-
 #[derive(Default)]
 struct StubState {
     script: VecDeque<InvokeReply>,
@@ -378,39 +368,8 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
 }
 
 fn serve_one(stream: TcpStream, st: &Mutex<StubState>, default: &InvokeReply) {
-    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
-    let mut reader = BufReader::new(stream);
-    let mut line = String::new();
-    if reader.read_line(&mut line).unwrap_or(0) == 0 {
+    let Some((req, reader)) = read_stub_request(stream) else {
         return;
-    }
-    let mut parts = line.split_whitespace();
-    let method = parts.next().unwrap_or("").to_string();
-    let target = parts.next().unwrap_or("").to_string();
-    let mut len = 0usize;
-    loop {
-        let mut h = String::new();
-        if reader.read_line(&mut h).unwrap_or(0) == 0 {
-            return;
-        }
-        let h = h.trim_end();
-        if h.is_empty() {
-            break;
-        }
-        if let Some((k, v)) = h.split_once(':')
-            && k.trim().eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    if reader.read_exact(&mut body).is_err() {
-        return;
-    }
-    let req = StubRequest {
-        method,
-        target,
-        body,
     };
     let reply = reply_to(&req, st, default);
     if !reply.delay.is_zero() {
@@ -418,13 +377,5 @@ fn serve_one(stream: TcpStream, st: &Mutex<StubState>, default: &InvokeReply) {
     }
     // Recorded before the reply goes out: a caller that has the reply sees the call.
     st.lock().unwrap().seen.push(req);
-    let mut out = format!("HTTP/1.1 {} Stub\r\nConnection: close\r\n", reply.status);
-    for (k, v) in &reply.headers {
-        out.push_str(&format!("{k}: {v}\r\n"));
-    }
-    out.push_str(&format!("Content-Length: {}\r\n\r\n", reply.body.len()));
-    let mut stream = reader.into_inner();
-    let _ = stream.write_all(out.as_bytes());
-    let _ = stream.write_all(reply.body.as_bytes());
-    let _ = stream.flush();
+    write_stub_reply(reader, reply.status, &reply.headers, reply.body.as_bytes());
 }

@@ -146,3 +146,80 @@ pub fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// One request a local API stub received: method, path and query, lower-cased header
+/// names with their values, body.
+#[derive(Clone, Debug)]
+pub struct StubRequest {
+    /// Method.
+    pub method: String,
+    /// Path and query as received.
+    pub target: String,
+    /// Lower-cased header names with their values.
+    pub headers: Vec<(String, String)>,
+    /// Body.
+    pub body: Vec<u8>,
+}
+
+/// Read one HTTP/1.1 request (Content-Length framing; the stubs' clients are the AWS SDK)
+/// from `stream`. `None` when the peer went away first.
+pub fn read_stub_request(
+    stream: TcpStream,
+) -> Option<(StubRequest, std::io::BufReader<TcpStream>)> {
+    use std::io::BufRead;
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let mut reader = std::io::BufReader::new(stream);
+    let mut line = String::new();
+    if reader.read_line(&mut line).ok()? == 0 {
+        return None;
+    }
+    let mut parts = line.split_whitespace();
+    let method = parts.next().unwrap_or("").to_string();
+    let target = parts.next().unwrap_or("").to_string();
+    let mut headers = Vec::new();
+    loop {
+        let mut h = String::new();
+        if reader.read_line(&mut h).ok()? == 0 {
+            return None;
+        }
+        let h = h.trim_end();
+        if h.is_empty() {
+            break;
+        }
+        if let Some((k, v)) = h.split_once(':') {
+            headers.push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+        }
+    }
+    let len: usize = headers
+        .iter()
+        .find(|(k, _)| k == "content-length")
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0);
+    let mut body = vec![0; len];
+    reader.read_exact(&mut body).ok()?;
+    let req = StubRequest {
+        method,
+        target,
+        headers,
+        body,
+    };
+    Some((req, reader))
+}
+
+/// Write one `Connection: close` reply.
+pub fn write_stub_reply(
+    reader: std::io::BufReader<TcpStream>,
+    status: u16,
+    headers: &[(String, String)],
+    body: &[u8],
+) {
+    let mut out = format!("HTTP/1.1 {status} Stub\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        out.push_str(&format!("{k}: {v}\r\n"));
+    }
+    out.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut stream = reader.into_inner();
+    let _ = stream.write_all(out.as_bytes());
+    let _ = stream.write_all(body);
+    let _ = stream.flush();
+}
