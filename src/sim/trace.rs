@@ -493,17 +493,12 @@ fn parse_durations(
         check_width(&f, &header, file, n)?;
         let mut points = Vec::with_capacity(pct.len());
         for &(p, i) in &pct {
-            let ms: f64 = f[i]
-                .parse()
-                .ok()
-                .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-                .ok_or_else(|| {
-                    parse_err(
-                        file,
-                        n,
-                        format!("percentile {p}: expected milliseconds >= 0, got {:?}", f[i]),
-                    )
-                })?;
+            let ms = non_negative(
+                f[i],
+                file,
+                n,
+                &format!("percentile {p}: expected milliseconds"),
+            )?;
             points.push([p, ms]);
         }
         // Azure's percentiles are per-sample averages and may dip; keep them monotone.
@@ -521,6 +516,15 @@ fn parse_durations(
         );
     }
     Ok(out)
+}
+
+/// A finite number ≥ 0 from one CSV field; `what` names it in the error.
+fn non_negative(field: &str, file: &Path, line: usize, what: &str) -> Result<f64, SimError> {
+    field
+        .parse()
+        .ok()
+        .filter(|v: &f64| v.is_finite() && *v >= 0.0)
+        .ok_or_else(|| parse_err(file, line, format!("{what} >= 0, got {field:?}")))
 }
 
 /// A CSV row must have as many fields as the header.
@@ -553,17 +557,7 @@ fn parse_memory(text: &str, file: &Path) -> Result<HashMap<(String, String), u32
     for &(n, l) in &lines[1..] {
         let f = split_csv(l);
         check_width(&f, &header, file, n)?;
-        let mb: f64 = f[avg]
-            .parse()
-            .ok()
-            .filter(|v: &f64| v.is_finite() && *v >= 0.0)
-            .ok_or_else(|| {
-                parse_err(
-                    file,
-                    n,
-                    format!("AverageAllocatedMb: expected MB >= 0, got {:?}", f[avg]),
-                )
-            })?;
+        let mb = non_negative(f[avg], file, n, "AverageAllocatedMb: expected MB")?;
         // Lambda bills configured memory in [128, 10240] MB.
         let mb = (mb.ceil() as u32).clamp(128, 10_240);
         out.insert((f[owner].to_string(), f[app].to_string()), mb);
