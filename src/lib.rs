@@ -6,6 +6,9 @@
 //!   instances, cost model). No I/O, no clock reads.
 //! * [`config`] — the YAML schema shared by the gateway and the simulator.
 //! * [`proxy`] — the hyper/tokio data plane, admin listener and the live driver.
+//! * [`net`] — HTTP primitives shared by the proxy and the backends (body, upstream
+//!   client, header hygiene, TLS, client info). A leaf: imports no other module.
+//! * [`telemetry`] — the metrics spec.
 //! * [`backends`] — VM pool and function tier providers (local processes, static URLs,
 //!   HTTP function endpoints).
 //! * [`sim`] — the discrete-event simulator and cost reports.
@@ -17,7 +20,9 @@
 pub mod backends;
 pub mod cli;
 pub mod config;
+pub mod net;
 pub mod policy;
 pub mod proxy;
 pub mod sample_api;
 pub mod sim;
+pub mod telemetry;

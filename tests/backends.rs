@@ -11,9 +11,9 @@ use spillway::backends::function_process::ProcessFunctionTier;
 use spillway::backends::vm_process::ProcessVmPool;
 use spillway::backends::{FunctionTier, VmProvider};
 use spillway::config::{ProcessFunctionTierConfig, ProcessVmPoolConfig};
+use spillway::net::body::{Body, empty};
+use spillway::net::client::{ClientSettings, UpstreamClient};
 use spillway::policy::VmId;
-use spillway::proxy::body::{Body, empty};
-use spillway::proxy::client::{ClientSettings, UpstreamClient};
 use tokio::time::Instant;
 
 fn exe() -> PathBuf {

@@ -54,8 +54,8 @@ use http::Uri;
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
 use super::{BackendError, BoxFuture, VmProvider};
 use crate::config::{EC2_POOL_TAG_KEY, Ec2Address, Ec2ShutdownPolicy, Ec2VmPoolConfig};
+use crate::net::client::UpstreamClient;
 use crate::policy::VmId;
-use crate::proxy::client::UpstreamClient;
 
 /// Tag carrying the controller's VM id (`vm-3`) on instances this gateway launched.
 pub const EC2_VM_TAG_KEY: &str = "spillway:vm";

@@ -2,7 +2,7 @@
 //! FaaS gateway…) reached over HTTP. Spillway limits the calls in flight to
 //! `max_concurrency` with a semaphore: a call that finds no permit is throttled and its
 //! untouched request handed back, and a permit is held until the response body has been
-//! fully streamed or dropped ([`GuardedBody`](crate::proxy::body::GuardedBody)).
+//! fully streamed or dropped ([`GuardedBody`](crate::net::body::GuardedBody)).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,9 +12,9 @@ use tokio::sync::Semaphore;
 
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::HttpFunctionTierConfig;
-use crate::proxy::body::GuardedBody;
-use crate::proxy::body::{Body, boxed};
-use crate::proxy::client::UpstreamClient;
+use crate::net::body::GuardedBody;
+use crate::net::body::{Body, boxed};
+use crate::net::client::UpstreamClient;
 
 /// A function tier behind one HTTP endpoint. See the [module docs](self).
 #[derive(Debug)]
@@ -114,8 +114,8 @@ mod tests {
     use hyper_util::rt::TokioIo;
 
     use super::*;
-    use crate::proxy::body::{empty, full};
-    use crate::proxy::client::{ClientSettings, UpstreamError};
+    use crate::net::body::{empty, full};
+    use crate::net::client::{ClientSettings, UpstreamError};
 
     /// An in-process upstream on 127.0.0.1:0 answering `path=<uri>`.
     async fn upstream() -> SocketAddr {

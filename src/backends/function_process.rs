@@ -5,7 +5,7 @@
 //!   spawned on a fresh loopback port and probed until ready (`boot_timeout_seconds`), and
 //!   at `max_instances` the call is **throttled** and the untouched request handed back.
 //! * One call at a time per instance: the instance is released only when the response
-//!   body has been fully streamed or dropped ([`GuardedBody`](crate::proxy::body::GuardedBody)).
+//!   body has been fully streamed or dropped ([`GuardedBody`](crate::net::body::GuardedBody)).
 //! * A keep-alive task sleeps until [`FunctionPool::poll_timeout`], expires idle instances
 //!   with [`FunctionPool::handle_timeout`] and kills their processes. It is woken whenever
 //!   the pool changes and ends at [`FunctionTier::shutdown`] (or when the tier is dropped).
@@ -27,11 +27,11 @@ use super::ReadinessSettings;
 use super::process::{ChildProcess, free_port, wait_ready};
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::ProcessFunctionTierConfig;
+use crate::net::body::GuardedBody;
+use crate::net::body::{Body, boxed};
+use crate::net::client::{UpstreamClient, UpstreamError};
 use crate::policy::Time;
 use crate::policy::functions::{Acquire, FunctionPool, InstanceId};
-use crate::proxy::body::GuardedBody;
-use crate::proxy::body::{Body, boxed};
-use crate::proxy::client::{UpstreamClient, UpstreamError};
 
 /// Name of the Prometheus counter incremented on every cold start.
 pub const COLD_STARTS_METRIC: &str = "spillway_function_cold_starts_total";
@@ -488,8 +488,8 @@ mod tests {
     use http_body_util::BodyExt;
 
     use super::*;
-    use crate::proxy::body::full;
-    use crate::proxy::client::ClientSettings;
+    use crate::net::body::full;
+    use crate::net::client::ClientSettings;
 
     /// A tiny HTTP server on `{port}`, its request log silenced.
     const PY: &[&str] = &[
@@ -527,7 +527,7 @@ mod tests {
     }
 
     fn get() -> Request<Body> {
-        Request::get("/").body(crate::proxy::body::empty()).unwrap()
+        Request::get("/").body(crate::net::body::empty()).unwrap()
     }
 
     fn gone(pid: u32) -> bool {

@@ -47,9 +47,9 @@ use super::lambda_event::{self, EventError, EventInput, MAX_PAYLOAD_BYTES};
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
 use crate::config::{LambdaFunctionTierConfig, LambdaPayloadFormat};
-use crate::proxy::body::{self, Body, BoxError};
-use crate::proxy::headers;
-use crate::proxy::service::ClientInfo;
+use crate::net::ClientInfo;
+use crate::net::body::{self, Body, BoxError};
+use crate::net::headers;
 
 /// The `provider` label of this tier's errors.
 pub const PROVIDER: &str = "lambda";
@@ -417,7 +417,7 @@ impl FunctionTier for LambdaFunctionTier {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::body::{empty, full};
+    use crate::net::body::{empty, full};
 
     /// A tier whose endpoint is a closed port: any call that reached the API would be a
     /// `Failed` (unreachable), so the other outcomes prove no invoke happened.

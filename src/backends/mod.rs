@@ -35,9 +35,9 @@ use std::time::Duration;
 
 use http::{Request, Response, Uri};
 
+use crate::net::body::Body;
+use crate::net::client::UpstreamError;
 use crate::policy::VmId;
-use crate::proxy::body::Body;
-use crate::proxy::client::UpstreamError;
 
 /// How a newly started instance is checked for readiness: `GET health_path` every
 /// `probe_interval` until a 2xx answer, giving up after `boot_timeout`.
@@ -175,7 +175,7 @@ pub enum FunctionError {
     /// The request body could not be read (client gone, or the gateway's body limit:
     /// a length-limit error is answered 413).
     #[error("cannot read the request body: {0}")]
-    RequestBody(crate::proxy::body::BoxError),
+    RequestBody(crate::net::body::BoxError),
 }
 
 /// Counters a function tier exposes for `/status` and metrics.

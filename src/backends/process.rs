@@ -11,7 +11,7 @@ use std::time::Duration;
 use http::Uri;
 
 use super::BackendError;
-use crate::proxy::client::UpstreamClient;
+use crate::net::client::UpstreamClient;
 
 /// Placeholder replaced by the instance's port in a command template.
 pub const PORT_PLACEHOLDER: &str = "{port}";
@@ -238,7 +238,7 @@ pub async fn wait_ready(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proxy::client::ClientSettings;
+    use crate::net::client::ClientSettings;
 
     pub(crate) fn client() -> UpstreamClient {
         UpstreamClient::new(ClientSettings {

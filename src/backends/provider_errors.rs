@@ -4,7 +4,7 @@
 //! A provider owns one [`ProviderErrors`] and calls [`ProviderErrors::record`] for every
 //! failed API call. Each record is logged (`warn`), counted in
 //! `spillway_provider_errors_total{provider, operation, kind}` (see
-//! [`crate::proxy::metrics`]) and kept for `/status` as per-`operation.kind` counters plus
+//! [`crate::telemetry`]) and kept for `/status` as per-`operation.kind` counters plus
 //! the last error's message. Label values come from fixed sets: `operation` is a
 //! provider-defined `&'static str` (`run_instances`, …) and `kind` an [`ErrorKind`].
 
@@ -111,7 +111,7 @@ impl ProviderErrors {
             error = %message,
             "provider API call failed"
         );
-        crate::proxy::metrics::provider_error(self.provider, operation, kind.as_str());
+        crate::telemetry::provider_error(self.provider, operation, kind.as_str());
         // A wall-clock timestamp for `/status` readers, not a timer.
         #[allow(clippy::disallowed_methods)]
         let at_unix_seconds = SystemTime::now()

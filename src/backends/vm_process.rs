@@ -143,7 +143,7 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::proxy::client::{ClientSettings, UpstreamClient};
+    use crate::net::client::{ClientSettings, UpstreamClient};
 
     fn cfg(command: &[&str]) -> ProcessVmPoolConfig {
         ProcessVmPoolConfig {

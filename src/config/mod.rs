@@ -15,6 +15,7 @@
 
 mod lambda;
 mod schema;
+pub mod sim;
 
 pub use lambda::*;
 pub use schema::*;

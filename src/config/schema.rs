@@ -77,7 +77,7 @@ pub struct Config {
     pub function_tier: Option<FunctionTierConfig>,
     /// Simulator-only settings (ignored by `spillway serve`).
     #[serde(default)]
-    pub sim: crate::sim::config::SimSection,
+    pub sim: crate::config::sim::SimSection,
 }
 
 fn one() -> u32 {
@@ -715,7 +715,7 @@ impl Config {
             );
         }
         if let Some(tls) = &self.gateway.tls
-            && let Err(e) = crate::proxy::tls::load_server_config(&tls.cert_file, &tls.key_file)
+            && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {
             is.push("gateway.tls", e.to_string());
         }

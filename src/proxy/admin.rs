@@ -9,8 +9,8 @@ use hyper::body::Incoming;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde_json::{Value, json};
 
-use super::body::{self, Body};
 use super::driver::Gateway;
+use crate::net::body::{self, Body};
 
 /// Answer one admin request.
 pub async fn handle(

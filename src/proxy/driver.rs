@@ -24,8 +24,8 @@ use crate::policy::controller::{Action, Controller, ControllerStatus};
 use crate::policy::scaling::ScaleDecision;
 use crate::policy::{Time, VmId};
 
-use super::client::UpstreamClient;
-use super::metrics as m;
+use crate::net::client::UpstreamClient;
+use crate::telemetry as m;
 
 /// Where a VM lives, once known.
 #[derive(Clone, Debug, Default)]

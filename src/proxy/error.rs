@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use super::body::{self, Body};
+use crate::net::body::{self, Body};
 
 /// Seconds a client is told to wait after a 503 (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;

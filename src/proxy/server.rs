@@ -25,11 +25,11 @@ use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
 use crate::policy::controller::Controller;
 use crate::policy::scaling::LibraScaler;
 
-use super::client::{ClientSettings, UpstreamClient};
 use super::driver::Gateway;
-use super::headers::TrustedProxies;
 use super::service::{self, ServiceSettings};
-use super::tls::{self, TlsError};
+use crate::net::client::{ClientSettings, UpstreamClient};
+use crate::net::headers::TrustedProxies;
+use crate::net::tls::{self, TlsError};
 
 /// Most concurrent h2 streams per client connection.
 pub const MAX_CONCURRENT_STREAMS: u32 = 256;
@@ -80,7 +80,7 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
-        let prometheus = super::metrics::install();
+        let prometheus = crate::telemetry::install();
         let g = &config.gateway;
         let client = UpstreamClient::new(ClientSettings {
             connect_timeout: secs(g.connect_timeout_seconds),

@@ -21,14 +21,15 @@ use hyper_util::rt::TokioIo;
 use tokio::time::Instant;
 
 use crate::backends::FunctionError;
+use crate::net::ClientInfo;
 use crate::policy::balancer::{Attempt, RequestMeta, Route};
 
-use super::body::{self, Body, GuardedBody, OnDrop};
-use super::client::UpstreamError;
 use super::driver::Gateway;
 use super::error::ProxyError;
-use super::headers::{self, TrustedProxies};
-use super::metrics as m;
+use crate::net::body::{self, Body, GuardedBody, OnDrop};
+use crate::net::client::UpstreamError;
+use crate::net::headers::{self, TrustedProxies};
+use crate::telemetry as m;
 
 /// Settings of the request path.
 #[derive(Clone, Debug)]
@@ -39,19 +40,6 @@ pub struct ServiceSettings {
     pub upstream_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
-}
-
-/// Who sent a request, as the gateway saw it: put into the request's extensions before
-/// every function-tier call, so that tiers which must report the client themselves (the
-/// Lambda tier's `requestContext.http.sourceIp`, http-cases C8 and C19) read the real
-/// peer instead of a client-supplied `X-Forwarded-For`. VM requests carry the peer in the
-/// gateway's own `X-Forwarded-For` instead.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ClientInfo {
-    /// The TCP peer of the client connection.
-    pub peer: SocketAddr,
-    /// `"http"` or `"https"`: the listener the request came in on.
-    pub scheme: &'static str,
 }
 
 /// What a request's parts look like before the body goes, so that a bodiless idempotent

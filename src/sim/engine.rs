@@ -36,11 +36,11 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
-use super::config::{FunctionModelConfig, VmModelConfig};
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{CostBreakdown, EpochRow, PolicyReport, ResponseMs};
 use super::trace::Trace;
 use crate::config::Config;
+use crate::config::sim::{FunctionModelConfig, VmModelConfig};
 use crate::policy::balancer::{Attempt, RequestMeta, Route, RoutingPolicy, VmFirst};
 use crate::policy::baselines::{
     AutoParams, AutoScaler, FixedScaler, FunctionOnly, SpockRouter, VmOnly,

@@ -2,7 +2,8 @@
 //! the same [`crate::policy`] types the gateway runs, on a virtual clock, and compares
 //! LIBRA with the paper's baselines (LIBRA §IV) on cost, SLA violations and latency.
 //!
-//! * [`config`] — the `sim:` config section (request, VM, function models; SLA; AUTO).
+//! * the `sim:` config section (request, VM, function models; SLA; AUTO) is
+//!   [`crate::config::sim`]: the config module owns the whole schema.
 //! * [`trace`] — trace formats (`counts`, `events`, `azure2019`, `azure2021`), windowing
 //!   and rate scaling.
 //! * [`model`] — service-time distributions and VM billing.
@@ -14,7 +15,6 @@
 //! * [`cli`] — `spillway sim` and `spillway cost` arguments and entry points.
 
 pub mod cli;
-pub mod config;
 pub mod costmodel;
 pub mod engine;
 pub mod model;

@@ -8,7 +8,7 @@ use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal, Normal};
 
-use super::config::{ServiceTimeConfig, VmBilling, VmModelConfig, check_percentiles};
+use crate::config::sim::{ServiceTimeConfig, VmBilling, VmModelConfig, check_percentiles};
 
 /// A service-time distribution, sampled in nanoseconds (at least 1 µs).
 #[derive(Clone, Debug)]

@@ -118,7 +118,7 @@ mod tests {
     #[tokio::test]
     async fn guarded_body_releases_at_end_of_stream_or_drop() {
         let released = Arc::new(AtomicBool::new(false));
-        let mut body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
+        let mut body = GuardedBody::new(crate::net::body::full("hello"), Flag(released.clone()));
         let frame = body.frame().await.unwrap().unwrap();
         assert_eq!(frame.into_data().unwrap(), "hello");
         assert!(
@@ -128,7 +128,7 @@ mod tests {
         assert!(body.frame().await.is_none());
 
         let released = Arc::new(AtomicBool::new(false));
-        let body = GuardedBody::new(crate::proxy::body::full("hello"), Flag(released.clone()));
+        let body = GuardedBody::new(crate::net::body::full("hello"), Flag(released.clone()));
         assert!(!released.load(Ordering::SeqCst));
         drop(body);
         assert!(released.load(Ordering::SeqCst));

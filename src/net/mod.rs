@@ -1,0 +1,32 @@
+//! HTTP and network primitives shared by the data plane ([`crate::proxy`]) and the
+//! backends ([`crate::backends`]): the boxed body type, the pooled upstream client, header
+//! hygiene, TLS server configuration and [`ClientInfo`]. A leaf module: it imports no
+//! other spillway module, so that the proxy and the backends both depend on it and never
+//! on each other's internals (`scripts/check-module-deps.sh`).
+//!
+//! | module | role |
+//! |---|---|
+//! | [`body`] | the boxed body type and the end-of-body hook |
+//! | [`client`] | pooled upstream client |
+//! | [`headers`] | hop-by-hop stripping, `X-Forwarded-*` |
+//! | [`tls`] | rustls server configuration |
+
+pub mod body;
+pub mod client;
+pub mod headers;
+pub mod tls;
+
+use std::net::SocketAddr;
+
+/// Who sent a request, as the gateway saw it: put into the request's extensions before
+/// every function-tier call, so that tiers which must report the client themselves (the
+/// Lambda tier's `requestContext.http.sourceIp`, http-cases C8 and C19) read the real
+/// peer instead of a client-supplied `X-Forwarded-For`. VM requests carry the peer in the
+/// gateway's own `X-Forwarded-For` instead.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ClientInfo {
+    /// The TCP peer of the client connection.
+    pub peer: SocketAddr,
+    /// `"http"` or `"https"`: the listener the request came in on.
+    pub scheme: &'static str,
+}
