@@ -7,7 +7,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use spillway::policy::VmId;
 use spillway::policy::balancer::VmFirst;
-use spillway::policy::balancer::{Attempt, RequestMeta, Route, VmState};
+use spillway::policy::balancer::{Attempt, RequestMeta, Route, RouteReason, VmState};
 use spillway::policy::controller::{Action, Controller, ControllerParams};
 use spillway::policy::monitor::MonitorParams;
 use spillway::policy::scaling::{LibraScaler, LibraScalingParams};
@@ -57,8 +57,8 @@ fn controller(rho: f64, r_max: f64, k: u32, min_vms: u32, max_vms: u32, cip: f64
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
 
-    /// Every attempt gets exactly one decision; VM attempts (first, retry, spill-back,
-    /// but not pinned upgrades) never exceed the token bucket: in any prefix, VM routes
+    /// Every attempt gets exactly one decision; VM attempts that take a token (first,
+    /// retry, fall-back within budget, but not pinned upgrades) never exceed the bucket: in any prefix, VM routes
     /// ≤ one second's budget + ρ·budget·elapsed, where the budget is at most the
     /// ready capacity; routes only go to ready VMs; draining VMs stop only when idle.
     #[test]
@@ -108,14 +108,15 @@ proptest! {
                     let meta = RequestMeta { upgrade, idempotent: true };
                     let route = c.route(now, &meta, attempt);
                     match route {
-                        Route::Vm { vm, .. } => {
+                        Route::Vm { vm, reason } => {
                             let row = c.vms().get(vm).expect("routed VM exists");
                             prop_assert_eq!(row.state, VmState::Ready);
                             if let Attempt::RetryAfterConnectFailure { failed } = attempt {
                                 prop_assert_ne!(vm, failed);
                             }
                             *outstanding.entry(vm).or_default() += 1;
-                            if !upgrade {
+                            // Fall-backs without a token are outside the bucket by design.
+                            if !upgrade && reason != RouteReason::FallBackOverBudget {
                                 *vm_attempts_by_second.entry(now.as_secs()).or_default() += 1.0;
                             }
                         }

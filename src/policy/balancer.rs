@@ -33,7 +33,8 @@ pub enum Attempt {
         /// The VM that refused the connection; not chosen again.
         failed: VmId,
     },
-    /// The function tier throttled the request (e.g. Lambda 429); try a VM instead.
+    /// No function zone could run the request (full, throttled — e.g. Lambda 429 —,
+    /// unreachable, cold start failed): fall back to a VM with a free slot.
     SpillBack,
 }
 
@@ -50,8 +51,12 @@ pub enum RouteReason {
     UpgradePinned,
     /// An `Upgrade` request but no VM is ready: rejected (503).
     UpgradeNoReadyVm,
-    /// A spill-back from the function tier found no token or no ready VM: rejected (503).
+    /// A fall-back from the function tier found no ready VM with a free slot: rejected
+    /// (503).
     SpillBackRejected,
+    /// A fall-back from the function tier went to a VM with a free slot although no
+    /// token was left (counted apart from `within_budget`).
+    FallBackOverBudget,
     /// The policy sends every request to VMs (MAX, AUTO baselines).
     VmOnly,
     /// The policy sends every request to functions (FAAS baseline).
@@ -73,6 +78,7 @@ impl RouteReason {
             RouteReason::UpgradePinned => "upgrade_pinned",
             RouteReason::UpgradeNoReadyVm => "upgrade_no_ready_vm",
             RouteReason::SpillBackRejected => "spill_back_rejected",
+            RouteReason::FallBackOverBudget => "fall_back_over_budget",
             RouteReason::VmOnly => "vm_only",
             RouteReason::FunctionOnly => "function_only",
             RouteReason::ScalingOut => "scaling_out",
@@ -286,9 +292,13 @@ impl Default for TokenBucket {
 ///
 /// * `Upgrade` requests are pinned to the least-loaded ready VM (they take a token when
 ///   one is available but are never spilled) or rejected when no VM is ready.
-/// * Otherwise, first attempts, retries and spill-backs all need a token: first attempts
-///   and retries without one go to the function tier, spill-backs without one are
-///   rejected. So VM first attempts never exceed the bucket.
+/// * First attempts and retries need a token: without one they go to the function tier.
+///   So VM first attempts never exceed the bucket.
+/// * A fall-back (no function zone could run the call: full, throttled, unreachable, cold
+///   start failed) goes to the least-loaded ready VM with a free slot, token or not: the
+///   call is better served late on a VM than refused. It takes a token when one is left
+///   ([`RouteReason::WithinBudget`]), else it is counted as
+///   [`RouteReason::FallBackOverBudget`]. No VM with a free slot: rejected (503).
 /// * Optional extension (not in the paper): with `max_outstanding_per_vm`, a request is
 ///   also spilled when even the least-loaded ready VM already has that many requests in
 ///   flight. A token bucket admits up to two seconds' budget in one second after a quiet
@@ -353,12 +363,26 @@ impl RoutingPolicy for VmFirst {
                 },
             };
         }
-        let spill = |reason| match attempt {
-            Attempt::SpillBack => Route::Reject {
-                reason: RouteReason::SpillBackRejected,
-            },
-            _ => Route::Function { reason },
-        };
+        if attempt == Attempt::SpillBack {
+            return match least {
+                Some(row)
+                    if self
+                        .max_outstanding_per_vm
+                        .is_none_or(|cap| row.outstanding < cap) =>
+                {
+                    let reason = if self.bucket.try_take(now) {
+                        RouteReason::WithinBudget
+                    } else {
+                        RouteReason::FallBackOverBudget
+                    };
+                    Route::Vm { vm: row.id, reason }
+                }
+                _ => Route::Reject {
+                    reason: RouteReason::SpillBackRejected,
+                },
+            };
+        }
+        let spill = |reason| Route::Function { reason };
         match least {
             None => spill(RouteReason::NoReadyVm),
             Some(row)
@@ -477,7 +501,48 @@ mod tests {
     }
 
     #[test]
-    fn upgrades_are_pinned_and_spill_backs_need_a_token() {
+    fn fall_backs_take_a_free_slot_token_or_not() {
+        let mut vms = table(2);
+        vms.get_mut(VmId(0)).unwrap().outstanding = 2;
+        vms.get_mut(VmId(1)).unwrap().outstanding = 1;
+        let mut b = VmFirst::new(1.0).with_max_outstanding_per_vm(Some(2));
+        b.set_vm_budget(Time::ZERO, 1.0); // one token
+        let plain = RequestMeta::default();
+        let first = b.route(Time::ZERO, &plain, Attempt::SpillBack, &vms);
+        assert_eq!(
+            first,
+            Route::Vm {
+                vm: VmId(1),
+                reason: RouteReason::WithinBudget
+            }
+        );
+        let second = b.route(Time::ZERO, &plain, Attempt::SpillBack, &vms);
+        assert_eq!(
+            second,
+            Route::Vm {
+                vm: VmId(1),
+                reason: RouteReason::FallBackOverBudget
+            },
+            "no token left, VM 1 still has a free slot"
+        );
+        vms.get_mut(VmId(1)).unwrap().outstanding = 2;
+        assert_eq!(
+            b.route(Time::ZERO, &plain, Attempt::SpillBack, &vms),
+            Route::Reject {
+                reason: RouteReason::SpillBackRejected
+            },
+            "every VM at its cap"
+        );
+        assert_eq!(
+            b.route(Time::ZERO, &plain, Attempt::SpillBack, &VmTable::default()),
+            Route::Reject {
+                reason: RouteReason::SpillBackRejected
+            }
+        );
+    }
+
+    #[test]
+    fn upgrades_are_pinned_and_first_attempts_need_a_token() {
         let mut b = VmFirst::new(1.0);
         let up = RequestMeta {
             upgrade: true,
@@ -497,12 +562,6 @@ mod tests {
             Route::Vm { .. }
         ));
         let plain = RequestMeta::default();
-        assert_eq!(
-            b.route(Time::ZERO, &plain, Attempt::SpillBack, &vms),
-            Route::Reject {
-                reason: RouteReason::SpillBackRejected
-            }
-        );
         assert_eq!(
             b.route(Time::ZERO, &plain, Attempt::First, &vms),
             Route::Function {
