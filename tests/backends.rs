@@ -1,5 +1,10 @@
 //! The local backends running the real sample API (`spillway sample-api`), as the
-//! quickstart configures them. Everything listens on 127.0.0.1.
+//! quickstart configures them, driven by the live driver where the policy core decides
+//! (function instances: cold/warm starts, keep-alive). Everything listens on 127.0.0.1.
+// The shared harness (tests/common) measures real processes with wall-clock deadlines.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -7,14 +12,17 @@ use std::time::Duration;
 
 use http::Request;
 use http_body_util::BodyExt;
+use spillway::backends::VmProvider;
 use spillway::backends::function_process::ProcessFunctionTier;
 use spillway::backends::vm_process::ProcessVmPool;
-use spillway::backends::{FunctionTier, VmProvider};
 use spillway::config::{ProcessFunctionTierConfig, ProcessVmPoolConfig};
 use spillway::net::body::{Body, empty};
 use spillway::net::client::{ClientSettings, UpstreamClient};
 use spillway::policy::VmId;
+use spillway::proxy::driver::Gateway;
 use tokio::time::Instant;
+
+use common::inproc::{NoVms, call_function, faas_core, gateway};
 
 fn exe() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_spillway"))
@@ -54,8 +62,8 @@ async fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-async fn call(tier: &dyn FunctionTier, path: &str) -> String {
-    let resp = tier.invoke(get(path)).await.unwrap();
+async fn call(gw: &Arc<Gateway>, path: &str) -> String {
+    let resp = call_function(gw, get(path)).await.unwrap();
     assert!(resp.status().is_success(), "{}", resp.status());
     let instance = resp.headers()["x-spillway-instance"]
         .to_str()
@@ -63,6 +71,27 @@ async fn call(tier: &dyn FunctionTier, path: &str) -> String {
         .to_string();
     resp.into_body().collect().await.unwrap();
     instance
+}
+
+/// (instances alive, idle, cold starts, warm starts) of the one zone.
+fn zone(gw: &Gateway) -> (u32, u32, u64, u64) {
+    let z = &gw.status().core.zones[0];
+    let u = z.usage.unwrap();
+    (
+        z.starting + z.busy + z.idle,
+        z.idle,
+        u.cold_starts,
+        u.warm_starts,
+    )
+}
+
+async fn function_gateway(
+    cfg: &ProcessFunctionTierConfig,
+) -> (Arc<Gateway>, Arc<ProcessFunctionTier>) {
+    let tier: Arc<ProcessFunctionTier> = ProcessFunctionTier::new(cfg, exe(), client());
+    let core = faas_core(Duration::from_secs(3600), cfg.pool_params());
+    let gw = gateway(core, Arc::new(NoVms), tier.clone()).await;
+    (gw, tier)
 }
 
 #[tokio::test]
@@ -76,22 +105,23 @@ async fn process_function_tier_runs_the_sample_api() {
         boot_timeout_seconds: 20.0,
         probe_interval_seconds: 0.05,
     };
-    let tier: Arc<ProcessFunctionTier> = ProcessFunctionTier::new(&cfg, exe(), client());
-    tier.start();
+    let (gw, tier) = function_gateway(&cfg).await;
 
     // Two overlapping slow calls: one instance each.
-    let (a, b) = tokio::join!(call(&*tier, "/sleep?ms=300"), call(&*tier, "/sleep?ms=300"));
+    let (a, b) = tokio::join!(call(&gw, "/sleep?ms=300"), call(&gw, "/sleep?ms=300"));
     assert_ne!(a, b);
-    let s = tier.stats();
-    assert_eq!((s.instances, s.idle, s.cold_starts), (2, 2, 2));
+    assert_eq!(zone(&gw), (2, 2, 2, 0));
+    assert_eq!(tier.pids().len(), 2);
 
     // The next call is warm, on one of them.
-    let c = call(&*tier, "/").await;
+    let c = call(&gw, "/").await;
     assert!(c == a || c == b, "{c} not in {a}, {b}");
-    assert_eq!(tier.stats().warm_starts, 1);
+    assert_eq!(zone(&gw).3, 1);
 
-    eventually("idle instances expired", || tier.stats().instances == 0).await;
-    tier.shutdown().await;
+    // Keep-alive expiry (the core's timer; the epoch is an hour) stops both processes.
+    eventually("idle instances expired", || zone(&gw).0 == 0).await;
+    eventually("their processes stopped", || tier.pids().is_empty()).await;
+    gw.shutdown_backends().await;
 }
 
 #[tokio::test]
@@ -138,23 +168,30 @@ async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
         boot_timeout_seconds: 20.0,
         probe_interval_seconds: 0.05,
     };
-    let tier: Arc<ProcessFunctionTier> = ProcessFunctionTier::new(&cfg, exe(), client());
-    tier.start();
-    let first = call(&*tier, "/").await;
-    // The gateway's upstream timeout drops the call while the instance still works on it.
+    let (gw, tier) = function_gateway(&cfg).await;
+    let first = call(&gw, "/").await;
+    // The gateway's upstream timeout drops the call while the instance still works on it;
+    // the request path then tells the driver the instance is lost.
+    let mut ticket = spillway::policy::attempt::Ticket::new(Default::default(), None);
+    let (decision, _) = gw.route(&mut ticket);
+    let spillway::policy::attempt::Decision::Function { lease, .. } = decision else {
+        panic!("{decision:?}")
+    };
+    let instance = lease.instance().unwrap();
     let abandoned = tokio::time::timeout(
         Duration::from_millis(300),
-        tier.invoke(get("/sleep?ms=5000")),
+        spillway::backends::FunctionTier::invoke(&*tier, Some(instance), get("/sleep?ms=5000")),
     )
     .await;
     assert!(abandoned.is_err(), "the call should have been cut off");
+    gw.instance_lost(lease.zone, instance);
     eventually("the abandoned instance is gone", || {
-        tier.stats().instances == 0
+        zone(&gw).0 == 0 && tier.pids().is_empty()
     })
     .await;
     // The next call does not land on the busy instance: it cold-starts a new one.
-    let next = call(&*tier, "/").await;
+    let next = call(&gw, "/").await;
     assert_ne!(next, first);
-    assert_eq!(tier.stats().cold_starts, 2);
-    tier.shutdown().await;
+    assert_eq!(zone(&gw).2, 2);
+    gw.shutdown_backends().await;
 }

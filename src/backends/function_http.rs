@@ -1,34 +1,31 @@
 //! `function_tier: {type: http}`: an existing function endpoint (OpenFaaS, Knative, a
-//! FaaS gateway…) reached over HTTP. Spillway limits the calls in flight to
-//! `max_concurrency` with a semaphore: a call that finds no permit is throttled and its
-//! untouched request handed back, and a permit is held until the response body has been
-//! fully streamed or dropped ([`GuardedBody`](crate::net::body::GuardedBody)).
+//! FaaS gateway…) reached over HTTP. Its instances are invisible to spillway: the policy
+//! core's placement tracks the calls in flight against `max_concurrency` (a concurrency
+//! zone) and holds each call's slot until the response body has been fully streamed or
+//! dropped. The tier only forwards; a call that cannot connect is reported as not sent
+//! ([`NotSentReason::Unreachable`]) so the core can fall back to a VM.
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::{Request, Response, Uri};
-use tokio::sync::Semaphore;
 
-use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
+use super::{BackendError, BoxFuture, FunctionError, FunctionTier};
 use crate::config::HttpFunctionTierConfig;
-use crate::net::body::GuardedBody;
 use crate::net::body::{Body, boxed};
-use crate::net::client::UpstreamClient;
+use crate::net::client::{UpstreamClient, UpstreamError};
+use crate::policy::attempt::NotSentReason;
+use crate::policy::functions::InstanceId;
 
 /// A function tier behind one HTTP endpoint. See the [module docs](self).
 #[derive(Debug)]
 pub struct HttpFunctionTier {
     base: Uri,
     client: UpstreamClient,
-    permits: Arc<Semaphore>,
-    max_concurrency: u32,
-    throttled: AtomicU64,
+    shut_down: AtomicBool,
 }
 
 impl HttpFunctionTier {
-    /// A tier calling `cfg.url` (the request path and query are appended to it) with at
-    /// most `cfg.max_concurrency` calls in flight.
+    /// A tier calling `cfg.url` (the request path and query are appended to it).
     ///
     /// # Errors
     /// [`BackendError::Provider`] when the URL is not `http://host[:port][/path]` or
@@ -51,9 +48,7 @@ impl HttpFunctionTier {
         Ok(Self {
             base,
             client,
-            permits: Arc::new(Semaphore::new(cfg.max_concurrency as usize)),
-            max_concurrency: cfg.max_concurrency,
-            throttled: AtomicU64::new(0),
+            shut_down: AtomicBool::new(false),
         })
     }
 
@@ -68,37 +63,38 @@ impl FunctionTier for HttpFunctionTier {
         "http"
     }
 
-    /// Forward `req` to the endpoint.
+    /// Forward `req` to the endpoint (`instance` is ignored: there are none to see).
     ///
     /// # Errors
-    /// [`FunctionError::Throttled`] (request untouched) when `max_concurrency` calls are
-    /// in flight or after shutdown, [`FunctionError::Upstream`] when the call fails.
-    fn invoke(&self, req: Request<Body>) -> BoxFuture<'_, Result<Response<Body>, FunctionError>> {
+    /// [`FunctionError::NotSent`] after shutdown (request handed back) or when the
+    /// endpoint refuses the connection; [`FunctionError::Upstream`] when the call fails
+    /// after it was sent.
+    fn invoke(
+        &self,
+        _instance: Option<InstanceId>,
+        req: Request<Body>,
+    ) -> BoxFuture<'_, Result<Response<Body>, FunctionError>> {
         Box::pin(async move {
-            let Ok(permit) = Arc::clone(&self.permits).try_acquire_owned() else {
-                self.throttled.fetch_add(1, Ordering::Relaxed);
-                return Err(FunctionError::Throttled(Box::new(req)));
-            };
-            let resp = self.client.forward(&self.base, req).await?;
-            Ok(resp.map(|b| boxed(GuardedBody::new(boxed(b), permit))))
+            if self.shut_down.load(Ordering::Acquire) {
+                return Err(FunctionError::not_sent(NotSentReason::ShuttingDown, req));
+            }
+            match self.client.forward(&self.base, req).await {
+                Ok(resp) => Ok(resp.map(boxed)),
+                Err(UpstreamError::Connect { uri, source }) => {
+                    tracing::warn!(%uri, error = %source, "function endpoint unreachable");
+                    Err(FunctionError::NotSent {
+                        reason: NotSentReason::Unreachable,
+                        request: None,
+                    })
+                }
+                Err(e) => Err(e.into()),
+            }
         })
     }
 
-    /// `instances` = calls in flight; `idle`, `cold_starts` and `warm_starts` are unknown
-    /// behind an HTTP endpoint and stay 0.
-    fn stats(&self) -> FunctionTierStats {
-        let in_flight =
-            (self.max_concurrency as usize).saturating_sub(self.permits.available_permits());
-        FunctionTierStats {
-            instances: u32::try_from(in_flight).unwrap_or(u32::MAX),
-            throttled: self.throttled.load(Ordering::Relaxed),
-            ..FunctionTierStats::default()
-        }
-    }
-
-    /// Closes the semaphore: later calls are throttled (the request comes back).
+    /// Later calls are not sent (the request comes back).
     fn shutdown(&self) -> BoxFuture<'_, ()> {
-        Box::pin(async move { self.permits.close() })
+        Box::pin(async move { self.shut_down.store(true, Ordering::Release) })
     }
 }
 
@@ -114,8 +110,8 @@ mod tests {
     use hyper_util::rt::TokioIo;
 
     use super::*;
-    use crate::net::body::{empty, full};
-    use crate::net::client::{ClientSettings, UpstreamError};
+    use crate::net::body::empty;
+    use crate::net::client::ClientSettings;
 
     /// An in-process upstream on 127.0.0.1:0 answering `path=<uri>`.
     async fn upstream() -> SocketAddr {
@@ -159,79 +155,41 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn semaphore_throttles_and_permit_is_released_at_body_end() {
+    async fn forwards_under_the_base_path_and_stops_sending_after_shutdown() {
         let addr = upstream().await;
         let t = tier(format!("http://{addr}/fn"), 1).unwrap();
         assert_eq!(t.kind(), "http");
-
-        let first = t.invoke(get("/a?x=1")).await.unwrap();
+        let a = t.invoke(None, get("/a?x=1")).await.unwrap();
         assert_eq!(
-            t.stats().instances,
-            1,
-            "permit held while the body is unread"
+            &a.into_body().collect().await.unwrap().to_bytes()[..],
+            b"path=/fn/a?x=1"
         );
-
-        let req = Request::put("/b")
-            .header("x-test", "kept")
-            .body(full("data"))
-            .unwrap();
-        let Err(FunctionError::Throttled(back)) = t.invoke(req).await else {
-            panic!("expected throttling")
-        };
-        assert_eq!(
-            (back.method(), back.uri().path()),
-            (&http::Method::PUT, "/b")
-        );
-        assert_eq!(back.headers()["x-test"], "kept");
-        assert_eq!(
-            &back.into_body().collect().await.unwrap().to_bytes()[..],
-            b"data"
-        );
-        assert_eq!(t.stats().throttled, 1);
-
-        // Streaming the body to its end releases the permit (before the body is dropped).
-        let mut body = first.into_body();
-        let mut text = Vec::new();
-        while let Some(frame) = body.frame().await {
-            if let Ok(data) = frame.unwrap().into_data() {
-                text.extend_from_slice(&data);
-            }
-        }
-        assert_eq!(text, b"path=/fn/a?x=1");
-        assert_eq!(t.stats().instances, 0);
-
-        // Dropping an unread body releases it too.
-        let second = t.invoke(get("/c")).await.unwrap();
-        assert_eq!(t.stats().instances, 1);
-        drop(second);
-        assert_eq!(t.stats().instances, 0);
-        let third = t.invoke(get("/d")).await.unwrap();
-        assert_eq!(
-            &third.into_body().collect().await.unwrap().to_bytes()[..],
-            b"path=/fn/d"
-        );
-
         t.shutdown().await;
         assert!(matches!(
-            t.invoke(get("/e")).await,
-            Err(FunctionError::Throttled(_))
+            t.invoke(None, get("/e")).await,
+            Err(FunctionError::NotSent {
+                reason: NotSentReason::ShuttingDown,
+                request: Some(_)
+            })
         ));
     }
 
     #[tokio::test]
-    async fn a_failed_call_releases_its_permit() {
+    async fn an_unreachable_endpoint_is_reported_as_not_sent() {
         // A port nothing listens on: bind, read, drop.
         let port = crate::backends::process::free_port().unwrap();
         let t = tier(format!("http://127.0.0.1:{port}"), 1).unwrap();
-        let r = t.invoke(get("/")).await;
+        let r = t.invoke(None, get("/")).await;
         assert!(
             matches!(
                 r,
-                Err(FunctionError::Upstream(UpstreamError::Connect { .. }))
+                Err(FunctionError::NotSent {
+                    reason: NotSentReason::Unreachable,
+                    request: None
+                })
             ),
             "{r:?}"
         );
-        assert_eq!(t.stats().instances, 0);
     }
 
     #[test]

@@ -12,7 +12,7 @@
 //! 3. Invoke runs with the SDK's retries **off** (a retry would re-run a non-idempotent
 //!    request and hide the 429) and within `timeout_seconds`
 //!    ([`FunctionError::TimedOut`], 504);
-//! 4. 429 (`TooManyRequestsException`) → [`FunctionError::Throttled`] carrying the
+//! 4. 429 (`TooManyRequestsException`) → [`FunctionError::NotSent`] (throttled) carrying the
 //!    original request rebuilt from the buffered body, so the balancer can spill it back
 //!    to a VM (a throttled call never ran the function);
 //! 5. `X-Amz-Function-Error`, a reply that is not a valid HTTP response, or any other API
@@ -30,7 +30,7 @@
 //! counted; the gateway keeps serving.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_lambda::Client;
@@ -40,16 +40,17 @@ use aws_sdk_lambda::primitives::Blob;
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
 use http_body_util::BodyExt;
-use tokio::sync::Semaphore;
 
 use super::ec2::classify;
 use super::lambda_event::{self, EventError, EventInput, MAX_PAYLOAD_BYTES};
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
-use super::{BackendError, BoxFuture, FunctionError, FunctionTier, FunctionTierStats};
+use super::{BackendError, BoxFuture, FunctionError, FunctionTier};
 use crate::config::{LambdaFunctionTierConfig, LambdaPayloadFormat};
 use crate::net::ClientInfo;
 use crate::net::body::{self, Body, BoxError};
 use crate::net::headers;
+use crate::policy::attempt::NotSentReason;
+use crate::policy::functions::InstanceId;
 
 /// The `provider` label of this tier's errors.
 pub const PROVIDER: &str = "lambda";
@@ -68,22 +69,10 @@ pub struct LambdaFunctionTier {
     qualifier: Option<String>,
     format: LambdaPayloadFormat,
     timeout: Duration,
-    permits: Option<Arc<Semaphore>>,
     prewarmed: Option<u32>,
     remove_prewarm_on_shutdown: bool,
     closed: AtomicBool,
-    in_flight: AtomicU32,
-    throttled: AtomicU64,
     errors: ProviderErrors,
-}
-
-/// Decrements the in-flight count when a call ends, however it ends.
-struct InFlight<'a>(&'a AtomicU32);
-
-impl Drop for InFlight<'_> {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::Relaxed);
-    }
 }
 
 impl LambdaFunctionTier {
@@ -114,14 +103,9 @@ impl LambdaFunctionTier {
             qualifier: cfg.qualifier.clone(),
             format: cfg.payload_format,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
-            permits: cfg
-                .max_concurrency
-                .map(|n| Arc::new(Semaphore::new(n as usize))),
             prewarmed: cfg.prewarmed_instances,
             remove_prewarm_on_shutdown: cfg.remove_prewarm_on_shutdown,
             closed: AtomicBool::new(false),
-            in_flight: AtomicU32::new(0),
-            throttled: AtomicU64::new(0),
             errors: ProviderErrors::new(PROVIDER),
         }))
     }
@@ -211,19 +195,6 @@ impl LambdaFunctionTier {
         if headers::wants_upgrade(req.headers()) {
             return Err(FunctionError::UpgradeNotSupported);
         }
-        let permit = match &self.permits {
-            Some(p) => match Arc::clone(p).try_acquire_owned() {
-                Ok(permit) => Some(permit),
-                Err(_) => {
-                    self.throttled.fetch_add(1, Ordering::Relaxed);
-                    return Err(FunctionError::Throttled(Box::new(req)));
-                }
-            },
-            None => None,
-        };
-        self.in_flight.fetch_add(1, Ordering::Relaxed);
-        let _in_flight = InFlight(&self.in_flight);
-
         let (parts, body) = req.into_parts();
         let bytes = match read_body(body).await {
             Ok(bytes) => bytes,
@@ -298,10 +269,8 @@ impl LambdaFunctionTier {
                     || e.raw_response().is_some_and(|r| r.status().as_u16() == 429);
                 if throttled {
                     // The function did not run: hand the untouched request back.
-                    self.throttled.fetch_add(1, Ordering::Relaxed);
-                    drop(permit);
                     let back = Request::from_parts(parts, body::full(bytes));
-                    return Err(FunctionError::Throttled(Box::new(back)));
+                    return Err(FunctionError::not_sent(NotSentReason::Throttled, back));
                 }
                 let message = format!("invoke {}: {}", self.function_name, DisplayErrorContext(&e));
                 self.errors.record("invoke", classify(&e), &message);
@@ -374,35 +343,29 @@ impl FunctionTier for LambdaFunctionTier {
     /// One Invoke. See the [module docs](self) for every outcome.
     ///
     /// # Errors
-    /// [`FunctionError::Throttled`] (429 or local `max_concurrency`, request returned),
+    /// [`FunctionError::NotSent`] (429, or after shutdown: request handed back),
     /// [`FunctionError::PayloadTooLarge`], [`FunctionError::UpgradeNotSupported`],
     /// [`FunctionError::TimedOut`], [`FunctionError::Failed`],
-    /// [`FunctionError::RequestBody`].
-    fn invoke(&self, req: Request<Body>) -> BoxFuture<'_, Result<Response<Body>, FunctionError>> {
+    /// [`FunctionError::RequestBody`]. `max_concurrency` is the policy core's business
+    /// (a concurrency zone), not this tier's.
+    fn invoke(
+        &self,
+        _instance: Option<InstanceId>,
+        req: Request<Body>,
+    ) -> BoxFuture<'_, Result<Response<Body>, FunctionError>> {
         Box::pin(async move {
             if self.closed.load(Ordering::Relaxed) {
-                self.throttled.fetch_add(1, Ordering::Relaxed);
-                return Err(FunctionError::Throttled(Box::new(req)));
+                return Err(FunctionError::not_sent(NotSentReason::ShuttingDown, req));
             }
             self.call(req).await
         })
-    }
-
-    /// `instances` = Invoke calls in flight, `throttled` = 429s and local throttles;
-    /// cold and warm starts are not visible through Invoke and stay 0.
-    fn stats(&self) -> FunctionTierStats {
-        FunctionTierStats {
-            instances: self.in_flight.load(Ordering::Relaxed),
-            throttled: self.throttled.load(Ordering::Relaxed),
-            ..FunctionTierStats::default()
-        }
     }
 
     fn errors(&self) -> ProviderErrorStats {
         self.errors.snapshot()
     }
 
-    /// Later calls are throttled (handed back); with `remove_prewarm_on_shutdown` the
+    /// Later calls are not sent (handed back); with `remove_prewarm_on_shutdown` the
     /// provisioned concurrency is deleted (errors are logged and counted).
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
@@ -447,7 +410,7 @@ mod tests {
             .body(empty())
             .unwrap();
         assert!(matches!(
-            t.invoke(req).await,
+            t.invoke(None, req).await,
             Err(FunctionError::UpgradeNotSupported)
         ));
         assert_eq!(t.errors().total, 0);
@@ -460,25 +423,26 @@ mod tests {
             .body(full(vec![1u8; MAX_PAYLOAD_BYTES + 1]))
             .unwrap();
         assert!(matches!(
-            t.invoke(req).await,
+            t.invoke(None, req).await,
             Err(FunctionError::PayloadTooLarge { limit }) if limit == 6_291_456
         ));
         assert_eq!(t.errors().total, 0, "no API call was made");
-        assert_eq!(t.stats().instances, 0);
     }
 
     #[tokio::test]
-    async fn local_concurrency_limit_and_shutdown_hand_the_request_back() {
+    async fn shutdown_hands_the_request_back() {
         let t = tier(|c| c.max_concurrency = Some(1)).await;
-        let _held = Arc::clone(t.permits.as_ref().unwrap())
-            .try_acquire_owned()
-            .unwrap();
+        t.shutdown().await;
         let req = Request::put("/b")
             .header("x-test", "kept")
             .body(full("data"))
             .unwrap();
-        let Err(FunctionError::Throttled(back)) = t.invoke(req).await else {
-            panic!("expected throttling")
+        let Err(FunctionError::NotSent {
+            reason: NotSentReason::ShuttingDown,
+            request: Some(back),
+        }) = t.invoke(None, req).await
+        else {
+            panic!("expected the request back")
         };
         assert_eq!(back.method(), http::Method::PUT);
         assert_eq!(back.headers()["x-test"], "kept");
@@ -486,12 +450,7 @@ mod tests {
             &back.into_body().collect().await.unwrap().to_bytes()[..],
             b"data"
         );
-        assert_eq!(t.stats().throttled, 1);
-        t.shutdown().await;
-        assert!(matches!(
-            t.invoke(Request::get("/").body(empty()).unwrap()).await,
-            Err(FunctionError::Throttled(_))
-        ));
+        assert_eq!(t.errors().total, 0, "no API call was made");
     }
 
     /// Without credentials in the test environment the SDK fails before dispatch; with
@@ -500,11 +459,12 @@ mod tests {
     #[tokio::test]
     async fn a_failed_api_call_is_recorded() {
         let t = tier(|_| {}).await;
-        let r = t.invoke(Request::get("/").body(empty()).unwrap()).await;
+        let r = t
+            .invoke(None, Request::get("/").body(empty()).unwrap())
+            .await;
         assert!(matches!(r, Err(FunctionError::Failed(_))), "{r:?}");
         let e = t.errors();
         assert_eq!(e.total, 1);
         assert_eq!(e.last.unwrap().operation, "invoke");
-        assert_eq!(t.stats().instances, 0);
     }
 }

@@ -11,8 +11,11 @@
 //!   `boot_timeout_seconds`). A launch that fails or times out is terminated and reported
 //!   to the controller, which replaces it at its next decision: partial launches are just
 //!   some launches failing.
-//! * a function call either returns a response, fails, or is **throttled** — in which
-//!   case the untouched request comes back so the balancer can spill it back to a VM.
+//! * a function call either returns a response, fails after the request was sent, or is
+//!   **not sent** (throttled, instance gone, unreachable, never ran) — in which case the
+//!   untouched request comes back, when the backend still has it, so that the policy core
+//!   can place it in another zone or fall back to a VM. Function backends only execute:
+//!   the instance pool, keep-alive and pre-warm live in the policy core's placement.
 
 #[cfg(feature = "aws")]
 pub mod aws_sdk;
@@ -38,6 +41,8 @@ use http::{Request, Response, Uri};
 use crate::net::body::Body;
 use crate::net::client::UpstreamError;
 use crate::policy::VmId;
+use crate::policy::attempt::NotSentReason;
+use crate::policy::functions::InstanceId;
 
 /// How a newly started instance is checked for readiness: `GET health_path` every
 /// `probe_interval` until a 2xx answer, giving up after `boot_timeout`.
@@ -142,16 +147,23 @@ pub trait VmProvider: Send + Sync + 'static {
 }
 
 /// Why a function call did not produce a response.
+///
+/// Whose fault and what next: [`FunctionError::NotSent`] is the backend saying that the
+/// function never saw the request (the core may place the call elsewhere — issue 7's
+/// attempt protocol); every other variant happened after the request was handed over.
 #[derive(Debug, thiserror::Error)]
 pub enum FunctionError {
-    /// The tier is at its concurrency limit; the request was not sent and is returned so
-    /// the balancer can spill it back to a VM (LIBRA §III-C; http-cases C20).
-    #[error("function tier throttled the call")]
-    Throttled(Box<Request<Body>>),
-    /// A cold start failed (spawn failure, readiness timeout).
-    #[error("cold start failed: {0}")]
-    ColdStart(BackendError),
-    /// The call to the instance or endpoint failed.
+    /// Nothing reached the function. The untouched request comes back when the backend
+    /// still had it (`None` when it was consumed, e.g. by a connect attempt), so that the
+    /// core can place the call in another zone or on a VM (LIBRA §III-C; http-cases C20).
+    #[error("function call not sent: {}", reason.as_str())]
+    NotSent {
+        /// Why (throttled, instance gone, unreachable, never ran, shutting down).
+        reason: NotSentReason,
+        /// The request, when the backend still has it.
+        request: Option<Box<Request<Body>>>,
+    },
+    /// The call to the instance or endpoint failed after the request was sent.
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
     /// The request is too large for the tier (Lambda: the JSON event would exceed the
@@ -178,33 +190,59 @@ pub enum FunctionError {
     RequestBody(crate::net::body::BoxError),
 }
 
-/// Counters a function tier exposes for `/status` and metrics.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
-pub struct FunctionTierStats {
-    /// Instances alive (local process tier), or calls in flight (HTTP tier).
-    pub instances: u32,
-    /// Idle warm instances.
-    pub idle: u32,
-    /// Cold starts so far.
-    pub cold_starts: u64,
-    /// Warm starts so far.
-    pub warm_starts: u64,
-    /// Throttled calls so far.
-    pub throttled: u64,
+impl FunctionError {
+    /// A "not sent" error that hands `request` back.
+    pub fn not_sent(reason: NotSentReason, request: Request<Body>) -> Self {
+        FunctionError::NotSent {
+            reason,
+            request: Some(Box::new(request)),
+        }
+    }
 }
 
-/// A function tier. See the [module docs](self).
+/// A function tier (one zone's backend). See the [module docs](self).
+///
+/// Backends only execute: which instance runs a call, when instances start (cold start,
+/// pre-warm) and stop (keep-alive expiry) is decided by the policy core's
+/// [`Placement`](crate::policy::placement::Placement) and carried out by the driver.
+/// Tiers whose instances spillway cannot see (`http`, `lambda`) are called with
+/// `instance: None` and keep the default `start_instance`/`stop_instance`.
 pub trait FunctionTier: Send + Sync + 'static {
     /// Tier kind for logs and `/status` (`"process"`, `"http"`, `"lambda"`).
     fn kind(&self) -> &'static str;
 
-    /// Run one request. The response body streams; the instance stays busy until it ends.
-    fn invoke(&self, req: Request<Body>) -> BoxFuture<'_, Result<Response<Body>, FunctionError>>;
+    /// Start instance `instance` and resolve once it is ready to take calls (its own
+    /// readiness probe, bounded by the tier's boot timeout).
+    ///
+    /// # Errors
+    /// [`BackendError`] when the instance cannot be started or never becomes ready (the
+    /// default: the tier has no instances to start).
+    fn start_instance(&self, instance: InstanceId) -> BoxFuture<'_, Result<(), BackendError>> {
+        let _ = instance;
+        Box::pin(async move {
+            Err(BackendError::Provider(format!(
+                "the {} function tier has no instances to start",
+                self.kind()
+            )))
+        })
+    }
 
-    /// Current counters.
-    fn stats(&self) -> FunctionTierStats;
+    /// Stop instance `instance` (idle, expired, dead or abandoned). Unknown ids are
+    /// ignored.
+    fn stop_instance(&self, instance: InstanceId) -> BoxFuture<'_, ()> {
+        let _ = instance;
+        Box::pin(async {})
+    }
 
-    /// Gateway shutdown: stop every instance.
+    /// Run one request, on `instance` when the tier has instances. The response body
+    /// streams; the driver holds the call's lease until it ends.
+    fn invoke(
+        &self,
+        instance: Option<InstanceId>,
+        req: Request<Body>,
+    ) -> BoxFuture<'_, Result<Response<Body>, FunctionError>>;
+
+    /// Gateway shutdown: stop every instance; later calls are not sent.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 
     /// Provider API errors so far, for `/status` (`functions.errors`). Local tiers have

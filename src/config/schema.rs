@@ -9,9 +9,11 @@ use serde::{Deserialize, Serialize};
 
 use super::ConfigIssue;
 use crate::policy::controller::ControllerParams;
+use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
 use crate::policy::functions::FunctionPoolParams;
 use crate::policy::monitor::MonitorParams;
+use crate::policy::placement::{PlacementParams, ZoneCapacity};
 use crate::policy::scaling::LibraScalingParams;
 
 /// Upper bound of every `*_seconds` option: one year.
@@ -767,6 +769,52 @@ impl Config {
             monitor: self.monitor_params(),
             r_max_rps: self.libra.r_max_rps,
             execute_scaling: !matches!(self.vm_pool, Some(VmPoolConfig::Static(_))),
+        }
+    }
+
+    /// Function placement: `function_tier` is one cloud zone named
+    /// [`SINGLE_ZONE_NAME`]; no function tier, no zone.
+    pub fn placement_params(&self) -> PlacementParams {
+        match &self.function_tier {
+            Some(ft) => PlacementParams::single(SINGLE_ZONE_NAME, ft.capacity()),
+            None => PlacementParams {
+                zones: Vec::new(),
+                policy: Default::default(),
+            },
+        }
+    }
+
+    /// The whole policy core's parameters for the live gateway.
+    pub fn core_params(&self) -> CoreParams {
+        let vm_boot_timeout = match &self.vm_pool {
+            Some(VmPoolConfig::Process(p)) => Some(p.boot_timeout_seconds),
+            Some(VmPoolConfig::Ec2(p)) => Some(p.boot_timeout_seconds),
+            Some(VmPoolConfig::Static(_)) | None => None,
+        }
+        .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        CoreParams {
+            controller: self.controller_params(),
+            placement: self.placement_params(),
+            vm_boot_timeout,
+        }
+    }
+}
+
+/// Name of the zone `function_tier` becomes.
+pub const SINGLE_ZONE_NAME: &str = "cloud";
+
+impl FunctionTierConfig {
+    /// The zone capacity model: instances for `process` (keep-alive, pre-warm,
+    /// `max_instances`), concurrency only for `http` and `lambda`.
+    pub fn capacity(&self) -> ZoneCapacity {
+        match self {
+            FunctionTierConfig::Process(p) => ZoneCapacity::Instances(p.pool_params()),
+            FunctionTierConfig::Http(h) => ZoneCapacity::Concurrency {
+                max_concurrency: Some(h.max_concurrency),
+            },
+            FunctionTierConfig::Lambda(l) => ZoneCapacity::Concurrency {
+                max_concurrency: l.max_concurrency,
+            },
         }
     }
 }

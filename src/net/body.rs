@@ -30,6 +30,13 @@ pub fn full(bytes: impl Into<Bytes>) -> Body {
     boxed(Full::new(bytes.into()).map_err(|never| match never {}))
 }
 
+/// Whether `e` or one of its sources is the gateway's body length limit
+/// (`http_body_util::Limited`), which the request path answers with 413.
+pub fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |err| err.source())
+        .any(|err| err.is::<http_body_util::LengthLimitError>())
+}
+
 /// A response body that holds a lease `G` (an instance, a concurrency permit) and drops
 /// it as soon as the inner body ends (last frame or error) or is dropped, whichever comes
 /// first. The lease's `Drop` does the release.

@@ -1,4 +1,4 @@
-//! The baselines LIBRA is compared with — LIBRA §IV (../shared/docs/papers.md §1):
+//! The baselines LIBRA is compared with — LIBRA §IV:
 //! MAX (VMs for the peak), FAAS (functions only), AUTO (reactive VM autoscaling) and
 //! Spock (AUTO, with functions absorbing load while new VMs boot).
 //!
@@ -18,8 +18,87 @@ use std::collections::VecDeque;
 use std::time::Duration;
 
 use super::Time;
-use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmState, VmTable};
-use super::scaling::{EpochObservation, ScaleDecision, ScaleReason, ScalingPolicy};
+use super::balancer::{
+    Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmFirst, VmState, VmTable,
+};
+use super::scaling::{
+    EpochObservation, LibraScaler, LibraScalingParams, ScaleDecision, ScaleReason, ScalingPolicy,
+};
+
+/// The five policies compared — LIBRA §IV. [`PolicyKind::build`] is the one place that
+/// turns a kind into its scaling and routing policies, for the simulator and any driver.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum PolicyKind {
+    /// LIBRA: the scaling manager with the CIP rule and the VM-first balancer (§III).
+    Libra,
+    /// VMs for the load's peak from the start, every request to a VM.
+    Max,
+    /// Functions only.
+    Faas,
+    /// Reactive VM autoscaling on utilisation.
+    Auto,
+    /// AUTO, with functions absorbing load while VMs boot.
+    Spock,
+}
+
+/// What [`PolicyKind::build`] needs.
+#[derive(Clone, Debug)]
+pub struct PolicyParams {
+    /// LIBRA's scaling-manager parameters (CIP resolved).
+    pub libra: LibraScalingParams,
+    /// LIBRA's balancer (ρ, optional per-VM cap), cloned per build.
+    pub balancer: VmFirst,
+    /// AUTO and Spock parameters.
+    pub auto: AutoParams,
+    /// MAX's fixed pool (the load's peak at r_max).
+    pub max_vms: u32,
+    /// Requests one VM serves in parallel (Spock's "full VM").
+    pub slots_per_vm: u32,
+}
+
+impl PolicyKind {
+    /// All five, in report order.
+    pub const ALL: [PolicyKind; 5] = [
+        PolicyKind::Libra,
+        PolicyKind::Max,
+        PolicyKind::Faas,
+        PolicyKind::Auto,
+        PolicyKind::Spock,
+    ];
+
+    /// The report name: `libra`, `max`, `faas`, `auto`, `spock`.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Libra => "libra",
+            PolicyKind::Max => "max",
+            PolicyKind::Faas => "faas",
+            PolicyKind::Auto => "auto",
+            PolicyKind::Spock => "spock",
+        }
+    }
+
+    /// Whether the policy reads VM utilisation (the driver must measure it per epoch).
+    pub fn uses_utilisation(self) -> bool {
+        matches!(self, PolicyKind::Auto | PolicyKind::Spock)
+    }
+
+    /// The scaling and routing policies of this kind — LIBRA §IV's table.
+    pub fn build(self, p: &PolicyParams) -> (Box<dyn ScalingPolicy>, Box<dyn RoutingPolicy>) {
+        match self {
+            PolicyKind::Libra => (
+                Box::new(LibraScaler::new(p.libra.clone())),
+                Box::new(p.balancer.clone()),
+            ),
+            PolicyKind::Max => (Box::new(FixedScaler::max(p.max_vms)), Box::new(VmOnly)),
+            PolicyKind::Faas => (Box::new(FixedScaler::faas()), Box::new(FunctionOnly)),
+            PolicyKind::Auto => (Box::new(AutoScaler::auto(p.auto.clone())), Box::new(VmOnly)),
+            PolicyKind::Spock => (
+                Box::new(AutoScaler::spock(p.auto.clone())),
+                Box::new(SpockRouter::new(p.slots_per_vm)),
+            ),
+        }
+    }
+}
 
 /// A constant pool: `vms` VMs from the start, never changed. MAX (LIBRA §IV: VMs
 /// provisioned for the trace's peak) uses the peak's VM count, FAAS uses 0.

@@ -215,6 +215,12 @@ impl Controller {
         route
     }
 
+    /// Count one more function attempt that did not come from [`Self::route`] (a call
+    /// falling through to another function zone).
+    pub fn count_function_attempt(&mut self) {
+        self.routed.function += 1;
+    }
+
     /// A request routed to `vm` finished (any outcome). Emits [`Action::Stop`] when a
     /// draining VM becomes idle.
     pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {

@@ -1,5 +1,5 @@
 //! Function-instance life cycle: cold/warm starts, keep-alive, pre-warming and a cap on
-//! instances — FaaSim §3 (../shared/docs/papers.md §2).
+//! instances — FaaSim §3.
 //!
 //! An instance goes `Cold-start → Busy → (Idle ↔ Warm-start → Busy)* → Terminated`. One
 //! instance serves one call at a time. After a call it stays warm for the keep-alive
@@ -8,9 +8,10 @@
 //! alive, in which case the call is throttled. Pre-warmed instances (AWS: provisioned
 //! concurrency) are started up front, never expire, and their boot is not start-up time.
 //!
-//! [`FunctionPool`] is the sans-IO state machine; the simulator drives it with modelled
-//! start-up times, the local `process` tier with real child processes. It accounts
-//! FaaSim's usage time per pool: start-up, busy, idle, cold starts.
+//! [`FunctionPool`] is the sans-IO state machine of one zone's instances; it is owned by
+//! [`Placement`](super::placement::Placement), which both drivers use (the simulator with
+//! modelled start-up times, the gateway with real child processes). It accounts FaaSim's
+//! usage time per pool: start-up, busy, idle, cold starts.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -112,24 +113,56 @@ impl FunctionPool {
             .collect()
     }
 
-    /// Ask for an instance for one call arriving at `now`.
+    /// Ask for an instance for one call arriving at `now`: a warm one if any is idle
+    /// ([`Self::acquire_warm`]), else a cold start ([`Self::acquire_cold`]), else
+    /// [`Acquire::Throttled`] (counted in [`FunctionUsage::throttled`]).
     pub fn acquire(&mut self, now: Time) -> Acquire {
-        if let Some((id, since)) = self.idle.pop_back() {
-            self.usage.idle += now.saturating_sub(since);
-            self.slots[id.0 as usize] = State::Busy { since: now };
-            self.usage.warm_starts += 1;
+        if let Some(id) = self.acquire_warm(now) {
             return Acquire::Warm(id);
         }
-        if self.params.max_instances.is_some_and(|m| self.alive >= m) {
-            self.usage.throttled += 1;
-            return Acquire::Throttled;
+        match self.acquire_cold(now) {
+            Some(id) => Acquire::Cold(id),
+            None => {
+                self.usage.throttled += 1;
+                Acquire::Throttled
+            }
+        }
+    }
+
+    /// The most recently used idle instance, now busy with a call arriving at `now` (a
+    /// warm start), or `None` when no instance is idle. FaaSim §3: instance reuse.
+    pub fn acquire_warm(&mut self, now: Time) -> Option<InstanceId> {
+        let (id, since) = self.idle.pop_back()?;
+        self.usage.idle += now.saturating_sub(since);
+        self.slots[id.0 as usize] = State::Busy { since: now };
+        self.usage.warm_starts += 1;
+        Some(id)
+    }
+
+    /// A new instance for a call arriving at `now` (a cold start: report
+    /// [`Self::on_started`] or [`Self::on_failed`]), or `None` when `max_instances` are
+    /// alive. Refusals are not counted here: the caller decides whether the call was
+    /// throttled ([`Self::count_throttled`]) or went elsewhere.
+    pub fn acquire_cold(&mut self, now: Time) -> Option<InstanceId> {
+        if !self.has_room() {
+            return None;
         }
         self.usage.cold_starts += 1;
         self.usage.instances_started += 1;
-        Acquire::Cold(self.alloc(State::Starting {
+        Some(self.alloc(State::Starting {
             since: now,
             counted: true,
         }))
+    }
+
+    /// Whether a new instance may start (`alive < max_instances`).
+    pub fn has_room(&self) -> bool {
+        self.params.max_instances.is_none_or(|m| self.alive < m)
+    }
+
+    /// Count one call this pool refused (no idle instance, no room).
+    pub fn count_throttled(&mut self) {
+        self.usage.throttled += 1;
     }
 
     /// A starting instance is ready at `now`: a cold-started one becomes busy with its
@@ -214,6 +247,27 @@ impl FunctionPool {
     /// Idle (warm) instances.
     pub fn idle(&self) -> u32 {
         self.idle.len() as u32
+    }
+
+    /// Instances still starting (cold starts and pre-warms in progress).
+    pub fn starting(&self) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, State::Starting { .. }))
+            .count() as u32
+    }
+
+    /// Instances serving a call.
+    pub fn busy(&self) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, State::Busy { .. }))
+            .count() as u32
+    }
+
+    /// The pool's parameters.
+    pub fn params(&self) -> &FunctionPoolParams {
+        &self.params
     }
 
     /// Usage accounting so far.

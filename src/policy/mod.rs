@@ -2,7 +2,7 @@
 //!
 //! Nothing in this module performs I/O, spawns tasks or reads a clock. Time is passed in
 //! as [`Time`] (a [`std::time::Duration`] since an origin the driver chooses), events are
-//! method calls, and decisions are return values or queued [`controller::Action`]s. The
+//! method calls, and decisions are return values or queued [`core::Action`]s. The
 //! live gateway (`crate::proxy::driver`, tokio) and the simulator (`crate::sim`, a virtual
 //! clock) are two drivers of exactly these types, in the style of quinn-proto:
 //! `handle_timeout(now)` / `poll_timeout()` / `poll_action()`.
@@ -13,20 +13,28 @@
 //! | [`scaling`] | LIBRA §III-B, Alg. 1 (Scaling Manager) | how many VMs to run and the VM budget `vm_reqs` |
 //! | [`balancer`] | LIBRA §III-C (Load Balancer) | VM or function tier, per request |
 //! | [`controller`] | LIBRA §III (composition) | glues the three, owns the VM table, emits launch/drain/stop actions |
-//! | [`functions`] | FaaSim §3 (instance life cycle) | cold/warm starts, keep-alive, pre-warm, max instances |
+//! | [`functions`] | FaaSim §3 (instance life cycle) | one zone's instances: cold/warm starts, keep-alive, pre-warm, max instances |
+//! | [`placement`] | FaaSim (edge/cloud placement) | which zone and instance runs a function call (edge-first, warm-first) |
+//! | [`attempt`] | LIBRA §III-C, http-cases C17 | the request attempt protocol: retry, fall-through, fall-back, queue, reject |
+//! | [`timers`] | — | the timer table: one earliest deadline over every timed component |
+//! | [`core`] | all of the above | the one state machine both drivers run: controller + placement + boot deadlines + timers |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
 //!
 //! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
 
+pub mod attempt;
 pub mod balancer;
 pub mod baselines;
 pub mod controller;
+pub mod core;
 pub mod cost;
 pub mod functions;
 pub mod monitor;
+pub mod placement;
 pub mod scaling;
+pub mod timers;
 
 /// A point in time, as the time elapsed since an origin chosen by the driver.
 ///

@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::driver::Gateway;
 use crate::net::body::{self, Body};
+use crate::policy::placement::ZoneStatus;
 
 /// Answer one admin request.
 pub async fn handle(
@@ -63,7 +64,7 @@ fn num(x: f64) -> Value {
 /// ```
 pub fn status_json(gw: &Gateway) -> Value {
     let s = gw.status();
-    let c = &s.controller;
+    let c = &s.core.controller;
     json!({
         "epoch": c.epoch,
         "traffic": {
@@ -97,10 +98,47 @@ pub fn status_json(gw: &Gateway) -> Value {
             "vms": s.vms,
             "errors": gw.vm_provider().errors(),
         },
-        "functions": {
-            "kind": gw.functions().kind(),
-            "stats": gw.functions().stats(),
-            "errors": gw.functions().errors(),
-        },
+        "functions": functions_json(gw, &s.core.zones),
     })
+}
+
+/// The function tier: the first zone's backend kind, its instance or call counts (FaaSim
+/// usage), and provider errors; `zones` lists every zone the same way.
+fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
+    let zone_json = |i: usize, z: &ZoneStatus| {
+        let backend = &gw.zone_backends()[i];
+        let (cold, warm, throttled) = match (&z.usage, &z.calls) {
+            (Some(u), _) => (u.cold_starts, u.warm_starts, u.throttled),
+            (None, Some(c)) => (0, 0, c.throttled),
+            (None, None) => (0, 0, 0),
+        };
+        json!({
+            "name": z.name,
+            "zone_kind": z.kind.as_str(),
+            "kind": backend.kind(),
+            "stats": {
+                "instances": z.starting + z.busy + z.idle,
+                "starting": z.starting,
+                "busy": z.busy,
+                "idle": z.idle,
+                "cold_starts": cold,
+                "warm_starts": warm,
+                "throttled": throttled,
+            },
+            "errors": backend.errors(),
+        })
+    };
+    let all: Vec<Value> = zones
+        .iter()
+        .enumerate()
+        .map(|(i, z)| zone_json(i, z))
+        .collect();
+    match all.first() {
+        Some(first) => {
+            let mut v = first.clone();
+            v["zones"] = Value::Array(all);
+            v
+        }
+        None => json!({"zones": []}),
+    }
 }

@@ -1,30 +1,42 @@
-//! The live driver: runs the sans-IO [`Controller`] on tokio's clock and executes its
+//! The live driver: runs the sans-IO policy [`Core`] on tokio's clock and executes its
 //! actions through the backend providers.
 //!
 //! * `now` is `tokio::time::Instant::now() - origin`, so `tokio::time::pause()` drives
 //!   the policy in tests exactly as it drives timers.
-//! * The timer task sleeps until [`Controller::poll_timeout`] (the end of the epoch),
-//!   calls [`Controller::handle_timeout`], and executes the resulting actions.
-//! * Request handlers call [`Gateway::route`] / [`Gateway::finish_vm_request`]; actions
-//!   those produce (a drained VM becoming idle → stop) run at once.
-//! * A launch runs as its own task: provider launch → address resolution → readiness
-//!   probe, bounded by the pool's boot timeout; success reports `on_vm_ready`, failure
-//!   terminates what was started and reports `on_vm_failed`.
+//! * One timer task sleeps until [`Core::poll_timeout`] — the earliest deadline of the
+//!   timer table (epoch end, VM boot deadline, keep-alive expiry) — calls
+//!   [`Core::handle_timeout`] and executes the resulting actions. After every other call
+//!   into the core the driver re-reads the deadline and wakes the timer task when it
+//!   moved earlier (a call that ends opens a keep-alive window shorter than the epoch).
+//! * Request handlers run the attempt protocol: [`Gateway::route`],
+//!   [`Gateway::attempt_failed`], [`Gateway::finish_vm_request`] and
+//!   [`Gateway::finish_function`]; a cold start runs through [`Gateway::cold_start`].
+//! * A VM launch runs as its own task: provider launch → address resolution → readiness
+//!   probe. Its deadline is the core's ([`Action::VmBootTimedOut`]); success reports
+//!   `on_vm_ready`, failure terminates what was started and reports `on_vm_failed`.
+//! * Function instances start for pre-warm ([`Action::StartInstance`]) or a cold start,
+//!   and stop at keep-alive expiry ([`Action::StopInstance`]) or when they died.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
 
 use http::Uri;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::backends::{FunctionTier, ReadinessSettings, VmProvider};
-use crate::policy::balancer::{Attempt, RequestMeta, Route, VmState};
-use crate::policy::controller::{Action, Controller, ControllerStatus};
+use crate::backends::function_process::COLD_STARTS_METRIC;
+use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
+use crate::net::client::UpstreamClient;
+use crate::policy::attempt::{Decision, Failure, Ticket};
+use crate::policy::balancer::VmState;
+use crate::policy::controller;
+use crate::policy::core::{Action, Core, CoreStatus};
+use crate::policy::functions::InstanceId;
+use crate::policy::placement::{Lease, ZoneId};
 use crate::policy::scaling::ScaleDecision;
 use crate::policy::{Time, VmId};
-
-use crate::net::client::UpstreamClient;
 use crate::telemetry as m;
 
 /// Where a VM lives, once known.
@@ -35,20 +47,23 @@ struct VmRecord {
 }
 
 struct State {
-    controller: Controller,
+    core: Core,
     records: HashMap<VmId, VmRecord>,
     last_decision: Option<(u64, ScaleDecision)>,
 }
 
-/// Shared state of a running gateway: the controller, the VM address book and the
+/// Shared state of a running gateway: the policy core, the VM address book and the
 /// backends. Cheap to share as `Arc<Gateway>`.
 pub struct Gateway {
     me: Weak<Gateway>,
     state: Mutex<State>,
     origin: Instant,
     wake: Notify,
+    /// The deadline the timer task sleeps until, ns since `origin` (`u64::MAX`: none).
+    armed: AtomicU64,
     vm_provider: Arc<dyn VmProvider>,
-    functions: Arc<dyn FunctionTier>,
+    /// One backend per placement zone, in zone order.
+    zones: Vec<Arc<dyn FunctionTier>>,
     client: UpstreamClient,
     readiness: ReadinessSettings,
     cip_rps: f64,
@@ -64,11 +79,12 @@ pub struct VmTarget {
 }
 
 impl Gateway {
-    /// A gateway around `controller` (not started yet).
+    /// A gateway around `core` (not started yet). `zones` are the function backends in
+    /// the order of the core's placement zones.
     pub fn new(
-        controller: Controller,
+        core: Core,
         vm_provider: Arc<dyn VmProvider>,
-        functions: Arc<dyn FunctionTier>,
+        zones: Vec<Arc<dyn FunctionTier>>,
         client: UpstreamClient,
         readiness: ReadinessSettings,
         cip_rps: f64,
@@ -76,14 +92,15 @@ impl Gateway {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             state: Mutex::new(State {
-                controller,
+                core,
                 records: HashMap::new(),
                 last_decision: None,
             }),
             origin: Instant::now(),
             wake: Notify::new(),
+            armed: AtomicU64::new(u64::MAX),
             vm_provider,
-            functions,
+            zones,
             client,
             readiness,
             cip_rps,
@@ -100,9 +117,39 @@ impl Gateway {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// The function tier.
-    pub fn functions(&self) -> &Arc<dyn FunctionTier> {
-        &self.functions
+    /// Run `f` on the core, then wake the timer task if the next deadline moved earlier
+    /// and execute the actions the call produced.
+    fn with_core<R>(&self, f: impl FnOnce(&mut Core, Time) -> R) -> R {
+        let r = {
+            let mut st = self.lock();
+            let now = self.now();
+            let r = f(&mut st.core, now);
+            self.rearm(st.core.poll_timeout());
+            r
+        };
+        self.pump();
+        r
+    }
+
+    /// Wake the timer task when `deadline` is earlier than the one it sleeps until.
+    fn rearm(&self, deadline: Time) {
+        let ns = u64::try_from(deadline.as_nanos()).unwrap_or(u64::MAX);
+        if self.armed.fetch_min(ns, Ordering::AcqRel) > ns {
+            self.wake.notify_one();
+        }
+    }
+
+    /// The backend of function zone `zone`.
+    ///
+    /// # Panics
+    /// When `zone` is not one of the core's zones (the core only hands out its own).
+    pub fn zone_backend(&self, zone: ZoneId) -> &Arc<dyn FunctionTier> {
+        &self.zones[zone.0 as usize]
+    }
+
+    /// Every function backend, in zone order.
+    pub fn zone_backends(&self) -> &[Arc<dyn FunctionTier>] {
+        &self.zones
     }
 
     /// The upstream client.
@@ -120,17 +167,18 @@ impl Gateway {
         self.cip_rps
     }
 
-    /// Adopt existing VMs, apply the initial scaling decision and start the timer task.
+    /// Adopt existing VMs, apply the initial scaling decision, start pre-warmed instances
+    /// and the timer task.
     ///
     /// # Errors
     /// The provider's adoption error (e.g. an unparsable static URL).
-    pub async fn start(self: &Arc<Self>) -> Result<(), crate::backends::BackendError> {
+    pub async fn start(self: &Arc<Self>) -> Result<(), BackendError> {
         let adopted = self.vm_provider.adopt().await?;
         {
             let mut st = self.lock();
             let now = self.now();
             for (instance, base) in adopted {
-                let vm = st.controller.adopt_ready_vm(now);
+                let vm = st.core.adopt_ready_vm(now);
                 tracing::info!(%vm, %instance, %base, "adopted VM");
                 st.records.insert(
                     vm,
@@ -140,7 +188,7 @@ impl Gateway {
                     },
                 );
             }
-            st.controller.start(now);
+            st.core.start(now);
         }
         self.pump();
         let me = Arc::clone(self);
@@ -152,8 +200,13 @@ impl Gateway {
         loop {
             let deadline = {
                 let mut st = self.lock();
-                st.controller.handle_timeout(self.now());
-                st.controller.poll_timeout()
+                st.core.handle_timeout(self.now());
+                let d = st.core.poll_timeout();
+                self.armed.store(
+                    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX),
+                    Ordering::Release,
+                );
+                d
             };
             self.pump();
             self.export_gauges();
@@ -164,39 +217,75 @@ impl Gateway {
         }
     }
 
-    /// Route one attempt; a VM route comes with the VM's base URL.
-    pub fn route(&self, req: &RequestMeta, attempt: Attempt) -> (Route, Option<VmTarget>) {
-        let (route, target) = {
-            let mut st = self.lock();
-            let route = st.controller.route(self.now(), req, attempt);
-            let target = match route {
-                Route::Vm { vm, .. } => st
-                    .records
-                    .get(&vm)
-                    .and_then(|r| r.base.clone())
-                    .map(|base| VmTarget { vm, base }),
-                _ => None,
-            };
-            (route, target)
+    /// The first decision for a request; a VM decision comes with the VM's base URL.
+    pub fn route(&self, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
+        let d = self.with_core(|core, now| core.route(now, ticket));
+        self.with_target(d, ticket)
+    }
+
+    /// The current attempt failed: the next decision, or `None` (answer with this
+    /// attempt's error).
+    pub fn attempt_failed(
+        &self,
+        ticket: &mut Ticket,
+        failure: Failure,
+    ) -> Option<(Decision, Option<VmTarget>)> {
+        let d = self.with_core(|core, now| core.on_attempt_failed(now, ticket, failure))?;
+        Some(self.with_target(d, ticket))
+    }
+
+    fn with_target(&self, d: Decision, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
+        let Decision::Vm { vm, .. } = d else {
+            return (d, None);
         };
-        if let Route::Vm { vm, .. } = route
-            && target.is_none()
-        {
-            // Ready in the controller but without an address: cannot happen (ready is
-            // reported only after resolution); release the slot defensively.
+        let target = self
+            .lock()
+            .records
+            .get(&vm)
+            .and_then(|r| r.base.clone())
+            .map(|base| VmTarget { vm, base });
+        if target.is_none() {
+            // Ready in the core but without an address: cannot happen (ready is reported
+            // only after resolution); release the slot defensively.
             tracing::error!(%vm, "ready VM without an address");
-            self.finish_vm_request(vm);
+            self.with_core(|core, now| core.finish(now, ticket));
         }
-        self.pump();
-        (route, target)
+        (d, target)
     }
 
     /// A request sent to `vm` finished (response body done, or failed).
     pub fn finish_vm_request(&self, vm: VmId) {
-        self.lock()
-            .controller
-            .on_vm_request_finished(self.now(), vm);
-        self.pump();
+        self.with_core(|core, now| core.on_vm_request_finished(now, vm));
+    }
+
+    /// The function call holding `lease` finished (response body done or dropped).
+    pub fn finish_function(&self, lease: Lease) {
+        self.with_core(|core, now| core.on_function_finished(now, lease));
+    }
+
+    /// A function instance died during a call (abandoned mid-request, unreachable): the
+    /// core forgets it and its process is stopped.
+    pub fn instance_lost(&self, zone: ZoneId, instance: InstanceId) {
+        self.with_core(|core, now| core.on_instance_failed(now, zone, instance));
+        let backend = Arc::clone(self.zone_backend(zone));
+        tokio::spawn(async move { backend.stop_instance(instance).await });
+    }
+
+    /// Cold-start `instance` in `zone` for a call (FaaSim §3). On success the instance is
+    /// busy with that call; on failure report
+    /// [`NotSentReason::ColdStartFailed`](crate::policy::attempt::NotSentReason) to
+    /// [`Self::attempt_failed`].
+    ///
+    /// # Errors
+    /// The backend's start error.
+    pub async fn cold_start(&self, zone: ZoneId, instance: InstanceId) -> Result<(), BackendError> {
+        metrics::counter!(COLD_STARTS_METRIC).increment(1);
+        let started = self.zone_backend(zone).start_instance(instance).await;
+        match &started {
+            Ok(()) => self.with_core(|core, now| core.on_instance_started(now, zone, instance)),
+            Err(e) => tracing::warn!(error = %e, zone = zone.0, "function cold start failed"),
+        }
+        started
     }
 
     /// A ready VM refused a connection: probe it in the background and drop it from the
@@ -212,24 +301,36 @@ impl Gateway {
             {
                 tracing::warn!(vm = %target.vm, base = %target.base, "VM failed its probe after a connect failure; replacing it");
                 m::vm_failures("unreachable");
-                let instance: Option<String> = {
-                    let mut st = me.lock();
-                    st.controller.on_vm_failed(me.now(), target.vm);
+                let instance: Option<String> = me.with_core_state(|st, now| {
+                    st.core.on_vm_failed(now, target.vm);
                     st.records.remove(&target.vm).and_then(|r| r.instance)
-                };
+                });
                 if let Some(instance) = instance {
                     let _ = me.vm_provider.terminate(&instance).await;
                 }
-                me.pump();
             }
         });
+    }
+
+    /// Like [`Self::with_core`], with the address book too.
+    fn with_core_state<R>(&self, f: impl FnOnce(&mut State, Time) -> R) -> R {
+        let r = {
+            let mut st = self.lock();
+            let now = self.now();
+            let r = f(&mut st, now);
+            self.rearm(st.core.poll_timeout());
+            r
+        };
+        self.pump();
+        r
     }
 
     /// A snapshot for `/status`.
     pub fn status(&self) -> GatewayStatus {
         let st = self.lock();
         let vms = st
-            .controller
+            .core
+            .controller()
             .vms()
             .rows()
             .iter()
@@ -249,17 +350,17 @@ impl Gateway {
             })
             .collect();
         GatewayStatus {
-            controller: st.controller.status(),
+            core: st.core.status(),
             last_decision: st.last_decision,
             vms,
         }
     }
 
-    /// Drain the controller's actions and execute them.
+    /// Drain the core's actions and execute them.
     fn pump(&self) {
         let actions: Vec<Action> = {
             let mut st = self.lock();
-            std::iter::from_fn(|| st.controller.poll_action()).collect()
+            std::iter::from_fn(|| st.core.poll_action()).collect()
         };
         for action in actions {
             self.execute(action);
@@ -268,11 +369,11 @@ impl Gateway {
 
     fn execute(&self, action: Action) {
         match action {
-            Action::Decided {
+            Action::Scaling(controller::Action::Decided {
                 epoch,
                 decision,
                 direction,
-            } => {
+            }) => {
                 m::scale_decision(direction.as_str());
                 tracing::info!(
                     epoch,
@@ -284,25 +385,65 @@ impl Gateway {
                 );
                 self.lock().last_decision = Some((epoch, decision));
             }
-            Action::Launch { vm } => {
+            Action::Scaling(controller::Action::Launch { vm }) => {
                 tracing::info!(%vm, "launching VM");
+                self.lock().records.insert(vm, VmRecord::default());
                 let provider = Arc::clone(&self.vm_provider);
                 let this = self.self_arc();
                 tokio::spawn(async move { this.launch(provider, vm).await });
             }
-            Action::Drain { vm } => tracing::info!(%vm, "draining VM"),
-            Action::Stop { vm } => {
-                let instance: Option<String> =
-                    self.lock().records.remove(&vm).and_then(|r| r.instance);
-                tracing::info!(%vm, instance = instance.as_deref().unwrap_or("-"), "stopping VM");
-                if let Some(instance) = instance {
-                    let provider = Arc::clone(&self.vm_provider);
-                    tokio::spawn(async move {
-                        if let Err(e) = provider.terminate(&instance).await {
-                            tracing::warn!(%instance, error = %e, "terminate failed");
-                        }
-                    });
+            Action::Scaling(controller::Action::Drain { vm }) => {
+                tracing::info!(%vm, "draining VM")
+            }
+            Action::Scaling(controller::Action::Stop { vm }) => self.terminate(vm, "stopping VM"),
+            Action::VmBootTimedOut { vm } => {
+                m::vm_failures("not_ready");
+                self.terminate(vm, "VM not ready before its boot deadline; terminating it");
+            }
+            Action::StartInstance { zone, instance } => {
+                let this = self.self_arc();
+                tokio::spawn(async move { this.prewarm(zone, instance).await });
+            }
+            Action::StopInstance { zone, instance } => {
+                tracing::debug!(
+                    zone = zone.0,
+                    ?instance,
+                    "function instance expired (keep-alive)"
+                );
+                let backend = Arc::clone(self.zone_backend(zone));
+                tokio::spawn(async move { backend.stop_instance(instance).await });
+            }
+        }
+    }
+
+    /// Forget `vm`'s address; terminate its instance when it had one (a launch still in
+    /// flight terminates its own instance when it sees the VM is gone).
+    fn terminate(&self, vm: VmId, why: &'static str) {
+        let instance: Option<String> = self.lock().records.remove(&vm).and_then(|r| r.instance);
+        tracing::info!(%vm, instance = instance.as_deref().unwrap_or("-"), "{why}");
+        if let Some(instance) = instance {
+            let provider = Arc::clone(&self.vm_provider);
+            tokio::spawn(async move {
+                if let Err(e) = provider.terminate(&instance).await {
+                    tracing::warn!(%instance, error = %e, "terminate failed");
                 }
+            });
+        }
+    }
+
+    async fn prewarm(self: Arc<Self>, zone: ZoneId, instance: InstanceId) {
+        match self.zone_backend(zone).start_instance(instance).await {
+            Ok(()) => {
+                tracing::info!(
+                    zone = zone.0,
+                    ?instance,
+                    "pre-warmed function instance ready"
+                );
+                self.with_core(|core, now| core.on_instance_started(now, zone, instance));
+            }
+            Err(e) => {
+                tracing::warn!(zone = zone.0, error = %e, "pre-warmed function instance failed to start");
+                self.with_core(|core, now| core.on_instance_failed(now, zone, instance));
             }
         }
     }
@@ -314,85 +455,109 @@ impl Gateway {
             .expect("the gateway is alive while its methods run")
     }
 
+    /// Whether the core still counts `vm` as booting (not given up, not stopped).
+    fn still_booting(&self, vm: VmId) -> bool {
+        self.lock()
+            .core
+            .controller()
+            .vms()
+            .get(vm)
+            .is_some_and(|r| r.state == VmState::Booting)
+    }
+
     async fn launch(self: Arc<Self>, provider: Arc<dyn VmProvider>, vm: VmId) {
-        self.lock().records.insert(vm, VmRecord::default());
         let started = Instant::now();
-        let deadline = started + self.readiness.boot_timeout;
         let instance = match provider.launch(vm).await {
             Ok(instance) => instance,
             Err(e) => {
                 tracing::warn!(%vm, error = %e, "VM launch failed");
                 m::vm_failures("launch");
-                self.fail(vm);
+                self.with_core_state(|st, now| {
+                    st.core.on_vm_failed(now, vm);
+                    st.records.remove(&vm);
+                });
                 return;
             }
         };
-        let cancelled = {
+        let known = {
             let mut st = self.lock();
-            let known = st.controller.vms().get(vm).is_some();
-            if known {
-                if let Some(r) = st.records.get_mut(&vm) {
+            let st = &mut *st;
+            match st.records.get_mut(&vm) {
+                Some(r) if st.core.controller().vms().get(vm).is_some() => {
                     r.instance = Some(instance.clone());
-                }
-            } else {
-                st.records.remove(&vm);
-            }
-            !known
-        };
-        if cancelled {
-            // Stopped by a scale-in while the launch was in flight.
-            let _ = provider.terminate(&instance).await;
-            return;
-        }
-        let outcome = self.await_ready(&*provider, &instance, deadline).await;
-        let ready = {
-            let mut st = self.lock();
-            let known = st.controller.vms().get(vm).is_some();
-            match &outcome {
-                Ok(base) if known => {
-                    if let Some(r) = st.records.get_mut(&vm) {
-                        r.base = Some(base.clone());
-                    }
-                    st.controller.on_vm_ready(self.now(), vm);
                     true
                 }
                 _ => {
-                    st.controller.on_vm_failed(self.now(), vm);
                     st.records.remove(&vm);
                     false
                 }
             }
         };
-        match (&outcome, ready) {
-            (Ok(base), true) => {
+        if !known {
+            // Stopped by a scale-in or the boot deadline while the launch was in flight.
+            let _ = provider.terminate(&instance).await;
+            return;
+        }
+        let outcome = self.await_ready(&*provider, &instance, vm).await;
+        let ours = self.with_core_state(|st, now| {
+            let booting = st
+                .core
+                .controller()
+                .vms()
+                .get(vm)
+                .is_some_and(|r| r.state == VmState::Booting);
+            match &outcome {
+                Ok(base) if booting => {
+                    if let Some(r) = st.records.get_mut(&vm) {
+                        r.base = Some(base.clone());
+                    }
+                    st.core.on_vm_ready(now, vm);
+                    None
+                }
+                _ => {
+                    if booting {
+                        st.core.on_vm_failed(now, vm);
+                    }
+                    // Whoever removes the record terminates the instance.
+                    Some(st.records.remove(&vm).is_some())
+                }
+            }
+        });
+        match (&outcome, ours) {
+            (Ok(base), None) => {
                 m::vm_boot_seconds(started.elapsed());
                 tracing::info!(%vm, %instance, %base, boot_ms = started.elapsed().as_millis() as u64, "VM ready");
             }
-            _ => {
+            (_, Some(terminate)) => {
                 if let Err(e) = &outcome {
                     tracing::warn!(%vm, %instance, error = %e, "VM did not become ready; terminating it");
                     m::vm_failures("not_ready");
                 }
-                let _ = provider.terminate(&instance).await;
+                if terminate {
+                    let _ = provider.terminate(&instance).await;
+                }
             }
+            (Err(_), None) => unreachable!("a failed boot is never reported ready"),
         }
-        self.pump();
     }
 
+    /// Resolve the address and probe until ready. Gives up when the core no longer counts
+    /// the VM as booting (its boot deadline passed, or a scale-in cancelled it).
     async fn await_ready(
         &self,
         provider: &dyn VmProvider,
         instance: &str,
-        deadline: Instant,
+        vm: VmId,
     ) -> Result<Uri, String> {
+        let cancelled = || "given up by the policy core (boot deadline or scale-in)".to_string();
         let base = loop {
             match provider.resolve(instance).await {
                 Ok(Some(base)) => break base,
                 Ok(None) => {}
                 Err(e) => return Err(e.to_string()),
             }
-            if Instant::now() >= deadline {
-                return Err("no address before the boot timeout".into());
+            if !self.still_booting(vm) {
+                return Err(cancelled());
             }
             tokio::time::sleep(self.readiness.probe_interval).await;
         };
@@ -403,31 +568,29 @@ impl Gateway {
             if let Ok(None) | Err(_) = provider.resolve(instance).await.map(|b| b.map(|_| ())) {
                 return Err("instance went away during boot".into());
             }
-            if Instant::now() >= deadline {
-                return Err("readiness probe did not pass before the boot timeout".into());
+            if !self.still_booting(vm) {
+                return Err(cancelled());
             }
             tokio::time::sleep(self.readiness.probe_interval).await;
         }
     }
 
-    fn fail(&self, vm: VmId) {
-        {
-            let mut st = self.lock();
-            st.controller.on_vm_failed(self.now(), vm);
-            st.records.remove(&vm);
-        }
-        self.pump();
-    }
-
     fn export_gauges(&self) {
-        let s = self.lock().controller.status();
-        m::controller_gauges(&s);
+        let s = self.lock().core.status();
+        m::controller_gauges(&s.controller);
     }
 
     /// Stop every VM and function instance (gateway shutdown).
     pub async fn shutdown_backends(&self) {
-        self.functions.shutdown().await;
+        for zone in &self.zones {
+            zone.shutdown().await;
+        }
         self.vm_provider.shutdown().await;
+    }
+
+    /// How long until the next policy deadline (tests and diagnostics).
+    pub fn until_next_deadline(&self) -> Duration {
+        self.lock().core.poll_timeout().saturating_sub(self.now())
     }
 }
 
@@ -449,8 +612,8 @@ pub struct VmView {
 /// What `/status` shows.
 #[derive(Clone, Debug)]
 pub struct GatewayStatus {
-    /// The controller's snapshot.
-    pub controller: ControllerStatus,
+    /// The policy core's snapshot (controller and zones).
+    pub core: CoreStatus,
     /// The last scaling decision and the epoch that triggered it.
     pub last_decision: Option<(u64, ScaleDecision)>,
     /// Every VM.

@@ -9,7 +9,32 @@ use std::time::Duration;
 
 use http::{HeaderValue, Response, StatusCode, header};
 
-use crate::net::body::{self, Body};
+use crate::backends::FunctionError;
+use crate::net::body::{self, Body, is_length_limit};
+use crate::net::client::UpstreamError;
+use crate::policy::attempt::NotSentReason;
+
+/// Whose fault an error is: decides the status class and what is logged as a failure.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Fault {
+    /// The client sent something the gateway will not forward (4xx).
+    Client,
+    /// An upstream (VM, function instance, endpoint) failed or was too slow (502/504).
+    Upstream,
+    /// The gateway has no capacity for the request now, or is shutting down (503).
+    Capacity,
+}
+
+impl Fault {
+    /// Label for logs and metrics: `client`, `upstream`, `capacity`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fault::Client => "client",
+            Fault::Upstream => "upstream",
+            Fault::Capacity => "capacity",
+        }
+    }
+}
 
 /// Seconds a client is told to wait after a 503 (`Retry-After`).
 pub const RETRY_AFTER_SECONDS: u64 = 1;
@@ -60,6 +85,72 @@ pub enum ProxyError {
 }
 
 impl ProxyError {
+    /// The one mapping from an upstream client error: a body over `limit` (413) or a
+    /// malformed/cut-off client body (400) is the client's fault, the rest the upstream's.
+    pub fn from_upstream(e: UpstreamError, limit: u64) -> Self {
+        if is_length_limit(&e) {
+            ProxyError::BodyTooLarge { limit }
+        } else if is_client_body_error(&e) {
+            ProxyError::BadRequestBody(e.to_string())
+        } else {
+            ProxyError::Upstream(e.to_string())
+        }
+    }
+
+    /// The one mapping from a function-tier error (`limit`: the gateway's body limit).
+    pub fn from_function(e: FunctionError, limit: u64) -> Self {
+        match e {
+            FunctionError::NotSent { reason, .. } => Self::not_sent(reason),
+            FunctionError::Upstream(e) => Self::from_upstream(e, limit),
+            FunctionError::PayloadTooLarge { limit } => {
+                ProxyError::FunctionPayloadTooLarge { limit }
+            }
+            FunctionError::UpgradeNotSupported => ProxyError::UpgradeOnFunctionRoute,
+            FunctionError::TimedOut(after) => ProxyError::UpstreamTimeout(after),
+            FunctionError::RequestBody(e) => {
+                if is_length_limit(&*e) {
+                    ProxyError::BodyTooLarge { limit }
+                } else {
+                    ProxyError::Function(format!("request body: {e}"))
+                }
+            }
+            e @ FunctionError::Failed(_) => ProxyError::Function(e.to_string()),
+        }
+    }
+
+    /// An attempt that reached no upstream and may not go elsewhere: no capacity (503)
+    /// for throttling and shutdown, an upstream failure (502) otherwise.
+    pub fn not_sent(reason: NotSentReason) -> Self {
+        match reason {
+            NotSentReason::Throttled => ProxyError::NoCapacity {
+                reason: "throttled",
+            },
+            NotSentReason::ShuttingDown => ProxyError::ShuttingDown,
+            other => ProxyError::Upstream(format!("not sent: {}", other.as_str())),
+        }
+    }
+
+    /// Whose fault this is.
+    pub fn fault(&self) -> Fault {
+        match self {
+            ProxyError::BodyTooLarge { .. }
+            | ProxyError::BadRequestBody(_)
+            | ProxyError::FunctionPayloadTooLarge { .. }
+            | ProxyError::UpgradeOnFunctionRoute => Fault::Client,
+            ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => Fault::Capacity,
+            ProxyError::UpstreamTimeout(_) | ProxyError::Upstream(_) | ProxyError::Function(_) => {
+                Fault::Upstream
+            }
+        }
+    }
+
+    /// Whether the client may send the same request again unchanged and expect another
+    /// outcome: capacity errors (after `Retry-After`) and upstream failures may clear;
+    /// the client's own errors do not.
+    pub fn retryable(&self) -> bool {
+        self.fault() != Fault::Client
+    }
+
     /// The status code of this error.
     pub fn status(&self) -> StatusCode {
         match self {
@@ -99,6 +190,22 @@ impl ProxyError {
     }
 }
 
+/// Whether hyper's client reported an error of the request body we streamed up (a
+/// "user body" error: malformed chunking, client gone).
+fn is_client_body_error(e: &(dyn std::error::Error + 'static)) -> bool {
+    sources(e).any(|err| {
+        err.downcast_ref::<hyper::Error>()
+            .is_some_and(hyper::Error::is_user)
+    })
+}
+
+/// `e` and its chain of sources.
+fn sources<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
+    std::iter::successors(Some(e), |err| err.source())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -120,5 +227,26 @@ mod tests {
         );
         assert_eq!(ProxyError::UpgradeOnFunctionRoute.status(), 400);
         assert_eq!(ProxyError::Function("x".into()).status(), 502);
+    }
+
+    #[test]
+    fn every_error_knows_whose_fault_it_is_and_whether_to_retry() {
+        let client = ProxyError::BodyTooLarge { limit: 1 };
+        assert_eq!((client.fault(), client.retryable()), (Fault::Client, false));
+        let busy = ProxyError::not_sent(NotSentReason::Throttled);
+        assert_eq!(
+            (busy.fault(), busy.status().as_u16()),
+            (Fault::Capacity, 503)
+        );
+        assert!(busy.retryable());
+        let gone = ProxyError::not_sent(NotSentReason::Unreachable);
+        assert_eq!(
+            (gone.fault(), gone.status().as_u16()),
+            (Fault::Upstream, 502)
+        );
+        let f = ProxyError::from_function(FunctionError::TimedOut(Duration::from_secs(3)), 10);
+        assert_eq!((f.fault(), f.status().as_u16()), (Fault::Upstream, 504));
+        let f = ProxyError::from_function(FunctionError::PayloadTooLarge { limit: 6 }, 10);
+        assert_eq!((f.fault(), f.status().as_u16()), (Fault::Client, 413));
     }
 }

@@ -22,7 +22,7 @@ use crate::backends::vm_process::ProcessVmPool;
 use crate::backends::vm_static::StaticVmPool;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider, secs};
 use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
-use crate::policy::controller::Controller;
+use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
 use super::driver::Gateway;
@@ -122,9 +122,7 @@ impl Server {
             .ok_or(ServeError::MissingSection("function_tier"))?
         {
             FunctionTierConfig::Process(f) => {
-                let tier = ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone());
-                tier.start();
-                tier
+                ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
             }
             FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
             #[cfg(feature = "aws")]
@@ -140,15 +138,15 @@ impl Server {
                 ));
             }
         };
-        let controller = Controller::new(
-            config.controller_params(),
+        let core = Core::new(
+            config.core_params(),
             Box::new(LibraScaler::new(config.libra_scaling_params())),
             Box::new(config.libra_balancer()),
         );
         let gateway = Gateway::new(
-            controller,
+            core,
             vm_provider,
-            functions,
+            vec![functions],
             client,
             readiness,
             config.cip_rps(),

@@ -1,5 +1,7 @@
-//! The per-request path: local checks, header hygiene, one routing decision, dispatch to
-//! a VM or the function tier, retry after a connect failure, spill-back after throttling.
+//! The per-request path: local checks, header hygiene, then the policy core's attempt
+//! protocol (`policy::attempt`): a first decision, and for every failed attempt the next
+//! one — retry after a connect failure, the next function zone, a fall-back to a VM after
+//! throttling or an unreachable function tier — until one answers or the core gives up.
 //!
 //! Invariants (LIBRA §III-C, http-cases C7, C8, C17):
 //! * every request gets exactly one final response;
@@ -22,7 +24,9 @@ use tokio::time::Instant;
 
 use crate::backends::FunctionError;
 use crate::net::ClientInfo;
-use crate::policy::balancer::{Attempt, RequestMeta, Route};
+use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
+use crate::policy::balancer::RequestMeta;
+use crate::policy::placement::Start;
 
 use super::driver::Gateway;
 use super::error::ProxyError;
@@ -116,7 +120,7 @@ async fn dispatch(
         idempotent: headers::is_idempotent(req.method()),
     };
     let upgrade_value = req.headers().get(header::UPGRADE).cloned();
-    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let mut client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
     // Hygiene: strip hop-by-hop and Connection-named headers, then add our own.
     let host = req
@@ -151,26 +155,25 @@ async fn dispatch(
     }
     let bodiless = incoming.is_end_stream();
     *out.body_mut() = body::boxed(http_body_util::Limited::new(incoming, limit as usize));
-    let mut replay = (meta.idempotent && bodiless && !upgrade).then(|| Replay {
+    // A bodiless idempotent request can be sent again exactly (http-cases C17).
+    let replay = (meta.idempotent && bodiless && !upgrade).then(|| Replay {
         method: out.method().clone(),
         uri: out.uri().clone(),
         headers: out.headers().clone(),
     });
 
-    let mut attempt = Attempt::First;
+    // The attempt protocol (policy::attempt): route, then one decision per failed attempt.
+    let mut ticket = Ticket::new(meta, None);
+    let (mut decision, mut target) = gw.route(&mut ticket);
     let mut pending = Some(out);
     loop {
-        let (route, target) = gw.route(&meta, attempt);
-        tracing::debug!(
-            ?attempt,
-            ?route,
-            reason = route.reason().as_str(),
-            "routing decision"
-        );
-        let request = pending.take().expect("one request per attempt");
-        match route {
-            Route::Reject { reason } => {
-                m::routing("rejected", reason.as_str());
+        record_decision(&decision);
+        let request = pending
+            .take()
+            .or_else(|| replay.as_ref().map(Replay::rebuild))
+            .expect("the core only retries a request the driver can send");
+        match decision {
+            Decision::Reject { reason } | Decision::Queue { reason } => {
                 return Err((
                     "local",
                     ProxyError::NoCapacity {
@@ -178,14 +181,13 @@ async fn dispatch(
                     },
                 ));
             }
-            Route::Vm { vm, reason } => {
-                m::routing("vm", reason.as_str());
-                let Some(target) = target else {
+            Decision::Vm { vm, .. } => {
+                let Some(vm_target) = target.take() else {
                     return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
                 };
                 let sent = tokio::time::timeout(
                     settings.upstream_timeout,
-                    gw.client().forward(&target.base, request),
+                    gw.client().forward(&vm_target.base, request),
                 )
                 .await;
                 match sent {
@@ -194,16 +196,14 @@ async fn dispatch(
                         return Err(("vm", ProxyError::UpstreamTimeout(settings.upstream_timeout)));
                     }
                     Ok(Err(UpstreamError::Connect { uri, source })) => {
-                        gw.finish_vm_request(vm);
-                        gw.suspect_vm(&target);
+                        gw.suspect_vm(&vm_target);
                         tracing::warn!(%vm, %uri, error = %source, "connect failed");
-                        match replay.take() {
-                            Some(r) => {
-                                m::retry("connect_failure");
-                                pending = Some(r.rebuild());
-                                attempt = Attempt::RetryAfterConnectFailure { failed: vm };
-                                continue;
-                            }
+                        let failure = Failure::NotSent {
+                            reason: NotSentReason::ConnectFailed,
+                            request_available: replay.is_some(),
+                        };
+                        match gw.attempt_failed(&mut ticket, failure) {
+                            Some((d, t)) => (decision, target) = (d, t),
                             None => {
                                 return Err((
                                     "vm",
@@ -214,13 +214,14 @@ async fn dispatch(
                     }
                     Ok(Err(e)) => {
                         gw.finish_vm_request(vm);
-                        return Err(("vm", upstream_error(e, limit)));
+                        return Err(("vm", ProxyError::from_upstream(e, limit)));
                     }
                     Ok(Ok(mut resp)) => {
                         if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                             let upstream_io = hyper::upgrade::on(&mut resp);
-                            let client_io =
-                                client_upgrade.expect("upgrade requests carry OnUpgrade");
+                            let client_io = client_upgrade
+                                .take()
+                                .expect("upgrade requests carry OnUpgrade");
                             let gw2 = Arc::clone(gw);
                             tokio::spawn(async move {
                                 if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await) {
@@ -241,51 +242,70 @@ async fn dispatch(
                     }
                 }
             }
-            Route::Function { reason } => {
-                m::routing("function", reason.as_str());
+            Decision::Function { lease, .. } => {
                 let mut request = request;
+                if let Start::Cold(instance) = lease.start
+                    && let Err(e) = gw.cold_start(lease.zone, instance).await
+                {
+                    let failure = Failure::NotSent {
+                        reason: NotSentReason::ColdStartFailed,
+                        request_available: true,
+                    };
+                    match gw.attempt_failed(&mut ticket, failure) {
+                        Some((d, t)) => {
+                            (decision, target) = (d, t);
+                            pending = Some(request);
+                            continue;
+                        }
+                        None => {
+                            return Err((
+                                "function",
+                                ProxyError::Function(format!("cold start failed: {e}")),
+                            ));
+                        }
+                    }
+                }
                 request.extensions_mut().insert(ClientInfo { peer, scheme });
-                let called =
-                    tokio::time::timeout(settings.upstream_timeout, gw.functions().invoke(request))
-                        .await;
+                let backend = gw.zone_backend(lease.zone);
+                let called = tokio::time::timeout(
+                    settings.upstream_timeout,
+                    backend.invoke(lease.instance(), request),
+                )
+                .await;
                 match called {
                     Err(_) => {
+                        // Abandoned mid-request: an instance may still be busy with it,
+                        // so it is stopped rather than handed to the next call.
+                        match lease.instance() {
+                            Some(instance) => gw.instance_lost(lease.zone, instance),
+                            None => gw.finish_function(lease),
+                        }
                         return Err((
                             "function",
                             ProxyError::UpstreamTimeout(settings.upstream_timeout),
                         ));
                     }
-                    Ok(Ok(resp)) => return Ok(("function", clean_response(resp))),
-                    Ok(Err(FunctionError::Throttled(back))) => {
-                        m::retry("spill_back");
-                        pending = Some(*back);
-                        attempt = Attempt::SpillBack;
-                        // A spilled-back request is never replayed again after this.
-                        replay = None;
-                        continue;
+                    Ok(Ok(resp)) => {
+                        let gw2 = Arc::clone(gw);
+                        let done = OnDrop::new(move || gw2.finish_function(lease));
+                        let resp =
+                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        return Ok(("function", clean_response(resp)));
                     }
-                    Ok(Err(FunctionError::Upstream(e))) => {
-                        return Err(("function", upstream_error(e, limit)));
-                    }
-                    Ok(Err(e @ (FunctionError::ColdStart(_) | FunctionError::Failed(_)))) => {
-                        return Err(("function", ProxyError::Function(e.to_string())));
-                    }
-                    Ok(Err(FunctionError::PayloadTooLarge { limit })) => {
-                        return Err(("function", ProxyError::FunctionPayloadTooLarge { limit }));
-                    }
-                    Ok(Err(FunctionError::UpgradeNotSupported)) => {
-                        return Err(("function", ProxyError::UpgradeOnFunctionRoute));
-                    }
-                    Ok(Err(FunctionError::TimedOut(after))) => {
-                        return Err(("function", ProxyError::UpstreamTimeout(after)));
-                    }
-                    Ok(Err(FunctionError::RequestBody(e))) => {
-                        let err = if is_length_limit(&*e) {
-                            ProxyError::BodyTooLarge { limit }
-                        } else {
-                            ProxyError::Function(format!("request body: {e}"))
+                    Ok(Err(FunctionError::NotSent { reason, request })) => {
+                        pending = request.map(|r| *r);
+                        let failure = Failure::NotSent {
+                            reason,
+                            request_available: pending.is_some() || replay.is_some(),
                         };
-                        return Err(("function", err));
+                        match gw.attempt_failed(&mut ticket, failure) {
+                            Some((d, t)) => (decision, target) = (d, t),
+                            None => return Err(("function", ProxyError::not_sent(reason))),
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        gw.finish_function(lease);
+                        return Err(("function", ProxyError::from_function(e, limit)));
                     }
                 }
             }
@@ -293,37 +313,23 @@ async fn dispatch(
     }
 }
 
-/// Whose fault: the request body (over the limit → 413; malformed or cut off by the
-/// client → 400) or the upstream (502).
-fn upstream_error(e: UpstreamError, limit: u64) -> ProxyError {
-    if is_length_limit(&e) {
-        ProxyError::BodyTooLarge { limit }
-    } else if is_client_body_error(&e) {
-        ProxyError::BadRequestBody(e.to_string())
-    } else {
-        ProxyError::Upstream(e.to_string())
+/// Metrics for one decision: the tier and reason, and what kind of repeated attempt it
+/// is (`spillway_retries_total{kind}`: `connect_failure` for a retry, `spill_back` for a
+/// fall-back to a VM, `fall_through` for the next function zone).
+fn record_decision(d: &Decision) {
+    let tier = match d {
+        Decision::Vm { .. } => "vm",
+        Decision::Function { .. } => "function",
+        Decision::Queue { .. } | Decision::Reject { .. } => "rejected",
+    };
+    m::routing(tier, d.reason().as_str());
+    match d.kind() {
+        Some(AttemptKind::Retry) => m::retry("connect_failure"),
+        Some(AttemptKind::FallBack) => m::retry("spill_back"),
+        Some(AttemptKind::FallThrough) => m::retry("fall_through"),
+        Some(AttemptKind::First) | None => {}
     }
-}
-
-/// Whether `e` or one of its sources is the body length limit.
-pub(crate) fn is_length_limit(e: &(dyn std::error::Error + 'static)) -> bool {
-    sources(e).any(|err| err.is::<http_body_util::LengthLimitError>())
-}
-
-/// Whether hyper's client reported an error of the request body we streamed up (a
-/// "user body" error: malformed chunking, client gone).
-fn is_client_body_error(e: &(dyn std::error::Error + 'static)) -> bool {
-    sources(e).any(|err| {
-        err.downcast_ref::<hyper::Error>()
-            .is_some_and(hyper::Error::is_user)
-    })
-}
-
-/// `e` and its chain of sources.
-fn sources<'a>(
-    e: &'a (dyn std::error::Error + 'static),
-) -> impl Iterator<Item = &'a (dyn std::error::Error + 'static)> {
-    std::iter::successors(Some(e), |err| err.source())
+    tracing::debug!(decision = ?d, reason = d.reason().as_str(), "routing decision");
 }
 
 /// Strip hop-by-hop headers from an upstream response (http-cases C7, "same rule on

@@ -41,52 +41,18 @@ use super::report::{CostBreakdown, EpochRow, PolicyReport, ResponseMs};
 use super::trace::Trace;
 use crate::config::Config;
 use crate::config::sim::{FunctionModelConfig, VmModelConfig};
-use crate::policy::balancer::{Attempt, RequestMeta, Route, RoutingPolicy, VmFirst};
-use crate::policy::baselines::{
-    AutoParams, AutoScaler, FixedScaler, FunctionOnly, SpockRouter, VmOnly,
-};
-use crate::policy::controller::{Action, Controller, ControllerParams};
+use crate::policy::attempt::{AttemptKind, Decision, Ticket};
+use crate::policy::balancer::{RequestMeta, RouteReason, VmFirst};
+pub use crate::policy::baselines::PolicyKind;
+use crate::policy::baselines::{AutoParams, PolicyParams};
+use crate::policy::controller::{self, ControllerParams};
+use crate::policy::core::{Action, Core, CoreParams};
 use crate::policy::cost::FunctionPricing;
-use crate::policy::functions::{Acquire, FunctionPool, FunctionPoolParams};
-use crate::policy::scaling::{LibraScaler, LibraScalingParams, ScalingPolicy};
+use crate::policy::functions::{FunctionPoolParams, InstanceId};
+use crate::policy::placement::{Lease, PlacementParams, Start, ZoneCapacity, ZoneId};
+use crate::policy::scaling::LibraScalingParams;
+use crate::policy::timers::Timer;
 use crate::policy::{Time, VmId};
-
-/// The five policies compared — LIBRA §IV.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum PolicyKind {
-    /// LIBRA: the policy core with the CIP rule (§III).
-    Libra,
-    /// VMs for the trace's peak, booted before t = 0.
-    Max,
-    /// Functions only.
-    Faas,
-    /// Reactive VM autoscaling on utilisation.
-    Auto,
-    /// AUTO, with functions absorbing load while VMs boot.
-    Spock,
-}
-
-impl PolicyKind {
-    /// All five, in report order.
-    pub const ALL: [PolicyKind; 5] = [
-        PolicyKind::Libra,
-        PolicyKind::Max,
-        PolicyKind::Faas,
-        PolicyKind::Auto,
-        PolicyKind::Spock,
-    ];
-
-    /// The report name: `libra`, `max`, `faas`, `auto`, `spock`.
-    pub fn name(self) -> &'static str {
-        match self {
-            PolicyKind::Libra => "libra",
-            PolicyKind::Max => "max",
-            PolicyKind::Faas => "faas",
-            PolicyKind::Auto => "auto",
-            PolicyKind::Spock => "spock",
-        }
-    }
-}
 
 /// Everything a run needs from the configuration, resolved and typed.
 #[derive(Clone, Debug)]
@@ -160,29 +126,33 @@ impl SimParams {
         (trace.peak_rps() / self.libra.r_max_rps).ceil().max(0.0) as u32
     }
 
-    fn policies(
-        &self,
-        kind: PolicyKind,
-        trace: &Trace,
-    ) -> (Box<dyn ScalingPolicy>, Box<dyn RoutingPolicy>) {
-        match kind {
-            PolicyKind::Libra => (
-                Box::new(LibraScaler::new(self.libra.clone())),
-                Box::new(self.balancer.clone()),
+    /// The policy parameters [`PolicyKind::build`] needs for `trace`.
+    pub fn policy_params(&self, trace: &Trace) -> PolicyParams {
+        PolicyParams {
+            libra: self.libra.clone(),
+            balancer: self.balancer.clone(),
+            auto: self.auto.clone(),
+            max_vms: self.max_vms_for(trace),
+            slots_per_vm: self.vm.slots,
+        }
+    }
+
+    /// The core's parameters: the controller (always executing scaling), one cloud
+    /// function zone with the function model's keep-alive, pre-warm and concurrency cap,
+    /// no VM boot deadline (modelled VMs always boot).
+    pub fn core_params(&self) -> CoreParams {
+        let f = &self.function;
+        CoreParams {
+            controller: self.controller.clone(),
+            placement: PlacementParams::single(
+                crate::config::SINGLE_ZONE_NAME,
+                ZoneCapacity::Instances(FunctionPoolParams {
+                    keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
+                    max_instances: Some(f.max_concurrency),
+                    prewarmed: f.prewarmed,
+                }),
             ),
-            PolicyKind::Max => (
-                Box::new(FixedScaler::max(self.max_vms_for(trace))),
-                Box::new(VmOnly),
-            ),
-            PolicyKind::Faas => (Box::new(FixedScaler::faas()), Box::new(FunctionOnly)),
-            PolicyKind::Auto => (
-                Box::new(AutoScaler::auto(self.auto.clone())),
-                Box::new(VmOnly),
-            ),
-            PolicyKind::Spock => (
-                Box::new(AutoScaler::spock(self.auto.clone())),
-                Box::new(SpockRouter::new(self.vm.slots)),
-            ),
+            vm_boot_timeout: None,
         }
     }
 }
@@ -200,8 +170,12 @@ pub struct RunStats {
     pub function_served: u64,
     /// Warm starts.
     pub warm_starts: u64,
-    /// Requests the routing policy rejected (counted in `throttled`).
+    /// Requests the routing policy rejected (counted in `throttled`), other than calls
+    /// no function zone and no VM could take.
     pub rejected: u64,
+    /// Function calls no zone could take that fell back to a VM (LIBRA §III-C
+    /// spill-back), served and not counted as throttled.
+    pub fell_back: u64,
     /// FaaSim §3 usage: total start-up time of cold starts, s.
     pub function_startup_s: f64,
     /// FaaSim §3 usage: total busy time of instances, s.
@@ -226,8 +200,11 @@ pub struct PolicyRun {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EvKind {
     VmDone(u32),
-    FnDone(u32),
+    /// A function call ends: zone, instance.
+    FnDone(u16, u32),
     VmReady(u32),
+    /// A cold-started function instance is ready: zone, instance.
+    InstanceReady(u16, u32),
 }
 
 struct VmSim {
@@ -246,8 +223,7 @@ fn dur(ns: u64) -> Time {
 
 struct Engine<'a> {
     p: &'a SimParams,
-    ctl: Controller,
-    pool: FunctionPool,
+    core: Core,
     heap: BinaryHeap<Reverse<(u64, u64, EvKind)>>,
     seq: u64,
     vms: Vec<VmSim>,
@@ -291,9 +267,9 @@ impl<'a> Engine<'a> {
     }
 
     fn drain_actions(&mut self, now: u64, initial: bool) {
-        while let Some(a) = self.ctl.poll_action() {
+        while let Some(a) = self.core.poll_action() {
             match a {
-                Action::Launch { vm } => {
+                Action::Scaling(controller::Action::Launch { vm }) => {
                     let i = vm.0 as usize;
                     debug_assert_eq!(i, self.vms.len(), "the controller allocates ids in order");
                     self.vms.push(VmSim {
@@ -313,7 +289,7 @@ impl<'a> Engine<'a> {
                         self.schedule(now + boot, EvKind::VmReady(i as u32));
                     }
                 }
-                Action::Stop { vm } => {
+                Action::Scaling(controller::Action::Stop { vm }) => {
                     let v = &mut self.vms[vm.0 as usize];
                     if v.stop_ns.is_none() {
                         v.stop_ns = Some(now);
@@ -325,7 +301,16 @@ impl<'a> Engine<'a> {
                         }
                     }
                 }
-                Action::Drain { .. } | Action::Decided { .. } => {}
+                // Modelled pre-warmed instances are ready at once; idle ones that expire
+                // need no physics (their usage is the core's accounting).
+                Action::StartInstance { zone, instance } => {
+                    self.core.on_instance_started(dur(now), zone, instance);
+                }
+                Action::Scaling(
+                    controller::Action::Drain { .. } | controller::Action::Decided { .. },
+                )
+                | Action::StopInstance { .. }
+                | Action::VmBootTimedOut { .. } => {}
             }
         }
     }
@@ -338,7 +323,7 @@ impl<'a> Engine<'a> {
         v.ready_ns = Some(now);
         self.integrate_cap(now);
         self.cap_vms += 1;
-        self.ctl.on_vm_ready(dur(now), VmId(u64::from(vm)));
+        self.core.on_vm_ready(dur(now), VmId(u64::from(vm)));
     }
 
     /// Close the epoch ending at `end` (ns).
@@ -354,14 +339,14 @@ impl<'a> Engine<'a> {
             } else {
                 0.0
             };
-            self.ctl.set_vm_utilisation(u);
+            self.core.set_vm_utilisation(u);
             self.cap_integral = 0.0;
         }
-        self.ctl.handle_timeout(dur(end));
+        self.core.handle_timeout(dur(end));
         self.open_epoch += 1;
         self.drain_actions(end, false);
         if let Some(series) = self.series.as_mut() {
-            let st = self.ctl.status();
+            let st = self.core.controller().status();
             series.push(EpochRow {
                 time_s: end as f64 / 1e9,
                 load: st.last_epoch_requests,
@@ -406,14 +391,18 @@ impl<'a> Engine<'a> {
         match kind {
             EvKind::VmDone(vm) => {
                 self.last_done_ns = t;
-                self.ctl.on_vm_request_finished(dur(t), VmId(u64::from(vm)));
+                self.core
+                    .on_vm_request_finished(dur(t), VmId(u64::from(vm)));
                 self.drain_actions(t, false);
             }
-            EvKind::FnDone(id) => {
+            EvKind::FnDone(zone, id) => {
                 self.last_done_ns = t;
-                self.expire(t);
-                self.pool
-                    .release(dur(t), crate::policy::functions::InstanceId(u64::from(id)));
+                let lease = Lease {
+                    zone: ZoneId(zone),
+                    start: Start::Warm(InstanceId(u64::from(id))),
+                };
+                self.core.on_function_finished(dur(t), lease);
+                self.drain_actions(t, false);
             }
             EvKind::VmReady(vm) => {
                 if t <= self.trace_end_ns {
@@ -421,23 +410,23 @@ impl<'a> Engine<'a> {
                     self.drain_actions(t, false);
                 }
             }
-        }
-    }
-
-    #[inline]
-    fn expire(&mut self, t: u64) {
-        if self.pool.poll_timeout().is_some_and(|at| at <= dur(t)) {
-            self.pool.handle_timeout(dur(t));
+            EvKind::InstanceReady(zone, id) => {
+                self.core
+                    .on_instance_started(dur(t), ZoneId(zone), InstanceId(u64::from(id)));
+                self.drain_actions(t, false);
+            }
         }
     }
 
     #[inline]
     fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32) {
-        let route = self
-            .ctl
-            .route(dur(t), &RequestMeta::default(), Attempt::First);
-        match route {
-            Route::Vm { vm, .. } => {
+        let mut ticket = Ticket::new(RequestMeta::default(), None);
+        let decision = self.core.route(dur(t), &mut ticket);
+        match decision {
+            Decision::Vm { vm, kind, .. } => {
+                if kind == AttemptKind::FallBack {
+                    self.stats.fell_back += 1;
+                }
                 let v = &mut self.vms[vm.0 as usize];
                 let mut top = v.slots.peek_mut().expect("a VM has at least one slot");
                 let start = top.0.max(t);
@@ -450,17 +439,16 @@ impl<'a> Engine<'a> {
                 self.schedule(end, EvKind::VmDone(vm.0 as u32));
                 self.respond(t, end);
             }
-            Route::Function { .. } => {
-                self.expire(t);
-                let (id, start) = match self.pool.acquire(dur(t)) {
-                    Acquire::Warm(id) => {
+            Decision::Function { lease, .. } => {
+                let zone = lease.zone.0;
+                let (id, start) = match lease.start {
+                    Start::Warm(id) => {
                         (id, t + (self.p.function.warm_start_ms * 1e6).round() as u64)
                     }
-                    Acquire::Cold(id) => {
+                    Start::Cold(id) => {
                         let cold = (self.p.function.cold_start_ms * 1e6).round() as u64;
-                        // The instance is ready after its cold start; no other event can
-                        // touch it before then, so report it now.
-                        self.pool.on_started(dur(t + cold), id);
+                        // Ready after its cold start; busy with this call meanwhile.
+                        self.schedule(t + cold, EvKind::InstanceReady(zone, id.0 as u32));
                         self.cold_starts += 1;
                         if self.p.function.bill_init {
                             self.mb_ms +=
@@ -468,22 +456,38 @@ impl<'a> Engine<'a> {
                         }
                         (id, t + cold)
                     }
-                    Acquire::Throttled => {
-                        self.throttled += 1;
-                        self.violations += 1;
-                        return;
-                    }
+                    Start::Untracked => unreachable!("simulated zones have instances"),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
                 self.stats.function_served += 1;
                 let end = start + service_ns;
-                self.schedule(end, EvKind::FnDone(id.0 as u32));
+                self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
                 self.respond(t, end);
             }
-            Route::Reject { .. } => {
+            Decision::Reject { reason } | Decision::Queue { reason } => {
                 self.throttled += 1;
                 self.violations += 1;
-                self.stats.rejected += 1;
+                if reason != RouteReason::SpillBackRejected {
+                    self.stats.rejected += 1;
+                }
+            }
+        }
+    }
+
+    /// Fire every policy deadline at or before `t`; epoch ends only up to the trace end
+    /// (the report's epochs), with the VM utilisation measured before each closes.
+    fn fire_timers(&mut self, t: u64) {
+        loop {
+            let (timer, at) = self.core.next_timer();
+            let at = at.as_nanos() as u64;
+            if at > t || (timer == Timer::EpochEnd && at > self.trace_end_ns) {
+                break;
+            }
+            if timer == Timer::EpochEnd {
+                self.close_epoch(at);
+            } else {
+                self.core.handle_timeout(dur(at));
+                self.drain_actions(at, false);
             }
         }
     }
@@ -499,19 +503,12 @@ pub fn run_policy(
     series: bool,
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
-    let (scaler, router) = p.policies(kind, trace);
-    let ctl = Controller::new(p.controller.clone(), scaler, router);
-    let f = &p.function;
-    let pool = FunctionPool::new(FunctionPoolParams {
-        keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
-        max_instances: Some(f.max_concurrency),
-        prewarmed: f.prewarmed,
-    });
+    let (scaler, router) = kind.build(&p.policy_params(trace));
+    let core = Core::new(p.core_params(), scaler, router);
     let epoch_ns = p.controller.monitor.epoch.as_nanos() as u64;
     let mut e = Engine {
         p,
-        ctl,
-        pool,
+        core,
         heap: BinaryHeap::new(),
         seq: 0,
         vms: Vec::new(),
@@ -522,7 +519,7 @@ pub fn run_policy(
         busy: VecDeque::new(),
         epoch_ns,
         open_epoch: 0,
-        measure_util: matches!(kind, PolicyKind::Auto | PolicyKind::Spock),
+        measure_util: kind.uses_utilisation(),
         trace_end_ns: (trace.duration_s * 1e9).round() as u64,
         stats: RunStats::default(),
         served: 0,
@@ -541,15 +538,11 @@ pub fn run_policy(
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
     let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
     arrival_rng.set_stream(1);
-    for id in e.pool.prewarm(Time::ZERO) {
-        e.pool.on_started(Time::ZERO, id);
-    }
-    e.ctl.start(Time::ZERO);
+    e.core.start(Time::ZERO);
     e.drain_actions(0, true);
 
     let mut stream = trace.stream(arrival_rng);
     let mut next = stream.next_arrival();
-    let mut next_epoch = e.ctl.poll_timeout().as_nanos() as u64;
     let mut arrived = 0u64;
     loop {
         let heap_t = e.heap.peek().map(|Reverse((t, _, _))| *t);
@@ -559,10 +552,9 @@ pub fn run_policy(
             (None, Some(a)) => a.at_ns,
             (Some(h), Some(a)) => h.min(a.at_ns),
         };
-        while next_epoch <= t && next_epoch <= e.trace_end_ns {
-            e.close_epoch(next_epoch);
-            next_epoch = e.ctl.poll_timeout().as_nanos() as u64;
-        }
+        // At equal times: deadlines (epoch ends first), then scheduled events, then
+        // arrivals.
+        e.fire_timers(t);
         if heap_t == Some(t) {
             let Some(Reverse((t, _, kind))) = e.heap.pop() else {
                 unreachable!()
@@ -589,13 +581,10 @@ pub fn run_policy(
         next = stream.next_arrival();
     }
     // Close the epochs up to the trace end (quiet tail).
-    while next_epoch <= e.trace_end_ns {
-        e.close_epoch(next_epoch);
-        next_epoch = e.ctl.poll_timeout().as_nanos() as u64;
-    }
+    e.fire_timers(e.trace_end_ns);
     progress(arrived);
     let end_ns = e.trace_end_ns.max(e.last_done_ns);
-    e.pool.finish(dur(end_ns));
+    e.core.finish_functions(dur(end_ns));
     finish(e, kind, arrived, end_ns)
 }
 
@@ -617,7 +606,12 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     let fn_cost = gb_s * p.pricing.gb_second_usd
         + e.stats.function_served as f64
             * (p.pricing.request_usd + p.pricing.api_gateway_request_usd);
-    let usage = *e.pool.usage();
+    let usage = e
+        .core
+        .placement()
+        .usage(ZoneId(0))
+        .copied()
+        .unwrap_or_default();
     e.stats.vm_billed_seconds = billed;
     e.stats.warm_starts = usage.warm_starts;
     e.stats.function_startup_s = usage.startup.as_secs_f64();

@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
+pub mod inproc;
+
 /// Path of the spillway binary under test.
 pub fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_spillway")

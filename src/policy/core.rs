@@ -1,0 +1,854 @@
+//! The policy core as one sans-IO state machine: LIBRA's [`Controller`] (traffic monitor,
+//! scaling manager, balancer, VM table), the function [`Placement`] over zones (FaaSim),
+//! the VM boot deadlines and the [`TimerTable`], driven through the request attempt
+//! protocol ([`super::attempt`]).
+//!
+//! Drivers (the live gateway, the simulator) call only this type:
+//! * per request: [`Core::route`], then [`Core::on_attempt_failed`] for each failed
+//!   attempt, and [`Core::on_vm_request_finished`] / [`Core::on_function_finished`] when
+//!   the answering attempt ends;
+//! * per backend event: VM ready/failed, function instance started/failed;
+//! * per deadline: sleep until [`Core::poll_timeout`], then [`Core::handle_timeout`];
+//! * after any call: drain [`Core::poll_action`] — launch/drain/stop VMs, scaling
+//!   records, VM boot timeouts, pre-warm starts and keep-alive stops.
+//!
+//! Any call may move the next deadline earlier (a call that ends starts a keep-alive
+//! window shorter than the open epoch): a driver that sleeps re-reads
+//! [`Core::poll_timeout`] after every call and wakes its timer when it moved earlier.
+
+use std::collections::VecDeque;
+use std::time::Duration;
+
+use super::attempt::{
+    AttemptKind, Decision, Failure, Holding, MAX_INSTANCE_GONE, NotSentReason, Ticket,
+};
+use super::balancer::{Attempt, Route, RouteReason, RoutingPolicy};
+use super::controller::{self, Controller, ControllerParams, ControllerStatus};
+use super::functions::InstanceId;
+use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
+use super::scaling::ScalingPolicy;
+use super::timers::{Timer, TimerTable};
+use super::{Time, VmId};
+
+/// Parameters of the whole core.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreParams {
+    /// LIBRA's controller (monitor, r_max, whether scaling is executed).
+    pub controller: ControllerParams,
+    /// Function zones and the placement policy.
+    pub placement: PlacementParams,
+    /// A launched VM not ready within this is given up ([`Action::VmBootTimedOut`]);
+    /// `None`: no deadline (the simulator's VMs always boot).
+    pub vm_boot_timeout: Option<Duration>,
+}
+
+/// Work for the driver.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Action {
+    /// A VM action or scaling record of the [`Controller`].
+    Scaling(controller::Action),
+    /// A booting VM missed its boot deadline: the controller forgot it (the next scaling
+    /// decision replaces it); terminate whatever the provider started.
+    VmBootTimedOut {
+        /// The VM.
+        vm: VmId,
+    },
+    /// Start a pre-warmed function instance; report [`Core::on_instance_started`] or
+    /// [`Core::on_instance_failed`].
+    StartInstance {
+        /// The zone.
+        zone: ZoneId,
+        /// The instance.
+        instance: InstanceId,
+    },
+    /// Stop an idle function instance whose keep-alive ran out (FaaSim §3).
+    StopInstance {
+        /// The zone.
+        zone: ZoneId,
+        /// The instance.
+        instance: InstanceId,
+    },
+}
+
+/// A snapshot for `/status`, logs and reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CoreStatus {
+    /// LIBRA's state.
+    pub controller: ControllerStatus,
+    /// The placement policy.
+    pub placement: PlacementPolicy,
+    /// Every function zone.
+    pub zones: Vec<ZoneStatus>,
+}
+
+/// The policy core. See the [module docs](self).
+pub struct Core {
+    controller: Controller,
+    placement: Placement,
+    boot_timeout: Option<Duration>,
+    /// Booting VMs and their boot deadlines, in launch order.
+    booting: Vec<(VmId, Time)>,
+    actions: VecDeque<Action>,
+    timers: TimerTable,
+}
+
+impl Core {
+    /// A core at time zero: call [`Self::start`] next (after adopting existing VMs).
+    pub fn new(
+        params: CoreParams,
+        scaler: Box<dyn ScalingPolicy>,
+        router: Box<dyn RoutingPolicy>,
+    ) -> Self {
+        let mut core = Self {
+            controller: Controller::new(params.controller, scaler, router),
+            placement: Placement::new(params.placement),
+            boot_timeout: params.vm_boot_timeout,
+            booting: Vec::new(),
+            actions: VecDeque::new(),
+            timers: TimerTable::new(),
+        };
+        core.refresh();
+        core
+    }
+
+    /// Apply the scaling policy's initial decision and start the pre-warmed instances.
+    pub fn start(&mut self, now: Time) {
+        self.controller.start(now);
+        self.pump(now);
+        for (zone, instance) in self.placement.prewarm(now) {
+            self.actions
+                .push_back(Action::StartInstance { zone, instance });
+        }
+        self.refresh();
+    }
+
+    /// Register a VM that is already ready (a `static` upstream, an adopted instance).
+    pub fn adopt_ready_vm(&mut self, now: Time) -> VmId {
+        let vm = self.controller.adopt_ready_vm(now);
+        self.pump(now);
+        self.refresh();
+        vm
+    }
+
+    /// The first decision for a request (counted by the traffic monitor).
+    pub fn route(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
+        self.advance(now);
+        let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
+            Route::Vm { vm, reason } => {
+                ticket.holding = Some(Holding::Vm(vm));
+                Decision::Vm {
+                    vm,
+                    kind: AttemptKind::First,
+                    reason,
+                }
+            }
+            Route::Function { reason } => {
+                ticket.reason = reason;
+                self.place(now, ticket, AttemptKind::First, reason)
+            }
+            Route::Reject { reason } => Decision::Reject { reason },
+        };
+        self.pump(now);
+        self.refresh();
+        d
+    }
+
+    /// The current attempt of `ticket` failed: release what it held and decide the next
+    /// attempt (see [`super::attempt`]). `None`: no further attempt — the driver answers
+    /// with this attempt's own error.
+    pub fn on_attempt_failed(
+        &mut self,
+        now: Time,
+        ticket: &mut Ticket,
+        failure: Failure,
+    ) -> Option<Decision> {
+        self.advance(now);
+        let holding = ticket.holding.take();
+        let not_sent = match failure {
+            Failure::NotSent { reason, .. } => Some(reason),
+            Failure::FailedAfterSend { .. } => None,
+        };
+        match holding {
+            Some(Holding::Vm(vm)) => self.controller.on_vm_request_finished(now, vm),
+            Some(Holding::Function(lease)) => self.release_failed(now, lease, not_sent),
+            None => {}
+        }
+        let next = match (holding, failure) {
+            (
+                _,
+                Failure::NotSent {
+                    request_available: false,
+                    ..
+                },
+            ) => None,
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
+                Some(self.retry(now, ticket, vm))
+            }
+            (
+                Some(Holding::Vm(vm)),
+                Failure::FailedAfterSend {
+                    response_started: false,
+                    request_available: true,
+                },
+            ) if !ticket.retried && ticket.meta.idempotent && !ticket.meta.upgrade => {
+                Some(self.retry(now, ticket, vm))
+            }
+            (
+                Some(Holding::Function(_)),
+                Failure::NotSent {
+                    reason: NotSentReason::InstanceGone,
+                    ..
+                },
+            ) if ticket.gone < MAX_INSTANCE_GONE => {
+                ticket.gone += 1;
+                Some(self.place(now, ticket, AttemptKind::Retry, ticket.reason))
+            }
+            (Some(Holding::Function(lease)), Failure::NotSent { .. }) => {
+                ticket.tried_zones.insert(lease.zone);
+                Some(self.fall_through(now, ticket))
+            }
+            _ => None,
+        };
+        self.pump(now);
+        self.refresh();
+        next
+    }
+
+    /// A request sent to `vm` finished (response body done, or given up).
+    pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.on_vm_request_finished(now, vm);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// The function call holding `lease` finished: its instance stays warm for the
+    /// keep-alive (which may move the next deadline earlier).
+    pub fn on_function_finished(&mut self, now: Time, lease: Lease) {
+        self.advance(now);
+        self.placement.release(now, lease);
+        self.refresh();
+    }
+
+    /// The answering attempt of `ticket` finished: release what it holds.
+    pub fn finish(&mut self, now: Time, ticket: &mut Ticket) {
+        match ticket.holding.take() {
+            Some(Holding::Vm(vm)) => self.on_vm_request_finished(now, vm),
+            Some(Holding::Function(lease)) => self.on_function_finished(now, lease),
+            None => {}
+        }
+    }
+
+    /// A function instance (cold-started for a call, or pre-warmed) is ready.
+    pub fn on_instance_started(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        self.advance(now);
+        self.placement.on_started(now, zone, instance);
+        self.refresh();
+    }
+
+    /// A function instance failed to start or died while idle: forgotten.
+    pub fn on_instance_failed(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        self.advance(now);
+        self.placement.on_failed(now, zone, instance);
+        self.refresh();
+    }
+
+    /// A launched VM passed its readiness check.
+    pub fn on_vm_ready(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.booting.retain(|(v, _)| *v != vm);
+        self.controller.on_vm_ready(now, vm);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// A VM failed (launch failed, died): forgotten; the next decision replaces it.
+    pub fn on_vm_failed(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.booting.retain(|(v, _)| *v != vm);
+        self.controller.on_vm_failed(now, vm);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// The mean VM utilisation (0–1) of the open epoch, for AUTO and Spock.
+    pub fn set_vm_utilisation(&mut self, utilisation: f64) {
+        self.controller.set_vm_utilisation(utilisation);
+    }
+
+    /// The earliest deadline of any timed component (the open epoch always ends).
+    #[must_use]
+    pub fn poll_timeout(&self) -> Time {
+        self.next_timer().1
+    }
+
+    /// The earliest deadline and the component that owns it.
+    #[must_use]
+    pub fn next_timer(&self) -> (Timer, Time) {
+        self.timers
+            .next()
+            .unwrap_or((Timer::EpochEnd, self.controller.poll_timeout()))
+    }
+
+    /// Fire every deadline at or before `now`: close epochs (and run the scaling
+    /// policy), give up VMs past their boot deadline, expire idle function instances.
+    pub fn handle_timeout(&mut self, now: Time) {
+        self.controller.handle_timeout(now);
+        self.pump(now);
+        let mut timed_out = Vec::new();
+        self.booting.retain(|&(vm, at)| {
+            if at <= now {
+                timed_out.push(vm);
+                false
+            } else {
+                true
+            }
+        });
+        for vm in timed_out {
+            self.controller.on_vm_failed(now, vm);
+            self.actions.push_back(Action::VmBootTimedOut { vm });
+            self.pump(now);
+        }
+        for (zone, instance) in self.placement.handle_timeout(now) {
+            self.actions
+                .push_back(Action::StopInstance { zone, instance });
+        }
+        self.refresh();
+    }
+
+    /// The next action for the driver, in the order they were decided.
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// LIBRA's controller (read-only): VM table, monitor, status.
+    pub fn controller(&self) -> &Controller {
+        &self.controller
+    }
+
+    /// The function placement (read-only).
+    pub fn placement(&self) -> &Placement {
+        &self.placement
+    }
+
+    /// Account the idle time of instances still idle at `now` (end of a simulation).
+    pub fn finish_functions(&mut self, now: Time) {
+        self.placement.finish(now);
+    }
+
+    /// A snapshot of every component.
+    pub fn status(&self) -> CoreStatus {
+        CoreStatus {
+            controller: self.controller.status(),
+            placement: self.placement.policy(),
+            zones: self.placement.status(),
+        }
+    }
+
+    /// Fire the deadlines that passed before an event at `now` (a driver that is late,
+    /// or an event exactly at a deadline).
+    #[inline]
+    fn advance(&mut self, now: Time) {
+        if self.timers.next().is_some_and(|(_, at)| at <= now) {
+            self.handle_timeout(now);
+        }
+    }
+
+    fn place(
+        &mut self,
+        now: Time,
+        ticket: &mut Ticket,
+        kind: AttemptKind,
+        reason: RouteReason,
+    ) -> Decision {
+        match self.placement.place(now, ticket.origin, ticket.tried_zones) {
+            Some(lease) => {
+                ticket.holding = Some(Holding::Function(lease));
+                Decision::Function {
+                    lease,
+                    kind,
+                    reason,
+                }
+            }
+            None => self.fall_back(now, ticket),
+        }
+    }
+
+    /// After a zone could not run the call: the next zone, else a VM, else the queue,
+    /// else 503.
+    fn fall_through(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
+        match self.placement.place(now, ticket.origin, ticket.tried_zones) {
+            Some(lease) => {
+                self.controller.count_function_attempt();
+                ticket.holding = Some(Holding::Function(lease));
+                Decision::Function {
+                    lease,
+                    kind: AttemptKind::FallThrough,
+                    reason: ticket.reason,
+                }
+            }
+            None => self.fall_back(now, ticket),
+        }
+    }
+
+    /// No zone can run the call: a ready VM if the balancer admits a fall-back, else the
+    /// queue, else 503. At most one fall-back per request.
+    fn fall_back(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
+        if ticket.fell_back {
+            return self.queue_or_reject(RouteReason::SpillBackRejected);
+        }
+        ticket.fell_back = true;
+        match self.controller.route(now, &ticket.meta, Attempt::SpillBack) {
+            Route::Vm { vm, reason } => {
+                ticket.holding = Some(Holding::Vm(vm));
+                Decision::Vm {
+                    vm,
+                    kind: AttemptKind::FallBack,
+                    reason,
+                }
+            }
+            Route::Reject { reason } | Route::Function { reason } => self.queue_or_reject(reason),
+        }
+    }
+
+    /// Once a retry: another VM (never the failed one) or the function tier.
+    fn retry(&mut self, now: Time, ticket: &mut Ticket, failed: VmId) -> Decision {
+        ticket.retried = true;
+        let attempt = Attempt::RetryAfterConnectFailure { failed };
+        match self.controller.route(now, &ticket.meta, attempt) {
+            Route::Vm { vm, reason } => {
+                ticket.holding = Some(Holding::Vm(vm));
+                Decision::Vm {
+                    vm,
+                    kind: AttemptKind::Retry,
+                    reason,
+                }
+            }
+            Route::Function { reason } => {
+                ticket.reason = reason;
+                self.place(now, ticket, AttemptKind::Retry, reason)
+            }
+            Route::Reject { reason } => Decision::Reject { reason },
+        }
+    }
+
+    /// The gateway queue (call scheduling) is not configured: 503.
+    fn queue_or_reject(&mut self, reason: RouteReason) -> Decision {
+        Decision::Reject { reason }
+    }
+
+    fn release_failed(&mut self, now: Time, lease: Lease, not_sent: Option<NotSentReason>) {
+        match (not_sent, lease.instance()) {
+            (Some(NotSentReason::Throttled), _) => self.placement.refuse(now, lease),
+            (
+                Some(
+                    NotSentReason::ColdStartFailed
+                    | NotSentReason::InstanceGone
+                    | NotSentReason::Unreachable,
+                ),
+                Some(instance),
+            ) => self.placement.on_failed(now, lease.zone, instance),
+            _ => self.placement.release(now, lease),
+        }
+    }
+
+    /// Move the controller's actions into the core's queue, tracking boot deadlines.
+    fn pump(&mut self, now: Time) {
+        while let Some(a) = self.controller.poll_action() {
+            match a {
+                controller::Action::Launch { vm } => {
+                    if let Some(t) = self.boot_timeout {
+                        self.booting.push((vm, now + t));
+                    }
+                }
+                controller::Action::Stop { vm } => self.booting.retain(|(v, _)| *v != vm),
+                controller::Action::Drain { .. } | controller::Action::Decided { .. } => {}
+            }
+            self.actions.push_back(Action::Scaling(a));
+        }
+    }
+
+    #[inline]
+    fn refresh(&mut self) {
+        self.timers
+            .set(Timer::EpochEnd, Some(self.controller.poll_timeout()));
+        self.timers
+            .set(Timer::VmBoot, self.booting.iter().map(|(_, at)| *at).min());
+        self.timers
+            .set(Timer::KeepAlive, self.placement.poll_timeout());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::attempt::NotSentReason as N;
+    use crate::policy::balancer::{RequestMeta, VmFirst};
+    use crate::policy::baselines::{FixedScaler, FunctionOnly};
+    use crate::policy::functions::FunctionPoolParams;
+    use crate::policy::monitor::MonitorParams;
+    use crate::policy::placement::{Start, ZoneCapacity, ZoneKind, ZoneParams};
+    use crate::policy::scaling::{LibraScaler, LibraScalingParams};
+
+    fn secs(s: f64) -> Time {
+        Duration::from_secs_f64(s)
+    }
+
+    fn controller_params(epoch_s: u64) -> ControllerParams {
+        ControllerParams {
+            monitor: MonitorParams {
+                epoch: Duration::from_secs(epoch_s),
+                alpha: 0.3,
+                beta: 0.2,
+                decision_epochs: 1000,
+            },
+            r_max_rps: 2.0,
+            execute_scaling: true,
+        }
+    }
+
+    fn libra(min_vms: u32) -> Box<LibraScaler> {
+        Box::new(LibraScaler::new(LibraScalingParams {
+            phi: 1.5,
+            r_max_rps: 2.0,
+            min_vms,
+            max_vms: 4,
+            cip_rps: 0.0,
+        }))
+    }
+
+    /// One ready VM (cap 2 calls, ρ = 0.5 of r_max 2: one token, then 1 token/s) and
+    /// the given zones.
+    fn vm_and_zones(zones: Vec<ZoneParams>) -> (Core, VmId) {
+        let params = CoreParams {
+            controller: ControllerParams {
+                execute_scaling: false,
+                ..controller_params(60)
+            },
+            placement: PlacementParams {
+                zones,
+                policy: PlacementPolicy::EdgeFirst,
+            },
+            vm_boot_timeout: None,
+        };
+        let router = VmFirst::new(0.5).with_max_outstanding_per_vm(Some(2));
+        let mut core = Core::new(params, libra(1), Box::new(router));
+        let vm = core.adopt_ready_vm(Time::ZERO);
+        core.start(Time::ZERO);
+        while core.poll_action().is_some() {}
+        (core, vm)
+    }
+
+    fn concurrency(name: &str, kind: ZoneKind, max: u32) -> ZoneParams {
+        ZoneParams {
+            name: name.into(),
+            kind,
+            capacity: ZoneCapacity::Concurrency {
+                max_concurrency: Some(max),
+            },
+        }
+    }
+
+    fn ticket() -> Ticket {
+        Ticket::new(
+            RequestMeta {
+                upgrade: false,
+                idempotent: true,
+            },
+            None,
+        )
+    }
+
+    fn not_sent(reason: N) -> Failure {
+        Failure::NotSent {
+            reason,
+            request_available: true,
+        }
+    }
+
+    #[test]
+    fn a_call_no_zone_can_take_falls_back_to_a_vm_slot_then_is_rejected() {
+        let (mut core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 1)]);
+        let t0 = secs(0.01);
+        let mut a = ticket();
+        assert!(matches!(
+            core.route(t0, &mut a),
+            Decision::Vm {
+                kind: AttemptKind::First,
+                reason: RouteReason::WithinBudget,
+                ..
+            }
+        ));
+        let mut b = ticket();
+        let d = core.route(t0, &mut b);
+        assert!(
+            matches!(d, Decision::Function { kind: AttemptKind::First, lease, .. } if lease.start == Start::Untracked),
+            "{d:?}"
+        );
+        let mut c = ticket();
+        assert_eq!(
+            core.route(t0, &mut c),
+            Decision::Vm {
+                vm,
+                kind: AttemptKind::FallBack,
+                reason: RouteReason::FallBackOverBudget
+            },
+            "the zone is at max_concurrency; the VM has a free slot but no token"
+        );
+        let mut d = ticket();
+        assert_eq!(
+            core.route(t0, &mut d),
+            Decision::Reject {
+                reason: RouteReason::SpillBackRejected
+            },
+            "zone full, the VM at its cap of 2"
+        );
+        let z = &core.status().zones[0];
+        assert_eq!((z.busy, z.calls.unwrap().throttled), (1, 2));
+    }
+
+    #[test]
+    fn failed_function_attempts_fall_through_the_zones_then_back_to_a_vm() {
+        let (mut core, vm) = vm_and_zones(vec![
+            concurrency("edge", ZoneKind::Edge, 5),
+            concurrency("cloud", ZoneKind::Cloud, 5),
+        ]);
+        let t0 = secs(0.01);
+        let mut first = ticket();
+        let _ = core.route(t0, &mut first); // takes the only token
+        let mut t = Ticket::new(RequestMeta::default(), Some(ZoneId(0)));
+        let d = core.route(t0, &mut t);
+        assert!(
+            matches!(d, Decision::Function { lease, .. } if lease.zone == ZoneId(0)),
+            "{d:?}"
+        );
+        let d = core.on_attempt_failed(t0, &mut t, not_sent(N::Throttled));
+        assert!(
+            matches!(d, Some(Decision::Function { lease, kind: AttemptKind::FallThrough, .. }) if lease.zone == ZoneId(1)),
+            "a throttled edge falls through to the cloud: {d:?}"
+        );
+        let d = core.on_attempt_failed(t0, &mut t, not_sent(N::Unreachable));
+        assert_eq!(
+            d,
+            Some(Decision::Vm {
+                vm,
+                kind: AttemptKind::FallBack,
+                reason: RouteReason::FallBackOverBudget
+            })
+        );
+        let st = core.status();
+        assert_eq!(st.zones[0].calls.unwrap().throttled, 1, "the edge's 429");
+        assert_eq!(
+            (st.zones[0].busy, st.zones[1].busy),
+            (0, 0),
+            "slots released"
+        );
+        assert_eq!(st.controller.routed.function, 2, "two function attempts");
+        // The fall-back VM refuses the connection: a retry, never on the failed VM; with
+        // no other VM, every zone tried and the one fall-back spent, the answer is 503.
+        let d = core.on_attempt_failed(t0, &mut t, not_sent(N::ConnectFailed));
+        assert_eq!(
+            d,
+            Some(Decision::Reject {
+                reason: RouteReason::SpillBackRejected
+            })
+        );
+        // A fresh request: VM (a refilled token), connect failure → retry on the function
+        // tier (no other VM), throttled there → back to a VM slot.
+        let mut u = ticket();
+        let t5 = secs(5.0);
+        assert!(matches!(core.route(t5, &mut u), Decision::Vm { .. }));
+        let kinds: Vec<_> = [N::ConnectFailed, N::Throttled]
+            .into_iter()
+            .map(|r| {
+                core.on_attempt_failed(t5, &mut u, not_sent(r))
+                    .and_then(|d| d.kind())
+            })
+            .collect();
+        assert_eq!(
+            kinds,
+            [Some(AttemptKind::Retry), Some(AttemptKind::FallBack)]
+        );
+    }
+
+    #[test]
+    fn a_request_that_cannot_be_sent_again_gets_no_further_attempt() {
+        let (mut core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 1)]);
+        let mut t = ticket();
+        assert!(matches!(
+            core.route(secs(0.01), &mut t),
+            Decision::Vm { .. }
+        ));
+        let gone = Failure::NotSent {
+            reason: N::ConnectFailed,
+            request_available: false,
+        };
+        assert_eq!(core.on_attempt_failed(secs(0.02), &mut t, gone), None);
+        assert_eq!(
+            core.controller().vms().get(vm).unwrap().outstanding,
+            0,
+            "the failed attempt released its VM slot"
+        );
+    }
+
+    #[test]
+    fn after_send_only_idempotent_requests_without_a_response_byte_are_retried() {
+        for (idempotent, response_started, available, retried) in [
+            (true, false, true, true),
+            (true, true, true, false),
+            (false, false, true, false),
+            (true, false, false, false),
+        ] {
+            let (mut core, _) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 5)]);
+            let mut t = Ticket::new(
+                RequestMeta {
+                    upgrade: false,
+                    idempotent,
+                },
+                None,
+            );
+            assert!(matches!(
+                core.route(secs(0.01), &mut t),
+                Decision::Vm { .. }
+            ));
+            let failure = Failure::FailedAfterSend {
+                response_started,
+                request_available: available,
+            };
+            let next = core.on_attempt_failed(secs(0.02), &mut t, failure);
+            assert_eq!(
+                next.and_then(|d| d.kind()) == Some(AttemptKind::Retry),
+                retried,
+                "idempotent {idempotent}, response started {response_started}, available {available}: {next:?}"
+            );
+        }
+    }
+
+    fn faas(pool: FunctionPoolParams) -> Core {
+        let params = CoreParams {
+            controller: controller_params(60),
+            placement: PlacementParams::single("fn", ZoneCapacity::Instances(pool)),
+            vm_boot_timeout: None,
+        };
+        let mut core = Core::new(
+            params,
+            Box::new(FixedScaler::faas()),
+            Box::new(FunctionOnly),
+        );
+        core.start(Time::ZERO);
+        core
+    }
+
+    #[test]
+    fn a_gone_instance_is_forgotten_and_the_call_placed_again_in_its_zone() {
+        let mut core = faas(FunctionPoolParams {
+            keep_alive: Duration::from_secs(30),
+            max_instances: Some(3),
+            prewarmed: 0,
+        });
+        let mut t = ticket();
+        let Decision::Function { lease, .. } = core.route(secs(1.0), &mut t) else {
+            panic!()
+        };
+        let Start::Cold(i0) = lease.start else {
+            panic!()
+        };
+        core.on_instance_started(secs(1.5), lease.zone, i0);
+        core.finish(secs(2.0), &mut t);
+        let mut u = ticket();
+        let d = core.route(secs(3.0), &mut u);
+        assert!(matches!(d, Decision::Function { lease, .. } if lease.start == Start::Warm(i0)));
+        let d = core.on_attempt_failed(secs(3.0), &mut u, not_sent(N::InstanceGone));
+        let Some(Decision::Function {
+            lease,
+            kind: AttemptKind::Retry,
+            ..
+        }) = d
+        else {
+            panic!("{d:?}")
+        };
+        assert!(
+            matches!(lease.start, Start::Cold(_)),
+            "no warm instance left"
+        );
+        let z = &core.status().zones[0];
+        assert_eq!(
+            (z.starting, z.busy, z.idle),
+            (1, 0, 0),
+            "only the new instance is alive"
+        );
+    }
+
+    #[test]
+    fn keep_alive_expiries_move_the_deadline_earlier_than_the_epoch() {
+        let mut core = faas(FunctionPoolParams {
+            keep_alive: Duration::from_secs(2),
+            max_instances: None,
+            prewarmed: 0,
+        });
+        assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(60.0)));
+        let mut t = ticket();
+        let Decision::Function { lease, .. } = core.route(secs(0.5), &mut t) else {
+            panic!()
+        };
+        core.on_instance_started(secs(0.7), lease.zone, lease.instance().unwrap());
+        core.on_function_finished(secs(1.25), lease);
+        assert_eq!(core.next_timer(), (Timer::KeepAlive, secs(3.25)));
+        core.handle_timeout(secs(3.25));
+        assert_eq!(
+            core.poll_action(),
+            Some(Action::StopInstance {
+                zone: lease.zone,
+                instance: lease.instance().unwrap()
+            })
+        );
+        assert_eq!(core.poll_timeout(), secs(60.0));
+    }
+
+    #[test]
+    fn a_vm_past_its_boot_deadline_is_given_up() {
+        let params = CoreParams {
+            controller: controller_params(60),
+            placement: PlacementParams::single(
+                "fn",
+                ZoneCapacity::Concurrency {
+                    max_concurrency: None,
+                },
+            ),
+            vm_boot_timeout: Some(Duration::from_secs(7)),
+        };
+        let mut core = Core::new(params, libra(1), Box::new(VmFirst::new(0.8)));
+        core.start(secs(1.0));
+        let Some(Action::Scaling(controller::Action::Launch { vm })) = core.poll_action() else {
+            panic!("min_vms launches one VM")
+        };
+        assert_eq!(core.next_timer(), (Timer::VmBoot, secs(8.0)));
+        core.handle_timeout(secs(7.9));
+        assert_eq!(core.poll_action(), None, "not yet");
+        core.handle_timeout(secs(8.0));
+        assert_eq!(core.poll_action(), Some(Action::VmBootTimedOut { vm }));
+        assert_eq!(core.controller().pool().booting, 0);
+        assert_eq!(core.next_timer().0, Timer::EpochEnd);
+        // A VM that becomes ready in time clears its deadline.
+        let mut core2 = Core::new(
+            CoreParams {
+                controller: controller_params(60),
+                placement: PlacementParams::single(
+                    "fn",
+                    ZoneCapacity::Concurrency {
+                        max_concurrency: None,
+                    },
+                ),
+                vm_boot_timeout: Some(Duration::from_secs(7)),
+            },
+            libra(1),
+            Box::new(VmFirst::new(0.8)),
+        );
+        core2.start(Time::ZERO);
+        let Some(Action::Scaling(controller::Action::Launch { vm })) = core2.poll_action() else {
+            panic!()
+        };
+        core2.on_vm_ready(secs(3.0), vm);
+        assert_eq!(core2.next_timer(), (Timer::EpochEnd, secs(60.0)));
+    }
+}

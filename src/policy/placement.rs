@@ -1,0 +1,656 @@
+//! Function placement: which zone, and which instance in it, runs a function call —
+//! FaaSim §3 (instance life cycle: cold/warm starts, keep-alive, pre-warming, maximum
+//! instances) and FaaSim's two-tier edge/cloud placement (edge-first, warm-first).
+//!
+//! A [`Placement`] owns one capacity model per zone:
+//! * [`ZoneCapacity::Instances`] — instances spillway starts and sees (the local `process`
+//!   tier, the simulator's function model): a [`FunctionPool`] with booting, busy, idle and
+//!   pre-warmed instances, keep-alive and `max_instances`. A call takes a warm (idle)
+//!   instance or cold-starts a new one while `alive < max_instances`.
+//! * [`ZoneCapacity::Concurrency`] — an endpoint whose instances spillway cannot see (an
+//!   `http` FaaS gateway, AWS Lambda): only the calls in flight are tracked, against
+//!   `max_concurrency`. Keep-alive and pre-warm do not apply (Lambda's pre-warm is
+//!   provisioned concurrency, set up by the provider); a 429 from such an endpoint is a
+//!   throttle ([`Placement::refuse`]).
+//!
+//! Placement order for a call whose origin is edge zone `e` (FaaSim, "two-tier
+//! edge/cloud"), skipping zones already tried:
+//! * [`PlacementPolicy::EdgeFirst`]: warm in `e`, new in `e`, warm in the cloud, new in the
+//!   cloud;
+//! * [`PlacementPolicy::WarmFirst`]: warm in `e`, warm in the cloud, new in `e`, new in the
+//!   cloud.
+//!
+//! A call without an edge origin goes to the cloud zone. With a single zone both policies
+//! reduce to "warm, else new, else throttled" — the behaviour of the one function tier.
+//! Keep-alive expiries are this module's timers: [`Placement::poll_timeout`] is the
+//! earliest over all zones, [`Placement::handle_timeout`] returns the instances to stop.
+
+use std::time::Duration;
+
+use super::Time;
+use super::functions::{FunctionPool, FunctionPoolParams, FunctionUsage, InstanceId};
+
+/// Index of a zone in [`PlacementParams::zones`]; at most [`MAX_ZONES`] zones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ZoneId(pub u16);
+
+/// Most zones one placement holds (the tried-zone set is a 64-bit mask).
+pub const MAX_ZONES: usize = 64;
+
+/// Where a zone runs (FaaSim's two tiers).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum ZoneKind {
+    /// A small FaaS platform close to its clients, of limited capacity.
+    Edge,
+    /// The cloud: far, practically unlimited. At most one per placement.
+    Cloud,
+}
+
+impl ZoneKind {
+    /// `"edge"` or `"cloud"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ZoneKind::Edge => "edge",
+            ZoneKind::Cloud => "cloud",
+        }
+    }
+}
+
+/// How a zone's capacity is known.
+#[derive(Clone, Debug, PartialEq)]
+pub enum ZoneCapacity {
+    /// Instances spillway starts and sees: FaaSim's instance life cycle.
+    Instances(FunctionPoolParams),
+    /// Only calls in flight are known; `None` = unlimited.
+    Concurrency {
+        /// Most calls in flight at once.
+        max_concurrency: Option<u32>,
+    },
+}
+
+/// One zone's parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZoneParams {
+    /// Name for logs, metrics and `/status`.
+    pub name: String,
+    /// Edge or cloud.
+    pub kind: ZoneKind,
+    /// Capacity model.
+    pub capacity: ZoneCapacity,
+}
+
+/// FaaSim's placement policies (see the [module docs](self)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PlacementPolicy {
+    /// Run on the origin's edge zone while it has capacity, else in the cloud.
+    #[default]
+    EdgeFirst,
+    /// Run where a warm instance exists (edge preferred), else start one (edge first).
+    WarmFirst,
+}
+
+impl PlacementPolicy {
+    /// `"edge_first"` or `"warm_first"`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementPolicy::EdgeFirst => "edge_first",
+            PlacementPolicy::WarmFirst => "warm_first",
+        }
+    }
+}
+
+/// Placement parameters.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlacementParams {
+    /// The zones, in configuration order; [`ZoneId`] indexes this list.
+    pub zones: Vec<ZoneParams>,
+    /// The placement policy.
+    pub policy: PlacementPolicy,
+}
+
+impl PlacementParams {
+    /// One cloud zone named `name`: the classic single function tier.
+    pub fn single(name: &str, capacity: ZoneCapacity) -> Self {
+        Self {
+            zones: vec![ZoneParams {
+                name: name.to_string(),
+                kind: ZoneKind::Cloud,
+                capacity,
+            }],
+            policy: PlacementPolicy::EdgeFirst,
+        }
+    }
+}
+
+/// How a placed call starts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Start {
+    /// On an idle instance (warm start); it is busy from now on.
+    Warm(InstanceId),
+    /// On a new instance (cold start): the driver starts it and reports
+    /// [`Placement::on_started`] or [`Placement::on_failed`].
+    Cold(InstanceId),
+    /// In a concurrency-only zone: no instance is visible.
+    Untracked,
+}
+
+/// A call's hold on a zone's capacity, from placement until
+/// [`Placement::release`] (or [`Placement::refuse`], [`Placement::on_failed`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Lease {
+    /// The zone.
+    pub zone: ZoneId,
+    /// The instance, and whether it was warm.
+    pub start: Start,
+}
+
+impl Lease {
+    /// The instance the call runs on, if the zone has visible instances.
+    pub fn instance(&self) -> Option<InstanceId> {
+        match self.start {
+            Start::Warm(i) | Start::Cold(i) => Some(i),
+            Start::Untracked => None,
+        }
+    }
+}
+
+/// A set of zones (bit `i` = zone `i`): the zones a request already tried.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ZoneSet(u64);
+
+impl ZoneSet {
+    /// Add `zone`.
+    pub fn insert(&mut self, zone: ZoneId) {
+        self.0 |= 1u64 << (zone.0 as u32 % 64);
+    }
+
+    /// Whether `zone` is in the set.
+    pub fn contains(self, zone: ZoneId) -> bool {
+        self.0 & (1u64 << (zone.0 as u32 % 64)) != 0
+    }
+}
+
+/// Usage of a concurrency-only zone.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConcurrencyUsage {
+    /// Calls placed in the zone (sent or refused by it).
+    pub calls: u64,
+    /// Calls the zone could not take (at `max_concurrency`, or refused with a 429).
+    pub throttled: u64,
+}
+
+/// One zone's state for `/status`, metrics and reports.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ZoneStatus {
+    /// Zone name.
+    pub name: String,
+    /// Edge or cloud.
+    pub kind: ZoneKind,
+    /// Instances starting (instance zones; 0 otherwise).
+    pub starting: u32,
+    /// Instances busy, or calls in flight in a concurrency zone.
+    pub busy: u32,
+    /// Idle warm instances (instance zones; 0 otherwise).
+    pub idle: u32,
+    /// Instance zones: FaaSim's usage accounting.
+    pub usage: Option<FunctionUsage>,
+    /// Concurrency zones: calls and throttles.
+    pub calls: Option<ConcurrencyUsage>,
+}
+
+#[derive(Clone, Debug)]
+enum ZoneState {
+    Pool(FunctionPool),
+    Concurrency {
+        max: Option<u32>,
+        in_flight: u32,
+        usage: ConcurrencyUsage,
+    },
+}
+
+#[derive(Clone, Debug)]
+struct Zone {
+    params: ZoneParams,
+    state: ZoneState,
+}
+
+impl Zone {
+    fn warm(&mut self, now: Time) -> Option<Start> {
+        match &mut self.state {
+            ZoneState::Pool(p) => p.acquire_warm(now).map(Start::Warm),
+            ZoneState::Concurrency { .. } => None,
+        }
+    }
+
+    fn new_call(&mut self, now: Time) -> Option<Start> {
+        match &mut self.state {
+            ZoneState::Pool(p) => p.acquire_cold(now).map(Start::Cold),
+            ZoneState::Concurrency {
+                max,
+                in_flight,
+                usage,
+            } => {
+                if max.is_some_and(|m| *in_flight >= m) {
+                    return None;
+                }
+                *in_flight += 1;
+                usage.calls += 1;
+                Some(Start::Untracked)
+            }
+        }
+    }
+
+    fn count_throttled(&mut self) {
+        match &mut self.state {
+            ZoneState::Pool(p) => p.count_throttled(),
+            ZoneState::Concurrency { usage, .. } => usage.throttled += 1,
+        }
+    }
+}
+
+/// Function placement over zones. See the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct Placement {
+    zones: Vec<Zone>,
+    policy: PlacementPolicy,
+    cloud: Option<ZoneId>,
+}
+
+impl Placement {
+    /// A placement over `params.zones` (at most [`MAX_ZONES`]; extra zones are ignored —
+    /// configuration validation refuses them). The first cloud zone is "the cloud".
+    pub fn new(params: PlacementParams) -> Self {
+        let zones: Vec<Zone> = params
+            .zones
+            .into_iter()
+            .take(MAX_ZONES)
+            .map(|p| {
+                let state = match &p.capacity {
+                    ZoneCapacity::Instances(pool) => {
+                        ZoneState::Pool(FunctionPool::new(pool.clone()))
+                    }
+                    ZoneCapacity::Concurrency { max_concurrency } => ZoneState::Concurrency {
+                        max: *max_concurrency,
+                        in_flight: 0,
+                        usage: ConcurrencyUsage::default(),
+                    },
+                };
+                Zone { params: p, state }
+            })
+            .collect();
+        let cloud = zones
+            .iter()
+            .position(|z| z.params.kind == ZoneKind::Cloud)
+            .map(|i| ZoneId(i as u16));
+        Self {
+            zones,
+            policy: params.policy,
+            cloud,
+        }
+    }
+
+    /// Number of zones.
+    pub fn len(&self) -> usize {
+        self.zones.len()
+    }
+
+    /// Whether there is no zone at all (a VM-only deployment).
+    pub fn is_empty(&self) -> bool {
+        self.zones.is_empty()
+    }
+
+    /// The parameters of `zone`.
+    ///
+    /// # Panics
+    /// When `zone` is not one of this placement's zones.
+    pub fn zone(&self, zone: ZoneId) -> &ZoneParams {
+        &self.zones[zone.0 as usize].params
+    }
+
+    /// The zone called `name`.
+    pub fn zone_by_name(&self, name: &str) -> Option<ZoneId> {
+        self.zones
+            .iter()
+            .position(|z| z.params.name == name)
+            .map(|i| ZoneId(i as u16))
+    }
+
+    /// The cloud zone, if any.
+    pub fn cloud(&self) -> Option<ZoneId> {
+        self.cloud
+    }
+
+    /// The placement policy.
+    pub fn policy(&self) -> PlacementPolicy {
+        self.policy
+    }
+
+    /// Start every zone's pre-warmed instances (FaaSim §3; AWS provisioned concurrency is
+    /// the provider's business and is not modelled here): the driver starts each and
+    /// reports [`Self::on_started`] (they become idle) or [`Self::on_failed`].
+    pub fn prewarm(&mut self, now: Time) -> Vec<(ZoneId, InstanceId)> {
+        let mut out = Vec::new();
+        for (i, z) in self.zones.iter_mut().enumerate() {
+            if let ZoneState::Pool(p) = &mut z.state {
+                out.extend(p.prewarm(now).into_iter().map(|id| (ZoneId(i as u16), id)));
+            }
+        }
+        out
+    }
+
+    /// Place one call arriving at `now` from `origin` (an edge zone, or `None`), skipping
+    /// the zones in `tried`. `None` when no candidate zone can take it; each candidate
+    /// then counts the call as throttled.
+    pub fn place(&mut self, now: Time, origin: Option<ZoneId>, tried: ZoneSet) -> Option<Lease> {
+        let edge = origin.filter(|z| {
+            (z.0 as usize) < self.zones.len()
+                && !tried.contains(*z)
+                && Some(*z) != self.cloud
+                && self.zones[z.0 as usize].params.kind == ZoneKind::Edge
+        });
+        let cloud = self.cloud.filter(|z| !tried.contains(*z));
+        let steps: [(Option<ZoneId>, bool); 4] = match self.policy {
+            PlacementPolicy::EdgeFirst => {
+                [(edge, true), (edge, false), (cloud, true), (cloud, false)]
+            }
+            PlacementPolicy::WarmFirst => {
+                [(edge, true), (cloud, true), (edge, false), (cloud, false)]
+            }
+        };
+        for (zone, warm) in steps {
+            let Some(zone) = zone else { continue };
+            let z = &mut self.zones[zone.0 as usize];
+            let start = if warm { z.warm(now) } else { z.new_call(now) };
+            if let Some(start) = start {
+                return Some(Lease { zone, start });
+            }
+        }
+        for zone in [edge, cloud].into_iter().flatten() {
+            self.zones[zone.0 as usize].count_throttled();
+        }
+        None
+    }
+
+    /// Instance `instance` of `zone` is ready at `now`: a cold-started one becomes busy
+    /// with its call, a pre-warmed one idle.
+    pub fn on_started(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        if let Some(ZoneState::Pool(p)) = self.state_mut(zone) {
+            p.on_started(now, instance);
+        }
+    }
+
+    /// Instance `instance` of `zone` failed to start or died: it is forgotten (the
+    /// driver stops whatever is left of it).
+    pub fn on_failed(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        if let Some(ZoneState::Pool(p)) = self.state_mut(zone) {
+            p.on_failed(now, instance);
+        }
+    }
+
+    /// The call holding `lease` finished at `now`: its instance stays warm for the
+    /// keep-alive, or its concurrency slot is freed.
+    pub fn release(&mut self, now: Time, lease: Lease) {
+        match self.state_mut(lease.zone) {
+            Some(ZoneState::Pool(p)) => {
+                if let Some(i) = lease.instance() {
+                    p.release(now, i);
+                }
+            }
+            Some(ZoneState::Concurrency { in_flight, .. }) => {
+                *in_flight = in_flight.saturating_sub(1);
+            }
+            None => {}
+        }
+    }
+
+    /// The zone refused the call holding `lease` (a 429 from the endpoint): the slot is
+    /// freed and the call counted as throttled.
+    pub fn refuse(&mut self, now: Time, lease: Lease) {
+        self.release(now, lease);
+        if let Some(z) = self.zones.get_mut(lease.zone.0 as usize) {
+            z.count_throttled();
+        }
+    }
+
+    /// The earliest keep-alive expiry over all zones (`None`: nothing to expire).
+    pub fn poll_timeout(&self) -> Option<Time> {
+        self.zones
+            .iter()
+            .filter_map(|z| match &z.state {
+                ZoneState::Pool(p) => p.poll_timeout(),
+                ZoneState::Concurrency { .. } => None,
+            })
+            .min()
+    }
+
+    /// Expire the idle instances whose keep-alive ran out by `now`; the driver stops
+    /// them. Never below a zone's pre-warmed count.
+    pub fn handle_timeout(&mut self, now: Time) -> Vec<(ZoneId, InstanceId)> {
+        let mut out = Vec::new();
+        for (i, z) in self.zones.iter_mut().enumerate() {
+            if let ZoneState::Pool(p) = &mut z.state
+                && p.poll_timeout().is_some_and(|at| at <= now)
+            {
+                out.extend(
+                    p.handle_timeout(now)
+                        .into_iter()
+                        .map(|id| (ZoneId(i as u16), id)),
+                );
+            }
+        }
+        out
+    }
+
+    /// Account the idle time of instances still idle at `now` (end of a simulation).
+    pub fn finish(&mut self, now: Time) {
+        for z in &mut self.zones {
+            if let ZoneState::Pool(p) = &mut z.state {
+                p.finish(now);
+            }
+        }
+    }
+
+    /// Every zone's state, in zone order.
+    pub fn status(&self) -> Vec<ZoneStatus> {
+        self.zones
+            .iter()
+            .map(|z| match &z.state {
+                ZoneState::Pool(p) => ZoneStatus {
+                    name: z.params.name.clone(),
+                    kind: z.params.kind,
+                    starting: p.starting(),
+                    busy: p.busy(),
+                    idle: p.idle(),
+                    usage: Some(*p.usage()),
+                    calls: None,
+                },
+                ZoneState::Concurrency {
+                    in_flight, usage, ..
+                } => ZoneStatus {
+                    name: z.params.name.clone(),
+                    kind: z.params.kind,
+                    starting: 0,
+                    busy: *in_flight,
+                    idle: 0,
+                    usage: None,
+                    calls: Some(*usage),
+                },
+            })
+            .collect()
+    }
+
+    /// FaaSim usage of `zone` (instance zones only).
+    pub fn usage(&self, zone: ZoneId) -> Option<&FunctionUsage> {
+        match &self.zones.get(zone.0 as usize)?.state {
+            ZoneState::Pool(p) => Some(p.usage()),
+            ZoneState::Concurrency { .. } => None,
+        }
+    }
+
+    /// Keep-alive of `zone` (instance zones), for reports.
+    pub fn keep_alive(&self, zone: ZoneId) -> Option<Duration> {
+        match &self.zones.get(zone.0 as usize)?.state {
+            ZoneState::Pool(p) => Some(p.params().keep_alive),
+            ZoneState::Concurrency { .. } => None,
+        }
+    }
+
+    fn state_mut(&mut self, zone: ZoneId) -> Option<&mut ZoneState> {
+        self.zones.get_mut(zone.0 as usize).map(|z| &mut z.state)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secs(s: f64) -> Time {
+        Duration::from_secs_f64(s)
+    }
+
+    fn pool(max: u32, keep_alive_s: u64) -> ZoneCapacity {
+        ZoneCapacity::Instances(FunctionPoolParams {
+            keep_alive: Duration::from_secs(keep_alive_s),
+            max_instances: Some(max),
+            prewarmed: 0,
+        })
+    }
+
+    fn two_zones(policy: PlacementPolicy) -> Placement {
+        Placement::new(PlacementParams {
+            zones: vec![
+                ZoneParams {
+                    name: "edge".into(),
+                    kind: ZoneKind::Edge,
+                    capacity: pool(1, 10),
+                },
+                ZoneParams {
+                    name: "cloud".into(),
+                    kind: ZoneKind::Cloud,
+                    capacity: pool(3, 10),
+                },
+            ],
+            policy,
+        })
+    }
+
+    const EDGE: ZoneId = ZoneId(0);
+    const CLOUD: ZoneId = ZoneId(1);
+
+    #[test]
+    fn a_single_zone_is_warm_else_cold_else_throttled() {
+        let mut p = Placement::new(PlacementParams::single("fn", pool(1, 5)));
+        let a = p.place(secs(0.0), None, ZoneSet::default()).unwrap();
+        assert_eq!(a.zone, ZoneId(0));
+        let Start::Cold(i) = a.start else {
+            panic!("{a:?}")
+        };
+        assert_eq!(
+            p.place(secs(0.1), None, ZoneSet::default()),
+            None,
+            "at max_instances"
+        );
+        p.on_started(secs(0.5), a.zone, i);
+        p.release(secs(1.0), a);
+        let b = p.place(secs(2.0), None, ZoneSet::default()).unwrap();
+        assert_eq!(b.start, Start::Warm(i));
+        let u = p.usage(ZoneId(0)).unwrap();
+        assert_eq!((u.cold_starts, u.warm_starts, u.throttled), (1, 1, 1));
+    }
+
+    #[test]
+    fn edge_first_fills_the_origin_edge_then_the_cloud() {
+        let mut p = two_zones(PlacementPolicy::EdgeFirst);
+        let a = p.place(secs(0.0), Some(EDGE), ZoneSet::default()).unwrap();
+        assert_eq!((a.zone, matches!(a.start, Start::Cold(_))), (EDGE, true));
+        let b = p.place(secs(0.0), Some(EDGE), ZoneSet::default()).unwrap();
+        assert_eq!(b.zone, CLOUD, "edge is at its cap of 1");
+        // No origin: the cloud directly.
+        assert_eq!(
+            p.place(secs(0.0), None, ZoneSet::default()).unwrap().zone,
+            CLOUD
+        );
+    }
+
+    #[test]
+    fn warm_first_takes_a_warm_cloud_instance_over_a_cold_edge_start() {
+        for (policy, want) in [
+            (PlacementPolicy::WarmFirst, CLOUD),
+            (PlacementPolicy::EdgeFirst, EDGE),
+        ] {
+            let mut p = two_zones(policy);
+            let c = p.place(secs(0.0), None, ZoneSet::default()).unwrap();
+            p.on_started(secs(0.2), CLOUD, c.instance().unwrap());
+            p.release(secs(1.0), c);
+            let next = p.place(secs(2.0), Some(EDGE), ZoneSet::default()).unwrap();
+            assert_eq!(next.zone, want, "{policy:?}");
+            assert_eq!(
+                matches!(next.start, Start::Warm(_)),
+                want == CLOUD,
+                "{policy:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn tried_zones_are_skipped_and_a_full_placement_counts_throttles() {
+        let mut p = two_zones(PlacementPolicy::EdgeFirst);
+        let mut tried = ZoneSet::default();
+        tried.insert(EDGE);
+        assert!(tried.contains(EDGE) && !tried.contains(CLOUD));
+        let a = p.place(secs(0.0), Some(EDGE), tried).unwrap();
+        assert_eq!(
+            a.zone, CLOUD,
+            "an unreachable edge falls through to the cloud"
+        );
+        tried.insert(CLOUD);
+        assert_eq!(p.place(secs(0.0), Some(EDGE), tried), None);
+        let st = p.status();
+        assert_eq!(
+            st[1].usage.unwrap().throttled,
+            0,
+            "tried zones are not candidates"
+        );
+    }
+
+    #[test]
+    fn concurrency_zones_count_calls_in_flight_and_refusals() {
+        let mut p = Placement::new(PlacementParams::single(
+            "lambda",
+            ZoneCapacity::Concurrency {
+                max_concurrency: Some(2),
+            },
+        ));
+        let a = p.place(secs(0.0), None, ZoneSet::default()).unwrap();
+        let b = p.place(secs(0.0), None, ZoneSet::default()).unwrap();
+        assert_eq!((a.start, b.start), (Start::Untracked, Start::Untracked));
+        assert_eq!(p.place(secs(0.0), None, ZoneSet::default()), None);
+        p.refuse(secs(0.1), a);
+        assert_eq!(p.status()[0].busy, 1);
+        assert!(p.place(secs(0.2), None, ZoneSet::default()).is_some());
+        assert_eq!(
+            p.poll_timeout(),
+            None,
+            "no keep-alive in a concurrency zone"
+        );
+        let calls = p.status()[0].calls.unwrap();
+        assert_eq!((calls.calls, calls.throttled), (3, 2));
+    }
+
+    #[test]
+    fn keep_alive_expiries_are_reported_per_zone_earliest_first() {
+        let mut p = two_zones(PlacementPolicy::EdgeFirst);
+        let e = p.place(secs(0.0), Some(EDGE), ZoneSet::default()).unwrap();
+        let c = p.place(secs(0.0), None, ZoneSet::default()).unwrap();
+        p.on_started(secs(0.0), EDGE, e.instance().unwrap());
+        p.on_started(secs(0.0), CLOUD, c.instance().unwrap());
+        p.release(secs(3.0), c);
+        p.release(secs(1.0), e);
+        assert_eq!(p.poll_timeout(), Some(secs(11.0)));
+        assert_eq!(
+            p.handle_timeout(secs(12.0)),
+            vec![(EDGE, e.instance().unwrap())]
+        );
+        assert_eq!(p.poll_timeout(), Some(secs(13.0)));
+    }
+}

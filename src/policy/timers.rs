@@ -1,0 +1,106 @@
+//! The timer table: one row per timed policy component, so that a driver sleeps on one
+//! deadline only — [`TimerTable::next`] — in the style of quinn-proto's
+//! `poll_timeout()`.
+//!
+//! Every component that owns deadlines reports its earliest one after each event; the
+//! table keeps the rows and answers the earliest with the row that owns it, so a driver
+//! knows what fires (the simulator measures VM utilisation before an epoch closes).
+
+use super::Time;
+
+/// The timed components of the policy core.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Timer {
+    /// The open epoch ends (LIBRA §III-A, traffic monitor).
+    EpochEnd,
+    /// A booting VM reaches its boot deadline.
+    VmBoot,
+    /// An idle function instance's keep-alive runs out (FaaSim §3).
+    KeepAlive,
+    /// A queued call reaches its longest wait (call scheduling).
+    QueueWait,
+    /// The asynchronous-call scheduler's next release or mode switch (ProFaaStinate).
+    DelayQueue,
+}
+
+impl Timer {
+    /// Every row, in table order (ties between rows resolve in this order).
+    pub const ALL: [Timer; 5] = [
+        Timer::EpochEnd,
+        Timer::VmBoot,
+        Timer::KeepAlive,
+        Timer::QueueWait,
+        Timer::DelayQueue,
+    ];
+
+    /// Label for logs: `epoch_end`, `vm_boot`, `keep_alive`, `queue_wait`, `delay_queue`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Timer::EpochEnd => "epoch_end",
+            Timer::VmBoot => "vm_boot",
+            Timer::KeepAlive => "keep_alive",
+            Timer::QueueWait => "queue_wait",
+            Timer::DelayQueue => "delay_queue",
+        }
+    }
+}
+
+/// The earliest deadline of each timed component. See the [module docs](self).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TimerTable {
+    rows: [Option<Time>; Timer::ALL.len()],
+}
+
+impl TimerTable {
+    /// An empty table.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Set (or clear, with `None`) the deadline of `timer`.
+    pub fn set(&mut self, timer: Timer, at: Option<Time>) {
+        self.rows[timer as usize] = at;
+    }
+
+    /// The deadline of `timer`.
+    #[must_use]
+    pub fn get(&self, timer: Timer) -> Option<Time> {
+        self.rows[timer as usize]
+    }
+
+    /// The earliest deadline and its owner; ties go to the row listed first in
+    /// [`Timer::ALL`]. `None` when no component has a deadline.
+    #[must_use]
+    pub fn next(&self) -> Option<(Timer, Time)> {
+        let mut best: Option<(Timer, Time)> = None;
+        for t in Timer::ALL {
+            if let Some(at) = self.rows[t as usize]
+                && best.is_none_or(|(_, b)| at < b)
+            {
+                best = Some((t, at));
+            }
+        }
+        best
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn the_earliest_row_wins_and_ties_go_to_the_first_row() {
+        let mut t = TimerTable::new();
+        assert_eq!(t.next(), None);
+        t.set(Timer::KeepAlive, Some(Duration::from_secs(7)));
+        t.set(Timer::EpochEnd, Some(Duration::from_secs(9)));
+        assert_eq!(t.next(), Some((Timer::KeepAlive, Duration::from_secs(7))));
+        t.set(Timer::VmBoot, Some(Duration::from_secs(7)));
+        assert_eq!(t.next(), Some((Timer::VmBoot, Duration::from_secs(7))));
+        t.set(Timer::VmBoot, None);
+        t.set(Timer::KeepAlive, None);
+        assert_eq!(t.next(), Some((Timer::EpochEnd, Duration::from_secs(9))));
+        assert_eq!(t.get(Timer::KeepAlive), None);
+    }
+}

@@ -1,0 +1,265 @@
+//! The live driver on paused tokio time with fake backends: every policy deadline comes
+//! from the core's timer table, and the driver's timer wakes when a call moves the next
+//! deadline earlier than the one it sleeps on. No real process, no wall clock.
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Request, Response, Uri};
+use http_body_util::BodyExt;
+use spillway::backends::{
+    BackendError, BoxFuture, FunctionError, FunctionTier, ReadinessSettings, VmProvider,
+};
+use spillway::net::body::{self, Body};
+use spillway::policy::VmId;
+use spillway::policy::balancer::VmFirst;
+use spillway::policy::controller::ControllerParams;
+use spillway::policy::core::{Core, CoreParams};
+use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+use spillway::policy::monitor::MonitorParams;
+use spillway::policy::placement::{PlacementParams, ZoneCapacity};
+use spillway::policy::scaling::{LibraScaler, LibraScalingParams};
+use spillway::proxy::driver::Gateway;
+use tokio::time::Instant;
+
+use common::inproc::{NoVms, call_function, client, faas_core, gateway};
+
+/// A function tier whose instances start after `cold` (tokio time) and answer at once.
+/// It records when instances started and stopped.
+struct FakeTier {
+    cold: Duration,
+    origin: Instant,
+    log: Mutex<Vec<(Duration, &'static str, InstanceId)>>,
+}
+
+impl FakeTier {
+    fn new(cold: Duration) -> Arc<Self> {
+        Arc::new(Self {
+            cold,
+            origin: Instant::now(),
+            log: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn events(&self, what: &str) -> Vec<(Duration, InstanceId)> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, w, _)| *w == what)
+            .map(|(t, _, i)| (*t, *i))
+            .collect()
+    }
+
+    fn record(&self, what: &'static str, i: InstanceId) {
+        self.log
+            .lock()
+            .unwrap()
+            .push((self.origin.elapsed(), what, i));
+    }
+}
+
+impl FunctionTier for FakeTier {
+    fn kind(&self) -> &'static str {
+        "fake"
+    }
+    fn start_instance(&self, instance: InstanceId) -> BoxFuture<'_, Result<(), BackendError>> {
+        Box::pin(async move {
+            tokio::time::sleep(self.cold).await;
+            self.record("start", instance);
+            Ok(())
+        })
+    }
+    fn stop_instance(&self, instance: InstanceId) -> BoxFuture<'_, ()> {
+        Box::pin(async move { self.record("stop", instance) })
+    }
+    fn invoke(
+        &self,
+        instance: Option<InstanceId>,
+        _req: Request<Body>,
+    ) -> BoxFuture<'_, Result<Response<Body>, FunctionError>> {
+        Box::pin(async move {
+            self.record("call", instance.expect("an instance zone"));
+            Ok(Response::new(body::full("ok")))
+        })
+    }
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+fn get() -> Request<Body> {
+    Request::get("/").body(body::empty()).unwrap()
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// Cold start, warm reuse and keep-alive expiry, all on the core's timers: the epoch is
+/// a minute long, so the stop at `end of call + keep-alive` can only happen if the
+/// call's end woke the driver's timer task.
+#[tokio::test(start_paused = true)]
+async fn keep_alive_expiry_wakes_the_driver_before_the_epoch_ends() {
+    let tier = FakeTier::new(ms(400));
+    let pool = FunctionPoolParams {
+        keep_alive: ms(2_500),
+        max_instances: Some(2),
+        prewarmed: 0,
+    };
+    let gw = gateway(
+        faas_core(Duration::from_secs(60), pool),
+        Arc::new(NoVms),
+        tier.clone(),
+    )
+    .await;
+    let started = Instant::now();
+    // A cold start (400 ms), then the body is read to its end at once.
+    let resp = call_function(&gw, get()).await.unwrap();
+    assert_eq!(started.elapsed(), ms(400));
+    resp.into_body().collect().await.unwrap();
+    // 1 s later a second call is warm on the same instance.
+    tokio::time::sleep(ms(1_000)).await;
+    let resp = call_function(&gw, get()).await.unwrap();
+    resp.into_body().collect().await.unwrap();
+    assert_eq!(tier.events("start").len(), 1, "warm reuse: no second start");
+    let calls = tier.events("call");
+    assert_eq!(calls[0].1, calls[1].1, "the same instance");
+    // Its keep-alive runs out 2.5 s after the second call ended (t = 1.4 + 2.5 s).
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let stops = tier.events("stop");
+    assert_eq!(
+        stops,
+        vec![(ms(3_900), calls[0].1)],
+        "{:?}",
+        tier.log.lock().unwrap()
+    );
+    let z = &gw.status().core.zones[0];
+    assert_eq!((z.idle, z.usage.unwrap().instances_expired), (0, 1));
+}
+
+/// Pre-warmed instances start with the gateway, serve warm, and never expire.
+#[tokio::test(start_paused = true)]
+async fn prewarmed_instances_serve_warm_and_are_kept() {
+    let tier = FakeTier::new(ms(300));
+    let pool = FunctionPoolParams {
+        keep_alive: ms(200),
+        max_instances: Some(4),
+        prewarmed: 1,
+    };
+    let gw = gateway(
+        faas_core(Duration::from_secs(60), pool),
+        Arc::new(NoVms),
+        tier.clone(),
+    )
+    .await;
+    tokio::time::sleep(ms(500)).await;
+    assert_eq!(tier.events("start"), vec![(ms(300), InstanceId(0))]);
+    let (a, b) = tokio::join!(call_function(&gw, get()), call_function(&gw, get()));
+    drop((a.unwrap(), b.unwrap()));
+    let u = gw.status().core.zones[0].usage.unwrap();
+    assert_eq!((u.warm_starts, u.cold_starts), (1, 1));
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let z = &gw.status().core.zones[0];
+    assert_eq!(
+        (z.idle, z.busy, z.starting),
+        (1, 0, 0),
+        "the pre-warmed count is kept"
+    );
+    assert_eq!(
+        tier.events("stop").len(),
+        1,
+        "only the extra instance expired"
+    );
+}
+
+/// A VM provider whose instances never get an address: only the core's boot deadline
+/// ends their boot. It records terminations.
+#[derive(Default)]
+struct NeverReady {
+    terminated: Mutex<Vec<(Duration, String)>>,
+    origin: Mutex<Option<Instant>>,
+}
+
+impl VmProvider for NeverReady {
+    fn kind(&self) -> &'static str {
+        "never-ready"
+    }
+    fn executes_scaling(&self) -> bool {
+        true
+    }
+    fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>> {
+        *self.origin.lock().unwrap() = Some(Instant::now());
+        Box::pin(async { Ok(Vec::new()) })
+    }
+    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
+        Box::pin(async move { Ok(format!("i-{}", vm.0)) })
+    }
+    fn resolve<'a>(&'a self, _i: &'a str) -> BoxFuture<'a, Result<Option<Uri>, BackendError>> {
+        Box::pin(async { Ok(None) })
+    }
+    fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
+        Box::pin(async move {
+            let origin = self.origin.lock().unwrap().expect("adopt ran first");
+            self.terminated
+                .lock()
+                .unwrap()
+                .push((origin.elapsed(), instance.to_string()));
+            Ok(())
+        })
+    }
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
+    let params = CoreParams {
+        controller: ControllerParams {
+            monitor: MonitorParams {
+                epoch: Duration::from_secs(30),
+                alpha: 0.3,
+                beta: 0.2,
+                decision_epochs: 100,
+            },
+            r_max_rps: 10.0,
+            execute_scaling: true,
+        },
+        placement: PlacementParams::single(
+            "cloud",
+            ZoneCapacity::Concurrency {
+                max_concurrency: None,
+            },
+        ),
+        vm_boot_timeout: Some(ms(4_500)),
+    };
+    let scaler = LibraScaler::new(LibraScalingParams {
+        phi: 1.5,
+        r_max_rps: 10.0,
+        min_vms: 1,
+        max_vms: 2,
+        cip_rps: 0.0,
+    });
+    let core = Core::new(params, Box::new(scaler), Box::new(VmFirst::new(0.7)));
+    let vms = Arc::new(NeverReady::default());
+    let gw = Gateway::new(
+        core,
+        vms.clone(),
+        vec![FakeTier::new(ms(10))],
+        client(),
+        ReadinessSettings::from_secs("/", 3600.0, 0.1),
+        0.0,
+    );
+    gw.start().await.unwrap();
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        *vms.terminated.lock().unwrap(),
+        vec![(ms(4_500), "i-0".to_string())],
+        "terminated exactly at the core's boot deadline, once"
+    );
+    let pool = gw.status().core.controller.pool;
+    assert_eq!((pool.booting, pool.ready), (0, 0));
+}
