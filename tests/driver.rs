@@ -1,6 +1,8 @@
 //! The live driver on paused tokio time with fake backends: every policy deadline comes
 //! from the core's timer table, and the driver's timer wakes when a call moves the next
 //! deadline earlier than the one it sleeps on. No real process, no wall clock.
+// The shared harness (tests/common) has wall-clock helpers for real-process tests.
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 
