@@ -31,8 +31,15 @@ use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::headers::TrustedProxies;
 use crate::net::tls::{self, TlsError};
 
-/// Most concurrent h2 streams per client connection.
-pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// h2: most streams a client may reset before the gateway accepted them (the "rapid
+/// reset" attack, CVE-2023-44487); then GOAWAY `ENHANCE_YOUR_CALM` (http-cases C12).
+pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 100;
+/// h2: most streams the gateway may be made to reset for a client's protocol errors
+/// ("MadeYouReset", CVE-2025-8671); then GOAWAY `ENHANCE_YOUR_CALM` (http-cases C12).
+pub const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 100;
+
+/// The smallest HTTP/1 read buffer limit hyper accepts.
+const MIN_HYPER_BUF_SIZE: usize = 8192;
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -211,19 +218,28 @@ impl Server {
             max_body_bytes: g.max_body_bytes,
             upstream_timeout: secs(g.upstream_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+            request_rules: g.request_rules(),
         });
+        let rules = g.request_rules();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(secs(g.header_read_timeout_seconds))
-            .keep_alive(true);
+            .keep_alive(true)
+            // Header limits (issue 11 item 3): hyper answers 431 itself past these outer
+            // bounds (more fields than the limit; a head that does not fit its read
+            // buffer); `validate::check` applies the exact ones, the same as on h2.
+            .max_headers(g.max_header_count)
+            .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
+        // h2 limits, explicit (http-cases C12).
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .max_pending_accept_reset_streams(Some(100))
-            .max_local_error_reset_streams(Some(100));
+            .max_concurrent_streams(g.max_concurrent_streams)
+            .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+            .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
+            .max_header_list_size(rules.h2_max_header_list_size());
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let handshake_timeout = secs(g.header_read_timeout_seconds);
