@@ -2,6 +2,7 @@
 //! 127.0.0.1 with port 0, talks to them over loopback, polls with deadlines.
 #![allow(dead_code)]
 
+pub mod h2raw;
 pub mod stub;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -441,4 +442,14 @@ function_tier:
   max_concurrency: 64
 "#
     )
+}
+
+/// Resident memory of a process, KiB (Linux `/proc/PID/status` `VmRSS`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
