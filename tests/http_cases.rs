@@ -695,6 +695,16 @@ fn c1_c2_ambiguous_request_framing() {
         c.responses_until_close().is_empty(),
         "C2 (c): a second response"
     );
+    // Transfer-Encoding in HTTP/1.0 is faulty framing (RFC 9112 §6.1) → 400, closed.
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!(
+            "POST /c2d HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response().map(|r| r.status), Some(400), "TE in HTTP/1.0");
+    assert!(c.responses_until_close().is_empty());
     let c2c = stub.requests_to("/c2c");
     assert_eq!(c2c.len(), 1);
     assert!(c2c[0].body.is_empty());
