@@ -214,13 +214,13 @@ impl Server {
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
+        let rules = g.request_rules();
         let settings = Arc::new(ServiceSettings {
             max_body_bytes: g.max_body_bytes,
             upstream_timeout: secs(g.upstream_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
-            request_rules: g.request_rules(),
+            request_rules: rules,
         });
-        let rules = g.request_rules();
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
