@@ -632,6 +632,73 @@ fn c12_rapid_reset_flood_gets_goaway() {
     assert_eq!((code, body.as_slice()), (200, &b"path=/after-flood"[..]));
 }
 
+/// http-cases C12, the paced variant of rapid reset: the client lets every stream reach
+/// the upstream before it cancels it, so h2's pending-accept limit never counts it. The
+/// gateway closes a connection whose client cancelled `MAX_CANCELLED_REQUESTS` (100)
+/// requests before their response, when they are at least half of its requests.
+#[test]
+fn c12_paced_rapid_reset_closes_the_connection() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let block = h2raw::request_block("GET", "/hold", "a");
+    let mut streams = 0u32;
+    let mut ended = false;
+    for _round in 0..250 {
+        let ids: Vec<u32> = (0..8).map(|k| 2 * (streams + k) + 1).collect();
+        let mut batch = Vec::new();
+        for &id in &ids {
+            batch.extend(h2raw::frame(
+                h2raw::HEADERS,
+                h2raw::END_STREAM | h2raw::END_HEADERS,
+                id,
+                &block,
+            ));
+        }
+        if !h2.send(&batch) {
+            ended = true;
+            break;
+        }
+        // Pace: every stream of the round has reached the upstream (or the gateway
+        // ended the connection).
+        let want = (streams + 8) as usize;
+        let deadline = Instant::now() + LONG;
+        while stub.requests().len() < want && !h2.seen().closed && h2.seen().goaway.is_none() {
+            assert!(Instant::now() < deadline, "round stalled: {:?}", h2.seen());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        streams += 8;
+        let mut resets = Vec::new();
+        for &id in &ids {
+            resets.extend(h2raw::frame(
+                h2raw::RST_STREAM,
+                0,
+                id,
+                &h2raw::CANCEL.to_be_bytes(),
+            ));
+        }
+        let s = h2.seen();
+        if !h2.send(&resets) || s.closed || s.goaway.is_some() {
+            ended = true;
+            break;
+        }
+    }
+    let seen = h2.wait("the connection to end", LONG, |s| s.closed);
+    eprintln!(
+        "paced rapid reset: ended={ended} after {streams} streams; upstream saw {} requests; {seen:?}",
+        stub.requests().len()
+    );
+    assert!(streams < 2000, "the gateway never ended the connection");
+    assert!(
+        stub.requests().len() <= 2 * 100 + 8,
+        "{}",
+        stub.requests().len()
+    );
+    stub.wait("upstream calls cancelled", LONG, |s| s.in_flight() == 0);
+    let (code, _, _) = http(gw.proxy, "GET", "/after-flood", &[], b"");
+    assert_eq!(code, 200);
+}
+
 /// http-cases C12: an endless CONTINUATION sequence is cut off with GOAWAY after a
 /// bounded number of frames; no request reaches the upstream.
 #[test]
