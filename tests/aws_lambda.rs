@@ -461,3 +461,49 @@ fn prewarm_zero_deletes_at_start_and_failures_do_not_stop_serving() {
     let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
     assert_eq!(code, 502);
 }
+
+/// Issue 11 item 5: an h2 client's split `cookie` fields reach the Lambda events joined
+/// once, before any backend sees the request: one `cookie` value `"a=1; b=2"` in
+/// payload 1.0 (`multiValueHeaders` and `headers`), the crumbs in 2.0's `cookies`.
+#[test]
+fn h2_split_cookies_reach_lambda_events_joined() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let stub = InvokeStub::start(StubReply::ok(
+        r#"{"statusCode":200,"headers":{"content-type":"text/plain"},"body":"ok"}"#,
+    ));
+    let v1 = lambda_gateway(&stub.endpoint(), &[], "  payload_format: v1");
+    let v2 = lambda_gateway(&stub.endpoint(), &[], "");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    for addr in [v1.proxy, v2.proxy] {
+        rt.block_on(async move {
+            let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+            let (mut send, conn) =
+                hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+                    .await
+                    .unwrap();
+            tokio::spawn(conn);
+            let req = http::Request::get("http://api.example/c")
+                .header("cookie", "a=1")
+                .header("cookie", "b=2")
+                .body(Empty::<bytes::Bytes>::new())
+                .unwrap();
+            let resp = send.send_request(req).await.unwrap();
+            assert_eq!(resp.status(), 200);
+            let _ = resp.into_body().collect().await.unwrap();
+        });
+    }
+    let events: Vec<Value> = stub
+        .invocations()
+        .iter()
+        .map(|c| serde_json::from_slice(&c.body).unwrap())
+        .collect();
+    assert_eq!(events.len(), 2);
+    assert_eq!(
+        events[0]["multiValueHeaders"]["cookie"],
+        serde_json::json!(["a=1; b=2"])
+    );
+    assert_eq!(events[0]["headers"]["cookie"], "a=1; b=2");
+    assert_eq!(events[1]["cookies"], serde_json::json!(["a=1", "b=2"]));
+    assert!(events[1]["headers"].get("cookie").is_none());
+}

@@ -1,6 +1,7 @@
 //! Data-plane behaviour of the real gateway binary: TLS with ALPN h2, h2c, streaming
 //! bodies both ways, the body limit (413), the header-read timeout (hyper's timer is
-//! installed), and `Upgrade` pinning.
+//! installed, http-cases C11 (a)), `Upgrade` pinning, the h2 side of issue 11's request
+//! and response rules, h2 floods (C12) and trailers (C15).
 
 // Real processes on loopback: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]
@@ -12,6 +13,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use common::h2raw::{self, RawH2};
+use common::stub::{Reply, Stub, StubRequest, ok_reply};
 use common::*;
 use http_body_util::{BodyExt, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -180,6 +183,22 @@ fn slow_headers_are_cut_off_by_the_header_read_timeout() {
         "{text}"
     );
 
+    // C11 (a): a client that drips one header byte at a time is cut off by the same
+    // deadline (hyper's timer runs from the first byte, not per byte).
+    let mut drip = std::net::TcpStream::connect(gw.proxy).unwrap();
+    drip.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+    let started = Instant::now();
+    let mut dripped = 0;
+    while drip.write_all(b"X").is_ok() && started.elapsed() < Duration::from_secs(10) {
+        dripped += 1;
+        std::thread::sleep(Duration::from_millis(100)); // the client's pace, not a wait
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited < Duration::from_secs(5),
+        "dripping connection held for {waited:?} ({dripped} bytes)"
+    );
+
     // A client that connects and sends nothing at all gets the same deadline (found by
     // a new-user trial: hyper's timer only starts at the first byte).
     let mut silent = std::net::TcpStream::connect(gw.proxy).unwrap();
@@ -231,4 +250,531 @@ fn a_malformed_chunked_body_is_the_clients_fault_400_not_502() {
     let req = b"POST /headers HTTP/1.1\r\nHost: a\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\nbroken\r\n0\r\n\r\n";
     let (code, _, _) = raw(gw.proxy, req);
     assert_eq!(code, 400);
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 11 over h2, http-cases C11 (a), C12, C15.
+// ---------------------------------------------------------------------------------------
+
+fn raw_reply(text: &str) -> Reply {
+    Reply::Raw(text.as_bytes().to_vec())
+}
+
+/// Scripted upstream for the h2 tests: malformed framing, 1xx, trailers, held requests.
+fn scripted(req: &StubRequest) -> Reply {
+    match req.target.split('?').next().unwrap_or("") {
+        "/framing/cl-te" => raw_reply(
+            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ),
+        "/early-hints" => raw_reply(
+            "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        ),
+        "/trailers" => raw_reply(
+            "HTTP/1.1 200 OK\r\nContent-Type: application/grpc\r\nTrailer: grpc-status\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\ngrpc-status: 0\r\n\r\n",
+        ),
+        "/hold" => Reply::Hold,
+        _ => ok_reply(req),
+    }
+}
+
+/// An h2c (prior knowledge) client from the `h2` crate, which sends header fields as
+/// given (a `host` next to `:authority`, split `cookie` fields).
+async fn h2_client(addr: std::net::SocketAddr) -> h2::client::SendRequest<Bytes> {
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (client, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    client
+}
+
+struct H2Response {
+    status: u16,
+    headers: http::HeaderMap,
+    body: Vec<u8>,
+    trailers: Option<http::HeaderMap>,
+}
+
+async fn h2_send(
+    client: &mut h2::client::SendRequest<Bytes>,
+    req: http::Request<()>,
+    body: &[u8],
+) -> Result<H2Response, h2::Error> {
+    let mut c = client.clone().ready().await?;
+    let (resp, mut send) = c.send_request(req, body.is_empty())?;
+    if !body.is_empty() {
+        send.send_data(Bytes::copy_from_slice(body), true)?;
+    }
+    let resp = resp.await?;
+    let (parts, mut recv) = resp.into_parts();
+    let mut out = Vec::new();
+    while let Some(chunk) = recv.data().await {
+        let chunk = chunk?;
+        let _ = recv.flow_control().release_capacity(chunk.len());
+        out.extend_from_slice(&chunk);
+    }
+    let trailers = recv.trailers().await?;
+    Ok(H2Response {
+        status: parts.status.as_u16(),
+        headers: parts.headers,
+        body: out,
+        trailers,
+    })
+}
+
+fn h2_get(uri: &str, headers: &[(&str, &str)]) -> http::Request<()> {
+    let mut b = http::Request::get(uri);
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(()).unwrap()
+}
+
+/// Issue 11 items 1, 3, 4 and 5 over h2: `:authority` against `Host`, the same header
+/// and target limits as HTTP/1.1 (431/414, C11 (b)–(c)), CONNECT → 405, split cookie
+/// fields joined with "; ".
+#[test]
+fn h2_authority_limits_connect_and_cookies() {
+    let stub = Stub::start(scripted);
+    let gw = Gateway::start(&static_config(
+        &[stub.url()],
+        "  max_header_bytes: 2048\n  max_header_count: 20\n  max_uri_bytes: 1024",
+    ));
+    let defaults = Gateway::start(&static_config(&[stub.url()], ""));
+    let (addr, default_addr) = (gw.proxy, defaults.proxy);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let mut c = h2_client(addr).await;
+        // Item 1: a Host that differs from :authority is malformed; :authority is the Host.
+        let r = h2_send(
+            &mut c,
+            h2_get("http://a.example/mismatch", &[("host", "b.example")]),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 400);
+        let r = h2_send(&mut c, h2_get("http://a.example/auth", &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let r = h2_send(
+            &mut c,
+            h2_get("http://a.example/same", &[("host", "A.example")]),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+        // Item 5: split cookie crumbs become one field.
+        let r = h2_send(
+            &mut c,
+            h2_get(
+                "http://a.example/cookies",
+                &[("cookie", "a=1"), ("cookie", "b=2")],
+            ),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+        // Item 3: exactly at the limits passes; one past gets 431 / 414. Fields:
+        // x-pad = 5 + |v| + 4 (the h2 request carries no other regular field).
+        let pad = "v".repeat(2048 - 9);
+        let r = h2_send(
+            &mut c,
+            h2_get("http://a.example/h-at", &[("x-pad", &pad)]),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 200);
+        let pad = "v".repeat(2049 - 9);
+        let r = h2_send(
+            &mut c,
+            h2_get("http://a.example/h-over", &[("x-pad", &pad)]),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 431);
+        let names: Vec<String> = (0..21).map(|i| format!("x-{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+        let r = h2_send(&mut c, h2_get("http://a.example/n-at", &many[..20]), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let r = h2_send(&mut c, h2_get("http://a.example/n-over", &many), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 431);
+        let target = |n: usize| format!("http://a.example/u{}", "u".repeat(n - 2));
+        let r = h2_send(&mut c, h2_get(&target(1024), &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+        let r = h2_send(&mut c, h2_get(&target(1025), &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 414);
+        // Item 4: CONNECT → 405 with Allow.
+        let connect = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri("internal.example:443")
+            .body(())
+            .unwrap();
+        let r = h2_send(&mut c, connect, b"").await.unwrap();
+        assert_eq!(r.status, 405);
+        assert_eq!(
+            r.headers["allow"],
+            "GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH"
+        );
+        // The connection survived every refusal.
+        let r = h2_send(&mut c, h2_get("http://a.example/last", &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200);
+
+        // C11 (b) and (c) against the defaults (16 KiB, 100 fields).
+        let mut d = h2_client(default_addr).await;
+        let big = "b".repeat(100 * 1024);
+        let r = h2_send(
+            &mut d,
+            h2_get("http://a.example/c11b", &[("x-big", &big)]),
+            b"",
+        )
+        .await
+        .unwrap();
+        assert_eq!(r.status, 431, "C11 (b)");
+        let names: Vec<String> = (0..200).map(|i| format!("x-{i}")).collect();
+        let many: Vec<(&str, &str)> = names.iter().map(|n| (n.as_str(), "1")).collect();
+        let mut d = h2_client(default_addr).await;
+        let r = h2_send(&mut d, h2_get("http://a.example/c11c", &many), b"")
+            .await
+            .unwrap();
+        assert_eq!(r.status, 431, "C11 (c)");
+    });
+    let seen: Vec<String> = stub.requests().into_iter().map(|r| r.target).collect();
+    assert_eq!(
+        seen,
+        [
+            "/auth",
+            "/same",
+            "/cookies",
+            "/h-at",
+            "/n-at",
+            &format!("/u{}", "u".repeat(1022)),
+            "/last"
+        ]
+    );
+    assert_eq!(stub.requests_to("/auth")[0].all("host"), ["a.example"]);
+    assert_eq!(
+        stub.requests_to("/auth")[0].all("x-forwarded-host"),
+        ["a.example"]
+    );
+    assert_eq!(stub.requests_to("/cookies")[0].all("cookie"), ["a=1; b=2"]);
+}
+
+/// Issue 11 items 6 and 7 and http-cases C15 over h2: Content-Length next to chunked is
+/// dropped (an h2 client would reject the mismatch), a 103 does not break the exchange,
+/// and the upstream's trailers reach the client (`te: trailers` reaches the upstream).
+#[test]
+fn h2_response_framing_early_hints_and_c15_trailers() {
+    let stub = Stub::start(scripted);
+    let gw = Gateway::start(&static_config(&[stub.url()], ""));
+    let addr = gw.proxy;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async move {
+        let mut c = h2_client(addr).await;
+        let r = h2_send(&mut c, h2_get("http://a/framing/cl-te", &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+        assert!(r.headers.get("content-length").is_none());
+        let r = h2_send(&mut c, h2_get("http://a/early-hints", &[]), b"")
+            .await
+            .unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+        let req = http::Request::post("http://a/trailers")
+            .header("te", "trailers")
+            .header("content-type", "application/grpc")
+            .body(())
+            .unwrap();
+        let r = h2_send(&mut c, req, b"\0\0\0\0\0").await.unwrap();
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"hello"[..]));
+        let trailers = r.trailers.expect("C15: trailers reach the h2 client");
+        assert_eq!(trailers["grpc-status"], "0");
+    });
+    let t = stub.requests_to("/trailers");
+    assert_eq!(t[0].all("te"), ["trailers"]);
+    assert_eq!(t[0].body, b"\0\0\0\0\0");
+}
+
+fn c12_gateway(stub: &Stub) -> Gateway {
+    Gateway::start(&static_config(
+        &[stub.url()],
+        "  max_concurrent_streams: 8\n  upstream_timeout_seconds: 30",
+    ))
+}
+
+/// http-cases C12: the upstream never sees more requests at once than the configured
+/// `max_concurrent_streams`, even from a client that ignores the setting (the extra
+/// streams are refused), and a cancelled stream cancels its upstream call.
+#[test]
+fn c12_streams_over_the_limit_are_refused_and_cancels_reach_the_upstream() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let mut burst = Vec::new();
+    for i in 0..24u32 {
+        let block = h2raw::request_block("GET", "/hold", "a");
+        burst.extend(h2raw::frame(
+            h2raw::HEADERS,
+            h2raw::END_STREAM | h2raw::END_HEADERS,
+            2 * i + 1,
+            &block,
+        ));
+    }
+    assert!(h2.send(&burst));
+    let seen = h2.wait("16 refused streams", LONG, |s| s.resets.len() >= 16);
+    assert!(
+        seen.resets
+            .iter()
+            .all(|&(_, code)| code == h2raw::REFUSED_STREAM),
+        "{seen:?}"
+    );
+    stub.wait("8 held requests", LONG, |s| s.in_flight() == 8);
+    assert_eq!(stub.peak_in_flight(), 8);
+    assert_eq!(stub.requests().len(), 8);
+
+    // Cancel every open stream: each upstream call is dropped (its connection closed).
+    let open: Vec<u32> = (0..24u32)
+        .map(|i| 2 * i + 1)
+        .filter(|id| !seen.resets.iter().any(|(r, _)| r == id))
+        .collect();
+    assert_eq!(open.len(), 8);
+    for id in open {
+        assert!(h2.send(&h2raw::frame(
+            h2raw::RST_STREAM,
+            0,
+            id,
+            &h2raw::CANCEL.to_be_bytes()
+        )));
+    }
+    stub.wait("upstream calls cancelled", LONG, |s| s.in_flight() == 0);
+    assert_eq!(stub.peak_in_flight(), 8);
+    assert!(
+        h2.seen().goaway.is_none(),
+        "a legitimate client keeps its connection"
+    );
+}
+
+/// http-cases C12: 20,000 rounds of HEADERS(END_STREAM) + RST_STREAM(CANCEL) end in
+/// GOAWAY(ENHANCE_YOUR_CALM) long before the last round, the upstream never sees more
+/// than `max_concurrent_streams` requests at once, and the gateway's memory stays flat.
+#[test]
+fn c12_rapid_reset_flood_gets_goaway() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let pid = gw.proc.child.id();
+    let rss_before = rss_kib(pid);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let block = h2raw::request_block("GET", "/hold", "a");
+    let mut rounds = 0u32;
+    'flood: while rounds < 20_000 {
+        let mut batch = Vec::new();
+        for _ in 0..50 {
+            let id = 2 * rounds + 1;
+            batch.extend(h2raw::frame(
+                h2raw::HEADERS,
+                h2raw::END_STREAM | h2raw::END_HEADERS,
+                id,
+                &block,
+            ));
+            batch.extend(h2raw::frame(
+                h2raw::RST_STREAM,
+                0,
+                id,
+                &h2raw::CANCEL.to_be_bytes(),
+            ));
+            rounds += 1;
+        }
+        if !h2.send(&batch) {
+            break 'flood;
+        }
+        let s = h2.seen();
+        if s.goaway.is_some() || s.closed {
+            break;
+        }
+    }
+    let seen = h2.wait("GOAWAY", LONG, |s| s.goaway.is_some() || s.closed);
+    eprintln!(
+        "rapid reset: GOAWAY {:?} after {rounds} rounds; upstream saw {} requests, peak {} in flight",
+        seen.goaway,
+        stub.requests().len(),
+        stub.peak_in_flight()
+    );
+    let (last_stream, code) = seen.goaway.expect("GOAWAY, not a bare close");
+    assert_eq!(code, h2raw::ENHANCE_YOUR_CALM, "{seen:?}");
+    // The server processed at most ~MAX_PENDING_ACCEPT_RESET_STREAMS (100) streams plus
+    // those it had accepted; the client's own count is only how far its socket buffers
+    // let it run ahead.
+    assert!(
+        last_stream < 2 * 1000,
+        "GOAWAY only after stream {last_stream}"
+    );
+    assert!(stub.peak_in_flight() <= 8, "peak {}", stub.peak_in_flight());
+    stub.wait("upstream calls cancelled", LONG, |s| s.in_flight() == 0);
+    let grown = rss_kib(pid).saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "gateway RSS grew by {grown} KiB");
+    // Only that connection was closed.
+    let (code, _, body) = http(gw.proxy, "GET", "/after-flood", &[], b"");
+    assert_eq!((code, body.as_slice()), (200, &b"path=/after-flood"[..]));
+}
+
+/// http-cases C12, the paced variant of rapid reset: the client lets every stream reach
+/// the upstream before it cancels it, so h2's pending-accept limit never counts it. The
+/// gateway closes a connection whose client cancelled `MAX_CANCELLED_REQUESTS` (100)
+/// requests before their response, when they are at least half of its requests.
+#[test]
+fn c12_paced_rapid_reset_closes_the_connection() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let block = h2raw::request_block("GET", "/hold", "a");
+    let mut streams = 0u32;
+    let mut ended = false;
+    for _round in 0..250 {
+        let ids: Vec<u32> = (0..8).map(|k| 2 * (streams + k) + 1).collect();
+        let mut batch = Vec::new();
+        for &id in &ids {
+            batch.extend(h2raw::frame(
+                h2raw::HEADERS,
+                h2raw::END_STREAM | h2raw::END_HEADERS,
+                id,
+                &block,
+            ));
+        }
+        if !h2.send(&batch) {
+            ended = true;
+            break;
+        }
+        // Pace: every stream of the round has reached the upstream (or the gateway
+        // ended the connection).
+        let want = (streams + 8) as usize;
+        let deadline = Instant::now() + LONG;
+        while stub.requests().len() < want && !h2.seen().closed && h2.seen().goaway.is_none() {
+            assert!(Instant::now() < deadline, "round stalled: {:?}", h2.seen());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        streams += 8;
+        let mut resets = Vec::new();
+        for &id in &ids {
+            resets.extend(h2raw::frame(
+                h2raw::RST_STREAM,
+                0,
+                id,
+                &h2raw::CANCEL.to_be_bytes(),
+            ));
+        }
+        let s = h2.seen();
+        if !h2.send(&resets) || s.closed || s.goaway.is_some() {
+            ended = true;
+            break;
+        }
+    }
+    let seen = h2.wait("the connection to end", LONG, |s| s.closed);
+    eprintln!(
+        "paced rapid reset: ended={ended} after {streams} streams; upstream saw {} requests; {seen:?}",
+        stub.requests().len()
+    );
+    assert!(streams < 2000, "the gateway never ended the connection");
+    assert!(
+        stub.requests().len() <= 2 * 100 + 8,
+        "{}",
+        stub.requests().len()
+    );
+    stub.wait("upstream calls cancelled", LONG, |s| s.in_flight() == 0);
+    let (code, _, _) = http(gw.proxy, "GET", "/after-flood", &[], b"");
+    assert_eq!(code, 200);
+}
+
+/// http-cases C12: an endless CONTINUATION sequence is cut off with GOAWAY after a
+/// bounded number of frames; no request reaches the upstream.
+#[test]
+fn c12_continuation_flood_gets_goaway() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let start = h2raw::request_block("GET", "/never", "a");
+    assert!(h2.send(&h2raw::frame(h2raw::HEADERS, 0, 1, &start)));
+    let crumb: Vec<u8> = (0..16)
+        .flat_map(|i| h2raw::literal(&format!("x-c{i}"), "continuation-flood-value"))
+        .collect();
+    let mut frames = 0;
+    while frames < 100_000 {
+        if !h2.send(&h2raw::frame(h2raw::CONTINUATION, 0, 1, &crumb)) {
+            break;
+        }
+        frames += 1;
+        let s = h2.seen();
+        if s.goaway.is_some() || s.closed {
+            break;
+        }
+    }
+    let seen = h2.wait("GOAWAY", LONG, |s| s.goaway.is_some() || s.closed);
+    eprintln!(
+        "CONTINUATION flood: {seen:?} after {frames} frames ({} bytes)",
+        h2.written
+    );
+    assert_eq!(
+        seen.goaway.map(|(_, code)| code),
+        Some(h2raw::ENHANCE_YOUR_CALM),
+        "{seen:?}"
+    );
+    assert!(frames < 100_000, "the server never closed the connection");
+    assert!(stub.requests().is_empty());
+}
+
+/// http-cases C12: 100,000 empty DATA frames on one stream get GOAWAY (h2 allows 100
+/// empty frames per connection); the gateway's memory stays flat and the stream's
+/// upstream call ends.
+#[test]
+fn c12_empty_data_frame_flood_gets_goaway() {
+    let stub = Stub::start(scripted);
+    let gw = c12_gateway(&stub);
+    let pid = gw.proc.child.id();
+    let rss_before = rss_kib(pid);
+    let mut h2 = RawH2::connect(gw.proxy);
+    let block = h2raw::request_block("POST", "/hold", "a");
+    assert!(h2.send(&h2raw::frame(h2raw::HEADERS, h2raw::END_HEADERS, 1, &block)));
+    let empty = h2raw::frame(h2raw::DATA, 0, 1, &[]);
+    let batch: Vec<u8> = empty
+        .iter()
+        .copied()
+        .cycle()
+        .take(empty.len() * 1000)
+        .collect();
+    let mut sent = 0;
+    while sent < 100_000 {
+        if !h2.send(&batch) {
+            break;
+        }
+        sent += 1000;
+        let s = h2.seen();
+        if s.goaway.is_some() || s.closed {
+            break;
+        }
+    }
+    let seen = h2.wait("GOAWAY", LONG, |s| s.goaway.is_some() || s.closed);
+    eprintln!("empty DATA flood: {seen:?} after {sent} frames");
+    assert_eq!(
+        seen.goaway.map(|(_, code)| code),
+        Some(h2raw::ENHANCE_YOUR_CALM),
+        "{seen:?}"
+    );
+    // The stream's upstream call ends with the connection.
+    stub.wait("upstream call cancelled", LONG, |s| s.in_flight() == 0);
+    let grown = rss_kib(pid).saturating_sub(rss_before);
+    assert!(grown < 64 * 1024, "gateway RSS grew by {grown} KiB");
 }

@@ -1,5 +1,8 @@
-//! http-cases C7, C8 and C17 (../shared/cases/http-cases.md) against the real gateway,
-//! with sample-API upstreams that report what they received (`/headers`, `/stats`).
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17, and issue 11 (request and
+//! response validation) over HTTP/1.1, against the real gateway with sample-API
+//! upstreams that report what they received (`/headers`, `/stats`) and scripted stub
+//! upstreams that log every byte (`common::stub`), over raw sockets where the bytes
+//! matter. The h2 side of the same rules is in `data_plane.rs`.
 
 // Real processes on loopback: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]
@@ -8,39 +11,15 @@ mod common;
 
 use std::time::Duration;
 
+use common::stub::{Client, RawResponse, Reply, Stub, StubRequest, ok_reply};
 use common::*;
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(60);
 
-/// A gateway in front of a static pool of the given sample APIs (by URL), with a
-/// process function tier.
+/// A gateway in front of a static pool of the given upstreams (by URL).
 fn static_gateway(urls: &[String], extra_gateway: &str) -> Gateway {
-    let exe = exe();
-    let urls = urls
-        .iter()
-        .map(|u| format!("\"{u}\""))
-        .collect::<Vec<_>>()
-        .join(", ");
-    Gateway::start(&format!(
-        r#"
-gateway:
-  listen: 127.0.0.1:0
-  admin_listen: 127.0.0.1:0
-{extra_gateway}
-libra:
-  decision_epochs: 1000
-  r_max_rps: 1000
-  rho: 1.0
-vm_pool:
-  type: static
-  urls: [{urls}]
-function_tier:
-  type: process
-  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
-  max_instances: 4
-"#
-    ))
+    Gateway::start(&static_config(urls, extra_gateway))
 }
 
 fn received_headers(body: &[u8]) -> serde_json::Map<String, Value> {
@@ -204,4 +183,692 @@ fn c17_connect_failures_retry_idempotent_requests_once_and_never_non_idempotent_
     gw2.wait_status("dead VM removed", LONG, |s| {
         u64_at(s, "/scaling/ready_vms") == 1
     });
+}
+
+// ---------------------------------------------------------------------------------------
+// Issue 11: request and response validation, with scripted stubs that log every byte.
+// ---------------------------------------------------------------------------------------
+
+fn raw_reply(text: &str) -> Reply {
+    Reply::Raw(text.as_bytes().to_vec())
+}
+
+/// The stub behind most tests below: per path, a scripted (sometimes malformed) answer;
+/// anything else gets 200 `path=<target>`.
+fn scripted(req: &StubRequest) -> Reply {
+    let path = req.target.split('?').next().unwrap_or("");
+    match path {
+        "/framing/cl-te" => raw_reply(
+            "HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ),
+        "/framing/http10" => raw_reply("HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok"),
+        "/framing/gzip-chunked" => raw_reply(
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+        ),
+        "/framing/dup-cl" => {
+            raw_reply("HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\nok")
+        }
+        "/framing/204" => raw_reply("HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n"),
+        "/early-hints" => raw_reply(concat!(
+            "HTTP/1.1 100 Continue\r\n\r\n",
+            "HTTP/1.1 102 Processing\r\n\r\n",
+            "HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\n",
+            "HTTP/1.1 103 Early Hints\r\nLink: </b.js>; rel=preload\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        )),
+        "/ws-404" => raw_reply("HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n"),
+        "/ws-101" => Reply::Upgrade(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n"
+                .to_vec(),
+        ),
+        "/hold" => Reply::Hold,
+        _ => ok_reply(req),
+    }
+}
+
+/// One request on a fresh raw connection; the first response (or None if the gateway
+/// closed without one).
+fn one(addr: std::net::SocketAddr, bytes: &str) -> Option<RawResponse> {
+    Client::connect(addr).send(bytes.as_bytes()).response()
+}
+
+fn status_of(addr: std::net::SocketAddr, bytes: &str) -> u16 {
+    one(addr, bytes).map_or(0, |r| r.status)
+}
+
+/// The requests the stub saw whose target is not a probe of the harness.
+fn seen(stub: &Stub) -> Vec<String> {
+    stub.requests().into_iter().map(|r| r.target).collect()
+}
+
+/// Issue 11 item 1: Host rules on HTTP/1.1 and the absolute-form policy (the URI's
+/// authority wins, RFC 9112 §3.2.2).
+#[test]
+fn item1_host_rules_and_absolute_form() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    for (what, req) in [
+        (
+            "two Host lines",
+            "GET /two HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+        ),
+        ("no Host", "GET /none HTTP/1.1\r\n\r\n"),
+        ("invalid Host", "GET /bad HTTP/1.1\r\nHost: a b/c\r\n\r\n"),
+        ("userinfo", "GET /bad HTTP/1.1\r\nHost: u@a\r\n\r\n"),
+        ("bad port", "GET /bad HTTP/1.1\r\nHost: a:99999\r\n\r\n"),
+        ("empty Host", "GET /bad HTTP/1.1\r\nHost:\r\n\r\n"),
+        (
+            "absolute-form without Host",
+            "GET http://a/x HTTP/1.1\r\n\r\n",
+        ),
+    ] {
+        let mut c = Client::connect(gw.proxy);
+        let r = c.send(req.as_bytes()).response().expect(what);
+        assert_eq!(r.status, 400, "{what}");
+        assert_eq!(r.get("connection"), Some("close"), "{what}");
+        assert!(c.closed(), "{what}: connection left open");
+    }
+    assert!(stub.requests().is_empty(), "{:?}", seen(&stub));
+
+    // Absolute-form: the upstream gets Host and X-Forwarded-Host = the URI's authority,
+    // and an origin-form target.
+    let r = one(
+        gw.proxy,
+        "GET http://internal.example/admin?x=1 HTTP/1.1\r\nHost: public.example\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    let got = stub.requests_to("/admin?x=1");
+    assert_eq!(got.len(), 1, "{:?}", seen(&stub));
+    assert_eq!(got[0].all("host"), ["internal.example"]);
+    assert_eq!(got[0].all("x-forwarded-host"), ["internal.example"]);
+
+    // HTTP/1.0 may omit Host: the upstream then gets the upstream's own authority.
+    let r = one(gw.proxy, "GET /ten HTTP/1.0\r\n\r\n").unwrap();
+    assert_eq!(r.status, 200);
+    let got = stub.requests_to("/ten");
+    assert_eq!(got[0].all("host"), [stub.addr.to_string()]);
+    assert!(got[0].get("x-forwarded-host").is_none());
+}
+
+/// Issue 11 item 2: dot-segments are resolved before routing and before a function
+/// tier's base path is joined, so no request leaves `/fn/api`; ambiguous forms are
+/// refused.
+#[test]
+fn item2_paths_are_normalized_and_never_leave_the_function_base_path() {
+    let stub = Stub::start(scripted);
+    let gw = Gateway::start(&function_http_config(&format!("{}/fn/api", stub.url()), ""));
+    for (sent, upstream) in [
+        ("/public/../admin", "/fn/api/admin"),
+        ("/../other-function/x", "/fn/api/other-function/x"),
+        (
+            "/a/%2e%2E/%2E%2e/other-function/x?q=/../",
+            "/fn/api/other-function/x?q=/../",
+        ),
+        ("/a/./b//c/", "/fn/api/a/b/c/"),
+        ("/%7Euser/%41b%c3%a9", "/fn/api/~user/Ab%C3%A9"),
+        ("/a/b/..", "/fn/api/a/"),
+    ] {
+        let r = one(gw.proxy, &format!("GET {sent} HTTP/1.1\r\nHost: a\r\n\r\n")).unwrap();
+        assert_eq!(r.status, 200, "{sent}");
+        assert_eq!(
+            String::from_utf8_lossy(&r.body),
+            format!("path={upstream}"),
+            "{sent}"
+        );
+    }
+    for refused in [
+        "/a/..%2F..%2Fother-function",
+        "/a/%5C..%5Cother",
+        "/a\\..\\other",
+        "/public/..;/admin",
+        "/a/%2e%2e%3bx/b",
+        "/a%00b",
+        "/a%zz",
+    ] {
+        let r = one(
+            gw.proxy,
+            &format!("GET {refused} HTTP/1.1\r\nHost: a\r\n\r\n"),
+        );
+        assert_eq!(r.map(|r| r.status), Some(400), "{refused}");
+    }
+    let all = seen(&stub);
+    assert_eq!(all.len(), 6, "{all:?}");
+    assert!(all.iter().all(|t| t.starts_with("/fn/api/")), "{all:?}");
+}
+
+/// Issue 11 item 2, the options: without normalization a dot-segment is refused (never
+/// forwarded); `keep_unchanged` forwards escaped slashes as sent; `unescape_and_redirect`
+/// answers 307 with the normalized path.
+#[test]
+fn item2_path_options_change_what_is_forwarded_refused_or_redirected() {
+    let stub = Stub::start(scripted);
+    let raw = static_gateway(
+        &[stub.url()],
+        "  normalize_path: false\n  merge_slashes: false\n  path_with_escaped_slashes_action: keep_unchanged",
+    );
+    for path in ["/a/../b", "/a/./b", "/a/%2E%2e/b", "/x/.."] {
+        let r = one(
+            raw.proxy,
+            &format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"),
+        );
+        assert_eq!(r.map(|r| r.status), Some(400), "{path}");
+    }
+    for path in ["/a%2fb//c%7e", "/a\\b"] {
+        let r = one(
+            raw.proxy,
+            &format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n"),
+        )
+        .unwrap();
+        assert_eq!(String::from_utf8_lossy(&r.body), format!("path={path}"));
+    }
+    assert_eq!(seen(&stub), ["/a%2fb//c%7e", "/a\\b"]);
+
+    let redirect = static_gateway(
+        &[stub.url()],
+        "  path_with_escaped_slashes_action: unescape_and_redirect",
+    );
+    let r = one(
+        redirect.proxy,
+        "GET /a%2F..%2Fb%5Cc?q=1 HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(r.status, 307);
+    assert_eq!(r.get("location"), Some("/b/c?q=1"));
+    let forward = static_gateway(
+        &[stub.url()],
+        "  path_with_escaped_slashes_action: unescape_and_forward",
+    );
+    let r = one(
+        forward.proxy,
+        "GET /x/a%2F..%2Fb HTTP/1.1\r\nHost: a\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(String::from_utf8_lossy(&r.body), "path=/x/b");
+}
+
+fn padded_request(target: &str, fields: &[(String, String)]) -> String {
+    let mut req = format!("GET {target} HTTP/1.1\r\nHost: a\r\n");
+    for (k, v) in fields {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    req
+}
+
+/// Issue 11 item 3 and http-cases C11 (b), (c) on HTTP/1.1: `max_header_bytes`,
+/// `max_header_count` and `max_uri_bytes`, exactly at and one past the limit, and the
+/// literal cases against the defaults (16 KiB, 100).
+#[test]
+fn item3_c11_header_and_target_limits_http1() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(
+        &[stub.url()],
+        "  max_header_bytes: 2048\n  max_header_count: 20\n  max_uri_bytes: 1024",
+    );
+    // Host: a = 4 + 1 + 4 = 9 bytes; x-pad: V = 5 + |V| + 4.
+    let pad = |n: usize| vec![("x-pad".to_string(), "v".repeat(n))];
+    assert_eq!(
+        status_of(gw.proxy, &padded_request("/h-at", &pad(2048 - 9 - 9))),
+        200
+    );
+    assert_eq!(
+        status_of(gw.proxy, &padded_request("/h-over", &pad(2049 - 9 - 9))),
+        431
+    );
+    // 20 fields (Host + 19) pass, 21 do not.
+    let many = |n: usize| {
+        (0..n)
+            .map(|i| (format!("x-{i}"), "1".to_string()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        status_of(gw.proxy, &padded_request("/n-at", &many(19))),
+        200
+    );
+    assert_eq!(
+        status_of(gw.proxy, &padded_request("/n-over", &many(20))),
+        431
+    );
+    // A 1024-byte target passes, 1025 bytes get 414; one far past the head buffer, 431.
+    let target = |n: usize| format!("/u{}", "u".repeat(n - 2));
+    assert_eq!(
+        status_of(gw.proxy, &padded_request(&target(1024), &[])),
+        200
+    );
+    assert_eq!(
+        status_of(gw.proxy, &padded_request(&target(1025), &[])),
+        414
+    );
+    assert_eq!(
+        status_of(gw.proxy, &padded_request(&target(100_000), &[])),
+        431
+    );
+    let got = seen(&stub);
+    assert_eq!(got.len(), 3, "only the requests at the limits passed");
+    assert!(got.contains(&"/h-at".to_string()) && got.contains(&"/n-at".to_string()));
+
+    // C11 (b), (c) with the defaults.
+    let defaults = static_gateway(&[stub.url()], "");
+    let big = vec![("x-big".to_string(), "b".repeat(100 * 1024))];
+    let mut c = Client::connect(defaults.proxy);
+    let r = c.send(padded_request("/c11b", &big).as_bytes()).response();
+    assert_eq!(r.map(|r| r.status), Some(431), "C11 (b)");
+    assert!(c.closed());
+    assert_eq!(
+        status_of(defaults.proxy, &padded_request("/c11c", &many(199))),
+        431,
+        "C11 (c)"
+    );
+    // Just under the default: 16 KiB of header section passes.
+    let r = status_of(
+        defaults.proxy,
+        &padded_request("/c11-ok", &pad(16 * 1024 - 18)),
+    );
+    assert_eq!(r, 200);
+    assert!(stub.requests_to("/c11b").is_empty() && stub.requests_to("/c11c").is_empty());
+}
+
+/// Issue 11 item 4: CONNECT gets 405 with Allow (no tunnel is offered), request-target
+/// forms are checked per method (RFC 9112 §3.2), `OPTIONS *` is answered locally.
+#[test]
+fn item4_connect_and_request_target_forms() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(b"CONNECT internal.example:443 HTTP/1.1\r\nHost: internal.example:443\r\n\r\n\x16\x03\x01")
+        .response()
+        .expect("a response to CONNECT");
+    assert_eq!(r.status, 405);
+    assert_eq!(
+        r.get("allow"),
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH")
+    );
+    assert!(
+        c.closed(),
+        "closed after the 405: no tunnel bytes are read as HTTP"
+    );
+
+    for (what, req) in [
+        ("asterisk with GET", "GET * HTTP/1.1\r\nHost: a\r\n\r\n"),
+        (
+            "authority-form with GET",
+            "GET a:80 HTTP/1.1\r\nHost: a\r\n\r\n",
+        ),
+        (
+            "absolute-form, other scheme",
+            "GET ftp://a/x HTTP/1.1\r\nHost: a\r\n\r\n",
+        ),
+    ] {
+        assert_eq!(status_of(gw.proxy, req), 400, "{what}");
+    }
+    let r = one(gw.proxy, "OPTIONS * HTTP/1.1\r\nHost: a\r\n\r\n").unwrap();
+    assert_eq!(r.status, 204);
+    assert_eq!(
+        r.get("allow"),
+        Some("GET, HEAD, POST, PUT, DELETE, OPTIONS, TRACE, PATCH")
+    );
+    // OPTIONS on a resource, and extension methods, are forwarded.
+    assert_eq!(
+        status_of(gw.proxy, "OPTIONS /res HTTP/1.1\r\nHost: a\r\n\r\n"),
+        200
+    );
+    assert_eq!(
+        status_of(gw.proxy, "PURGE /res HTTP/1.1\r\nHost: a\r\n\r\n"),
+        200
+    );
+    let methods: Vec<String> = stub.requests().into_iter().map(|r| r.method).collect();
+    assert_eq!(methods, ["OPTIONS", "PURGE"]);
+}
+
+/// Issue 11 item 5 on HTTP/1.1: several Cookie lines reach the upstream as one.
+#[test]
+fn item5_cookie_lines_are_joined() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let r = one(
+        gw.proxy,
+        "GET /c HTTP/1.1\r\nHost: a\r\nCookie: s=1\r\nCookie: t=2; u=3\r\n\r\n",
+    )
+    .unwrap();
+    assert_eq!(r.status, 200);
+    assert_eq!(stub.requests_to("/c")[0].all("cookie"), ["s=1; t=2; u=3"]);
+}
+
+/// Issue 11 items 6 and 7 on HTTP/1.1: Transfer-Encoding wins over Content-Length, other
+/// transfer codings are refused, the status line is the gateway's HTTP/1.1, upstream
+/// 1xx responses never break the exchange (103 is dropped).
+#[test]
+fn item6_item7_response_framing_and_informational_responses() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let mut c = Client::connect(gw.proxy);
+    let get = |c: &mut Client, path: &str| {
+        c.send(format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+            .response()
+            .unwrap_or_else(|| panic!("no response to {path}"))
+    };
+    // The issue's example: Content-Length: 100 and a 5-byte chunked body.
+    let r = get(&mut c, "/framing/cl-te");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.get("content-length"), None);
+    assert_eq!(r.get("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body, b"hello");
+    // An HTTP/1.0 upstream: the client still gets an HTTP/1.1 status line.
+    let r = get(&mut c, "/framing/http10");
+    assert_eq!(r.status_line, "HTTP/1.1 200 OK");
+    assert_eq!(r.body, b"ok");
+    // Repeated equal lengths become one; a 204 carries none.
+    let r = get(&mut c, "/framing/dup-cl");
+    let lengths: Vec<_> = r
+        .headers
+        .iter()
+        .filter(|(k, _)| k == "content-length")
+        .collect();
+    assert_eq!(lengths.len(), 1, "{:?}", r.headers);
+    assert_eq!(r.body, b"ok");
+    let r = get(&mut c, "/framing/204");
+    assert_eq!((r.status, r.get("content-length")), (204, None));
+    // 100, 102 and two 103s before the 200: one response, no Link from the 103s.
+    let r = get(&mut c, "/early-hints");
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]));
+    assert_eq!(r.get("link"), None);
+    // The connection is still good for the next exchange.
+    let r = get(&mut c, "/after");
+    assert_eq!(String::from_utf8_lossy(&r.body), "path=/after");
+    // A transfer coding hyper does not remove (gzip) cannot be forwarded faithfully.
+    let r = get(&mut c, "/framing/gzip-chunked");
+    assert_eq!(r.status, 502);
+}
+
+/// Issue 11 item 8: every client-supplied identity or origin header is replaced or
+/// removed for an untrusted peer, kept for a trusted proxy; `Forwarded` carries the
+/// gateway's own element.
+#[test]
+fn item8_client_identity_headers_are_replaced_or_stripped_unless_trusted() {
+    let stub = Stub::start(scripted);
+    let spoofed = [
+        "X-Forwarded-For",
+        "X-Forwarded-Proto",
+        "X-Forwarded-Host",
+        "X-Forwarded-Port",
+        "X-Forwarded-Prefix",
+        "Forwarded",
+        "X-Real-IP",
+        "X-Client-IP",
+        "True-Client-IP",
+        "CF-Connecting-IP",
+        "Fastly-Client-IP",
+        "X-Cluster-Client-IP",
+        "X-Original-Forwarded-For",
+        "X-Forwarded-Server",
+        "X-Forwarded-Ssl",
+        "X-Forwarded-Scheme",
+        "Front-End-Https",
+        "X-Original-URL",
+        "X-Rewrite-URL",
+        "X-Original-Host",
+        "Client-IP",
+    ];
+    let mut req = "GET /id HTTP/1.1\r\nHost: api.example\r\n".to_string();
+    for name in spoofed {
+        req.push_str(&format!("{name}: 10.6.6.6\r\n"));
+    }
+    req.push_str("\r\n");
+    let gw = static_gateway(&[stub.url()], "");
+    assert_eq!(status_of(gw.proxy, &req), 200);
+    let got = &stub.requests_to("/id")[0];
+    for name in spoofed {
+        for v in got.all(&name.to_ascii_lowercase()) {
+            assert!(!v.contains("10.6.6.6"), "{name}: {v} reached the upstream");
+        }
+    }
+    assert_eq!(got.all("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(got.all("x-forwarded-proto"), ["http"]);
+    assert_eq!(got.all("x-forwarded-host"), ["api.example"]);
+    assert_eq!(
+        got.all("forwarded"),
+        ["for=127.0.0.1;host=api.example;proto=http"]
+    );
+    assert!(got.get("x-real-ip").is_none() && got.get("x-original-url").is_none());
+
+    let trusted = static_gateway(&[stub.url()], "  trusted_proxies: [127.0.0.0/8]");
+    assert_eq!(
+        status_of(trusted.proxy, &req.replace("/id", "/id-trusted")),
+        200
+    );
+    let got = &stub.requests_to("/id-trusted")[0];
+    assert_eq!(got.all("x-real-ip"), ["10.6.6.6"]);
+    assert_eq!(got.all("x-forwarded-for"), ["10.6.6.6, 127.0.0.1"]);
+    assert_eq!(
+        got.all("forwarded"),
+        ["10.6.6.6, for=127.0.0.1;host=api.example;proto=http"]
+    );
+}
+
+/// http-cases C1 and C2: smuggling-shaped framing never gets a second request to the
+/// upstream, and the upstream never sees both framing headers or `,chunked`.
+#[test]
+fn c1_c2_ambiguous_request_framing() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let smuggled = "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+    // C1: hyper reads the body as chunked, drops Content-Length, closes after answering.
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!("POST /c1 HTTP/1.1\r\nHost: a\r\nContent-Length: 37\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}")
+            .as_bytes(),
+    );
+    let first = c.response().expect("C1 response");
+    assert!(matches!(first.status, 200 | 400), "{first:?}");
+    assert!(
+        c.responses_until_close().is_empty(),
+        "C1: a second response"
+    );
+    // C2 (a): chunked then gzip: the final coding is not chunked → 400.
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!("POST /c2a HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: gzip\r\n\r\n0\r\n\r\n{smuggled}")
+            .as_bytes(),
+    );
+    assert_eq!(c.response().map(|r| r.status), Some(400), "C2 (a)");
+    assert!(c.responses_until_close().is_empty());
+    // C2 (b): `,chunked` with Content-Length.
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!("POST /c2b HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: ,chunked\r\nContent-Length: 5\r\n\r\n0\r\n\r\n{smuggled}")
+            .as_bytes(),
+    );
+    let first = c.response().expect("C2 (b) response");
+    assert!(matches!(first.status, 200 | 400), "{first:?}");
+    assert!(
+        c.responses_until_close().is_empty(),
+        "C2 (b): a second response"
+    );
+    // C2 (c): HTTP/1.0 POST without a length: empty body, answered, closed.
+    let mut c = Client::connect(gw.proxy);
+    c.send(b"POST /c2c HTTP/1.0\r\nHost: a\r\n\r\nGET /admin HTTP/1.0\r\n\r\n");
+    let r = c.response().expect("C2 (c) response");
+    assert_eq!(r.status, 200);
+    assert!(
+        c.responses_until_close().is_empty(),
+        "C2 (c): a second response"
+    );
+    // Transfer-Encoding in HTTP/1.0 is faulty framing (RFC 9112 §6.1) → 400, closed.
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!(
+            "POST /c2d HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n{smuggled}"
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response().map(|r| r.status), Some(400), "TE in HTTP/1.0");
+    assert!(c.responses_until_close().is_empty());
+    let c2c = stub.requests_to("/c2c");
+    assert_eq!(c2c.len(), 1);
+    assert!(c2c[0].body.is_empty());
+
+    assert!(stub.requests_to("/admin").is_empty(), "{:?}", seen(&stub));
+    for r in stub.requests() {
+        let framing = r.get("content-length").is_some() && r.get("transfer-encoding").is_some();
+        assert!(!framing, "both framing headers reached the upstream: {r:?}");
+        assert!(
+            r.headers.iter().all(|(_, v)| !v.contains(",chunked")),
+            "{r:?}"
+        );
+    }
+}
+
+/// The C5 request: `target` with a 32-byte body that is itself a request.
+fn c5_request(method: &str, target: &str, extra: &str, body: &str) -> String {
+    format!(
+        "{method} {target} HTTP/1.1\r\nHost: a\r\nContent-Length: {}\r\n{extra}\r\n{body}",
+        body.len()
+    )
+}
+
+const C5_BODY: &str = "GET /admin HTTP/1.1\r\nHost: a\r\n\r\n";
+
+/// Send the C5 request, expect `status` first; then a probe on the same connection. The
+/// body must have been drained (the probe is the only other response) or the
+/// connection closed (no other response): the embedded GET never runs.
+fn assert_c5(addr: std::net::SocketAddr, what: &str, req: &str, status: u16) {
+    let mut c = Client::connect(addr);
+    let first = c.send(req.as_bytes()).response();
+    assert_eq!(
+        first.as_ref().map(|r| r.status),
+        Some(status),
+        "{what}: {first:?}"
+    );
+    c.send(b"GET /probe HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n");
+    let rest = c.responses_until_close();
+    assert!(
+        rest.len() <= 1,
+        "{what}: {} more responses: {rest:?}",
+        rest.len()
+    );
+}
+
+/// http-cases C5 for every reply the gateway makes itself: 400, 405, 413, 414, 431, 204
+/// (`OPTIONS *`), 307 (redirect), 502, 503, 504. Exactly one response to the request;
+/// its body never runs as a request.
+#[test]
+fn c5_every_local_reply_drains_or_closes() {
+    assert_eq!(C5_BODY.len(), 32);
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(
+        &[stub.url()],
+        "  max_body_bytes: 36\n  max_uri_bytes: 64\n  max_header_count: 10\n  upstream_timeout_seconds: 0.5\n  path_with_escaped_slashes_action: unescape_and_redirect",
+    );
+    let cases: Vec<(&str, String, u16)> = vec![
+        (
+            "400 bad Host",
+            c5_request("POST", "/x", "", C5_BODY).replacen("Host: a", "Host: a b", 1),
+            400,
+        ),
+        ("400 path", c5_request("POST", "/..;/x", "", C5_BODY), 400),
+        (
+            "405 CONNECT",
+            c5_request("CONNECT", "a:443", "", C5_BODY).replacen("Host: a", "Host: a:443", 1),
+            405,
+        ),
+        (
+            "413 body",
+            c5_request("POST", "/x", "", &format!("{C5_BODY}12345")),
+            413,
+        ),
+        (
+            "414 target",
+            c5_request("POST", &format!("/{}", "u".repeat(80)), "", C5_BODY),
+            414,
+        ),
+        (
+            "431 fields",
+            c5_request("POST", "/x", &"X-N: 1\r\n".repeat(10), C5_BODY),
+            431,
+        ),
+        (
+            "204 OPTIONS *",
+            c5_request("OPTIONS", "*", "", C5_BODY),
+            204,
+        ),
+        (
+            "307 redirect",
+            c5_request("POST", "/a%2Fb", "", C5_BODY),
+            307,
+        ),
+        ("504 timeout", c5_request("POST", "/hold", "", C5_BODY), 504),
+    ];
+    for (what, req, status) in &cases {
+        assert_c5(gw.proxy, what, req, *status);
+    }
+    // The upstream saw only the 504's POST (its body read as a body) and probes.
+    for r in stub.requests() {
+        assert!(matches!(r.target.as_str(), "/hold" | "/probe"), "{r:?}");
+    }
+    assert_eq!(stub.requests_to("/hold")[0].body, C5_BODY.as_bytes());
+
+    // 502: the only VM refuses connections; the POST is not retried.
+    let dead = format!("http://127.0.0.1:{}", free_port());
+    let gw = static_gateway(&[dead], "");
+    assert_c5(gw.proxy, "502", &c5_request("POST", "/x", "", C5_BODY), 502);
+    // 503: an Upgrade is pinned to VMs and there is none.
+    let gw = Gateway::start(&process_config(
+        "  decision_epochs: 1000\n  min_vms: 0\n  cip_rps: 0",
+        "",
+    ));
+    let req = c5_request(
+        "POST",
+        "/ws",
+        "Connection: Upgrade\r\nUpgrade: websocket\r\n",
+        C5_BODY,
+    );
+    assert_c5(gw.proxy, "503", &req, 503);
+}
+
+/// http-cases C6: bytes after an Upgrade request are tunnelled only after an upstream
+/// 101; after any other answer they are the next, ordinary, proxied request.
+#[test]
+fn c6_upgrade_tunnels_only_after_a_101() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let upgrade = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+        )
+    };
+    let mut c = Client::connect(gw.proxy);
+    c.send(
+        format!(
+            "{}GET /admin HTTP/1.1\r\nHost: a\r\n\r\n",
+            upgrade("/ws-404")
+        )
+        .as_bytes(),
+    );
+    assert_eq!(c.response().map(|r| r.status), Some(404));
+    let next = c.response().expect("the pipelined request is answered");
+    assert_eq!(String::from_utf8_lossy(&next.body), "path=/admin");
+    let admin = stub.requests_to("/admin");
+    assert_eq!(admin.len(), 1);
+    assert_eq!(
+        admin[0].all("x-forwarded-for"),
+        ["127.0.0.1"],
+        "proxied, not tunnelled"
+    );
+    assert!(admin[0].get("upgrade").is_none());
+
+    // After a 101 the same bytes are tunnelled: the stub echoes them back raw.
+    let mut c = Client::connect(gw.proxy);
+    c.send(format!("{}GET /tunnelled HTTP/1.1\r\n\r\n", upgrade("/ws-101")).as_bytes());
+    let r = c.response_to(true).expect("101");
+    assert_eq!(r.status, 101);
+    let mut echoed = Vec::new();
+    while echoed.len() < "GET /tunnelled HTTP/1.1\r\n\r\n".len() {
+        let more = c.read_some();
+        assert!(!more.is_empty(), "tunnel closed early: {echoed:?}");
+        echoed.extend(more);
+    }
+    assert_eq!(echoed, b"GET /tunnelled HTTP/1.1\r\n\r\n");
+    assert!(stub.requests_to("/tunnelled").is_empty());
 }

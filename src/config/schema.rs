@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigIssue;
+use crate::net::validate::{self, EscapedSlashesAction, PathRules, RequestRules};
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
@@ -35,6 +36,10 @@ pub const DEFAULT_UPSTREAM_TIMEOUT_SECONDS: f64 = 30.0;
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
 /// Default time in-flight requests get to finish on shutdown, seconds.
 pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default most concurrent streams per h2 client connection.
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Upper bound of `max_header_bytes` and `max_uri_bytes`: 1 MiB.
+pub const MAX_HEAD_LIMIT_BYTES: usize = 1024 * 1024;
 /// LIBRA authors' epoch, seconds.
 pub const DEFAULT_EPOCH_SECONDS: f64 = 1.0;
 /// LIBRA authors' α and β.
@@ -110,6 +115,39 @@ pub struct GatewayConfig {
     pub idle_timeout_seconds: f64,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
     pub drain_timeout_seconds: f64,
+    /// Largest request header section, bytes: Σ (name + value + 4) over the fields, the
+    /// same on HTTP/1.1 and h2; larger → 431 (issue 11 item 3, http-cases C11 (b)).
+    pub max_header_bytes: usize,
+    /// Most request header fields (h1 and h2); more → 431 (http-cases C11 (c)).
+    pub max_header_count: usize,
+    /// Longest request target (path and query), bytes; longer → 414.
+    pub max_uri_bytes: usize,
+    /// Most concurrent streams per h2 client connection (http-cases C12).
+    pub max_concurrent_streams: u32,
+    /// Normalize request paths per RFC 3986 (decode unreserved, resolve dot-segments)
+    /// before routing; when off, paths with dot-segments are refused (issue 11 item 2).
+    pub normalize_path: bool,
+    /// Merge runs of `/` in request paths.
+    pub merge_slashes: bool,
+    /// `%2F`, `%5C` and `\` in paths: `keep_unchanged`, `reject_request` (default),
+    /// `unescape_and_redirect` or `unescape_and_forward` (Envoy's option of that name).
+    pub path_with_escaped_slashes_action: EscapedSlashesAction,
+}
+
+impl GatewayConfig {
+    /// The request validation settings of this gateway ([`crate::net::validate`]).
+    pub fn request_rules(&self) -> RequestRules {
+        RequestRules {
+            max_header_bytes: self.max_header_bytes,
+            max_header_count: self.max_header_count,
+            max_uri_bytes: self.max_uri_bytes,
+            path: PathRules {
+                normalize: self.normalize_path,
+                merge_slashes: self.merge_slashes,
+                escaped_slashes: self.path_with_escaped_slashes_action,
+            },
+        }
+    }
 }
 
 impl Default for GatewayConfig {
@@ -125,6 +163,13 @@ impl Default for GatewayConfig {
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT_SECONDS,
             drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
+            max_header_bytes: validate::DEFAULT_MAX_HEADER_BYTES,
+            max_header_count: validate::DEFAULT_MAX_HEADER_COUNT,
+            max_uri_bytes: validate::DEFAULT_MAX_URI_BYTES,
+            max_concurrent_streams: DEFAULT_MAX_CONCURRENT_STREAMS,
+            normalize_path: true,
+            merge_slashes: true,
+            path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
         }
     }
 }
@@ -588,6 +633,26 @@ impl Config {
         }
         if g.max_body_bytes == 0 {
             is.push("gateway.max_body_bytes", "must be at least 1");
+        }
+        for (path, v, min) in [
+            ("gateway.max_header_bytes", g.max_header_bytes, 1024),
+            ("gateway.max_uri_bytes", g.max_uri_bytes, 16),
+        ] {
+            if !(min..=MAX_HEAD_LIMIT_BYTES).contains(&v) {
+                is.push(
+                    path,
+                    format!("must be in [{min}, {MAX_HEAD_LIMIT_BYTES}], got {v}"),
+                );
+            }
+        }
+        if !(1..=10_000).contains(&g.max_header_count) {
+            is.push(
+                "gateway.max_header_count",
+                format!("must be in [1, 10000], got {}", g.max_header_count),
+            );
+        }
+        if g.max_concurrent_streams == 0 {
+            is.push("gateway.max_concurrent_streams", "must be at least 1");
         }
         is.positive(
             "gateway.header_read_timeout_seconds",

@@ -197,3 +197,54 @@ fn the_shipped_aws_config_is_valid_for_serve() {
     let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/aws.yaml");
     Config::load_for_serve(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
 }
+
+#[test]
+fn request_limits_and_path_options_are_checked_and_mapped() {
+    let yaml = "gateway: {max_header_bytes: 100, max_header_count: 0, max_uri_bytes: 2000000, max_concurrent_streams: 0}\n";
+    let err = Config::from_yaml(yaml, "h.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "gateway.max_header_bytes",
+            "gateway.max_uri_bytes",
+            "gateway.max_header_count",
+            "gateway.max_concurrent_streams"
+        ],
+        "{err}"
+    );
+    let err = Config::from_yaml(
+        "gateway: {path_with_escaped_slashes_action: decode}\n",
+        "e.yaml",
+    )
+    .unwrap_err();
+    assert!(err.to_string().starts_with("e.yaml:1:"), "{err}");
+
+    let yaml = "gateway: {max_header_bytes: 4096, max_header_count: 7, max_uri_bytes: 512, normalize_path: false, merge_slashes: false, path_with_escaped_slashes_action: unescape_and_redirect}\n";
+    let rules = Config::from_yaml(yaml, "ok.yaml")
+        .unwrap()
+        .gateway
+        .request_rules();
+    assert_eq!(
+        rules,
+        crate::net::validate::RequestRules {
+            max_header_bytes: 4096,
+            max_header_count: 7,
+            max_uri_bytes: 512,
+            path: crate::net::validate::PathRules {
+                normalize: false,
+                merge_slashes: false,
+                escaped_slashes: crate::net::validate::EscapedSlashesAction::UnescapeAndRedirect,
+            },
+        }
+    );
+    // Defaults: 16 KiB, 100 fields, 8 KiB targets, normalize + merge, reject escaped
+    // slashes.
+    assert_eq!(
+        Config::default().gateway.request_rules(),
+        crate::net::validate::RequestRules::default()
+    );
+}

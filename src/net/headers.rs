@@ -1,6 +1,7 @@
 //! Proxy header hygiene: pure functions over [`http::HeaderMap`] that remove hop-by-hop
-//! headers (RFC 9110 §7.6.1) and set the `X-Forwarded-*` headers without trusting what
-//! an untrusted client sent.
+//! headers (RFC 9110 §7.6.1), set the forwarding headers without trusting what an
+//! untrusted client sent (http-cases C8, issue 11 item 8), and make an upstream
+//! response's framing agree with what the client receives (issue 11 item 6).
 //!
 //! Order matters: call [`strip_hop_by_hop`] first, then [`set_forwarded`], so that a
 //! client naming `X-Forwarded-For` in its `Connection` header cannot delete the header the
@@ -8,8 +9,8 @@
 
 use std::net::IpAddr;
 
-use http::Method;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
+use http::{Method, StatusCode, Version};
 use ipnet::{IpNet, Ipv4Net};
 
 /// `X-Forwarded-For`: the chain of client addresses.
@@ -18,6 +19,42 @@ pub static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-fo
 pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
 /// `X-Forwarded-Host`: the `Host` (or `:authority`) the client asked for.
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
+
+/// Client-supplied identity and origin headers that the gateway does not set itself:
+/// removed from a request unless the peer is a trusted proxy (issue 11 item 8). Some
+/// framework or upstream believes each of them about the client address (`X-Real-IP`,
+/// `True-Client-IP`, `CF-Connecting-IP`, …), the scheme or port the client used
+/// (`X-Forwarded-Port`, `-Ssl`, `-Scheme`, `Front-End-Https`, …), the host or the path
+/// prefix it asked for (`X-Forwarded-Prefix`, `X-Original-Host`, …) or the URL to serve
+/// instead of the request line (`X-Original-URL`, `X-Rewrite-URL`: IIS/Symfony).
+/// The gateway sets `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and
+/// `Forwarded` itself ([`set_forwarded`]).
+pub const CLIENT_IDENTITY_HEADERS: [&str; 24] = [
+    "x-real-ip",
+    "x-client-ip",
+    "client-ip",
+    "true-client-ip",
+    "cf-connecting-ip",
+    "fastly-client-ip",
+    "x-cluster-client-ip",
+    "x-azure-clientip",
+    "x-azure-socketip",
+    "x-envoy-external-address",
+    "x-original-forwarded-for",
+    "x-forwarded",
+    "forwarded-for",
+    "x-forwarded-port",
+    "x-forwarded-prefix",
+    "x-forwarded-server",
+    "x-forwarded-ssl",
+    "x-forwarded-scheme",
+    "x-url-scheme",
+    "front-end-https",
+    "x-original-host",
+    "x-host",
+    "x-original-url",
+    "x-rewrite-url",
+];
 
 /// The fixed hop-by-hop headers, other than `TE` (handled separately) and the ones named
 /// in `Connection`.
@@ -131,22 +168,27 @@ fn canonical_net(net: IpNet) -> IpNet {
     net
 }
 
-/// Set `X-Forwarded-For`, `X-Forwarded-Proto` and `X-Forwarded-Host` on a request about
-/// to be forwarded upstream. Call it after [`strip_hop_by_hop`].
+/// Set `X-Forwarded-For`, `X-Forwarded-Proto`, `X-Forwarded-Host` and `Forwarded`
+/// (RFC 7239) on a request about to be forwarded upstream. Call it after
+/// [`strip_hop_by_hop`].
 ///
 /// * `peer` is the TCP peer address; an IPv4-mapped IPv6 peer is written as plain IPv4,
-///   IPv6 peers without brackets.
+///   IPv6 peers without brackets in `X-Forwarded-For` and as `for="[v6]"` in `Forwarded`.
 /// * `proto` is the scheme the client used (`"http"` or `"https"`).
-/// * `host` is the host the client asked for (`Host` header or `:authority`), if any.
+/// * `host` is the host the client asked for (the effective authority), if any.
 ///
 /// If `trusted` contains the peer, the peer is appended to the existing
-/// `X-Forwarded-For` chain (all existing lines joined with `", "` into one line) and any
-/// existing `X-Forwarded-Proto` / `X-Forwarded-Host` / `Forwarded` are kept (the
-/// `X-Forwarded-*` ones are set from `proto`/`host` only when absent).
+/// `X-Forwarded-For` chain (all existing lines joined with `", "` into one line), the
+/// gateway's `for=…;host=…;proto=…` element is appended to the existing `Forwarded`
+/// list, and the existing `X-Forwarded-Proto` / `X-Forwarded-Host` and every header of
+/// [`CLIENT_IDENTITY_HEADERS`] are kept (the `X-Forwarded-*` ones are set from
+/// `proto`/`host` only when absent).
 ///
 /// Otherwise every client-supplied value is discarded: `X-Forwarded-For` becomes the
 /// peer alone, `X-Forwarded-Proto` becomes `proto`, `X-Forwarded-Host` becomes `host`
-/// (removed when `host` is `None`), and `Forwarded` is removed.
+/// (removed when `host` is `None`), `Forwarded` becomes the gateway's one element, and
+/// every header of [`CLIENT_IDENTITY_HEADERS`] is removed (http-cases C8, issue 11
+/// item 8).
 ///
 /// A `proto` or `host` that is not a valid header value is treated as absent (the header
 /// is removed, or left as is for a trusted peer); this function never panics.
@@ -161,27 +203,13 @@ pub fn set_forwarded(
     let peer_str = peer.to_string();
     let proto_value = HeaderValue::from_str(proto).ok();
     let host_value = host.and_then(|h| HeaderValue::from_str(h).ok());
+    let element = forwarded_element(peer, proto, host);
 
     if trusted.contains(peer) {
-        let mut chain: Vec<u8> = Vec::new();
-        for v in headers.get_all(&X_FORWARDED_FOR) {
-            let v = v.as_bytes().trim_ascii();
-            if v.is_empty() {
-                continue;
-            }
-            if !chain.is_empty() {
-                chain.extend_from_slice(b", ");
-            }
-            chain.extend_from_slice(v);
-        }
-        if !chain.is_empty() {
-            chain.extend_from_slice(b", ");
-        }
-        chain.extend_from_slice(peer_str.as_bytes());
-        let xff = HeaderValue::from_bytes(&chain).unwrap_or_else(|_| {
-            HeaderValue::from_str(&peer_str).unwrap_or(HeaderValue::from_static("unknown"))
-        });
+        let xff = append_list(headers, &X_FORWARDED_FOR, &peer_str);
         headers.insert(X_FORWARDED_FOR.clone(), xff);
+        let fwd = append_list(headers, &header::FORWARDED, &element);
+        headers.insert(header::FORWARDED, fwd);
         if !headers.contains_key(&X_FORWARDED_PROTO)
             && let Some(v) = proto_value
         {
@@ -193,18 +221,168 @@ pub fn set_forwarded(
             headers.insert(X_FORWARDED_HOST.clone(), v);
         }
     } else {
-        match HeaderValue::from_str(&peer_str) {
-            Ok(v) => {
-                headers.insert(X_FORWARDED_FOR.clone(), v);
-            }
-            Err(_) => {
-                headers.remove(&X_FORWARDED_FOR);
-            }
-        }
+        set_or_remove(
+            headers,
+            &X_FORWARDED_FOR,
+            HeaderValue::from_str(&peer_str).ok(),
+        );
         set_or_remove(headers, &X_FORWARDED_PROTO, proto_value);
         set_or_remove(headers, &X_FORWARDED_HOST, host_value);
-        headers.remove(header::FORWARDED);
+        set_or_remove(
+            headers,
+            &header::FORWARDED,
+            HeaderValue::from_str(&element).ok(),
+        );
+        for name in CLIENT_IDENTITY_HEADERS {
+            headers.remove(name);
+        }
     }
+}
+
+/// Every existing value of a comma-list header `name` joined with `", "`, then `item`.
+fn append_list(headers: &HeaderMap, name: &HeaderName, item: &str) -> HeaderValue {
+    let mut chain: Vec<u8> = Vec::new();
+    for v in headers.get_all(name) {
+        let v = v.as_bytes().trim_ascii();
+        if v.is_empty() {
+            continue;
+        }
+        chain.extend_from_slice(v);
+        chain.extend_from_slice(b", ");
+    }
+    chain.extend_from_slice(item.as_bytes());
+    HeaderValue::from_bytes(&chain).unwrap_or_else(|_| {
+        HeaderValue::from_str(item).unwrap_or(HeaderValue::from_static("unknown"))
+    })
+}
+
+/// The gateway's RFC 7239 element: `for=…;host=…;proto=…`, values quoted where they are
+/// not tokens (IPv6 `for="[2001:db8::1]"`, `host="a:8080"`). A host or proto that cannot
+/// be written is left out.
+fn forwarded_element(peer: IpAddr, proto: &str, host: Option<&str>) -> String {
+    let mut out = match peer {
+        IpAddr::V4(v4) => format!("for={v4}"),
+        IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+    };
+    let mut pair = |key: &str, value: &str| {
+        let printable = value.bytes().all(|b| (0x20..0x7f).contains(&b));
+        if value.is_empty() || !printable {
+            return;
+        }
+        out.push(';');
+        out.push_str(key);
+        out.push('=');
+        if value.bytes().all(is_tchar) {
+            out.push_str(value);
+        } else {
+            out.push('"');
+            for c in value.chars() {
+                if c == '"' || c == '\\' {
+                    out.push('\\');
+                }
+                out.push(c);
+            }
+            out.push('"');
+        }
+    };
+    if let Some(h) = host {
+        pair("host", h);
+    }
+    pair("proto", proto);
+    out
+}
+
+/// RFC 9110 §5.6.2 token characters.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// Why an upstream response cannot be forwarded (502, the upstream's fault).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResponseFramingError {
+    /// A transfer coding other than one `chunked`: hyper's client only removes the
+    /// chunked coding, so the bytes would reach the client still encoded (e.g. gzip)
+    /// with nothing saying so.
+    #[error("upstream response uses transfer coding {0:?}")]
+    TransferCoding(String),
+    /// `Content-Length` values that disagree or do not parse.
+    #[error("upstream response has conflicting Content-Length {0:?}")]
+    ContentLength(String),
+}
+
+/// Response hygiene before an upstream response goes to the client (issue 11 item 6,
+/// http-cases C7 on responses):
+///
+/// * `Transfer-Encoding` wins over `Content-Length` (RFC 9112 §6.3): with `chunked`, the
+///   body the gateway forwards is the decoded one, so a `Content-Length` next to it is
+///   removed (hyper then frames the body itself: chunked on HTTP/1.1, DATA frames on
+///   h2); any other transfer coding is refused;
+/// * repeated equal `Content-Length` values (`5, 5`, or two lines) become one;
+/// * 1xx and 204 responses lose `Content-Length` and `Transfer-Encoding`, which they must
+///   not carry (RFC 9110 §8.6);
+/// * hop-by-hop headers are stripped ([`strip_hop_by_hop`]);
+/// * the version becomes HTTP/1.1, so an HTTP/1.0 upstream's answer goes out with a
+///   status line of the gateway's own version (hyper writes the response's version on
+///   HTTP/1 and ignores it on h2).
+///
+/// # Errors
+/// [`ResponseFramingError`] when the response cannot be forwarded faithfully.
+pub fn sanitize_response(
+    status: StatusCode,
+    version: &mut Version,
+    headers: &mut HeaderMap,
+) -> Result<(), ResponseFramingError> {
+    let codings: Vec<String> = headers
+        .get_all(header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+        .map(|c| String::from_utf8_lossy(c.trim_ascii()).to_ascii_lowercase())
+        .filter(|c| !c.is_empty())
+        .collect();
+    if headers.contains_key(header::TRANSFER_ENCODING) {
+        if codings != ["chunked"] {
+            return Err(ResponseFramingError::TransferCoding(codings.join(", ")));
+        }
+        headers.remove(header::CONTENT_LENGTH);
+    }
+    if headers
+        .get_all(header::CONTENT_LENGTH)
+        .iter()
+        .nth(1)
+        .is_some()
+        || headers
+            .get(header::CONTENT_LENGTH)
+            .is_some_and(|v| v.as_bytes().contains(&b','))
+    {
+        let lengths: Vec<&[u8]> = headers
+            .get_all(header::CONTENT_LENGTH)
+            .iter()
+            .flat_map(|v| v.as_bytes().split(|b| *b == b','))
+            .map(<[u8]>::trim_ascii)
+            .collect();
+        let first = lengths[0];
+        if first.is_empty()
+            || !first.iter().all(u8::is_ascii_digit)
+            || lengths.iter().any(|l| *l != first)
+        {
+            let all = headers
+                .get_all(header::CONTENT_LENGTH)
+                .iter()
+                .map(|v| String::from_utf8_lossy(v.as_bytes()).into_owned())
+                .collect::<Vec<_>>()
+                .join(", ");
+            return Err(ResponseFramingError::ContentLength(all));
+        }
+        let one = HeaderValue::from_bytes(first).expect("digits are a valid header value");
+        headers.insert(header::CONTENT_LENGTH, one);
+    }
+    if status.is_informational() || status == StatusCode::NO_CONTENT {
+        headers.remove(header::CONTENT_LENGTH);
+        headers.remove(header::TRANSFER_ENCODING);
+    }
+    strip_hop_by_hop(headers, false);
+    *version = Version::HTTP_11;
+    Ok(())
 }
 
 /// Replace every value of `name` with `value`, or remove the header when `value` is
@@ -307,7 +485,11 @@ mod tests {
         assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
         assert_eq!(values(&h, "x-forwarded-proto"), ["http"]);
         assert_eq!(values(&h, "x-forwarded-host"), ["a"]);
-        assert_eq!(h.len(), 4, "{h:?}");
+        assert_eq!(
+            values(&h, "forwarded"),
+            ["for=203.0.113.7;host=a;proto=http"]
+        );
+        assert_eq!(h.len(), 5, "{h:?}");
     }
 
     /// C7, "same rule on responses".
@@ -409,7 +591,10 @@ mod tests {
         assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
         assert_eq!(values(&h, "x-forwarded-proto"), ["http"]);
         assert_eq!(values(&h, "x-forwarded-host"), ["api.example"]);
-        assert!(!h.contains_key("forwarded"));
+        assert_eq!(
+            values(&h, "forwarded"),
+            ["for=203.0.113.7;host=api.example;proto=http"]
+        );
 
         // No host: a spoofed X-Forwarded-Host is dropped, not kept.
         let mut h = map(&[
@@ -441,7 +626,10 @@ mod tests {
         );
         assert_eq!(values(&h, "x-forwarded-proto"), ["https"]);
         assert_eq!(values(&h, "x-forwarded-host"), ["public.example"]);
-        assert!(h.contains_key("forwarded"));
+        assert_eq!(
+            values(&h, "forwarded"),
+            ["for=198.51.100.1, for=192.0.2.10;host=internal;proto=http"]
+        );
 
         // Trusted but nothing present yet: set from proto/host.
         let mut h = HeaderMap::new();
@@ -504,6 +692,101 @@ mod tests {
         assert!(!h.contains_key("x-forwarded-host"));
         assert!(!h.contains_key("x-forwarded-proto"));
         assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
+    }
+
+    /// Issue 11 item 8: every client identity alias is removed from an untrusted peer's
+    /// request and kept from a trusted one.
+    #[test]
+    fn identity_aliases_are_stripped_unless_the_peer_is_trusted() {
+        let spoofed: Vec<(&str, &str)> = CLIENT_IDENTITY_HEADERS
+            .iter()
+            .map(|n| (*n, "10.0.0.1"))
+            .chain([("x-request-id", "keep-me")])
+            .collect();
+        let mut h = map(&spoofed);
+        set_forwarded(
+            &mut h,
+            UNTRUSTED_PEER,
+            "http",
+            Some("a"),
+            &nets(&["192.0.2.0/24"]),
+        );
+        for name in CLIENT_IDENTITY_HEADERS {
+            assert!(!h.contains_key(name), "{name} survived");
+        }
+        assert_eq!(values(&h, "x-request-id"), ["keep-me"]);
+        let lb = IpAddr::V4(Ipv4Addr::new(192, 0, 2, 10));
+        let mut h = map(&spoofed);
+        set_forwarded(&mut h, lb, "http", Some("a"), &nets(&["192.0.2.0/24"]));
+        for name in CLIENT_IDENTITY_HEADERS {
+            assert_eq!(values(&h, name), ["10.0.0.1"], "{name}");
+        }
+    }
+
+    #[test]
+    fn forwarded_element_quotes_what_is_not_a_token() {
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        assert_eq!(
+            forwarded_element(v6, "https", Some("a.example:8443")),
+            r#"for="[2001:db8::1]";host="a.example:8443";proto=https"#
+        );
+        assert_eq!(
+            forwarded_element(UNTRUSTED_PEER, "http", None),
+            "for=203.0.113.7;proto=http"
+        );
+        assert_eq!(
+            forwarded_element(UNTRUSTED_PEER, "http", Some("a\"b")),
+            r#"for=203.0.113.7;host="a\"b";proto=http"#
+        );
+    }
+
+    fn sanitized(status: u16, pairs: &[(&str, &str)]) -> Result<HeaderMap, ResponseFramingError> {
+        let mut h = map(pairs);
+        let mut version = Version::HTTP_10;
+        sanitize_response(StatusCode::from_u16(status).unwrap(), &mut version, &mut h)?;
+        assert_eq!(version, Version::HTTP_11);
+        Ok(h)
+    }
+
+    /// Issue 11 item 6: framing headers agree with the body the client receives.
+    #[test]
+    fn response_framing_transfer_encoding_wins() {
+        let h = sanitized(
+            200,
+            &[("content-length", "100"), ("transfer-encoding", "chunked")],
+        )
+        .unwrap();
+        assert!(h.is_empty(), "{h:?}");
+        let h = sanitized(200, &[("transfer-encoding", " Chunked ")]).unwrap();
+        assert!(h.is_empty());
+        for bad in [
+            vec![("transfer-encoding", "gzip, chunked")],
+            vec![
+                ("transfer-encoding", "gzip"),
+                ("transfer-encoding", "chunked"),
+            ],
+            vec![("transfer-encoding", "chunked, chunked")],
+            vec![("transfer-encoding", "identity")],
+            vec![("transfer-encoding", "")],
+        ] {
+            assert!(
+                matches!(
+                    sanitized(200, &bad),
+                    Err(ResponseFramingError::TransferCoding(_))
+                ),
+                "{bad:?}"
+            );
+        }
+        let h = sanitized(200, &[("content-length", "5, 5")]).unwrap();
+        assert_eq!(values(&h, "content-length"), ["5"]);
+        let h = sanitized(200, &[("content-length", "5"), ("content-length", "5")]).unwrap();
+        assert_eq!(values(&h, "content-length"), ["5"]);
+        assert!(sanitized(200, &[("content-length", "5, 6")]).is_err());
+        let h = sanitized(204, &[("content-length", "0"), ("x", "1")]).unwrap();
+        assert_eq!(h.len(), 1);
+        // HEAD and 304 answers keep the length of the body they describe.
+        let h = sanitized(304, &[("content-length", "42")]).unwrap();
+        assert_eq!(values(&h, "content-length"), ["42"]);
     }
 
     #[test]

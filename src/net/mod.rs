@@ -8,13 +8,15 @@
 //! |---|---|
 //! | [`body`] | the boxed body type and the end-of-body hook |
 //! | [`client`] | pooled upstream client |
-//! | [`headers`] | hop-by-hop stripping, `X-Forwarded-*` |
+//! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
 //! | [`tls`] | rustls server configuration |
+//! | [`validate`] | request validation and path normalization before routing (issue 11) |
 
 pub mod body;
 pub mod client;
 pub mod headers;
 pub mod tls;
+pub mod validate;
 
 use std::net::SocketAddr;
 

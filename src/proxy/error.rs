@@ -12,6 +12,7 @@ use http::{HeaderValue, Response, StatusCode, header};
 use crate::backends::FunctionError;
 use crate::net::body::{self, Body, is_length_limit};
 use crate::net::client::UpstreamError;
+use crate::net::validate::{self, RequestError};
 use crate::policy::attempt::NotSentReason;
 
 /// Whose fault an error is: decides the status class and what is logged as a failure.
@@ -82,6 +83,10 @@ pub enum ProxyError {
     /// (http-cases C6): 400, the client's request cannot be served as asked there.
     #[error("function routes do not support Upgrade")]
     UpgradeOnFunctionRoute,
+    /// The request head was refused before routing ([`crate::net::validate`], issue 11
+    /// items 1–4; client's fault): 400, 405 (`CONNECT`, with `Allow`), 414 or 431.
+    #[error("invalid request: {0}")]
+    Request(#[from] RequestError),
 }
 
 impl ProxyError {
@@ -136,7 +141,8 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. }
             | ProxyError::BadRequestBody(_)
             | ProxyError::FunctionPayloadTooLarge { .. }
-            | ProxyError::UpgradeOnFunctionRoute => Fault::Client,
+            | ProxyError::UpgradeOnFunctionRoute
+            | ProxyError::Request(_) => Fault::Client,
             ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => Fault::Capacity,
             ProxyError::UpstreamTimeout(_) | ProxyError::Upstream(_) | ProxyError::Function(_) => {
                 Fault::Upstream
@@ -165,10 +171,28 @@ impl ProxyError {
             }
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::Upstream(_) | ProxyError::Function(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Request(e) => match e {
+                RequestError::Connect => StatusCode::METHOD_NOT_ALLOWED,
+                RequestError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+                RequestError::HeaderBytes { .. } | RequestError::HeaderCount { .. } => {
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE
+                }
+                RequestError::TargetForm { .. }
+                | RequestError::Scheme
+                | RequestError::MissingHost
+                | RequestError::DuplicateHost
+                | RequestError::InvalidHost(_)
+                | RequestError::HostMismatch { .. }
+                | RequestError::Path(_) => StatusCode::BAD_REQUEST,
+            },
         }
     }
 
-    /// The response sent to the client: status, generic text body, `Retry-After` on 503.
+    /// The response sent to the client: status, generic text body, `Retry-After` on 503,
+    /// `Allow` on 405. A refused request head (400, 405, 414, 431) and a body over the
+    /// limit (413) also get `Connection: close`: an HTTP/1 client that sent one bad
+    /// message is not trusted with the framing of the next (http-cases C1, C5; hyper
+    /// removes the field on h2).
     pub fn into_response(self) -> Response<Body> {
         let status = self.status();
         let text = format!(
@@ -185,6 +209,15 @@ impl ProxyError {
         );
         if status == StatusCode::SERVICE_UNAVAILABLE {
             h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+        }
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            h.insert(header::ALLOW, HeaderValue::from_static(validate::ALLOW));
+        }
+        if matches!(
+            self,
+            ProxyError::Request(_) | ProxyError::BodyTooLarge { .. }
+        ) {
+            h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }
@@ -248,5 +281,30 @@ mod tests {
         assert_eq!((f.fault(), f.status().as_u16()), (Fault::Upstream, 504));
         let f = ProxyError::from_function(FunctionError::PayloadTooLarge { limit: 6 }, 10);
         assert_eq!((f.fault(), f.status().as_u16()), (Fault::Client, 413));
+    }
+
+    #[test]
+    fn refused_requests_map_to_their_status_and_close() {
+        let r = ProxyError::Request(RequestError::Connect).into_response();
+        assert_eq!(r.status(), 405);
+        assert_eq!(r.headers()[header::ALLOW], validate::ALLOW);
+        assert_eq!(r.headers()[header::CONNECTION], "close");
+        for (e, code) in [
+            (RequestError::UriTooLong { limit: 1 }, 414),
+            (RequestError::HeaderBytes { limit: 1 }, 431),
+            (RequestError::HeaderCount { limit: 1 }, 431),
+            (RequestError::MissingHost, 400),
+            (RequestError::DuplicateHost, 400),
+            (RequestError::InvalidHost("a b".into()), 400),
+            (RequestError::Path(validate::PathError::EscapedSlash), 400),
+        ] {
+            let r = ProxyError::Request(e).into_response();
+            assert_eq!(r.status(), code);
+            assert_eq!(r.headers()[header::CONNECTION], "close");
+            assert!(r.headers().get(header::ALLOW).is_none());
+        }
+        // A gateway-side failure keeps the connection.
+        let r = ProxyError::Upstream("x".into()).into_response();
+        assert!(r.headers().get(header::CONNECTION).is_none());
     }
 }

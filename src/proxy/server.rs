@@ -7,6 +7,7 @@ use std::future::Future;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use hyper::service::service_fn;
@@ -31,8 +32,63 @@ use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::headers::TrustedProxies;
 use crate::net::tls::{self, TlsError};
 
-/// Most concurrent h2 streams per client connection.
-pub const MAX_CONCURRENT_STREAMS: u32 = 256;
+/// h2: most streams a client may reset before the gateway accepted them (the "rapid
+/// reset" attack, CVE-2023-44487); then GOAWAY `ENHANCE_YOUR_CALM` (http-cases C12).
+pub const MAX_PENDING_ACCEPT_RESET_STREAMS: usize = 100;
+/// h2: most streams the gateway may be made to reset for a client's protocol errors
+/// ("MadeYouReset", CVE-2025-8671); then GOAWAY `ENHANCE_YOUR_CALM` (http-cases C12).
+pub const MAX_LOCAL_ERROR_RESET_STREAMS: usize = 100;
+
+/// A client connection that has cancelled this many requests before their response
+/// (h2 `RST_STREAM` after the stream was accepted: the paced form of rapid reset, which
+/// h2's pending-accept limit does not see), when they are at least half of its
+/// requests, is closed (Envoy's premature-reset heuristic; http-cases C12).
+pub const MAX_CANCELLED_REQUESTS: u64 = 100;
+
+/// The smallest HTTP/1 read buffer limit hyper accepts.
+const MIN_HYPER_BUF_SIZE: usize = 8192;
+
+/// Per-connection count of requests and of requests the client cancelled before their
+/// response head (hyper drops the service future when an h2 stream is reset);
+/// `tripped` fires once the cancellations pass [`MAX_CANCELLED_REQUESTS`] and half of
+/// the requests.
+#[derive(Debug, Default)]
+struct CancelWatch {
+    started: AtomicU64,
+    cancelled: AtomicU64,
+    tripped: tokio::sync::Notify,
+}
+
+impl CancelWatch {
+    /// A request begins; the guard counts it as cancelled unless [`Pending::done`].
+    fn begin(self: &Arc<Self>) -> Pending {
+        self.started.fetch_add(1, Ordering::Relaxed);
+        Pending(Some(Arc::clone(self)))
+    }
+}
+
+/// One request in flight on a [`CancelWatch`]ed connection.
+struct Pending(Option<Arc<CancelWatch>>);
+
+impl Pending {
+    /// The response head was produced: not a cancellation.
+    fn done(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if let Some(w) = self.0.take() {
+            let cancelled = w.cancelled.fetch_add(1, Ordering::Relaxed) + 1;
+            if cancelled >= MAX_CANCELLED_REQUESTS
+                && 2 * cancelled >= w.started.load(Ordering::Relaxed)
+            {
+                w.tripped.notify_one();
+            }
+        }
+    }
+}
 
 /// Why the gateway could not start.
 #[derive(Debug, thiserror::Error)]
@@ -205,23 +261,32 @@ impl Server {
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
+        let rules = g.request_rules();
         let settings = Arc::new(ServiceSettings {
             max_body_bytes: g.max_body_bytes,
             upstream_timeout: secs(g.upstream_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+            request_rules: rules,
         });
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(secs(g.header_read_timeout_seconds))
-            .keep_alive(true);
+            .keep_alive(true)
+            // Header limits (issue 11 item 3): hyper answers 431 itself past these outer
+            // bounds (more fields than the limit; a head that does not fit its read
+            // buffer); `validate::check` applies the exact ones, the same as on h2.
+            .max_headers(g.max_header_count)
+            .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
+        // h2 limits, explicit (http-cases C12).
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_concurrent_streams(MAX_CONCURRENT_STREAMS)
-            .max_pending_accept_reset_streams(Some(100))
-            .max_local_error_reset_streams(Some(100));
+            .max_concurrent_streams(g.max_concurrent_streams)
+            .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+            .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
+            .max_header_list_size(rules.h2_max_header_list_size());
         let builder = Arc::new(builder);
         let graceful = GracefulShutdown::new();
         let handshake_timeout = secs(g.header_read_timeout_seconds);
@@ -254,16 +319,19 @@ impl Server {
         let serve = |stream: TcpStream, peer: SocketAddr, scheme: &'static str| {
             let gw = Arc::clone(&self.gateway);
             let settings = Arc::clone(&settings);
+            let cancels = Arc::new(CancelWatch::default());
+            let watch = Arc::clone(&cancels);
             let svc = service_fn(move |req| {
                 let gw = Arc::clone(&gw);
                 let settings = Arc::clone(&settings);
+                let pending = watch.begin();
                 async move {
-                    Ok::<_, std::convert::Infallible>(
-                        service::handle(gw, settings, req, peer, scheme).await,
-                    )
+                    let resp = service::handle(gw, settings, req, peer, scheme).await;
+                    pending.done();
+                    Ok::<_, std::convert::Infallible>(resp)
                 }
             });
-            (stream, svc)
+            (stream, svc, cancels)
         };
 
         tokio::pin!(shutdown);
@@ -273,7 +341,7 @@ impl Server {
                 accepted = self.proxy.accept() => {
                     let Ok((stream, peer)) = accepted else { continue };
                     let _ = stream.set_nodelay(true);
-                    let (stream, svc) = serve(stream, peer, "http");
+                    let (stream, svc, cancels) = serve(stream, peer, "http");
                     let builder = Arc::clone(&builder);
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
@@ -283,14 +351,14 @@ impl Server {
                             return tracing::debug!(%peer, "client sent nothing before the header timeout");
                         }
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                        if let Err(e) = watcher.watch(conn).await {
+                        if let Err(e) = until_cancel_flood(watcher.watch(conn), cancels, peer).await {
                             tracing::debug!(error = %e, "client connection ended with an error");
                         }
                     });
                 }
                 accepted = accept_tls(&self.tls) => {
                     let Some((stream, peer, acceptor)) = accepted else { continue };
-                    let (stream, svc) = serve(stream, peer, "https");
+                    let (stream, svc, cancels) = serve(stream, peer, "https");
                     let builder = Arc::clone(&builder);
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
@@ -300,7 +368,7 @@ impl Server {
                             Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
                         };
                         let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                        if let Err(e) = watcher.watch(conn).await {
+                        if let Err(e) = until_cancel_flood(watcher.watch(conn), cancels, peer).await {
                             tracing::debug!(error = %e, "TLS client connection ended with an error");
                         }
                     });
@@ -327,6 +395,27 @@ impl Server {
         admin_task.abort();
         self.gateway.shutdown_backends().await;
         tracing::info!("stopped");
+    }
+}
+
+/// Serve one connection until it ends, or close it when its client cancels too many
+/// requests (see [`MAX_CANCELLED_REQUESTS`]).
+async fn until_cancel_flood<E>(
+    conn: impl Future<Output = Result<(), E>>,
+    cancels: Arc<CancelWatch>,
+    peer: SocketAddr,
+) -> Result<(), E> {
+    tokio::select! {
+        ended = conn => ended,
+        () = cancels.tripped.notified() => {
+            tracing::warn!(
+                %peer,
+                cancelled = cancels.cancelled.load(Ordering::Relaxed),
+                requests = cancels.started.load(Ordering::Relaxed),
+                "closing a client connection that cancels most of its requests (rapid reset)"
+            );
+            Ok(())
+        }
     }
 }
 

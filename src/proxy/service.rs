@@ -33,6 +33,7 @@ use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
 use crate::net::headers::{self, TrustedProxies};
+use crate::net::validate::{self, Checked, RequestRules};
 use crate::telemetry as m;
 
 /// Settings of the request path.
@@ -44,6 +45,8 @@ pub struct ServiceSettings {
     pub upstream_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
+    /// Request validation and path normalization (issue 11).
+    pub request_rules: RequestRules,
 }
 
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
@@ -84,7 +87,8 @@ pub async fn handle(
                 | ProxyError::NoCapacity { .. }
                 | ProxyError::BadRequestBody(_)
                 | ProxyError::FunctionPayloadTooLarge { .. }
-                | ProxyError::UpgradeOnFunctionRoute => {
+                | ProxyError::UpgradeOnFunctionRoute
+                | ProxyError::Request(_) => {
                     tracing::debug!(error = %e, "local reply")
                 }
                 _ => tracing::warn!(error = %e, %method, %path, "request failed"),
@@ -101,10 +105,16 @@ type Outcome = Result<(&'static str, Response<Body>), (&'static str, ProxyError)
 async fn dispatch(
     gw: &Arc<Gateway>,
     settings: &ServiceSettings,
-    mut req: Request<Incoming>,
+    req: Request<Incoming>,
     peer: SocketAddr,
     scheme: &'static str,
 ) -> Outcome {
+    // Host, target form, header limits, path normalization, cookies (issue 11).
+    let mut req = match validate::check(req, &settings.request_rules) {
+        Checked::Forward(req) => req,
+        Checked::Answer(resp) => return Ok(("local", resp)),
+        Checked::Refuse(e) => return Err(("local", e.into())),
+    };
     let limit = settings.max_body_bytes;
     if req
         .headers()
@@ -135,7 +145,8 @@ async fn dispatch(
     *out.uri_mut() = parts.uri;
     *out.headers_mut() = parts.headers;
     let h = out.headers_mut();
-    headers::strip_hop_by_hop(h, false);
+    // `TE: trailers` survives from h2 clients (gRPC; http-cases C7, C15).
+    headers::strip_hop_by_hop(h, parts.version == http::Version::HTTP_2);
     headers::set_forwarded(
         h,
         peer.ip(),
@@ -332,9 +343,17 @@ fn record_decision(d: &Decision) {
     tracing::debug!(decision = ?d, reason = d.reason().as_str(), "routing decision");
 }
 
-/// Strip hop-by-hop headers from an upstream response (http-cases C7, "same rule on
-/// responses").
-fn clean_response<B>(mut resp: Response<B>) -> Response<B> {
-    headers::strip_hop_by_hop(resp.headers_mut(), false);
-    resp
+/// Response hygiene ([`headers::sanitize_response`]): hop-by-hop headers stripped
+/// (http-cases C7, "same rule on responses"), framing made consistent and the version
+/// set to the gateway's (issue 11 item 6); a response that cannot be forwarded
+/// faithfully becomes a 502.
+fn clean_response(resp: Response<Body>) -> Response<Body> {
+    let (mut parts, body) = resp.into_parts();
+    match headers::sanitize_response(parts.status, &mut parts.version, &mut parts.headers) {
+        Ok(()) => Response::from_parts(parts, body),
+        Err(e) => {
+            tracing::warn!(error = %e, "upstream response refused");
+            ProxyError::Upstream(e.to_string()).into_response()
+        }
+    }
 }

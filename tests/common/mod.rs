@@ -2,6 +2,9 @@
 //! 127.0.0.1 with port 0, talks to them over loopback, polls with deadlines.
 #![allow(dead_code)]
 
+pub mod h2raw;
+pub mod stub;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
@@ -385,4 +388,70 @@ function_tier:
   probe_interval_seconds: 0.02
 "#
     )
+}
+
+/// YAML for a gateway on port 0 in front of a static VM pool of `urls` (every request
+/// goes to a VM: one decision per 1000 epochs, r_max 1000, ρ = 1) with an unused
+/// process function tier. `extra_gateway` holds more `gateway:` keys, indented by two.
+pub fn static_config(urls: &[String], extra_gateway: &str) -> String {
+    let exe = exe();
+    let urls = urls
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+{extra_gateway}
+libra:
+  decision_epochs: 1000
+  r_max_rps: 1000
+  rho: 1.0
+vm_pool:
+  type: static
+  urls: [{urls}]
+function_tier:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
+  max_instances: 4
+"#
+    )
+}
+
+/// YAML for a gateway on port 0 whose requests all go to an `http` function tier at
+/// `url` (which may carry a base path): no VM ever starts.
+pub fn function_http_config(url: &str, extra_gateway: &str) -> String {
+    let exe = exe();
+    format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+{extra_gateway}
+libra:
+  decision_epochs: 1000
+  min_vms: 0
+  cip_rps: 0
+vm_pool:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "vm-{{port}}"]
+function_tier:
+  type: http
+  url: "{url}"
+  max_concurrency: 64
+"#
+    )
+}
+
+/// Resident memory of a process, KiB (Linux `/proc/PID/status` `VmRSS`).
+pub fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmRSS")
 }
