@@ -865,7 +865,7 @@ fn a_not_yet_visible_instance_is_still_terminated() {
         .filter(|r| {
             r.filters()
                 .get("instance-id")
-                .is_some_and(|v| v == &[id.clone()])
+                .is_some_and(|v| v == std::slice::from_ref(&id))
         })
         .count();
     assert!(describes >= 1, "confirmed with DescribeInstances");

@@ -143,14 +143,16 @@ pub fn xray_trace_header(headers: &http::HeaderMap) -> Option<http::HeaderValue>
     let hex = |s: &str, n: usize| {
         s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
     };
-    if !(hex(version, 2) && version != "ff")
-        || !hex(trace, 32)
-        || !hex(parent, 16)
-        || !hex(flags, 2)
-        || trace.bytes().all(|b| b == b'0')
-        || parent.bytes().all(|b| b == b'0')
-        || (version == "00" && parts.next().is_some())
-    {
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && !zero(trace)
+        && !zero(parent)
+        && !(version == "00" && parts.next().is_some());
+    if !valid {
         return None;
     }
     let sampled = u8::from_str_radix(flags, 16).ok()? & 1;
