@@ -30,7 +30,8 @@
 //! **Errors where the function never ran** ([`never_ran`], issue 13 item 8): Lambda
 //! rejects some Invoke calls before any code runs (the version is not ready, ENIs or
 //! subnet addresses ran out, the KMS key is unusable, …). Like a 429 such a call could be
-//! placed elsewhere; the classification is here, the fall-back belongs to the core.
+//! placed elsewhere (`NotSentReason::NeverRan`); the classification is here, and these
+//! calls are still answered 502 until item 8 wires it to the core's fall-back.
 //!
 //! **Pre-warm = provisioned concurrency.** `prewarmed_instances: N > 0` puts N
 //! provisioned concurrent executions on `qualifier` at start
