@@ -15,7 +15,7 @@
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
 //! | `spillway_function_cold_starts_total` | counter | — (incremented by the function tiers) |
-//! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, throttling, access_denied, unreachable, timeout, invalid_request, other) |
+//! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 
 use std::time::Duration;
 

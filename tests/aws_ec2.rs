@@ -1,8 +1,10 @@
-//! The EC2 VM pool through the real gateway binary (issue 4, "Tests"): against moto for
-//! scaling 0 → 3 → 1 → 0, restart adoption and boot-timeout termination; against a local
-//! EC2 query-API stub for capacity errors, throttling and access denied; against a closed
-//! port for an unreachable API. In every failure case the gateway keeps serving (the
-//! function tier takes the load) and `/status` and `/metrics` show the error.
+//! The EC2 VM pool through the real gateway binary (issues 4 and 13): against moto for
+//! scaling 0 → 3 → 1 → 0, restart adoption, boot-timeout termination, stopped instances
+//! and gateway ids sharing a pool; against the stateful local EC2 fake
+//! (`aws_common::ec2::FakeEc2`) for capacity, quota, throttling and access-denied errors,
+//! eventual consistency, ambiguous launches and batched describes; against a closed port
+//! for an unreachable API. In every failure case the gateway keeps serving (the function
+//! tier takes the load) and `/status` and `/metrics` show the error.
 //!
 //! Loopback only: moto's instances have fake private addresses that are never contacted.
 //! The pools use `address: tag`, and an [`Agent`] plays the instances' boot script: for
@@ -17,12 +19,12 @@ mod aws_common;
 mod common;
 
 use std::collections::{BTreeMap, HashMap};
-use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use aws_common::{Moto, REGION, StubRequest, aws_env, poll, read_stub_request, write_stub_reply};
+use aws_common::ec2::{FakeEc2, FakeInstance};
+use aws_common::{Moto, REGION, StubRequest, aws_env, poll};
 use aws_sdk_ec2::config::{BehaviorVersion, Credentials, Region};
 use common::{Gateway, SampleApi, header, http, u64_at};
 use serde_json::Value;
@@ -112,6 +114,62 @@ impl Ec2 {
             .collect()
     }
 
+    /// RunInstances of one instance tagged `spillway:pool=<pool>` and, when given,
+    /// `spillway:gateway=<gateway>`, as an earlier gateway run would have left it.
+    fn launch(&self, pool: &str, gateway: Option<&str>) -> String {
+        let mut tags = vec![
+            aws_sdk_ec2::types::Tag::builder()
+                .key("spillway:pool")
+                .value(pool)
+                .build(),
+        ];
+        if let Some(g) = gateway {
+            tags.push(
+                aws_sdk_ec2::types::Tag::builder()
+                    .key("spillway:gateway")
+                    .value(g)
+                    .build(),
+            );
+        }
+        let out = self
+            .rt
+            .block_on(
+                self.client
+                    .run_instances()
+                    .image_id("ami-12c6146b")
+                    .instance_type(aws_sdk_ec2::types::InstanceType::T3Micro)
+                    .min_count(1)
+                    .max_count(1)
+                    .tag_specifications(
+                        aws_sdk_ec2::types::TagSpecification::builder()
+                            .resource_type(aws_sdk_ec2::types::ResourceType::Instance)
+                            .set_tags(Some(tags))
+                            .build(),
+                    )
+                    .send(),
+            )
+            .expect("RunInstances");
+        out.instances()[0].instance_id().unwrap().to_string()
+    }
+
+    fn stop(&self, id: &str) {
+        self.rt
+            .block_on(self.client.stop_instances().instance_ids(id).send())
+            .expect("StopInstances");
+    }
+
+    fn state(&self, id: &str) -> String {
+        let out = self
+            .rt
+            .block_on(self.client.describe_instances().instance_ids(id).send())
+            .expect("DescribeInstances");
+        out.reservations()[0].instances()[0]
+            .state()
+            .and_then(|s| s.name())
+            .map(|n| n.as_str().to_string())
+            .unwrap_or_default()
+    }
+
     fn tag(&self, id: &str, key: &str, value: &str) {
         self.rt
             .block_on(
@@ -148,6 +206,12 @@ struct Agent {
 
 impl Agent {
     fn start(endpoint: &str, pool: &str, boot: Boot) -> Agent {
+        Agent::start_after(endpoint, pool, boot, Duration::ZERO)
+    }
+
+    /// Like [`Agent::start`], but an instance is tagged only once the agent has seen it
+    /// for `boot_time` (a slow boot).
+    fn start_after(endpoint: &str, pool: &str, boot: Boot, boot_time: Duration) -> Agent {
         let stop = Arc::new(AtomicBool::new(false));
         let apis: Arc<Mutex<HashMap<String, SampleApi>>> = Arc::default();
         let (endpoint, pool) = (endpoint.to_string(), pool.to_string());
@@ -155,9 +219,16 @@ impl Agent {
         let thread = std::thread::spawn(move || {
             let ec2 = Ec2::new(&endpoint);
             let mut done = std::collections::HashSet::new();
+            let mut first_seen: HashMap<String, Instant> = HashMap::new();
             while !stop2.load(Ordering::Relaxed) {
                 for inst in ec2.running(&pool) {
                     if done.contains(&inst.id) || inst.tags.contains_key(UPSTREAM_TAG) {
+                        continue;
+                    }
+                    let seen = *first_seen
+                        .entry(inst.id.clone())
+                        .or_insert_with(Instant::now);
+                    if seen.elapsed() < boot_time {
                         continue;
                     }
                     let url = match boot {
@@ -497,146 +568,6 @@ fn an_instance_that_never_gets_ready_is_terminated_after_the_boot_timeout() {
     assert!(header(&headers, "x-spillway-instance").is_some_and(|i| i.starts_with("fn-")));
 }
 
-impl StubRequest {
-    /// The first value of header `name` (lower case).
-    fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// The body as text.
-    fn text(&self) -> String {
-        String::from_utf8_lossy(&self.body).into_owned()
-    }
-
-    /// The value of `key` in a form-encoded body (AWS query protocol), percent-decoded.
-    fn form(&self, key: &str) -> Option<String> {
-        self.text().split('&').find_map(|kv| {
-            let (k, v) = kv.split_once('=')?;
-            (k == key).then(|| percent_decode(v))
-        })
-    }
-}
-
-/// `%XX` and `+` decoding of a form value.
-fn percent_decode(v: &str) -> String {
-    let b = v.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match u8::from_str_radix(&v[i + 1..i + 3], 16) {
-                Ok(x) => {
-                    out.push(x);
-                    i += 2;
-                }
-                Err(_) => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
-}
-
-/// A stub reply: status, headers, body.
-type StubReply = (u16, Vec<(String, String)>, Vec<u8>);
-
-type Handler = Arc<dyn Fn(&StubRequest) -> StubReply + Send + Sync>;
-
-/// A loopback HTTP/1.1 server answering every request with `handler` (one connection per
-/// request, `Connection: close`) and recording what it received.
-struct QueryStub {
-    /// The listen address.
-    addr: SocketAddr,
-    /// Every request received, in order.
-    seen: Arc<Mutex<Vec<StubRequest>>>,
-}
-
-impl QueryStub {
-    /// Start the stub on a free loopback port.
-    fn start(handler: impl Fn(&StubRequest) -> StubReply + Send + Sync + 'static) -> QueryStub {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap();
-        let seen = Arc::new(Mutex::new(Vec::new()));
-        let handler: Handler = Arc::new(handler);
-        let seen2 = Arc::clone(&seen);
-        std::thread::spawn(move || {
-            for stream in listener.incoming() {
-                let Ok(stream) = stream else { continue };
-                let handler = Arc::clone(&handler);
-                let seen = Arc::clone(&seen2);
-                std::thread::spawn(move || serve_one(stream, &*handler, &seen));
-            }
-        });
-        QueryStub { addr, seen }
-    }
-
-    /// `http://ADDR`.
-    fn endpoint(&self) -> String {
-        format!("http://{}", self.addr)
-    }
-
-    /// A copy of the requests received so far.
-    fn requests(&self) -> Vec<StubRequest> {
-        self.seen.lock().unwrap().clone()
-    }
-}
-
-fn serve_one(
-    stream: TcpStream,
-    handler: &(dyn Fn(&StubRequest) -> StubReply + Send + Sync),
-    seen: &Mutex<Vec<StubRequest>>,
-) {
-    let Some((req, reader)) = read_stub_request(stream) else {
-        return;
-    };
-    let (status, reply_headers, reply_body) = handler(&req);
-    seen.lock().unwrap().push(req);
-    write_stub_reply(reader, status, &reply_headers, &reply_body);
-}
-
-/// An EC2 query-API stub: DescribeInstances and TerminateInstances succeed (no
-/// instance), RunInstances fails with `code` and HTTP `status`.
-fn ec2_stub(status: u16, code: &'static str) -> QueryStub {
-    QueryStub::start(move |req: &StubRequest| {
-        let xml = |body: String| {
-            (
-                200,
-                vec![(
-                    "content-type".to_string(),
-                    "text/xml;charset=UTF-8".to_string(),
-                )],
-                body.into_bytes(),
-            )
-        };
-        match req.form("Action").as_deref() {
-            Some("DescribeInstances") => xml(
-                r#"<?xml version="1.0" encoding="UTF-8"?>
-<DescribeInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>stub-1</requestId><reservationSet/></DescribeInstancesResponse>"#
-                    .into(),
-            ),
-            Some("TerminateInstances") => xml(
-                r#"<?xml version="1.0" encoding="UTF-8"?>
-<TerminateInstancesResponse xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"><requestId>stub-2</requestId><instancesSet/></TerminateInstancesResponse>"#
-                    .into(),
-            ),
-            _ => (
-                status,
-                vec![("content-type".to_string(), "text/xml;charset=UTF-8".to_string())],
-                format!(
-                    r#"<?xml version="1.0" encoding="UTF-8"?>
-<Response><Errors><Error><Code>{code}</Code><Message>stub: {code}</Message></Error></Errors><RequestID>stub-3</RequestID></Response>"#
-                )
-                .into_bytes(),
-            ),
-        }
-    })
-}
-
 /// Start a gateway whose EC2 endpoint is `endpoint`, wait until a launch failed with
 /// `kind`, and check that the function tier serves and that `/status` and `/metrics`
 /// report the error.
@@ -675,56 +606,634 @@ fn keeps_serving_and_reports(endpoint: &str, kind: &str, extra_pool: &str) -> Ga
     gw
 }
 
+/// Issue 13 item 6 on moto: the pool's stopped instances are terminated at start
+/// (another gateway's are left alone).
+#[test]
+fn stopped_instances_of_the_pool_are_terminated_at_start() {
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "stopped";
+    let mine = ec2.launch(pool, Some("gw-test"));
+    let legacy = ec2.launch(pool, None);
+    let theirs = ec2.launch(pool, Some("gw-other"));
+    for id in [&mine, &legacy, &theirs] {
+        ec2.stop(id);
+    }
+    poll("stopped instances", LONG, || {
+        [&mine, &legacy, &theirs]
+            .iter()
+            .all(|id| ec2.state(id) == "stopped")
+            .then_some(())
+    });
+    let _gw = start(&ec2_config(
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 1",
+        &moto.endpoint,
+        pool,
+        "  gateway_id: gw-test",
+    ));
+    poll("this gateway's stopped instances terminated", LONG, || {
+        (ec2.state(&mine) == "terminated" && ec2.state(&legacy) == "terminated").then_some(())
+    });
+    assert_eq!(ec2.state(&theirs), "stopped");
+}
+
+/// Issue 13 item 7 on moto: gateways with their own `gateway_id` share a `pool_name`
+/// without adopting or terminating each other's instances (even booting ones), a second
+/// gateway launching with the same id is an alarm, and `adopt_gateway_ids` takes a
+/// retired gateway's instances over explicitly.
+#[test]
+fn one_writer_per_pool_instance() {
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "shared";
+    // Instances boot for 3 s before their upstream tag appears.
+    let _agent = Agent::start_after(
+        &moto.endpoint,
+        pool,
+        Boot::SampleApi,
+        Duration::from_secs(3),
+    );
+    let idle =
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 1";
+    let one = "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0";
+    // C has A's id and starts first: A's launches are a second writer with its id.
+    let c = start(&ec2_config(
+        idle,
+        &moto.endpoint,
+        pool,
+        "  gateway_id: gw-a\n  audit_interval_seconds: 0.3",
+    ));
+    let a = start(&ec2_config(
+        one,
+        &moto.endpoint,
+        pool,
+        "  gateway_id: gw-a\n  boot_timeout_seconds: 60",
+    ));
+    let id = poll("A's instance", LONG, || {
+        ec2.running(pool).first().map(|i| i.id.clone())
+    });
+    // B starts while A's instance boots.
+    let b = start(&ec2_config(
+        idle,
+        &moto.endpoint,
+        pool,
+        "  gateway_id: gw-b\n  audit_interval_seconds: 0.3",
+    ));
+    a.wait_status("A's VM ready", LONG, |s| ready(s) == 1);
+    let inst = ec2.pool(pool);
+    assert_eq!(inst.len(), 1, "{inst:?}");
+    assert_eq!(inst[0].state, "running");
+    assert_eq!(inst[0].tags["spillway:gateway"], "gw-a");
+    let s = b.status();
+    assert_eq!(ready(&s), 0, "{s:#}");
+    assert_eq!(
+        s["vm_pool"]["errors"]["conditions"]["other_gateways"]["detail"]["gw-a"], 1,
+        "{s:#}"
+    );
+    assert!(
+        b.proc
+            .log_text()
+            .contains("instance of another gateway: left alone")
+    );
+    let s = c.wait_status("the pool_writers alarm", LONG, |s| {
+        s["vm_pool"]["errors"]["conditions"]["pool_writers"]["alarm"] == true
+    });
+    assert_eq!(
+        s["vm_pool"]["errors"]["conditions"]["pool_writers"]["detail"]["instances"],
+        serde_json::json!([id])
+    );
+    assert_eq!(ready(&s), 0);
+    // A retires and leaves its instance (on_shutdown: keep); B takes it over explicitly.
+    drop(a);
+    drop(b);
+    drop(c);
+    let b2 = start(&ec2_config(
+        one,
+        &moto.endpoint,
+        pool,
+        "  gateway_id: gw-b\n  adopt_gateway_ids: [gw-a]",
+    ));
+    let s = b2.wait_status("A's VM adopted", LONG, |s| ready(s) == 1);
+    assert_eq!(s["vm_pool"]["vms"][0]["instance"], id.as_str());
+}
+
+/// A fake EC2 whose instances never get an upstream tag (never ready).
+fn fake_without_boot() -> FakeEc2 {
+    FakeEc2::start(|_| None)
+}
+
+/// A fake EC2 whose instances run a loopback sample API each (tagged at creation).
+fn fake_with_apis() -> (FakeEc2, Arc<Mutex<Vec<SampleApi>>>) {
+    let apis: Arc<Mutex<Vec<SampleApi>>> = Arc::default();
+    let keep = Arc::clone(&apis);
+    let fake = FakeEc2::start(move |id| {
+        let api = SampleApi::start(&format!("vm-{id}"));
+        let url = format!("http://{}", api.addr);
+        keep.lock().unwrap().push(api);
+        Some(url)
+    });
+    (fake, apis)
+}
+
 #[test]
 fn capacity_errors_try_every_subnet_and_the_gateway_keeps_serving() {
-    let stub = ec2_stub(500, "InsufficientInstanceCapacity");
+    let fake = fake_without_boot();
+    fake.set(|f| f.run_error = Some((500, "InsufficientInstanceCapacity".into())));
     let _gw = keeps_serving_and_reports(
-        &stub.endpoint(),
+        &fake.endpoint(),
         "capacity",
         "  subnet_ids: [subnet-aaa, subnet-bbb]",
     );
-    let runs: Vec<String> = stub
-        .requests()
-        .iter()
-        .filter(|r| r.form("Action").as_deref() == Some("RunInstances"))
-        .map(|r| {
-            assert_eq!((r.method.as_str(), r.target.as_str()), ("POST", "/"));
-            assert!(
-                r.header("content-type")
-                    .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded")),
-                "{r:?}"
-            );
-            assert!(
-                r.form("ClientToken")
-                    .is_some_and(|t| t.starts_with("spillway-")),
-                "{}",
-                r.text()
-            );
-            assert_eq!(
-                r.form("TagSpecification.1.Tag.1.Key").as_deref(),
-                Some("spillway:pool")
-            );
-            assert_eq!(
-                r.form("TagSpecification.1.Tag.1.Value").as_deref(),
-                Some("errors")
-            );
-            r.form("SubnetId").unwrap_or_default()
-        })
-        .collect();
-    assert!(runs.contains(&"subnet-aaa".to_string()), "{runs:?}");
-    assert!(runs.contains(&"subnet-bbb".to_string()), "{runs:?}");
+    let runs = fake.calls("RunInstances");
+    for r in &runs {
+        assert_eq!((r.method.as_str(), r.target.as_str()), ("POST", "/"));
+        assert!(
+            r.header("content-type")
+                .is_some_and(|c| c.starts_with("application/x-www-form-urlencoded")),
+            "{r:?}"
+        );
+        assert!(
+            r.form("ClientToken")
+                .is_some_and(|t| t.starts_with("spillway-")),
+            "{}",
+            r.text()
+        );
+        assert_eq!(
+            r.form("TagSpecification.1.Tag.1.Key").as_deref(),
+            Some("spillway:pool")
+        );
+        assert_eq!(
+            r.form("TagSpecification.1.Tag.1.Value").as_deref(),
+            Some("errors")
+        );
+    }
+    // Every VM's launch tried both subnets.
+    let mut per_vm: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for r in &runs {
+        let vm = tag_of(r, "spillway:vm");
+        per_vm
+            .entry(vm)
+            .or_default()
+            .push(r.form("SubnetId").unwrap_or_default());
+    }
+    assert!(!per_vm.is_empty());
+    for (vm, subnets) in &per_vm {
+        let distinct: std::collections::BTreeSet<_> = subnets.iter().collect();
+        assert_eq!(distinct.len(), 2, "{vm}: {subnets:?}");
+    }
 }
 
 #[test]
 fn throttling_is_reported_and_the_gateway_keeps_serving() {
-    let stub = ec2_stub(503, "RequestLimitExceeded");
-    let _gw = keeps_serving_and_reports(&stub.endpoint(), "throttling", "");
+    let fake = fake_without_boot();
+    fake.set(|f| f.run_error = Some((503, "RequestLimitExceeded".into())));
+    let _gw = keeps_serving_and_reports(&fake.endpoint(), "throttling", "");
 }
 
+/// Access denied on RunInstances (an IAM image condition that no longer matches the
+/// template's AMI, issue 13 item 14) is an alarm in `/status` until a launch succeeds.
 #[test]
-fn access_denied_is_reported_and_the_gateway_keeps_serving() {
-    let stub = ec2_stub(403, "UnauthorizedOperation");
-    let _gw = keeps_serving_and_reports(&stub.endpoint(), "access_denied", "");
+fn access_denied_is_a_pool_alarm_until_a_launch_succeeds() {
+    let (fake, _apis) = fake_with_apis();
+    fake.set(|f| f.run_error = Some((403, "UnauthorizedOperation".into())));
+    let gw = keeps_serving_and_reports(&fake.endpoint(), "access_denied", "");
+    let s = gw.status();
+    let alarm = &s["vm_pool"]["errors"]["conditions"]["launch"];
+    assert_eq!(alarm["alarm"], true, "{s:#}");
+    assert_eq!(alarm["state"], "access_denied", "{s:#}");
+    assert!(
+        alarm["reason"]
+            .as_str()
+            .is_some_and(|r| r.contains("UnauthorizedOperation")),
+        "{s:#}"
+    );
+    // The policy is fixed: the next decision's launch succeeds and the alarm ends.
+    fake.set(|f| f.run_error = None);
+    gw.wait_status("a ready VM and no launch alarm", LONG, |s| {
+        ready(s) == 1 && s["vm_pool"]["errors"]["conditions"].get("launch").is_none()
+    });
+}
+
+/// The `spillway:vm` tag value of a RunInstances request.
+fn tag_of(r: &StubRequest, key: &str) -> String {
+    r.instance_tags()
+        .into_iter()
+        .find_map(|(k, v)| (k == key).then_some(v))
+        .unwrap_or_default()
+}
+
+/// Gateway YAML for the fake: pool `pool`, gateway id `gw-test`, `libra` and extra pool
+/// lines as given.
+fn fake_config(fake: &FakeEc2, pool: &str, libra: &str, extra_pool: &str) -> String {
+    ec2_config(
+        libra,
+        &fake.endpoint(),
+        pool,
+        &format!("  gateway_id: gw-test\n{extra_pool}"),
+    )
+}
+
+/// Issue 13 item 1: TerminateInstances answering NotFound right after RunInstances does
+/// not drop the instance: the gateway confirms with DescribeInstances and terminates it
+/// once EC2 finds it.
+#[test]
+fn a_not_yet_visible_instance_is_still_terminated() {
+    let fake = fake_without_boot();
+    fake.set(|f| f.terminate_not_found_first = 2);
+    let _gw = start(&fake_config(
+        &fake,
+        "eventual",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0",
+        "  boot_timeout_seconds: 1",
+    ));
+    // The instance never gets ready; after the boot timeout the driver terminates it.
+    let id = poll("a launched instance", LONG, || {
+        fake.instances().into_keys().next()
+    });
+    poll("the instance terminated", LONG, || {
+        (fake.instances()[&id].state == "terminated").then_some(())
+    });
+    let terminates: Vec<StubRequest> = fake
+        .calls("TerminateInstances")
+        .into_iter()
+        .filter(|r| r.form_list("InstanceId").contains(&id))
+        .collect();
+    assert_eq!(terminates.len(), 3, "two NotFound answers, then success");
+    let describes = fake
+        .calls("DescribeInstances")
+        .into_iter()
+        .filter(|r| {
+            r.filters()
+                .get("instance-id")
+                .is_some_and(|v| v == std::slice::from_ref(&id))
+        })
+        .count();
+    assert!(describes >= 1, "confirmed with DescribeInstances");
+}
+
+/// Issue 13 item 2: a batch TerminateInstances with one id EC2 does not know terminates
+/// the others (here: the stale instances found at start).
+#[test]
+fn batch_terminate_skips_the_ids_ec2_does_not_know() {
+    let fake = fake_without_boot();
+    let tags = [("spillway:pool", "stale"), ("spillway:gateway", "gw-test")];
+    let a = fake.insert("pending", &tags);
+    let gone = fake.insert("pending", &tags);
+    let c = fake.insert("stopped", &tags);
+    let foreign = fake.insert(
+        "pending",
+        &[("spillway:pool", "stale"), ("spillway:gateway", "gw-other")],
+    );
+    fake.set(|f| {
+        f.unknown_to_terminate.insert(gone.clone());
+    });
+    let gw = start(&fake_config(
+        &fake,
+        "stale",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 1",
+        "",
+    ));
+    poll("the known stale instances terminated", LONG, || {
+        let all = fake.instances();
+        (all[&a].state == "terminated" && all[&c].state == "terminated").then_some(())
+    });
+    let batches: Vec<Vec<String>> = fake
+        .calls("TerminateInstances")
+        .iter()
+        .map(|r| r.form_list("InstanceId"))
+        .collect();
+    assert_eq!(
+        batches[0],
+        [a.clone(), gone.clone(), c.clone()],
+        "one batch first"
+    );
+    assert!(
+        batches.contains(&vec![a.clone(), c.clone()]),
+        "the rest without the unknown id: {batches:?}"
+    );
+    // Another gateway's instance is never touched.
+    assert_eq!(fake.instances()[&foreign].state, "pending");
+    assert!(batches.iter().all(|b| !b.contains(&foreign)), "{batches:?}");
+    let s = gw.status();
+    assert_eq!(
+        s["vm_pool"]["errors"]["conditions"]["other_gateways"]["detail"]["gw-other"], 1,
+        "{s:#}"
+    );
+}
+
+/// Issue 13 item 3: an ambiguous RunInstances failure (5xx after the instance was
+/// launched) is repeated with the same client token and subnet, and the VM gets the
+/// instance the first call launched — no second instance, nothing terminated.
+#[test]
+fn an_ambiguous_launch_is_repeated_with_the_same_token_and_subnet() {
+    let (fake, _apis) = fake_with_apis();
+    fake.set(|f| f.run_ambiguous_first = 4);
+    let gw = start(&fake_config(
+        &fake,
+        "ambiguous",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0",
+        "  subnet_ids: [subnet-a, subnet-b]\n  boot_timeout_seconds: 60",
+    ));
+    gw.wait_status("a ready VM", LONG, |s| ready(s) == 1);
+    let all = fake.instances();
+    assert_eq!(all.len(), 1, "one instance: {all:?}");
+    let runs = fake.calls("RunInstances");
+    assert!(
+        runs.len() >= 5,
+        "4 ambiguous answers, then success: {}",
+        runs.len()
+    );
+    let tokens: std::collections::BTreeSet<_> = runs
+        .iter()
+        .map(|r| r.form("ClientToken").unwrap())
+        .collect();
+    let subnets: std::collections::BTreeSet<_> =
+        runs.iter().map(|r| r.form("SubnetId").unwrap()).collect();
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    assert_eq!(subnets.len(), 1, "{subnets:?}");
+    assert!(fake.calls("TerminateInstances").is_empty());
+    let s = gw.status();
+    let instance = s["vm_pool"]["vms"][0]["instance"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(all.contains_key(&instance), "{s:#}");
+}
+
+/// Issue 13 item 4: booting instances are described together in one call, and a
+/// throttled DescribeInstances backs off exponentially, starting at the probe interval.
+#[test]
+fn describes_are_batched_and_back_off_when_throttled() {
+    let (fake, _apis) = fake_with_apis();
+    // Booting: invisible to DescribeInstances for a long while.
+    fake.set(|f| f.describe_hidden_first = 1_000_000);
+    let gw = start(&fake_config(
+        &fake,
+        "batched",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 3\n  max_vms: 3\n  cip_rps: 0",
+        "  boot_timeout_seconds: 120",
+    ));
+    let ids: Vec<String> = poll("3 launched instances", LONG, || {
+        let v: Vec<String> = fake.instances().into_keys().collect();
+        (v.len() == 3).then_some(v)
+    });
+    let all_three = |r: &StubRequest| {
+        r.filters()
+            .get("instance-id")
+            .is_some_and(|v| ids.iter().all(|i| v.contains(i)))
+    };
+    poll("a DescribeInstances naming all three", LONG, || {
+        fake.calls("DescribeInstances")
+            .iter()
+            .any(all_three)
+            .then_some(())
+    });
+    fake.set(|f| f.describe_throttled = 4);
+    let throttled = |fake: &FakeEc2| -> Vec<Instant> {
+        fake.timed_requests()
+            .into_iter()
+            .filter(|(_, r, status)| r.action() == "DescribeInstances" && *status == 503)
+            .map(|(t, _, _)| t)
+            .collect()
+    };
+    let throttled_at = poll("four throttled describes", LONG, || {
+        let t = throttled(&fake);
+        (t.len() == 4).then_some(t)
+    });
+    let unhidden_at = poll("a describe after the throttling", LONG, || {
+        fake.timed_requests()
+            .into_iter()
+            .find(|(t, r, _)| r.action() == "DescribeInstances" && *t > throttled_at[3])
+            .map(|(t, _, _)| t)
+    });
+    fake.set(|f| f.describe_hidden_first = 0);
+    gw.wait_status("3 ready VMs", LONG, |s| ready(s) == 3);
+    // While all three booted, every resolution call named all three.
+    let first_all = fake
+        .timed_requests()
+        .into_iter()
+        .find(|(_, r, _)| r.action() == "DescribeInstances" && all_three(r))
+        .map(|(t, _, _)| t)
+        .unwrap();
+    let booting: Vec<StubRequest> = fake
+        .timed_requests()
+        .into_iter()
+        .filter(|(t, r, _)| {
+            r.action() == "DescribeInstances"
+                && r.filters().contains_key("instance-id")
+                && *t >= first_all
+                && *t <= unhidden_at
+        })
+        .map(|(_, r, _)| r)
+        .collect();
+    assert!(booting.len() >= 5, "{}", booting.len());
+    for r in &booting {
+        assert!(all_three(r), "{:?}", r.filters());
+    }
+    // The pauses after the throttled calls are at least the probe interval (0.1 s in
+    // ec2_config), doubling: 0.1, 0.2, 0.4 and 0.8 s.
+    let mut after = throttled_at.clone();
+    after.push(unhidden_at);
+    for (k, min) in [0.1, 0.2, 0.4, 0.8].into_iter().enumerate() {
+        let gap = after[k + 1].duration_since(after[k]);
+        assert!(
+            gap >= Duration::from_secs_f64(min),
+            "pause {k} after throttling: {gap:?} < {min} s"
+        );
+    }
+    assert!(
+        gw.status()["vm_pool"]["errors"]["counts"]["describe_instances.throttling"]
+            .as_u64()
+            .is_some_and(|n| n >= 4)
+    );
+}
+
+/// Issue 13 item 5: `Unsupported` (the instance type is not offered in that subnet's
+/// zone) moves the launch to the next subnet; the instance launches with shutdown
+/// behaviour `terminate` and exactly the tag keys `deploy/aws/iam.yaml` allows.
+#[test]
+fn unsupported_moves_the_launch_to_the_next_subnet() {
+    let (fake, _apis) = fake_with_apis();
+    fake.set(|f| {
+        f.subnet_errors
+            .insert("subnet-a".into(), (400, "Unsupported".into()));
+    });
+    let gw = start(&fake_config(
+        &fake,
+        "subnets",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0",
+        "  subnet_ids: [subnet-a, subnet-b]",
+    ));
+    gw.wait_status("a ready VM", LONG, |s| ready(s) == 1);
+    let all: Vec<FakeInstance> = fake.instances().into_values().collect();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].subnet, "subnet-b");
+    assert_eq!(all[0].shutdown_behavior, "terminate");
+    assert_eq!(all[0].tag("spillway:gateway"), Some("gw-test"));
+    let s = gw.status();
+    assert_eq!(
+        s["vm_pool"]["errors"]["counts"]["run_instances.capacity"], 1,
+        "{s:#}"
+    );
+    // Issue 13 item 15: the tag keys sent are the ones the IAM policy allows.
+    let allowed = iam_tag_keys();
+    let expected: std::collections::BTreeSet<String> = spillway::backends::ec2::SPILLWAY_TAG_KEYS
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert_eq!(allowed, expected, "deploy/aws/iam.yaml aws:TagKeys");
+    for r in fake.calls("RunInstances") {
+        for (k, _) in r.instance_tags() {
+            assert!(
+                allowed.contains(&k) || k == "team",
+                "{k} is neither a spillway key in iam.yaml nor a vm_pool.tags key"
+            );
+        }
+        let sent: std::collections::BTreeSet<String> = r
+            .instance_tags()
+            .into_iter()
+            .map(|(k, _)| k)
+            .filter(|k| k != "team")
+            .collect();
+        assert_eq!(sent, expected);
+    }
+}
+
+/// The literal tag keys of every `aws:TagKeys` list in `deploy/aws/iam.yaml` (block
+/// sequences, one key per line); each list must also take the `ExtraTagKeys` parameter
+/// (the `vm_pool.tags` keys).
+fn iam_tag_keys() -> std::collections::BTreeSet<String> {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/deploy/aws/iam.yaml"))
+        .unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let mut lists: Vec<std::collections::BTreeSet<String>> = Vec::new();
+    for (i, line) in lines.iter().enumerate() {
+        if !line.trim_start().starts_with("aws:TagKeys:") {
+            continue;
+        }
+        let indent = line.len() - line.trim_start().len();
+        let mut keys = std::collections::BTreeSet::new();
+        let mut extra = false;
+        for l in &lines[i + 1..] {
+            if l.trim().is_empty() || l.trim_start().starts_with('#') {
+                continue;
+            }
+            if l.len() - l.trim_start().len() <= indent {
+                break;
+            }
+            let item = l
+                .trim_start()
+                .trim_start_matches("- ")
+                .trim_start_matches("- ");
+            if item.starts_with("spillway:") {
+                keys.insert(item.to_string());
+            }
+            extra |= item.contains("!Ref ExtraTagKeys");
+        }
+        assert!(
+            extra,
+            "iam.yaml:{}: aws:TagKeys without ExtraTagKeys",
+            i + 1
+        );
+        lists.push(keys);
+    }
+    assert!(!lists.is_empty(), "no aws:TagKeys in iam.yaml");
+    for l in &lists[1..] {
+        assert_eq!(l, &lists[0], "every aws:TagKeys list is the same");
+    }
+    lists.swap_remove(0)
+}
+
+/// Issue 13 item 5: an account quota (`VcpuLimitExceeded`) is the same in every subnet:
+/// one RunInstances per launch, and the pool alarm says so.
+#[test]
+fn a_quota_error_does_not_try_the_other_subnets() {
+    let fake = fake_without_boot();
+    fake.set(|f| f.run_error = Some((400, "VcpuLimitExceeded".into())));
+    let gw = keeps_serving_and_reports(
+        &fake.endpoint(),
+        "quota",
+        "  gateway_id: gw-test\n  subnet_ids: [subnet-a, subnet-b, subnet-c]",
+    );
+    let s = gw.status();
+    assert_eq!(
+        s["vm_pool"]["errors"]["conditions"]["launch"]["state"], "quota",
+        "{s:#}"
+    );
+    let mut per_vm: BTreeMap<String, usize> = BTreeMap::new();
+    for r in fake.calls("RunInstances") {
+        *per_vm.entry(tag_of(&r, "spillway:vm")).or_default() += 1;
+    }
+    assert!(!per_vm.is_empty());
+    assert!(per_vm.values().all(|&n| n == 1), "{per_vm:?}");
+}
+
+/// Issue 13 item 6: a stopped instance of the pool is terminated by the pool audit.
+#[test]
+fn the_audit_terminates_stopped_instances_of_the_pool() {
+    let fake = fake_without_boot();
+    let _gw = start(&fake_config(
+        &fake,
+        "audit",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 1",
+        "  audit_interval_seconds: 0.3",
+    ));
+    let stopped = fake.insert(
+        "stopped",
+        &[("spillway:pool", "audit"), ("spillway:gateway", "gw-test")],
+    );
+    let other = fake.insert(
+        "stopped",
+        &[("spillway:pool", "audit"), ("spillway:gateway", "gw-b")],
+    );
+    poll("the stopped instance terminated", LONG, || {
+        (fake.instances()[&stopped].state == "terminated").then_some(())
+    });
+    assert_eq!(
+        fake.instances()[&other].state,
+        "stopped",
+        "another gateway's"
+    );
+}
+
+/// Issue 13 item 6: user data is limited to 16 KiB before base64.
+#[test]
+fn user_data_is_limited_to_16_kib_before_base64() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |bytes: usize| {
+        let path = dir.path().join(format!("ud-{bytes}.yaml"));
+        let ud = "x".repeat(bytes);
+        std::fs::write(
+            &path,
+            ec2_config(
+                "  r_max_rps: 10",
+                "http://127.0.0.1:1",
+                "cfg",
+                &format!("  user_data: \"{ud}\""),
+            ),
+        )
+        .unwrap();
+        std::process::Command::new(common::exe())
+            .args(["check", "--config", path.to_str().unwrap()])
+            .output()
+            .unwrap()
+    };
+    // 13,000 bytes are 17,336 once base64-encoded: fine, the limit is on the raw bytes.
+    for ok in [13_000, 16_384] {
+        let out = check(ok);
+        assert!(
+            out.status.success(),
+            "{ok}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = check(16_385);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("vm_pool.user_data") && err.contains("16385 bytes"),
+        "{err}"
+    );
 }
 
 #[test]

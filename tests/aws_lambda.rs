@@ -14,9 +14,9 @@ use std::time::Duration;
 
 use aws_common::aws_env;
 use aws_common::lambda::{
-    InvokeReply as StubReply, InvokeStub, moto_with_function, queue_lambda_replies,
+    InvokeReply as StubReply, InvokeStub, StubRequest, moto_with_function, queue_lambda_replies,
 };
-use common::{Gateway, SampleApi, free_port, header, http, u64_at};
+use common::{Gateway, SampleApi, free_port, header, http, raw, u64_at};
 use serde_json::Value;
 
 /// A v2 reply the stub gives by default.
@@ -381,10 +381,12 @@ fn throttled_call_without_a_vm_is_503_with_retry_after() {
 }
 
 /// Pre-warm: `prewarmed_instances: 3` puts provisioned concurrency on the qualifier at
-/// start and, with `remove_prewarm_on_shutdown`, deletes it on shutdown.
+/// start, follows it until `READY` (shown in `/status`) and, with
+/// `remove_prewarm_on_shutdown`, deletes it on shutdown (issue 13 item 12).
 #[test]
 fn prewarm_becomes_provisioned_concurrency() {
     let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.pc_statuses(&[("IN_PROGRESS", ""), ("IN_PROGRESS", ""), ("READY", "")]);
     let mut gw = lambda_gateway(
         &stub.endpoint(),
         &[],
@@ -401,6 +403,17 @@ fn prewarm_becomes_provisioned_concurrency() {
     );
     let body: Value = serde_json::from_slice(&put.body).unwrap();
     assert_eq!(body["ProvisionedConcurrentExecutions"], 3);
+    let st = gw.wait_status(
+        "provisioned concurrency READY",
+        Duration::from_secs(30),
+        |s| s["functions"]["errors"]["conditions"]["provisioned_concurrency"]["state"] == "READY",
+    );
+    let pc = &st["functions"]["errors"]["conditions"]["provisioned_concurrency"];
+    assert_eq!(pc["alarm"], false, "{st:#}");
+    assert_eq!(pc["detail"]["allocated"], 3, "{st:#}");
+    assert_eq!(pc["detail"]["qualifier"], "live", "{st:#}");
+    let gets = stub.calls().iter().filter(|c| c.method == "GET").count();
+    assert_eq!(gets, 3, "polled until READY, then no more");
     // Invokes go to the qualifier.
     let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
     assert_eq!(code, 200);
@@ -424,20 +437,71 @@ fn prewarm_becomes_provisioned_concurrency() {
     );
 }
 
-/// `prewarmed_instances: 0` removes provisioned concurrency at start; a failing
-/// provisioned-concurrency call does not stop the gateway from serving.
+/// A provisioned-concurrency config that ends `FAILED` is an alarm in `/status`, with
+/// Lambda's reason.
 #[test]
-fn prewarm_zero_deletes_at_start_and_failures_do_not_stop_serving() {
+fn failed_provisioned_concurrency_is_an_alarm_with_its_reason() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.pc_statuses(&[
+        ("IN_PROGRESS", ""),
+        ("FAILED", "FUNCTION_ERROR_INIT_FAILURE: init crashed"),
+    ]);
+    let gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  qualifier: live\n  prewarmed_instances: 2",
+    );
+    let st = gw.wait_status(
+        "provisioned concurrency FAILED",
+        Duration::from_secs(30),
+        |s| s["functions"]["errors"]["conditions"]["provisioned_concurrency"]["state"] == "FAILED",
+    );
+    let pc = &st["functions"]["errors"]["conditions"]["provisioned_concurrency"];
+    assert_eq!(pc["alarm"], true, "{st:#}");
+    assert_eq!(
+        pc["reason"], "FUNCTION_ERROR_INIT_FAILURE: init crashed",
+        "{st:#}"
+    );
+    // Still serving.
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+}
+
+/// Issue 13 item 12: `prewarmed_instances: 0` no longer removes provisioned concurrency;
+/// `remove_prewarm_on_start: true` does. A failing provisioned-concurrency call does not
+/// stop the gateway from serving.
+#[test]
+fn prewarm_zero_keeps_and_remove_on_start_deletes() {
     let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
     let gw = lambda_gateway(
         &stub.endpoint(),
         &[],
         "  qualifier: live\n  prewarmed_instances: 0",
     );
-    stub.wait_call(
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    drop(gw);
+    assert!(
+        stub.calls()
+            .iter()
+            .all(|c| c.target.contains("/invocations")),
+        "no provisioned-concurrency call: {:?}",
+        stub.calls()
+    );
+
+    let gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  qualifier: live\n  remove_prewarm_on_start: true",
+    );
+    let del = stub.wait_call(
         "DeleteProvisionedConcurrencyConfig",
         Duration::from_secs(20),
         |c| c.method == "DELETE",
+    );
+    assert!(
+        del.target
+            .ends_with("provisioned-concurrency?Qualifier=live")
     );
     assert!(stub.calls().iter().all(|c| c.method != "PUT"));
     drop(gw);
@@ -506,4 +570,187 @@ fn h2_split_cookies_reach_lambda_events_joined() {
     assert_eq!(events[0]["headers"]["cookie"], "a=1; b=2");
     assert_eq!(events[1]["cookies"], serde_json::json!(["a=1", "b=2"]));
     assert!(events[1]["headers"].get("cookie").is_none());
+}
+
+/// Issue 13 item 9: the reply shapes API Gateway and the ALB accept reach the client in
+/// every payload format; other shapes stay 502.
+#[test]
+fn lenient_replies_reach_the_client_in_every_format() {
+    for format in ["v2", "v1", "alb"] {
+        let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+        stub.script([
+            StubReply::ok(r#"{"statusCode":"201","body":"made"}"#),
+            StubReply::ok(r#"{"statusCode":200,"headers":{"x-count":3,"x-ok":true}}"#),
+            StubReply::ok(r#"{"statusCode":200,"multiValueHeaders":{"x-m":[1,"b"]},"body":null}"#),
+            StubReply::ok(r#"{"statusCode":"2O1","body":"bad"}"#),
+        ]);
+        let gw = lambda_gateway(
+            &stub.endpoint(),
+            &[],
+            &format!("  payload_format: {format}"),
+        );
+        let (code, _, body) = http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!((code, &body[..]), (201, &b"made"[..]), "{format}");
+        let (code, h, body) = http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 200, "{format}");
+        assert_eq!(header(&h, "x-count"), Some("3"), "{format}");
+        assert_eq!(header(&h, "x-ok"), Some("true"), "{format}");
+        assert!(body.is_empty(), "{format}");
+        let (code, h, _) = http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 200, "{format}");
+        let xm: Vec<&str> = h
+            .iter()
+            .filter(|(k, _)| k == "x-m")
+            .map(|(_, v)| v.as_str())
+            .collect();
+        assert_eq!(xm, ["1", "b"], "{format}");
+        let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 502, "{format}");
+    }
+}
+
+/// Issue 13 item 13: the Invoke call carries `X-Amzn-Trace-Id` (the client's, or one
+/// derived from its W3C `traceparent`), and both stay in the event's headers.
+#[test]
+fn invoke_carries_the_trace_header() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let xray = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let (code, _, _) = http(
+        gw.proxy,
+        "GET",
+        "/t",
+        &[("X-Amzn-Trace-Id", xray), ("traceparent", tp)],
+        b"",
+    );
+    assert_eq!(code, 200);
+    let (code, _, _) = http(gw.proxy, "GET", "/t", &[("traceparent", tp)], b"");
+    assert_eq!(code, 200);
+    let (code, _, _) = http(gw.proxy, "GET", "/t", &[], b"");
+    assert_eq!(code, 200);
+    let calls = stub.invocations();
+    assert_eq!(calls.len(), 3);
+    let trace = |c: &StubRequest| {
+        c.headers
+            .iter()
+            .find(|(k, _)| k == "x-amzn-trace-id")
+            .map(|(_, v)| v.clone())
+    };
+    assert_eq!(trace(&calls[0]).as_deref(), Some(xray));
+    assert_eq!(
+        trace(&calls[1]).as_deref(),
+        Some("Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1")
+    );
+    assert_eq!(trace(&calls[2]), None);
+    let ev: Value = serde_json::from_slice(&calls[0].body).unwrap();
+    assert_eq!(ev["headers"]["x-amzn-trace-id"], xray);
+    assert_eq!(ev["headers"]["traceparent"], tp);
+}
+
+/// Issue 13 item 10: every event the gateway sends, for a corpus of odd requests, in
+/// every payload format, validates against AWS Lambda Powertools' parser models
+/// (`APIGatewayProxyEventV2Model`, `APIGatewayProxyEventModel`, `AlbModel`), run by
+/// `scripts/validate_lambda_events.py` (needs `aws-lambda-powertools[parser]`).
+#[test]
+fn events_validate_against_lambda_powertools_models() {
+    let corpus = odd_requests();
+    let dir = tempfile::tempdir().unwrap();
+    for format in ["v2", "v1", "alb"] {
+        let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+        let gw = lambda_gateway(
+            &stub.endpoint(),
+            &[],
+            &format!("  payload_format: {format}"),
+        );
+        for (i, req) in corpus.iter().enumerate() {
+            let (code, _, _) = raw(gw.proxy, req);
+            assert_eq!(
+                code,
+                200,
+                "{format} request {i}: {}",
+                String::from_utf8_lossy(req)
+            );
+        }
+        let calls = stub.invocations();
+        assert_eq!(calls.len(), corpus.len(), "{format}");
+        for (i, call) in calls.iter().enumerate() {
+            std::fs::write(dir.path().join(format!("{format}-{i:02}.json")), &call.body).unwrap();
+        }
+    }
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/scripts/validate_lambda_events.py"
+    );
+    let out = std::process::Command::new("python3")
+        .arg(script)
+        .arg(dir.path())
+        .output()
+        .expect("python3");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_ne!(
+        out.status.code(),
+        Some(2),
+        "Powertools missing: python3 -m pip install 'aws-lambda-powertools[parser]'\n{stderr}"
+    );
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let summary: Value = serde_json::from_str(stdout.trim()).unwrap();
+    let n = corpus.len() as u64;
+    assert_eq!(
+        summary,
+        serde_json::json!({"validated": {"v2": n, "v1": n, "alb": n}, "failed": 0})
+    );
+}
+
+/// Requests at the edges of what the events must carry: cookies, repeated and encoded
+/// query keys, binary and Unicode bodies, no `Host`, no `User-Agent`, HTTP/1.0, repeated
+/// and empty headers, non-UTF-8 header bytes, trace headers. Methods are those API
+/// Gateway routes (the models accept no other).
+fn odd_requests() -> Vec<Vec<u8>> {
+    let mut v: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\nHost: api.example.com\r\n\r\n".to_vec(),
+        b"GET /search?q=caf%C3%A9&q=th%C3%A9&sp=a+b&pct=100%25&empty=&flag&amp=%26&eq=a%3Db&bad=%ZZ&utf=%FF&&k%20ey=v HTTP/1.1\r\nHost: h.example\r\nUser-Agent: odd/1.0 (x; y)\r\n\r\n".to_vec(),
+        b"GET /c HTTP/1.1\r\nHost: h\r\nCookie: a=1; b=2;\r\nCookie: c=3\r\nCookie: ;;\r\n\r\n".to_vec(),
+        b"GET /a%20b/%F0%9F%98%80/%2e/x? HTTP/1.1\r\nHost: [::1]:8080\r\n\r\n".to_vec(),
+        b"DELETE /old HTTP/1.0\r\n\r\n".to_vec(),
+        b"PATCH /h HTTP/1.1\r\nHost: h:8443\r\nX-Tag: a\r\nX-Tag: b\r\nX-Empty:\r\nX-Latin: caf\xe9\r\nContent-Length: 0\r\n\r\n".to_vec(),
+        b"OPTIONS /t HTTP/1.1\r\nHost: h\r\ntraceparent: 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01\r\nX-Amzn-Trace-Id: Root=1-5759e988-bd862e3fe1be46a994272793\r\n\r\n".to_vec(),
+        b"HEAD /head HTTP/1.1\r\nHost: h\r\n\r\n".to_vec(),
+    ];
+    let binary: Vec<u8> = (0..=255u8).collect();
+    let mut post = format!(
+        "POST /bin HTTP/1.1\r\nHost: h\r\nContent-Type: application/octet-stream\r\nContent-Length: {}\r\n\r\n",
+        binary.len()
+    )
+    .into_bytes();
+    post.extend_from_slice(&binary);
+    v.push(post);
+    let json = "{\"name\":\"\u{e9}\u{20ac}\u{1f600}\"}";
+    v.push(
+        format!(
+            "PUT /items/%E2%82%AC?x=1 HTTP/1.1\r\nHost: h\r\nContent-Type: application/json; charset=utf-8\r\nContent-Length: {}\r\n\r\n{json}",
+            json.len()
+        )
+        .into_bytes(),
+    );
+    let form = "a=1&b=%20&c=x+y";
+    v.push(
+        format!(
+            "POST /form HTTP/1.1\r\nHost: h\r\nContent-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\r\n{form}",
+            form.len()
+        )
+        .into_bytes(),
+    );
+    // One request per connection (`raw` reads until the gateway closes).
+    v.into_iter()
+        .map(|r| {
+            let line_end = r.windows(2).position(|w| w == b"\r\n").unwrap() + 2;
+            if r[..line_end].ends_with(b"HTTP/1.1\r\n") {
+                [&r[..line_end], b"Connection: close\r\n", &r[line_end..]].concat()
+            } else {
+                r
+            }
+        })
+        .collect()
 }

@@ -1,55 +1,85 @@
 //! `vm_pool: {type: ec2}`: VMs are EC2 instances launched and terminated through the EC2
-//! API with `aws-sdk-ec2` (issue 4, "EC2 VM pool provider"). Built with the `aws` cargo
-//! feature only.
+//! API with `aws-sdk-ec2` (issue 4, "EC2 VM pool provider"; issue 13, "AWS tiers ready
+//! for production"). Built with the `aws` cargo feature only.
 //!
 //! * **Credentials** come only from `aws-config`'s default chain; the region and an
 //!   optional endpoint URL come from the config ([`Ec2VmPoolConfig`]).
 //! * **Launch**: one RunInstances call per VM (MinCount = MaxCount = 1) from the launch
-//!   template or image + instance type, with a client token (idempotent SDK retries) and
-//!   the tags `spillway:pool=<pool_name>`, `spillway:vm=<vm id>` plus the configured extra
+//!   template or image + instance type, with shutdown behaviour `terminate`, a client
+//!   token, and the tags `spillway:pool=<pool_name>`, `spillway:vm=<vm id>`,
+//!   `spillway:gateway=<gateway id>` ([`SPILLWAY_TAG_KEYS`]) plus the configured extra
 //!   tags on the instance, its volumes and network interfaces. Subnets are used
-//!   round-robin; a capacity error moves the same launch on to the next subnet. When a
-//!   RunInstances call timed out or its reply was lost (a *partial launch*: the instance
-//!   may exist), the instances carrying its client token are looked up and terminated.
+//!   round-robin. A **capacity** error (no capacity, instance type not offered in that
+//!   zone — `Unsupported` —, subnet out of addresses) moves the same launch on to the next
+//!   subnet; an account **quota** (`InstanceLimitExceeded`, `VcpuLimitExceeded`) does not,
+//!   as no subnet would help.
+//! * **Ambiguous launches** (the reply was lost, timed out, or was a 5xx: the instance
+//!   may exist): the same RunInstances call — same client token, same subnet, same
+//!   parameters — is repeated with back-off ([`RUN_RECOVERY_ATTEMPTS`]), EC2's documented
+//!   idempotent recovery: it returns the instance the first call launched, or launches
+//!   it now. When every repetition is ambiguous too, DescribeInstances looks the token up
+//!   (with back-off) and the instance found, if any, becomes the launch's VM.
 //! * **Address resolution** ([`VmProvider::resolve`], polled by the driver every
-//!   `probe_interval_seconds`): DescribeInstances until the instance is `running` and has
-//!   its address — the private or public IPv4 plus `upstream_port`, or the URL in the
-//!   `upstream_tag_key` tag (`address: tag`). The tag is the resolution seam for port
-//!   mappings and for dry runs against an emulator whose instance addresses are fake: the
-//!   instance's boot script (or a test standing in for it) writes its reachable URL with
-//!   CreateTags, and the gateway never connects anywhere else. The resolved URL is cached.
-//!   The driver then probes `health_path` until 2xx; an instance not ready within
-//!   `boot_timeout_seconds` is terminated by the driver.
-//! * **Scale-in**: the driver drains a VM (no new requests, in-flight ones finish), then
-//!   calls [`VmProvider::terminate`] → TerminateInstances (retried with backoff on
-//!   throttling and unreachable-API errors).
-//! * **Adoption** on start: instances with the pool tag in state `pending` or `running`
-//!   are listed; those that are `running`, resolve, and pass one health probe are adopted
-//!   as ready VMs (a restart does not double the pool). The others — still booting, or
-//!   failing the probe — are terminated: no other gateway manages them, and the
-//!   controller launches replacements at its next decision if it needs them.
-//! * **Shutdown**: `on_shutdown: keep` (default) leaves the instances for the next run to
-//!   adopt; `terminate` terminates every instance this run launched or adopted.
-//! * **Failures** (capacity, throttling, access denied, unreachable endpoint, timeouts)
-//!   never crash the gateway: each is logged, counted in
+//!   `probe_interval_seconds` per booting VM) reads a shared snapshot: one
+//!   DescribeInstances call (by `instance-id` filter, which unlike `InstanceIds` does
+//!   not fail on ids EC2 does not show yet) for every booting instance at once, about
+//!   one per probe interval whatever the number of booting instances (plus one when a
+//!   new instance appears), and none while backing off after throttling
+//!   (`RequestLimitExceeded`: the pause starts at the probe interval and doubles up to
+//!   [`DESCRIBE_BACKOFF_MAX`]). The address is the private or public IPv4 plus
+//!   `upstream_port`, or the URL in the `upstream_tag_key` tag (`address: tag`). The tag
+//!   is the resolution seam for port mappings and for dry runs against an emulator whose
+//!   instance addresses are fake: the instance's boot script (or a test standing in for
+//!   it) writes its reachable URL with CreateTags, and the gateway never connects
+//!   anywhere else. The resolved URL is cached. The driver then probes `health_path`
+//!   until 2xx; an instance not ready within `boot_timeout_seconds` is terminated.
+//! * **Termination** (scale-in after draining, boot timeout, shutdown, stale instances):
+//!   TerminateInstances in batches, retried with back-off on transient errors. EC2 is
+//!   eventually consistent: `InvalidInstanceID.NotFound` right after RunInstances does
+//!   not mean "gone". The ids the error names are taken out of the batch (the rest is
+//!   terminated at once) and confirmed one by one: DescribeInstances with back-off, then
+//!   TerminateInstances again while the instance is visible and not terminated, for up
+//!   to [`TERMINATE_CONFIRM_FOR`]. An instance never confirmed stays tracked and the
+//!   pool audit tries again.
+//! * **One writer per pool's instances** (issue 13 item 7): every instance carries this
+//!   gateway's id (`gateway_id`, default the host name). At start, instances of the pool
+//!   with this id (or one of `adopt_gateway_ids`, or no id: launched before the tag
+//!   existed) are this gateway's: those that are `running`, resolve and pass one health
+//!   probe are adopted as ready VMs; the others — booting, unhealthy, `stopping` or
+//!   `stopped` — are terminated. Instances of other gateway ids are never adopted or
+//!   terminated; `/status` lists them per id (`vm_pool.errors.conditions.other_gateways`).
+//! * **Pool audit**, every `audit_interval_seconds`: terminates this gateway's `stopped`
+//!   instances, retries unconfirmed terminations, and raises the alarm `pool_writers`
+//!   when an instance with this gateway's id that this run did not launch (its client
+//!   token is not this run's) was launched after this run started — a second live
+//!   gateway writing the pool with the same id. Its instances are left alone.
+//! * **Shutdown**: `on_shutdown: keep` (default) leaves the pool's VMs for the next run to
+//!   adopt (instances being terminated are still terminated); `terminate` terminates
+//!   every instance this run launched or adopted.
+//! * **Failures** (capacity, quota, throttling, access denied, unreachable endpoint,
+//!   timeouts) never crash the gateway: each is logged, counted in
 //!   `spillway_provider_errors_total{provider="ec2"}` and shown in `/status`
-//!   (`vm_pool.errors`, via [`ProviderErrors`]). A failed launch is reported to the
-//!   controller, which serves with the VMs that are ready and spills the rest to the
-//!   function tier; a failed adoption listing starts the gateway with no adopted VM.
+//!   (`vm_pool.errors`, via [`ProviderErrors`]). A launch failure that retrying cannot fix
+//!   — access denied (`UnauthorizedOperation`, e.g. an IAM image condition that no longer
+//!   matches the template's AMI), an exhausted quota, an invalid request — is also the
+//!   alarm `launch` (`vm_pool.errors.conditions.launch`) until a launch succeeds. The
+//!   controller serves with the VMs that are ready and spills the rest to the function
+//!   tier; a failed adoption listing starts the gateway with no adopted VM.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use aws_sdk_ec2::Client;
 use aws_sdk_ec2::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_ec2::types::{
     Filter, IamInstanceProfileSpecification, Instance, InstanceStateName, InstanceType,
-    LaunchTemplateSpecification, ResourceType, Tag, TagSpecification,
+    LaunchTemplateSpecification, ResourceType, ShutdownBehavior, Tag, TagSpecification,
 };
 use base64::Engine as _;
 use http::Uri;
+use tokio::time::Instant;
 
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
 use super::{BackendError, BoxFuture, VmProvider};
@@ -59,10 +89,36 @@ use crate::policy::VmId;
 
 /// Tag carrying the controller's VM id (`vm-3`) on instances this gateway launched.
 pub const EC2_VM_TAG_KEY: &str = "spillway:vm";
-/// TerminateInstances attempts (each with the SDK's own retries) before giving up.
+/// Tag carrying the launching gateway's id (`vm_pool.gateway_id`; issue 13 item 7).
+pub const EC2_GATEWAY_TAG_KEY: &str = "spillway:gateway";
+/// Every tag key spillway itself sets at RunInstances (plus the `vm_pool.tags` keys).
+/// `deploy/aws/iam.yaml` allows exactly these in its `aws:TagKeys` condition (checked
+/// by `tests/aws_ec2.rs`).
+pub const SPILLWAY_TAG_KEYS: [&str; 3] = [EC2_POOL_TAG_KEY, EC2_VM_TAG_KEY, EC2_GATEWAY_TAG_KEY];
+/// TerminateInstances attempts on transient errors (each with the SDK's own retries)
+/// before giving up until the next audit.
 pub const TERMINATE_ATTEMPTS: u32 = 5;
 /// First back-off between TerminateInstances attempts; doubles each time.
 pub const TERMINATE_BACKOFF: Duration = Duration::from_millis(500);
+/// How long an instance that EC2 reports as not found is re-checked (DescribeInstances,
+/// TerminateInstances again) before the pool audit takes over; pauses start at
+/// [`TERMINATE_BACKOFF`] and double up to [`CONFIRM_BACKOFF_MAX`].
+pub const TERMINATE_CONFIRM_FOR: Duration = Duration::from_secs(120);
+/// How long the gateway's shutdown waits for EC2 to confirm terminations it did not
+/// find at once (the next start or audit handles the rest).
+pub const SHUTDOWN_CONFIRM_FOR: Duration = Duration::from_secs(10);
+/// Longest pause between two checks of an unconfirmed termination.
+pub const CONFIRM_BACKOFF_MAX: Duration = Duration::from_secs(15);
+/// Most ids per TerminateInstances call.
+pub const TERMINATE_BATCH: usize = 1000;
+/// Repetitions of an ambiguous RunInstances call with the same client token.
+pub const RUN_RECOVERY_ATTEMPTS: u32 = 4;
+/// First pause before repeating an ambiguous RunInstances call; doubles each time.
+pub const RUN_RECOVERY_BACKOFF: Duration = Duration::from_secs(1);
+/// Longest pause between DescribeInstances calls while the API throttles.
+pub const DESCRIBE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Most values per DescribeInstances filter (EC2's limit is 200).
+pub const DESCRIBE_FILTER_VALUES: usize = 200;
 /// Connect timeout towards the EC2 endpoint.
 pub const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Timeout of one EC2 API call attempt.
@@ -70,6 +126,8 @@ pub const API_ATTEMPT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Timeout of one EC2 API call, retries included.
 pub const API_OPERATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// Attempts per EC2 API call, the SDK's standard retry mode (throttling, 5xx, I/O).
+/// The batched DescribeInstances of address resolution makes one attempt and backs off
+/// itself.
 pub const API_MAX_ATTEMPTS: u32 = 3;
 
 const PROVIDER: &str = "ec2";
@@ -77,24 +135,73 @@ const OP_RUN: &str = "run_instances";
 const OP_DESCRIBE: &str = "describe_instances";
 const OP_TERMINATE: &str = "terminate_instances";
 const NOT_FOUND: &str = "InvalidInstanceID.NotFound";
+const MALFORMED: &str = "InvalidInstanceID.Malformed";
+/// `/status` condition: the last launch failed in a way retrying cannot fix.
+const COND_LAUNCH: &str = "launch";
+/// `/status` condition: another live gateway launches with this gateway's id.
+const COND_WRITERS: &str = "pool_writers";
+/// `/status` condition: instances of the pool that belong to other gateway ids.
+const COND_OTHERS: &str = "other_gateways";
 
 /// What the provider knows about one of its instances.
 #[derive(Clone, Debug, Default)]
 struct Tracked {
     /// Resolved upstream URL, cached once known.
     base: Option<Uri>,
+    /// Termination was asked for and is not confirmed yet.
+    terminating: bool,
+    /// Since when EC2 has said "not found" for it, while terminating.
+    missing_since: Option<Instant>,
+}
+
+/// The shared DescribeInstances snapshot of address resolution.
+#[derive(Debug, Default)]
+struct Snapshot {
+    /// Instances of the last call, by id.
+    seen: HashMap<String, Instance>,
+    /// Ids the last call asked for.
+    asked: HashSet<String>,
+    /// When the last call ended.
+    at: Option<Instant>,
+    /// Current throttling back-off (zero when not throttled).
+    backoff: Duration,
+    /// No call before this instant (throttling back-off).
+    blocked_until: Option<Instant>,
 }
 
 /// An EC2 VM pool. See the [module docs](self).
 #[derive(Debug)]
 pub struct Ec2VmPool {
+    pool: Arc<Pool>,
+}
+
+#[derive(Debug)]
+struct Pool {
     client: Client,
     cfg: Ec2VmPoolConfig,
     http: UpstreamClient,
     run_id: u64,
+    gateway_id: String,
+    /// Wall-clock start of this run, seconds since the Unix epoch (EC2 launch times are
+    /// wall-clock too).
+    started_unix: i64,
     next_subnet: AtomicUsize,
     instances: Mutex<HashMap<String, Tracked>>,
+    snapshot: tokio::sync::Mutex<Snapshot>,
+    probe_interval: Duration,
+    closed: AtomicBool,
     errors: ProviderErrors,
+}
+
+/// The host name, the default `gateway_id`: `/proc/sys/kernel/hostname`, else
+/// `$HOSTNAME`, else `spillway`.
+pub fn default_gateway_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().chars().take(128).collect::<String>())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "spillway".to_owned())
 }
 
 impl Ec2VmPool {
@@ -119,20 +226,48 @@ impl Ec2VmPool {
             aws_config::retry::RetryConfig::standard().with_max_attempts(API_MAX_ATTEMPTS),
         )
         .await?;
+        // A wall-clock start time, compared with EC2's launch times; not a timer.
+        #[allow(clippy::disallowed_methods)]
+        let started_unix = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX));
         Ok(Self {
-            client: Client::new(&sdk),
-            cfg: cfg.clone(),
-            http,
-            run_id: rand::random(),
-            next_subnet: AtomicUsize::new(0),
-            instances: Mutex::new(HashMap::new()),
-            errors: ProviderErrors::new(PROVIDER),
+            pool: Arc::new(Pool {
+                client: Client::new(&sdk),
+                gateway_id: cfg.gateway_id.clone().unwrap_or_else(default_gateway_id),
+                cfg: cfg.clone(),
+                http,
+                run_id: rand::random(),
+                started_unix,
+                next_subnet: AtomicUsize::new(0),
+                instances: Mutex::new(HashMap::new()),
+                snapshot: tokio::sync::Mutex::new(Snapshot::default()),
+                probe_interval: super::secs(cfg.probe_interval_seconds),
+                closed: AtomicBool::new(false),
+                errors: ProviderErrors::new(PROVIDER),
+            }),
         })
     }
 
-    /// Instances currently managed (launched or adopted, not terminated).
+    /// Instances currently managed (launched or adopted, not terminated), sorted.
     pub fn managed(&self) -> Vec<String> {
-        let mut v: Vec<String> = self.lock().keys().cloned().collect();
+        self.pool.managed()
+    }
+
+    /// This gateway's id in the pool (`vm_pool.gateway_id` or the host name).
+    pub fn gateway_id(&self) -> &str {
+        &self.pool.gateway_id
+    }
+}
+
+impl Pool {
+    fn managed(&self) -> Vec<String> {
+        let mut v: Vec<String> = self
+            .lock()
+            .iter()
+            .filter(|(_, t)| !t.terminating)
+            .map(|(id, _)| id.clone())
+            .collect();
         v.sort();
         v
     }
@@ -141,10 +276,16 @@ impl Ec2VmPool {
         self.instances.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The client-token prefix of this run's launches.
+    fn token_prefix(&self) -> String {
+        format!("spillway-{:016x}-", self.run_id)
+    }
+
     fn tag_specifications(&self, vm: VmId) -> Vec<TagSpecification> {
         let mut tags = vec![
             tag(EC2_POOL_TAG_KEY, &self.cfg.pool_name),
             tag(EC2_VM_TAG_KEY, &vm.to_string()),
+            tag(EC2_GATEWAY_TAG_KEY, &self.gateway_id),
         ];
         tags.extend(self.cfg.tags.iter().map(|(k, v)| tag(k, v)));
         [
@@ -162,7 +303,7 @@ impl Ec2VmPool {
         .collect()
     }
 
-    /// One RunInstances call for `vm` into `subnet`.
+    /// One RunInstances call for `vm` into `subnet` with client token `token`.
     async fn run_one(
         &self,
         vm: VmId,
@@ -176,6 +317,7 @@ impl Ec2VmPool {
             .min_count(1)
             .max_count(1)
             .client_token(token)
+            .instance_initiated_shutdown_behavior(ShutdownBehavior::Terminate)
             .set_tag_specifications(Some(self.tag_specifications(vm)))
             .set_subnet_id(subnet.map(str::to_string))
             .set_image_id(c.image_id.clone())
@@ -213,6 +355,79 @@ impl Ec2VmPool {
         Ok(id)
     }
 
+    /// RunInstances with EC2's idempotent recovery (see the [module docs](self)):
+    /// `Ok(Some(id))` launched, `Ok(None)` the outcome stayed unknown and no instance
+    /// carries the token, `Err` a definite failure.
+    async fn run_recovering(
+        &self,
+        vm: VmId,
+        subnet: Option<&str>,
+        token: &str,
+    ) -> Result<Option<String>, SdkError<aws_sdk_ec2::operation::run_instances::RunInstancesError>>
+    {
+        let mut pause = RUN_RECOVERY_BACKOFF;
+        for attempt in 0..=RUN_RECOVERY_ATTEMPTS {
+            match self.run_one(vm, subnet, token).await {
+                Ok(id) => return Ok(Some(id)),
+                Err(e) if may_have_launched(&e) => {
+                    self.errors
+                        .record(OP_RUN, classify(&e), DisplayErrorContext(&e));
+                    if attempt < RUN_RECOVERY_ATTEMPTS {
+                        tracing::warn!(%vm, token, subnet = subnet.unwrap_or("-"), "RunInstances outcome unknown; repeating it with the same client token");
+                        tokio::time::sleep(pause).await;
+                        pause *= 2;
+                    }
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(self.find_by_token(token).await)
+    }
+
+    /// The pending or running instance that carries client token `token`, looked up a
+    /// few times with back-off (EC2 may not show it at once).
+    async fn find_by_token(&self, token: &str) -> Option<String> {
+        let mut pause = RUN_RECOVERY_BACKOFF;
+        for round in 0..3 {
+            if round > 0 {
+                tokio::time::sleep(pause).await;
+                pause *= 2;
+            }
+            let found = self
+                .client
+                .describe_instances()
+                .filters(filter("client-token", [token]))
+                .send()
+                .await;
+            match found {
+                Ok(out) => {
+                    let alive = out
+                        .reservations()
+                        .iter()
+                        .flat_map(|r| r.instances())
+                        .filter(|i| {
+                            matches!(
+                                state_of(i),
+                                InstanceStateName::Pending | InstanceStateName::Running
+                            )
+                        })
+                        .find_map(|i| i.instance_id().map(str::to_owned));
+                    if alive.is_some() {
+                        return alive;
+                    }
+                }
+                Err(e) => self
+                    .errors
+                    .record(OP_DESCRIBE, classify(&e), DisplayErrorContext(&e)),
+            }
+        }
+        tracing::warn!(
+            token,
+            "a RunInstances call may have left an instance; it carries the pool tag and the audit or the next start handles it"
+        );
+        None
+    }
+
     async fn launch_vm(&self, vm: VmId) -> Result<String, BackendError> {
         let subnets = &self.cfg.subnet_ids;
         let attempts = subnets.len().max(1);
@@ -222,14 +437,15 @@ impl Ec2VmPool {
             let subnet =
                 (!subnets.is_empty()).then(|| subnets[(first + i) % subnets.len()].as_str());
             // A client token is bound to its parameters: one per subnet attempt.
-            let token = format!("spillway-{:016x}-{vm}-{i}", self.run_id);
-            match self.run_one(vm, subnet, &token).await {
-                Ok(id) if !id.is_empty() => {
+            let token = format!("{}{vm}-{i}", self.token_prefix());
+            match self.run_recovering(vm, subnet, &token).await {
+                Ok(Some(id)) if !id.is_empty() => {
                     self.lock().insert(id.clone(), Tracked::default());
+                    self.errors.clear_condition(COND_LAUNCH);
                     tracing::info!(%vm, instance = %id, subnet = subnet.unwrap_or("-"), pool = %self.cfg.pool_name, "EC2 instance launched");
                     return Ok(id);
                 }
-                Ok(_) => {
+                Ok(Some(_)) => {
                     self.errors.record(
                         OP_RUN,
                         ErrorKind::Other,
@@ -239,16 +455,32 @@ impl Ec2VmPool {
                         "ec2: RunInstances returned no instance".into(),
                     ));
                 }
+                Ok(None) => {
+                    return Err(BackendError::Provider(format!(
+                        "ec2: RunInstances outcome unknown after {RUN_RECOVERY_ATTEMPTS} repetitions (client token {token})"
+                    )));
+                }
                 Err(e) => {
                     let kind = classify(&e);
                     let msg = DisplayErrorContext(&e).to_string();
                     self.errors.record(OP_RUN, kind, &msg);
-                    if may_have_launched(&e) {
-                        self.clean_up_token(&token).await;
+                    if matches!(
+                        kind,
+                        ErrorKind::AccessDenied | ErrorKind::Quota | ErrorKind::InvalidRequest
+                    ) {
+                        self.errors.set_condition(
+                            COND_LAUNCH,
+                            kind.as_str(),
+                            true,
+                            Some(format!(
+                                "RunInstances fails and retrying cannot fix it; the pool cannot grow: {msg}"
+                            )),
+                            serde_json::Map::new(),
+                        );
                     }
                     last_error = format!("ec2: RunInstances failed ({}): {msg}", kind.as_str());
                     if kind == ErrorKind::Capacity && i + 1 < attempts {
-                        tracing::info!(%vm, "no capacity in subnet {}; trying the next one", subnet.unwrap_or("-"));
+                        tracing::info!(%vm, "no capacity for the launch in subnet {}; trying the next one", subnet.unwrap_or("-"));
                         continue;
                     }
                     break;
@@ -258,63 +490,105 @@ impl Ec2VmPool {
         Err(BackendError::Provider(last_error))
     }
 
-    /// After an ambiguous RunInstances failure, terminate whatever the token launched.
-    async fn clean_up_token(&self, token: &str) {
-        let found = self
-            .client
-            .describe_instances()
-            .filters(filter("client-token", [token]))
-            .send()
-            .await;
-        match found {
-            Ok(out) => {
-                let ids = instance_ids(out.reservations().iter().flat_map(|r| r.instances()));
-                if !ids.is_empty() {
-                    tracing::warn!(
-                        ?ids,
-                        token,
-                        "partial launch: terminating instances of a failed RunInstances call"
+    /// The instance `id` as the shared snapshot shows it, refreshing the snapshot (one
+    /// batched DescribeInstances for every unresolved instance) when it is older than
+    /// 0.9 probe intervals or does not cover `id`, unless throttling back-off holds.
+    async fn observe(&self, id: &str) -> Option<Instance> {
+        let mut snap = self.snapshot.lock().await;
+        let now = Instant::now();
+        let fresh = snap.asked.contains(id)
+            && snap
+                .at
+                .is_some_and(|at| now.duration_since(at) < self.probe_interval.mul_f64(0.9));
+        let blocked = snap.blocked_until.is_some_and(|until| now < until);
+        if !fresh && !blocked {
+            let mut ids: Vec<String> = self
+                .lock()
+                .iter()
+                .filter(|(_, t)| t.base.is_none() && !t.terminating)
+                .map(|(id, _)| id.clone())
+                .collect();
+            if !ids.iter().any(|i| i == id) {
+                ids.push(id.to_owned());
+            }
+            ids.sort();
+            let result = self.describe_ids(&ids, false).await;
+            // Errors too count as this round: every resolver waits for the next one.
+            snap.asked = ids.into_iter().collect();
+            match result {
+                Ok(found) => {
+                    snap.seen = found;
+                    snap.backoff = Duration::ZERO;
+                    snap.blocked_until = None;
+                }
+                Err(ErrorKind::Throttling) => {
+                    snap.backoff = if snap.backoff.is_zero() {
+                        self.probe_interval.max(Duration::from_millis(100))
+                    } else {
+                        (snap.backoff * 2).min(DESCRIBE_BACKOFF_MAX)
+                    };
+                    // Up to a quarter more, so that gateways do not retry in step.
+                    let jitter = snap.backoff.mul_f64(rand::random::<f64>() * 0.25);
+                    snap.blocked_until = Some(Instant::now() + snap.backoff + jitter);
+                    tracing::warn!(backoff = ?snap.backoff, "DescribeInstances throttled; backing off");
+                }
+                Err(_) => {}
+            }
+            snap.at = Some(Instant::now());
+        }
+        snap.seen.get(id).cloned()
+    }
+
+    /// DescribeInstances for `ids` by `instance-id` filter (ids EC2 does not show yet are
+    /// simply absent), in chunks of [`DESCRIBE_FILTER_VALUES`], every page. `retry`:
+    /// the SDK's standard retries; else one attempt (the caller backs off itself).
+    async fn describe_ids(
+        &self,
+        ids: &[String],
+        retry: bool,
+    ) -> Result<HashMap<String, Instance>, ErrorKind> {
+        let mut found = HashMap::new();
+        for chunk in ids.chunks(DESCRIBE_FILTER_VALUES) {
+            let mut next: Option<String> = None;
+            loop {
+                let mut call = self
+                    .client
+                    .describe_instances()
+                    .filters(filter("instance-id", chunk.iter().map(String::as_str)))
+                    .set_next_token(next.take())
+                    .customize();
+                if !retry {
+                    call = call.config_override(
+                        aws_sdk_ec2::config::Builder::default()
+                            .retry_config(aws_config::retry::RetryConfig::disabled()),
                     );
-                    let _ = self.terminate_ids(&ids).await;
+                }
+                match call.send().await {
+                    Ok(out) => {
+                        for inst in out.reservations().iter().flat_map(|r| r.instances()) {
+                            if let Some(id) = inst.instance_id() {
+                                found.insert(id.to_owned(), inst.clone());
+                            }
+                        }
+                        match out.next_token() {
+                            Some(t) if !t.is_empty() => next = Some(t.to_owned()),
+                            _ => break,
+                        }
+                    }
+                    Err(e) => {
+                        let kind = classify(&e);
+                        self.errors
+                            .record(OP_DESCRIBE, kind, DisplayErrorContext(&e));
+                        return Err(kind);
+                    }
                 }
             }
-            Err(e) => {
-                self.errors
-                    .record(OP_DESCRIBE, classify(&e), DisplayErrorContext(&e));
-                tracing::warn!(
-                    token,
-                    "a failed RunInstances call may have left an instance; it carries the pool tag and is adopted or terminated at the next start"
-                );
-            }
         }
+        Ok(found)
     }
 
-    /// DescribeInstances for one id: `Ok(None)` when not (yet) visible.
-    async fn describe_one(&self, id: &str) -> Result<Option<Instance>, ()> {
-        match self
-            .client
-            .describe_instances()
-            .instance_ids(id)
-            .send()
-            .await
-        {
-            Ok(out) => Ok(out
-                .reservations()
-                .iter()
-                .flat_map(|r| r.instances())
-                .find(|i| i.instance_id() == Some(id))
-                .cloned()),
-            Err(e) if e.code() == Some(NOT_FOUND) => Ok(None),
-            Err(e) => {
-                self.errors
-                    .record(OP_DESCRIBE, classify(&e), DisplayErrorContext(&e));
-                Err(())
-            }
-        }
-    }
-
-    /// Pending and running instances of the pool (every page).
-    async fn list_pool(&self) -> Result<Vec<Instance>, ()> {
+    /// Instances of the pool (every page) in the given states.
+    async fn list_pool(&self, states: &[&str]) -> Result<Vec<Instance>, ()> {
         let mut all = Vec::new();
         let mut next: Option<String> = None;
         loop {
@@ -325,7 +599,7 @@ impl Ec2VmPool {
                     &format!("tag:{EC2_POOL_TAG_KEY}"),
                     [self.cfg.pool_name.as_str()],
                 ))
-                .filters(filter("instance-state-name", ["pending", "running"]))
+                .filters(filter("instance-state-name", states.iter().copied()))
                 .set_next_token(next.take())
                 .send()
                 .await;
@@ -361,46 +635,115 @@ impl Ec2VmPool {
             Ec2Address::PublicIp => inst
                 .public_ip_address()
                 .map(|ip| format!("{}://{ip}:{}", c.scheme, c.upstream_port)),
-            Ec2Address::Tag => inst
-                .tags()
-                .iter()
-                .find(|t| t.key() == Some(c.upstream_tag_key.as_str()))
-                .and_then(|t| t.value())
-                .map(str::to_string),
+            Ec2Address::Tag => tag_value(inst, &c.upstream_tag_key).map(str::to_string),
         };
         url.map(|u| parse_upstream(&u)).transpose()
     }
 
-    /// TerminateInstances for `ids`, retried with back-off on transient errors.
-    async fn terminate_ids(&self, ids: &[String]) -> Result<(), BackendError> {
+    /// Which gateway an instance of the pool belongs to: `Ok(())` this one (its id, an
+    /// id in `adopt_gateway_ids`, or no id tag), `Err(other id)` another.
+    fn owner(&self, inst: &Instance) -> Result<(), String> {
+        match tag_value(inst, EC2_GATEWAY_TAG_KEY) {
+            None => Ok(()),
+            Some(g)
+                if g == self.gateway_id || self.cfg.adopt_gateway_ids.iter().any(|a| a == g) =>
+            {
+                Ok(())
+            }
+            Some(g) => Err(g.to_owned()),
+        }
+    }
+
+    /// Terminate `ids` (see the [module docs](self)): batches, transient errors retried
+    /// with back-off, ids EC2 does not find confirmed one by one for up to `confirm_for`
+    /// (zero: left to the next audit). Every id stays tracked as terminating until EC2
+    /// confirms it.
+    async fn terminate_ids(
+        &self,
+        ids: &[String],
+        confirm_for: Duration,
+    ) -> Result<(), BackendError> {
+        {
+            let mut map = self.lock();
+            for id in ids {
+                map.entry(id.clone()).or_default().terminating = true;
+            }
+        }
+        let mut failed: Option<String> = None;
+        let mut unconfirmed: Vec<String> = Vec::new();
+        for chunk in ids.chunks(TERMINATE_BATCH) {
+            let mut queue: Vec<Vec<String>> = vec![chunk.to_vec()];
+            while let Some(batch) = queue.pop() {
+                if batch.is_empty() {
+                    continue;
+                }
+                match self.terminate_batch(&batch).await {
+                    Ok(()) => {}
+                    Err(TerminateError::NotFound(named)) => {
+                        let named: Vec<String> =
+                            named.into_iter().filter(|n| batch.contains(n)).collect();
+                        if named.is_empty() {
+                            if batch.len() == 1 {
+                                unconfirmed.push(batch[0].clone());
+                            } else {
+                                // The error names no id of the batch: one call per id.
+                                queue.extend(batch.into_iter().map(|id| vec![id]));
+                            }
+                        } else {
+                            queue.push(batch.into_iter().filter(|b| !named.contains(b)).collect());
+                            unconfirmed.extend(named);
+                        }
+                    }
+                    Err(TerminateError::Failed(msg)) => failed = Some(msg),
+                }
+            }
+        }
+        for id in unconfirmed {
+            if let Err(e) = self.confirm_terminated(&id, confirm_for).await {
+                failed = Some(e);
+            }
+        }
+        match failed {
+            None => Ok(()),
+            Some(msg) => {
+                tracing::error!(instances = ?ids, "EC2 instances may still be running; they stay tracked and the pool audit terminates them");
+                Err(BackendError::Provider(msg))
+            }
+        }
+    }
+
+    /// One TerminateInstances call for `batch`, retried with back-off on transient
+    /// errors; terminated ids are no longer tracked.
+    async fn terminate_batch(&self, batch: &[String]) -> Result<(), TerminateError> {
         let mut backoff = TERMINATE_BACKOFF;
         for attempt in 1..=TERMINATE_ATTEMPTS {
             let res = self
                 .client
                 .terminate_instances()
-                .set_instance_ids(Some(ids.to_vec()))
+                .set_instance_ids(Some(batch.to_vec()))
                 .send()
                 .await;
             match res {
                 Ok(_) => {
                     let mut map = self.lock();
-                    for id in ids {
+                    for id in batch {
                         map.remove(id);
                     }
-                    tracing::info!(instances = ?ids, "EC2 instances terminated");
+                    tracing::info!(instances = ?batch, "EC2 instances terminated");
                     return Ok(());
                 }
-                Err(e) if e.code() == Some(NOT_FOUND) && ids.len() == 1 => {
-                    self.lock().remove(&ids[0]);
-                    return Ok(());
+                Err(e) if matches!(e.code(), Some(NOT_FOUND | MALFORMED)) => {
+                    tracing::info!(instances = ?batch, error = %DisplayErrorContext(&e), "TerminateInstances: EC2 does not find some ids (yet)");
+                    return Err(TerminateError::NotFound(instance_ids_in(
+                        e.message().unwrap_or(""),
+                    )));
                 }
                 Err(e) => {
                     let kind = classify(&e);
                     let msg = DisplayErrorContext(&e).to_string();
                     self.errors.record(OP_TERMINATE, kind, &msg);
                     if !kind.is_transient() || attempt == TERMINATE_ATTEMPTS {
-                        tracing::error!(instances = ?ids, "EC2 instances may still be running; they carry the pool tag and are adopted or terminated at the next start");
-                        return Err(BackendError::Provider(format!(
+                        return Err(TerminateError::Failed(format!(
                             "ec2: TerminateInstances failed ({}): {msg}",
                             kind.as_str()
                         )));
@@ -413,17 +756,81 @@ impl Ec2VmPool {
         unreachable!("the last attempt returns")
     }
 
-    async fn adopt_instances(&self) -> Vec<(String, Uri)> {
-        let Ok(found) = self.list_pool().await else {
+    /// Confirm that `id`, which TerminateInstances did not find, is gone: DescribeInstances
+    /// with back-off; terminated or shutting down → done; visible in another state →
+    /// TerminateInstances again; not visible → wait (eventual consistency) and try both
+    /// again, for up to `confirm_for`.
+    async fn confirm_terminated(&self, id: &str, confirm_for: Duration) -> Result<(), String> {
+        let started = Instant::now();
+        if let Some(t) = self.lock().get_mut(id) {
+            t.missing_since.get_or_insert(started);
+        }
+        if confirm_for.is_zero() {
+            return Err(format!(
+                "ec2: EC2 does not find {id} (yet); the pool audit retries its termination"
+            ));
+        }
+        let mut pause = TERMINATE_BACKOFF;
+        loop {
+            let ids = [id.to_owned()];
+            let seen = self.describe_ids(&ids, true).await;
+            match seen.as_ref().ok().and_then(|m| m.get(id)) {
+                Some(inst)
+                    if matches!(
+                        state_of(inst),
+                        InstanceStateName::Terminated | InstanceStateName::ShuttingDown
+                    ) =>
+                {
+                    self.lock().remove(id);
+                    tracing::info!(instance = id, "EC2 instance termination confirmed");
+                    return Ok(());
+                }
+                Some(_) => match self.terminate_batch(&ids).await {
+                    Ok(()) => return Ok(()),
+                    Err(TerminateError::NotFound(_)) => {}
+                    Err(TerminateError::Failed(msg)) => return Err(msg),
+                },
+                None if seen.is_ok() => {
+                    if let Ok(()) = self.terminate_batch(&ids).await {
+                        return Ok(());
+                    }
+                }
+                None => {}
+            }
+            if started.elapsed() + pause > confirm_for {
+                let msg = format!(
+                    "ec2: termination of {id} not confirmed within {confirm_for:?} (EC2 does not find it); the pool audit retries"
+                );
+                self.errors.record(OP_TERMINATE, ErrorKind::Other, &msg);
+                return Err(msg);
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(CONFIRM_BACKOFF_MAX);
+        }
+    }
+
+    /// Adoption at start (see the [module docs](self)): `(adopted, stale)`, the stale
+    /// ones (this gateway's, not ready) to be terminated.
+    async fn adopt_instances(&self) -> (Vec<(String, Uri)>, Vec<String>) {
+        let Ok(found) = self
+            .list_pool(&["pending", "running", "stopping", "stopped"])
+            .await
+        else {
             tracing::warn!(pool = %self.cfg.pool_name, "cannot list the pool's instances; starting without adopted VMs");
-            return Vec::new();
+            return (Vec::new(), Vec::new());
         };
+        let mut others: BTreeMap<String, u64> = BTreeMap::new();
         let mut checks = tokio::task::JoinSet::new();
         for inst in found {
             let Some(id) = inst.instance_id().map(str::to_string) else {
                 continue;
             };
-            let running = inst.state().and_then(|s| s.name()) == Some(&InstanceStateName::Running);
+            if let Err(other) = self.owner(&inst) {
+                tracing::info!(instance = %id, gateway = %other, "instance of another gateway: left alone");
+                *others.entry(other).or_default() += 1;
+                continue;
+            }
+            let running = state_of(&inst) == InstanceStateName::Running;
             let base = if running {
                 self.address(&inst).ok().flatten()
             } else {
@@ -439,6 +846,7 @@ impl Ec2VmPool {
                 (id, base.filter(|_| ready))
             });
         }
+        self.note_other_gateways(&others);
         let mut adopted = Vec::new();
         let mut stale = Vec::new();
         while let Some(joined) = checks.join_next().await {
@@ -456,18 +864,223 @@ impl Ec2VmPool {
                     id.clone(),
                     Tracked {
                         base: Some(base.clone()),
+                        ..Tracked::default()
                     },
                 );
             }
         }
-        tracing::info!(pool = %self.cfg.pool_name, adopted = adopted.len(), not_ready = stale.len(), "EC2 adoption");
-        if !stale.is_empty() {
-            stale.sort();
-            tracing::warn!(instances = ?stale, "terminating pool instances that are not ready at start");
-            let _ = self.terminate_ids(&stale).await;
-        }
-        adopted
+        tracing::info!(pool = %self.cfg.pool_name, gateway_id = %self.gateway_id, adopted = adopted.len(), not_ready = stale.len(), other_gateways = others.values().sum::<u64>(), "EC2 adoption");
+        stale.sort();
+        (adopted, stale)
     }
+
+    /// `/status`: the pool's instances that belong to other gateway ids, per id.
+    fn note_other_gateways(&self, others: &BTreeMap<String, u64>) {
+        if others.is_empty() {
+            self.errors.clear_condition(COND_OTHERS);
+        } else {
+            let detail = others
+                .iter()
+                .map(|(g, n)| (g.clone(), serde_json::Value::from(*n)))
+                .collect();
+            self.errors.set_condition(
+                COND_OTHERS,
+                "present",
+                false,
+                Some(format!(
+                    "instances of pool {} launched by other gateways; this gateway ({}) leaves them alone",
+                    self.cfg.pool_name, self.gateway_id
+                )),
+                detail,
+            );
+        }
+    }
+
+    /// One pool audit (see the [module docs](self)).
+    async fn audit(&self) {
+        let Ok(found) = self
+            .list_pool(&["pending", "running", "stopping", "stopped"])
+            .await
+        else {
+            return;
+        };
+        let prefix = self.token_prefix();
+        let mut others: BTreeMap<String, u64> = BTreeMap::new();
+        let mut to_terminate: Vec<String> = Vec::new();
+        let mut twins: Vec<String> = Vec::new();
+        let visible: HashSet<String> = found
+            .iter()
+            .filter_map(|i| i.instance_id().map(str::to_owned))
+            .collect();
+        {
+            let map = self.lock();
+            for inst in &found {
+                let Some(id) = inst.instance_id() else {
+                    continue;
+                };
+                let state = state_of(inst);
+                match self.owner(inst) {
+                    Err(other) => *others.entry(other).or_default() += 1,
+                    Ok(()) => match map.get(id) {
+                        Some(t) if t.terminating => to_terminate.push(id.to_owned()),
+                        _ if state == InstanceStateName::Stopped => {
+                            to_terminate.push(id.to_owned());
+                        }
+                        Some(_) => {}
+                        None => {
+                            let ours = inst.client_token().is_some_and(|t| t.starts_with(&prefix));
+                            let after_start = inst
+                                .launch_time()
+                                .is_some_and(|t| t.secs() > self.started_unix);
+                            let own_id =
+                                tag_value(inst, EC2_GATEWAY_TAG_KEY) == Some(&self.gateway_id);
+                            if own_id
+                                && after_start
+                                && !ours
+                                && matches!(
+                                    state,
+                                    InstanceStateName::Pending | InstanceStateName::Running
+                                )
+                            {
+                                twins.push(id.to_owned());
+                            }
+                        }
+                    },
+                }
+            }
+        }
+        self.note_other_gateways(&others);
+        if twins.is_empty() {
+            self.errors.clear_condition(COND_WRITERS);
+        } else {
+            twins.sort();
+            let detail = [(
+                "instances".to_owned(),
+                serde_json::Value::from(twins.clone()),
+            )]
+            .into_iter()
+            .collect();
+            self.errors.set_condition(
+                COND_WRITERS,
+                "conflict",
+                true,
+                Some(format!(
+                    "another gateway launches into pool {} with this gateway's id {:?}; give each gateway its own vm_pool.gateway_id (its instances are left alone)",
+                    self.cfg.pool_name, self.gateway_id
+                )),
+                detail,
+            );
+        }
+        // Terminations EC2 never confirmed and that it no longer lists are forgotten.
+        {
+            let mut map = self.lock();
+            map.retain(|id, t| {
+                let forget = t.terminating
+                    && !visible.contains(id)
+                    && t.missing_since
+                        .is_some_and(|s| s.elapsed() > TERMINATE_CONFIRM_FOR);
+                if forget {
+                    tracing::warn!(instance = %id, "EC2 never listed this instance after its termination was asked for; forgetting it");
+                }
+                !forget
+            });
+        }
+        if !to_terminate.is_empty() {
+            to_terminate.sort();
+            tracing::warn!(instances = ?to_terminate, "pool audit: terminating stopped instances and unconfirmed terminations");
+            let _ = self.terminate_ids(&to_terminate, Duration::ZERO).await;
+        }
+    }
+
+    /// Resolve `instance` (see [`VmProvider::resolve`]).
+    async fn resolve(&self, instance: &str) -> Result<Option<Uri>, BackendError> {
+        if let Some(base) = self.lock().get(instance).and_then(|t| t.base.clone()) {
+            return Ok(Some(base));
+        }
+        // API errors are recorded and retried at the next poll, until the boot timeout.
+        let Some(inst) = self.observe(instance).await else {
+            return Ok(None);
+        };
+        match state_of(&inst) {
+            InstanceStateName::Pending => Ok(None),
+            InstanceStateName::Running => match self.address(&inst) {
+                Ok(Some(base)) => {
+                    if let Some(t) = self.lock().get_mut(instance) {
+                        t.base = Some(base.clone());
+                    }
+                    Ok(Some(base))
+                }
+                Ok(None) => Ok(None),
+                Err(reason) => Err(BackendError::NotReady {
+                    instance: instance.to_string(),
+                    reason,
+                }),
+            },
+            other => Err(BackendError::NotReady {
+                instance: instance.to_string(),
+                reason: format!("instance is {}", other.as_str()),
+            }),
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        let terminating: Vec<String> = {
+            let map = self.lock();
+            let mut v: Vec<String> = map
+                .iter()
+                .filter(|(_, t)| t.terminating)
+                .map(|(id, _)| id.clone())
+                .collect();
+            v.sort();
+            v
+        };
+        let ids = self.managed();
+        match self.cfg.on_shutdown {
+            Ec2ShutdownPolicy::Keep => {
+                tracing::info!(
+                    instances = ?ids,
+                    pool = %self.cfg.pool_name,
+                    "keeping EC2 instances for the next run to adopt (on_shutdown: keep)"
+                );
+                if !terminating.is_empty() {
+                    let _ = self.terminate_ids(&terminating, SHUTDOWN_CONFIRM_FOR).await;
+                }
+            }
+            Ec2ShutdownPolicy::Terminate => {
+                let mut all = ids;
+                all.extend(terminating);
+                if !all.is_empty() {
+                    let _ = self.terminate_ids(&all, SHUTDOWN_CONFIRM_FOR).await;
+                }
+            }
+        }
+    }
+}
+
+/// Why a TerminateInstances batch failed.
+enum TerminateError {
+    /// `InvalidInstanceID.NotFound` / `.Malformed`, with the ids its message names.
+    NotFound(Vec<String>),
+    /// Anything else, after the retries; the message for the log.
+    Failed(String),
+}
+
+/// Run the pool audit every `audit_interval_seconds` until the pool is dropped or shut
+/// down.
+fn spawn_audit(pool: &Arc<Pool>) {
+    let weak: Weak<Pool> = Arc::downgrade(pool);
+    let every = super::secs(pool.cfg.audit_interval_seconds).max(Duration::from_millis(100));
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(every).await;
+            let Some(pool) = weak.upgrade() else { return };
+            if pool.closed.load(Ordering::Relaxed) {
+                return;
+            }
+            pool.audit().await;
+        }
+    });
 }
 
 impl VmProvider for Ec2VmPool {
@@ -479,82 +1092,67 @@ impl VmProvider for Ec2VmPool {
         true
     }
 
+    /// Adopt this gateway's ready instances (see the [module docs](self)) and start the
+    /// pool audit.
     fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>> {
-        Box::pin(async move { Ok(self.adopt_instances().await) })
+        Box::pin(async move {
+            let (adopted, stale) = self.pool.adopt_instances().await;
+            if !stale.is_empty() {
+                tracing::warn!(instances = ?stale, "terminating this gateway's pool instances that are not ready at start (booting, unhealthy, stopped)");
+                let pool = Arc::clone(&self.pool);
+                tokio::spawn(async move {
+                    let _ = pool.terminate_ids(&stale, TERMINATE_CONFIRM_FOR).await;
+                });
+            }
+            spawn_audit(&self.pool);
+            Ok(adopted)
+        })
     }
 
     fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
-        Box::pin(self.launch_vm(vm))
+        Box::pin(self.pool.launch_vm(vm))
     }
 
     fn resolve<'a>(
         &'a self,
         instance: &'a str,
     ) -> BoxFuture<'a, Result<Option<Uri>, BackendError>> {
-        Box::pin(async move {
-            if let Some(base) = self.lock().get(instance).and_then(|t| t.base.clone()) {
-                return Ok(Some(base));
-            }
-            // API errors are recorded and retried at the next poll, until the boot timeout.
-            let Ok(Some(inst)) = self.describe_one(instance).await else {
-                return Ok(None);
-            };
-            let state = inst
-                .state()
-                .and_then(|s| s.name())
-                .cloned()
-                .unwrap_or(InstanceStateName::Pending);
-            match state {
-                InstanceStateName::Pending => Ok(None),
-                InstanceStateName::Running => match self.address(&inst) {
-                    Ok(Some(base)) => {
-                        if let Some(t) = self.lock().get_mut(instance) {
-                            t.base = Some(base.clone());
-                        }
-                        Ok(Some(base))
-                    }
-                    Ok(None) => Ok(None),
-                    Err(reason) => Err(BackendError::NotReady {
-                        instance: instance.to_string(),
-                        reason,
-                    }),
-                },
-                other => Err(BackendError::NotReady {
-                    instance: instance.to_string(),
-                    reason: format!("instance is {}", other.as_str()),
-                }),
-            }
-        })
+        Box::pin(self.pool.resolve(instance))
     }
 
     fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
-        Box::pin(async move { self.terminate_ids(&[instance.to_string()]).await })
-    }
-
-    fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
-            let ids = self.managed();
-            match self.cfg.on_shutdown {
-                Ec2ShutdownPolicy::Keep => tracing::info!(
-                    instances = ?ids,
-                    pool = %self.cfg.pool_name,
-                    "keeping EC2 instances for the next run to adopt (on_shutdown: keep)"
-                ),
-                Ec2ShutdownPolicy::Terminate if ids.is_empty() => {}
-                Ec2ShutdownPolicy::Terminate => {
-                    let _ = self.terminate_ids(&ids).await;
-                }
-            }
+            self.pool
+                .terminate_ids(&[instance.to_string()], TERMINATE_CONFIRM_FOR)
+                .await
         })
     }
 
+    fn shutdown(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.pool.shutdown())
+    }
+
     fn errors(&self) -> ProviderErrorStats {
-        self.errors.snapshot()
+        self.pool.errors.snapshot()
     }
 }
 
 fn tag(k: &str, v: &str) -> Tag {
     Tag::builder().key(k).value(v).build()
+}
+
+fn tag_value<'a>(inst: &'a Instance, key: &str) -> Option<&'a str> {
+    inst.tags()
+        .iter()
+        .find(|t| t.key() == Some(key))
+        .and_then(|t| t.value())
+}
+
+fn state_of(inst: &Instance) -> InstanceStateName {
+    inst.state()
+        .and_then(|s| s.name())
+        .cloned()
+        .unwrap_or(InstanceStateName::Pending)
 }
 
 fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
@@ -564,10 +1162,31 @@ fn filter<'a>(name: &str, values: impl IntoIterator<Item = &'a str>) -> Filter {
         .build()
 }
 
-fn instance_ids<'a>(instances: impl Iterator<Item = &'a Instance>) -> Vec<String> {
-    instances
-        .filter_map(|i| i.instance_id().map(str::to_string))
-        .collect()
+/// The instance ids (`i-` and 8 or 17 hex digits) an EC2 error message names, e.g.
+/// `The instance IDs 'i-0123456789abcdef0, i-1234abcd' do not exist`.
+pub fn instance_ids_in(message: &str) -> Vec<String> {
+    let b = message.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i + 2 < b.len() {
+        let starts =
+            b[i] == b'i' && b[i + 1] == b'-' && (i == 0 || !b[i - 1].is_ascii_alphanumeric());
+        if starts {
+            let hex = b[i + 2..]
+                .iter()
+                .take_while(|c| c.is_ascii_hexdigit() && !c.is_ascii_uppercase())
+                .count();
+            let end = i + 2 + hex;
+            let boundary = end == b.len() || !b[end].is_ascii_alphanumeric();
+            if (hex == 8 || hex == 17) && boundary {
+                out.push(message[i..end].to_owned());
+                i = end;
+                continue;
+            }
+        }
+        i += 1;
+    }
+    out
 }
 
 /// An upstream base URL read from an instance (tag value or built from its address).
@@ -584,11 +1203,18 @@ pub fn parse_upstream(url: &str) -> Result<Uri, String> {
 }
 
 /// Whether a failed RunInstances call may still have launched an instance: its reply
-/// was lost or it timed out after the request left.
-fn may_have_launched<E>(e: &SdkError<E>) -> bool {
+/// was lost, it timed out after the request left, or EC2 answered with a server error
+/// (5xx) that is not a definite answer (`InternalError`, `Unavailable`, an unknown code;
+/// not `InsufficientInstanceCapacity` or `RequestLimitExceeded`, which EC2 also sends
+/// as 5xx) after the SDK's own retries.
+fn may_have_launched<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     match e {
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
         SdkError::DispatchFailure(d) => d.is_timeout(),
+        SdkError::ServiceError(s) => {
+            let status = s.raw().status().as_u16();
+            status >= 500 && classify_code(s.err().code(), status) == ErrorKind::Other
+        }
         _ => false,
     }
 }
@@ -606,6 +1232,9 @@ pub fn classify<E: ProvideErrorMetadata>(e: &SdkError<E>) -> ErrorKind {
 }
 
 /// The kind of an EC2 API error reply, from its error code and HTTP status.
+/// [`ErrorKind::Capacity`] means another subnet (availability zone) may succeed:
+/// no capacity there, the instance type not offered in that zone (`Unsupported`), the
+/// subnet out of addresses. [`ErrorKind::Quota`]: an account limit, the same everywhere.
 pub fn classify_code(code: Option<&str>, status: u16) -> ErrorKind {
     match code.unwrap_or("") {
         "InsufficientInstanceCapacity"
@@ -613,9 +1242,11 @@ pub fn classify_code(code: Option<&str>, status: u16) -> ErrorKind {
         | "InsufficientHostCapacity"
         | "InsufficientReservedInstanceCapacity"
         | "InsufficientAddressCapacity"
-        | "InstanceLimitExceeded"
-        | "VcpuLimitExceeded"
-        | "MaxSpotInstanceCountExceeded" => ErrorKind::Capacity,
+        | "InsufficientFreeAddressesInSubnet"
+        | "Unsupported" => ErrorKind::Capacity,
+        "InstanceLimitExceeded" | "VcpuLimitExceeded" | "MaxSpotInstanceCountExceeded" => {
+            ErrorKind::Quota
+        }
         "RequestLimitExceeded"
         | "Throttling"
         | "ThrottlingException"
@@ -629,9 +1260,7 @@ pub fn classify_code(code: Option<&str>, status: u16) -> ErrorKind {
         | "UnrecognizedClientException"
         | "OptInRequired"
         | "Blocked" => ErrorKind::AccessDenied,
-        c if c.starts_with("Invalid") || c.starts_with("Missing") || c == "Unsupported" => {
-            ErrorKind::InvalidRequest
-        }
+        c if c.starts_with("Invalid") || c.starts_with("Missing") => ErrorKind::InvalidRequest,
         _ => match status {
             429 => ErrorKind::Throttling,
             401 | 403 => ErrorKind::AccessDenied,
@@ -651,6 +1280,19 @@ mod tests {
             classify_code(Some("InsufficientInstanceCapacity"), 500),
             ErrorKind::Capacity
         );
+        assert_eq!(classify_code(Some("Unsupported"), 400), ErrorKind::Capacity);
+        assert_eq!(
+            classify_code(Some("InsufficientFreeAddressesInSubnet"), 400),
+            ErrorKind::Capacity
+        );
+        assert_eq!(
+            classify_code(Some("VcpuLimitExceeded"), 400),
+            ErrorKind::Quota
+        );
+        assert_eq!(
+            classify_code(Some("InstanceLimitExceeded"), 400),
+            ErrorKind::Quota
+        );
         assert_eq!(
             classify_code(Some("RequestLimitExceeded"), 503),
             ErrorKind::Throttling
@@ -669,6 +1311,21 @@ mod tests {
     }
 
     #[test]
+    fn instance_ids_are_read_from_error_messages() {
+        assert_eq!(
+            instance_ids_in("The instance ID 'i-1234567890abcdef0' does not exist"),
+            ["i-1234567890abcdef0"]
+        );
+        assert_eq!(
+            instance_ids_in("The instance IDs 'i-1234abcd, i-0123456789abcdef0' do not exist"),
+            ["i-1234abcd", "i-0123456789abcdef0"]
+        );
+        // Not ids: wrong length, upper case, part of a word.
+        assert!(instance_ids_in("i-123 xi-1234abcd i-1234ABCD i-1234abcde").is_empty());
+        assert!(instance_ids_in("").is_empty());
+    }
+
+    #[test]
     fn upstream_urls_must_be_plain_http_with_a_host() {
         assert_eq!(
             parse_upstream("http://127.0.0.1:8080").unwrap().to_string(),
@@ -677,5 +1334,12 @@ mod tests {
         assert!(parse_upstream("https://x:1").is_err());
         assert!(parse_upstream("127.0.0.1:80").is_err());
         assert!(parse_upstream("not a url").is_err());
+    }
+
+    #[test]
+    fn the_default_gateway_id_is_a_valid_tag_value() {
+        let id = default_gateway_id();
+        assert!((1..=128).contains(&id.chars().count()), "{id:?}");
+        assert_eq!(id.trim(), id);
     }
 }

@@ -22,10 +22,26 @@
 //! Response trailers do not exist in the Lambda reply shapes: function routes drop them
 //! (http-cases C15).
 //!
-//! **Pre-warm = provisioned concurrency.** `prewarmed_instances: N` puts N provisioned
-//! concurrent executions on `qualifier` at start (PutProvisionedConcurrencyConfig), `0`
-//! deletes them at start (DeleteProvisionedConcurrencyConfig), absent leaves them alone.
-//! On shutdown they are kept unless `remove_prewarm_on_shutdown: true` (a restart should
+//! **Tracing** (issue 13 item 13): the Invoke request carries an `X-Amzn-Trace-Id`
+//! header so that the function's X-Ray segment joins the caller's trace
+//! ([`xray_trace_header`]: the request's own `X-Amzn-Trace-Id`, else one derived from a
+//! W3C `traceparent`); both headers also stay in the event's `headers`.
+//!
+//! **Errors where the function never ran** ([`never_ran`], issue 13 item 8): Lambda
+//! rejects some Invoke calls before any code runs (the version is not ready, ENIs or
+//! subnet addresses ran out, the KMS key is unusable, …). Like a 429 such a call could be
+//! placed elsewhere (`NotSentReason::NeverRan`); the classification is here, and these
+//! calls are still answered 502 until item 8 wires it to the core's fall-back.
+//!
+//! **Pre-warm = provisioned concurrency.** `prewarmed_instances: N > 0` puts N
+//! provisioned concurrent executions on `qualifier` at start
+//! (PutProvisionedConcurrencyConfig), then polls GetProvisionedConcurrencyConfig (every
+//! [`PREWARM_POLL_FIRST`], doubling to [`PREWARM_POLL_MAX`]) until the status is `READY`
+//! or `FAILED`; the status, its reason and the allocated count are shown in `/status` as
+//! `functions.errors.conditions.provisioned_concurrency` (an alarm when `FAILED`).
+//! `remove_prewarm_on_start: true` deletes it at start (DeleteProvisionedConcurrencyConfig);
+//! `prewarmed_instances: 0` or absent leaves it alone (before issue 13, `0` deleted it).
+//! On shutdown it is kept unless `remove_prewarm_on_shutdown: true` (a restart should
 //! not lose warm capacity that takes minutes to allocate). A failed call is logged and
 //! counted; the gateway keeps serving.
 
@@ -61,6 +77,93 @@ pub const API_CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest the provisioned-concurrency calls (start, shutdown) may take.
 pub const PREWARM_CALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// First pause before polling a provisioned-concurrency config after Put; doubles up to
+/// [`PREWARM_POLL_MAX`].
+pub const PREWARM_POLL_FIRST: Duration = Duration::from_secs(1);
+
+/// Longest pause between two polls of a provisioned-concurrency config.
+pub const PREWARM_POLL_MAX: Duration = Duration::from_secs(30);
+
+/// How long the gateway polls a provisioned-concurrency config that is still
+/// `IN_PROGRESS` (allocation normally takes minutes); afterwards `/status` keeps the last
+/// state seen.
+pub const PREWARM_POLL_FOR: Duration = Duration::from_secs(30 * 60);
+
+/// The `/status` condition name of the provisioned concurrency.
+pub const PREWARM_CONDITION: &str = "provisioned_concurrency";
+
+/// Invoke error codes that mean the function never ran (issue 13 item 8): the call was
+/// refused before any code of the function executed, so the request may be placed
+/// elsewhere, as after a 429. From the Invoke API reference's error list.
+pub const NEVER_RAN_ERROR_CODES: [&str; 11] = [
+    "TooManyRequestsException",
+    "ResourceNotReadyException",
+    "ResourceConflictException",
+    "EC2ThrottledException",
+    "ENILimitReachedException",
+    "SubnetIPAddressLimitReachedException",
+    "EFSMountConnectivityException",
+    "KMSAccessDeniedException",
+    "KMSDisabledException",
+    "KMSNotFoundException",
+    "SnapStartNotReadyException",
+];
+
+/// Whether an Invoke error `code` (the `x-amzn-ErrorType` of the reply) means the
+/// function never ran: one of [`NEVER_RAN_ERROR_CODES`]. Errors raised while or after
+/// the function ran (`X-Amz-Function-Error`, `EC2UnexpectedException`,
+/// `EFSIOException`, `RequestTooLargeException` …), and every unknown code, are not.
+pub fn never_ran(code: &str) -> bool {
+    NEVER_RAN_ERROR_CODES.contains(&code)
+}
+
+/// The `X-Amzn-Trace-Id` to send with the Invoke call for a request with `headers`
+/// (issue 13 item 13):
+/// * the request's own `X-Amzn-Trace-Id` when it names a root (`Root=1-…`) and is at
+///   most 512 bytes of visible ASCII;
+/// * else one derived from a valid W3C `traceparent`
+///   (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, not all-zero ids) as X-Ray
+///   does: `Root=1-<first 8 hex>-<last 24 hex>;Parent=<parent id>;Sampled=<flags & 1>`;
+/// * else `None` (Lambda starts a trace of its own).
+pub fn xray_trace_header(headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+    const XRAY: &str = "x-amzn-trace-id";
+    if let Some(v) = headers.get(XRAY)
+        && v.len() <= 512
+        && v.as_bytes()
+            .iter()
+            .all(|b| b.is_ascii_graphic() || *b == b' ')
+        && v.to_str()
+            .is_ok_and(|s| s.split(';').any(|part| part.trim().starts_with("Root=1-")))
+    {
+        return Some(v.clone());
+    }
+    let tp = headers.get("traceparent")?.to_str().ok()?.trim();
+    let mut parts = tp.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    let valid = hex(version, 2)
+        && version != "ff"
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && !zero(trace)
+        && !zero(parent)
+        && !(version == "00" && parts.next().is_some());
+    if !valid {
+        return None;
+    }
+    let sampled = u8::from_str_radix(flags, 16).ok()? & 1;
+    http::HeaderValue::from_str(&format!(
+        "Root=1-{}-{};Parent={parent};Sampled={sampled}",
+        &trace[..8],
+        &trace[8..]
+    ))
+    .ok()
+}
 /// A Lambda function tier. See the [module docs](self).
 #[derive(Debug)]
 pub struct LambdaFunctionTier {
@@ -70,6 +173,7 @@ pub struct LambdaFunctionTier {
     format: LambdaPayloadFormat,
     timeout: Duration,
     prewarmed: Option<u32>,
+    remove_prewarm_on_start: bool,
     remove_prewarm_on_shutdown: bool,
     closed: AtomicBool,
     errors: ProviderErrors,
@@ -104,25 +208,35 @@ impl LambdaFunctionTier {
             format: cfg.payload_format,
             timeout: Duration::from_secs_f64(cfg.timeout_seconds),
             prewarmed: cfg.prewarmed_instances,
+            remove_prewarm_on_start: cfg.remove_prewarm_on_start,
             remove_prewarm_on_shutdown: cfg.remove_prewarm_on_shutdown,
             closed: AtomicBool::new(false),
             errors: ProviderErrors::new(PROVIDER),
         }))
     }
 
-    /// Apply `prewarmed_instances` in the background (see the [module docs](self)).
+    /// Apply `prewarmed_instances` and `remove_prewarm_on_start` in the background, and
+    /// follow a Put until `READY` or `FAILED` (see the [module docs](self)).
     pub fn start(self: &Arc<Self>) {
-        if self.prewarmed.is_none() {
+        let wanted = match self.prewarmed {
+            Some(n) if n > 0 => Some(n),
+            _ if self.remove_prewarm_on_start => Some(0),
+            _ => None,
+        };
+        if wanted.is_none() {
             return;
         }
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let _ = me.apply_prewarm(me.prewarmed).await;
+            if me.apply_prewarm(wanted).await.is_ok() && wanted.is_some_and(|n| n > 0) {
+                me.follow_prewarm().await;
+            }
         });
     }
 
     /// Set the provisioned concurrency on the qualifier: `Some(n > 0)` puts n, `Some(0)`
-    /// deletes it (a missing config is fine), `None` does nothing.
+    /// deletes it (a missing config is fine), `None` does nothing. A Put records the
+    /// status it returns in `/status`.
     ///
     /// # Errors
     /// [`BackendError::Provider`] when the API call fails (also logged and counted).
@@ -147,6 +261,13 @@ impl LambdaFunctionTier {
                         status = ?out.status(),
                         "provisioned concurrency requested"
                     );
+                    self.record_prewarm(
+                        out.status().map(|s| s.as_str()),
+                        out.status_reason(),
+                        out.requested_provisioned_concurrent_executions(),
+                        out.allocated_provisioned_concurrent_executions(),
+                        out.available_provisioned_concurrent_executions(),
+                    );
                     Ok(())
                 }
                 Ok(Err(e)) => Err(self.api_error("put_provisioned_concurrency_config", &e)),
@@ -162,18 +283,94 @@ impl LambdaFunctionTier {
             match tokio::time::timeout(PREWARM_CALL_TIMEOUT, call).await {
                 Ok(Ok(_)) => {
                     tracing::info!(function = %self.function_name, qualifier, "provisioned concurrency removed");
+                    self.errors.clear_condition(PREWARM_CONDITION);
                     Ok(())
                 }
                 Ok(Err(e))
                     if e.as_service_error()
                         .is_some_and(|s| s.is_resource_not_found_exception()) =>
                 {
+                    self.errors.clear_condition(PREWARM_CONDITION);
                     Ok(())
                 }
                 Ok(Err(e)) => Err(self.api_error("delete_provisioned_concurrency_config", &e)),
                 Err(_) => Err(self.timeout_error("delete_provisioned_concurrency_config")),
             }
         }
+    }
+
+    /// Poll GetProvisionedConcurrencyConfig until `READY` or `FAILED`, the gateway
+    /// shuts down, or [`PREWARM_POLL_FOR`] has passed; every answer goes to `/status`.
+    /// API errors are recorded and retried at the next poll.
+    async fn follow_prewarm(&self) {
+        let Some(qualifier) = self.qualifier.as_deref() else {
+            return;
+        };
+        let started = tokio::time::Instant::now();
+        let mut pause = PREWARM_POLL_FIRST;
+        while started.elapsed() < PREWARM_POLL_FOR && !self.closed.load(Ordering::Relaxed) {
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(PREWARM_POLL_MAX);
+            let call = self
+                .client
+                .get_provisioned_concurrency_config()
+                .function_name(&self.function_name)
+                .qualifier(qualifier)
+                .send();
+            match tokio::time::timeout(PREWARM_CALL_TIMEOUT, call).await {
+                Ok(Ok(out)) => {
+                    let state = out.status().map(|s| s.as_str().to_owned());
+                    self.record_prewarm(
+                        state.as_deref(),
+                        out.status_reason(),
+                        out.requested_provisioned_concurrent_executions(),
+                        out.allocated_provisioned_concurrent_executions(),
+                        out.available_provisioned_concurrent_executions(),
+                    );
+                    if matches!(state.as_deref(), Some("READY" | "FAILED")) {
+                        return;
+                    }
+                }
+                Ok(Err(e)) => {
+                    let _ = self.api_error("get_provisioned_concurrency_config", &e);
+                }
+                Err(_) => {
+                    let _ = self.timeout_error("get_provisioned_concurrency_config");
+                }
+            }
+        }
+    }
+
+    /// The provisioned-concurrency status for `/status`: an alarm when `FAILED`.
+    fn record_prewarm(
+        &self,
+        state: Option<&str>,
+        reason: Option<&str>,
+        requested: Option<i32>,
+        allocated: Option<i32>,
+        available: Option<i32>,
+    ) {
+        let state = state.unwrap_or("UNKNOWN");
+        let mut detail = serde_json::Map::new();
+        for (k, v) in [
+            ("requested", requested),
+            ("allocated", allocated),
+            ("available", available),
+        ] {
+            if let Some(v) = v {
+                detail.insert(k.into(), v.into());
+            }
+        }
+        if let Some(q) = &self.qualifier {
+            detail.insert("qualifier".into(), q.clone().into());
+        }
+        self.errors.set_condition(
+            PREWARM_CONDITION,
+            state,
+            state == "FAILED",
+            reason.filter(|r| !r.is_empty()).map(str::to_owned),
+            detail,
+        );
     }
 
     fn api_error<E>(&self, operation: &'static str, e: &SdkError<E>) -> BackendError
@@ -241,7 +438,7 @@ impl LambdaFunctionTier {
             Err(e @ EventError::Encode(_)) => return Err(FunctionError::Failed(e.to_string())),
         };
 
-        let invoke = self
+        let mut invoke = self
             .client
             .invoke()
             .function_name(&self.function_name)
@@ -250,8 +447,15 @@ impl LambdaFunctionTier {
             .customize()
             .config_override(
                 aws_sdk_lambda::config::Builder::default().retry_config(RetryConfig::disabled()),
-            )
-            .send();
+            );
+        if let Some(trace) =
+            xray_trace_header(&parts.headers).and_then(|v| v.to_str().ok().map(str::to_owned))
+        {
+            invoke = invoke.mutate_request(move |r| {
+                r.headers_mut().insert("x-amzn-trace-id", trace.clone());
+            });
+        }
+        let invoke = invoke.send();
         let out = match tokio::time::timeout(self.timeout, invoke).await {
             Err(_) => {
                 self.errors.record(
@@ -370,7 +574,7 @@ impl FunctionTier for LambdaFunctionTier {
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             self.closed.store(true, Ordering::Relaxed);
-            if self.remove_prewarm_on_shutdown && self.prewarmed.is_some() {
+            if self.remove_prewarm_on_shutdown && self.prewarmed.is_some_and(|n| n > 0) {
                 let _ = self.apply_prewarm(Some(0)).await;
             }
         })
@@ -395,6 +599,7 @@ mod tests {
             endpoint_url: Some(format!("http://127.0.0.1:{port}")),
             max_concurrency: None,
             prewarmed_instances: None,
+            remove_prewarm_on_start: false,
             remove_prewarm_on_shutdown: false,
         };
         extra(&mut cfg);
@@ -451,6 +656,101 @@ mod tests {
             b"data"
         );
         assert_eq!(t.errors().total, 0, "no API call was made");
+    }
+
+    #[test]
+    fn never_ran_names_exactly_the_errors_before_any_code_ran() {
+        for code in [
+            "ResourceNotReadyException",
+            "ResourceConflictException",
+            "EC2ThrottledException",
+            "ENILimitReachedException",
+            "SubnetIPAddressLimitReachedException",
+            "EFSMountConnectivityException",
+            "KMSAccessDeniedException",
+            "KMSDisabledException",
+            "KMSNotFoundException",
+            "SnapStartNotReadyException",
+            "TooManyRequestsException",
+        ] {
+            assert!(never_ran(code), "{code}");
+        }
+        // The function ran (or may have), or the request itself is wrong.
+        for code in [
+            "EC2UnexpectedException",
+            "EFSIOException",
+            "EFSMountFailureException",
+            "EFSMountTimeoutException",
+            "InvalidRuntimeException",
+            "RequestTooLargeException",
+            "ResourceNotFoundException",
+            "ServiceException",
+            "AccessDeniedException",
+            "Unhandled",
+            "",
+            "resourcenotreadyexception",
+        ] {
+            assert!(!never_ran(code), "{code}");
+        }
+    }
+
+    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        pairs
+            .iter()
+            .map(|(k, v)| {
+                (
+                    http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                    http::HeaderValue::from_str(v).unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn xray_header_is_passed_on_or_derived_from_traceparent() {
+        let own = "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1";
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        // Its own X-Ray header wins over a traceparent.
+        assert_eq!(
+            xray_trace_header(&headers(&[("x-amzn-trace-id", own), ("traceparent", tp)])).unwrap(),
+            own
+        );
+        assert_eq!(
+            xray_trace_header(&headers(&[("traceparent", tp)])).unwrap(),
+            "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1"
+        );
+        assert_eq!(
+            xray_trace_header(&headers(&[(
+                "traceparent",
+                "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-00"
+            )]))
+            .unwrap(),
+            "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=0"
+        );
+        // A bad X-Ray header falls back to the traceparent.
+        assert_eq!(
+            xray_trace_header(&headers(&[
+                ("x-amzn-trace-id", "Self=1-abc"),
+                ("traceparent", tp)
+            ]))
+            .unwrap(),
+            "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1"
+        );
+        for bad in [
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "00-4bf92f35-00f067aa0ba902b7-01",
+            "garbage",
+        ] {
+            assert!(
+                xray_trace_header(&headers(&[("traceparent", bad)])).is_none(),
+                "{bad}"
+            );
+        }
+        assert!(xray_trace_header(&headers(&[])).is_none());
     }
 
     /// Without credentials in the test environment the SDK fails before dispatch; with

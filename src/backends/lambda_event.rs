@@ -8,10 +8,27 @@
 //!   query bytes are decoded lossily, U+FFFD for invalid sequences; proptest below);
 //! * header names in events are lower-case (hyper does not keep the client's case);
 //! * the event is at most [`MAX_PAYLOAD_BYTES`] long, else [`EventError::TooLarge`];
-//! * replies: a missing or out-of-range `statusCode` (1.0, ALB), invalid JSON, a header
-//!   that HTTP cannot carry or a bad base64 body are a [`ReplyError`] (the caller
-//!   answers 502 and logs the detail); `cookies` and multi-value `Set-Cookie` become
-//!   separate `Set-Cookie` lines, never comma-joined.
+//! * every event has the fields AWS Lambda Powertools' parser models require
+//!   (`APIGatewayProxyEventV2Model`, `APIGatewayProxyEventModel`, `AlbModel`; issue 13
+//!   item 10): the formatted request time (`requestContext.time` in 2.0,
+//!   `requestContext.requestTime` in 1.0, `dd/Mon/yyyy:HH:mm:ss +0000`), a user agent
+//!   that is `""` (never null) without a client `User-Agent`, a `domainName` (the `Host`
+//!   header or the request target's authority without the port, else `localhost`), and
+//!   `headers` objects that are `{}`, never null. `tests/aws_lambda.rs` validates a corpus
+//!   of odd requests against those models with `scripts/validate_lambda_events.py`;
+//! * replies ([`build_response`]): the shapes API Gateway and the ALB accept, see there.
+//!
+//! **Query decoding, per payload format** (as API Gateway and the ALB do it):
+//!
+//! | field | 2.0 (HTTP API) | 1.0 (REST API) | ALB |
+//! |---|---|---|---|
+//! | raw query | `rawQueryString`: exactly as received | — | — |
+//! | `queryStringParameters` | `%XX` and `+` (space) decoded; a repeated key's values joined with `,` in order; absent when the query is empty | decoded the same way; the **last** value of a repeated key; `null` when the query is empty | **not decoded** (the ALB passes the bytes as received); the last value of a repeated key; `{}` when empty |
+//! | `multiValueQueryStringParameters` | — | every value of each key, in order, decoded; `null` when empty | — (multi-value headers off) |
+//!
+//! In every format a key without `=` has the value `""`, empty segments (`a&&b`) are
+//! skipped, an invalid `%` escape stays as it is, and decoded bytes that are not UTF-8
+//! become U+FFFD. Keys are decoded like values. Paths (`rawPath`, `path`) are not decoded.
 //!
 //! `aws_lambda_events` types are used where they express the case: the 2.0 request and
 //! the three reply shapes. Where they cannot, the JSON goes through `serde_json::Value`;
@@ -107,6 +124,10 @@ pub enum ReplyError {
     /// `statusCode` is outside 200–599 (1xx cannot be a final response).
     #[error("reply statusCode {0} is not a final HTTP status (200-599)")]
     Status(i64),
+    /// A header value is null, an object, or (in `headers`) a list: only strings,
+    /// numbers and booleans are header values.
+    #[error("reply header {0:?} has a value that is not a string, number or boolean")]
+    HeaderValue(String),
     /// A cookie cannot be a `Set-Cookie` header value.
     #[error("reply cookie is not a valid header value")]
     Cookie,
@@ -163,49 +184,23 @@ fn protocol(v: Version) -> &'static str {
     }
 }
 
-/// `%XX` decoding (no `+` → space: that is form encoding, not URI encoding); an invalid
-/// escape stays as it is; invalid UTF-8 becomes U+FFFD.
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        if b[i] == b'%'
-            && i + 2 < b.len()
-            && let (Some(h), Some(l)) = (hex(b[i + 1]), hex(b[i + 2]))
-        {
-            out.push(h << 4 | l);
-            i += 3;
-        } else {
-            out.push(b[i]);
-            i += 1;
-        }
-    }
-    lossy(&out)
-}
-
-fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// Query parameters in order of appearance as `(key, value)`, raw or decoded. Empty
-/// segments (`a&&b`) are skipped; `k` without `=` has the value "".
+/// Query parameters in order of appearance as `(key, value)`. `decode`: the
+/// `application/x-www-form-urlencoded` parser API Gateway applies (`+` is a space, `%XX`
+/// decoded, an invalid escape kept, invalid UTF-8 → U+FFFD; `form_urlencoded`); else the
+/// bytes as received (the ALB). Either way empty segments (`a&&b`) are skipped and `k`
+/// without `=` has the value "".
 fn query_pairs(query: &str, decode: bool) -> Vec<(String, String)> {
+    if decode {
+        return form_urlencoded::parse(query.as_bytes())
+            .map(|(k, v)| (k.into_owned(), v.into_owned()))
+            .collect();
+    }
     query
         .split('&')
         .filter(|seg| !seg.is_empty())
         .map(|seg| {
             let (k, v) = seg.split_once('=').unwrap_or((seg, ""));
-            if decode {
-                (percent_decode(k), percent_decode(v))
-            } else {
-                (k.to_owned(), v.to_owned())
-            }
+            (k.to_owned(), v.to_owned())
         })
         .collect()
 }
@@ -238,6 +233,43 @@ fn header_groups(headers: &HeaderMap, skip_cookie: bool) -> Vec<(&str, Vec<Strin
 
 fn header_str(headers: &HeaderMap, name: HeaderName) -> Option<String> {
     headers.get(name).map(|v| lossy(v.as_bytes()))
+}
+
+/// `requestContext.domainName`: the `Host` header, else the request target's authority
+/// (HTTP/2 carries it there), without the port; `localhost` when neither names a host.
+fn domain_name(input: &EventInput<'_>) -> String {
+    header_str(input.headers, header::HOST)
+        .or_else(|| input.uri.authority().map(|a| a.as_str().to_owned()))
+        .and_then(|h| h.parse::<http::uri::Authority>().ok())
+        .map(|a| a.host().to_owned())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// `requestContext.domainPrefix`: the first label of the domain name.
+fn domain_prefix(domain: &str) -> String {
+    domain.split('.').next().unwrap_or(domain).to_owned()
+}
+
+/// The request time as API Gateway formats it in `requestContext.time` (2.0) and
+/// `requestContext.requestTime` (1.0): `dd/Mon/yyyy:HH:mm:ss +0000` in UTC, e.g.
+/// `14/Nov/2023:22:13:20 +0000` for `epoch_ms` = 1,700,000,000,000 ms since the Unix
+/// epoch. A value outside the years −9999..=9999 is shown as the epoch.
+pub fn request_time(epoch_ms: i64) -> String {
+    const MONTHS: [&str; 12] = [
+        "Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec",
+    ];
+    let t = time::OffsetDateTime::from_unix_timestamp(epoch_ms.div_euclid(1000))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH);
+    format!(
+        "{:02}/{}/{:04}:{:02}:{:02}:{:02} +0000",
+        t.day(),
+        MONTHS[usize::from(u8::from(t.month())) - 1],
+        t.year(),
+        t.hour(),
+        t.minute(),
+        t.second()
+    )
 }
 
 /// Whether the body goes as text: `text/*`, JSON or XML (`+json`, `+xml` too) and valid
@@ -315,14 +347,14 @@ fn v2_event(input: &EventInput<'_>) -> Result<Value, EventError> {
             .map(|(k, v)| (k.to_owned(), v))
             .collect();
     let (body, is_base64_encoded) = encode_body(input);
-    let host = header_str(input.headers, header::HOST);
+    let domain = domain_name(input);
 
     let mut http = ApiGatewayV2httpRequestContextHttpDescription::default();
     http.method = input.method.clone();
     http.path = Some(path.to_owned());
     http.protocol = Some(protocol(input.version).to_owned());
     http.source_ip = input.source_ip.map(|ip| ip.to_string());
-    http.user_agent = header_str(input.headers, header::USER_AGENT);
+    http.user_agent = Some(header_str(input.headers, header::USER_AGENT).unwrap_or_default());
 
     let mut ctx = ApiGatewayV2httpRequestContext::default();
     ctx.route_key = Some(DEFAULT_STAGE.to_owned());
@@ -330,10 +362,9 @@ fn v2_event(input: &EventInput<'_>) -> Result<Value, EventError> {
     ctx.stage = Some(DEFAULT_STAGE.to_owned());
     ctx.request_id = Some(input.request_id.to_owned());
     ctx.apiid = Some(API_ID.to_owned());
-    ctx.domain_prefix = host
-        .as_deref()
-        .map(|h| h.split('.').next().unwrap_or(h).to_owned());
-    ctx.domain_name = host;
+    ctx.domain_prefix = Some(domain_prefix(&domain));
+    ctx.domain_name = Some(domain);
+    ctx.time = Some(request_time(input.time_epoch_ms));
     ctx.time_epoch = input.time_epoch_ms;
     ctx.http = http;
 
@@ -351,8 +382,16 @@ fn v2_event(input: &EventInput<'_>) -> Result<Value, EventError> {
 
     // Through `Value` to drop what the type always writes but a 2.0 event never has:
     // the deprecated custom-authorizer fields (`httpMethod` would say GET for a POST).
+    // Also: no `queryStringParameters` without a query (API Gateway leaves it out), and
+    // `headers` always an object.
     let mut value = serde_json::to_value(&ev)?;
     if let Value::Object(map) = &mut value {
+        if pairs.is_empty() {
+            map.remove("queryStringParameters");
+        }
+        if !map.get("headers").is_some_and(Value::is_object) {
+            map.insert("headers".into(), Value::Object(Map::new()));
+        }
         for key in [
             "type",
             "methodArn",
@@ -375,15 +414,17 @@ fn v1_event(input: &EventInput<'_>) -> Value {
     let pairs = query_pairs(input.uri.query().unwrap_or(""), true);
     let (single_q, multi_q) =
         single_and_multi(group(pairs.iter().map(|(k, v)| (k.as_str(), v.clone()))));
+    // `headers` and `multiValueHeaders` are objects even when empty (never null).
     let (single_h, multi_h) = single_and_multi(header_groups(input.headers, false));
     let (body, is_base64_encoded) = encode_body(input);
     let method = input.method.as_str();
+    let domain = domain_name(input);
     json!({
         "resource": "/{proxy+}",
         "path": path,
         "httpMethod": method,
-        "headers": single_h,
-        "multiValueHeaders": multi_h,
+        "headers": single_h.unwrap_or_default(),
+        "multiValueHeaders": multi_h.unwrap_or_default(),
         "queryStringParameters": single_q,
         "multiValueQueryStringParameters": multi_q,
         "pathParameters": { "proxy": path.trim_start_matches('/') },
@@ -391,17 +432,19 @@ fn v1_event(input: &EventInput<'_>) -> Value {
         "requestContext": {
             "accountId": "anonymous",
             "apiId": API_ID,
-            "domainName": header_str(input.headers, header::HOST),
+            "domainPrefix": domain_prefix(&domain),
+            "domainName": domain,
             "httpMethod": method,
             "path": path,
             "protocol": protocol(input.version),
             "requestId": input.request_id,
+            "requestTime": request_time(input.time_epoch_ms),
             "requestTimeEpoch": input.time_epoch_ms,
             "resourcePath": "/{proxy+}",
             "stage": DEFAULT_STAGE,
             "identity": {
                 "sourceIp": input.source_ip.map(|ip| ip.to_string()),
-                "userAgent": header_str(input.headers, header::USER_AGENT),
+                "userAgent": header_str(input.headers, header::USER_AGENT).unwrap_or_default(),
             },
         },
         "body": body,
@@ -469,14 +512,27 @@ struct ReplyParts {
 /// Format 2.0: a JSON object without `statusCode` (or any other JSON value) is the body
 /// of a 200 `application/json` response, byte for byte, as API Gateway does.
 ///
+/// In every format the reply shapes API Gateway and the ALB accept are accepted (issue 13
+/// item 9; see `normalize_reply`): `statusCode` as a decimal string (`"201"`), header
+/// values that are numbers or booleans, a missing or null `body`, `headers`,
+/// `multiValueHeaders` or `cookies`, and `multiValueHeaders` values that are a single
+/// value or lists of numbers and booleans.
+///
 /// # Errors
-/// [`ReplyError`] for invalid JSON, a missing `statusCode` (1.0, ALB), a status outside
-/// 200–599, an invalid header or cookie, or a bad base64 body.
+/// [`ReplyError`] for invalid JSON, a missing `statusCode` (1.0, ALB), a status that is
+/// not a number or a decimal string, a status outside 200–599, a header value that is
+/// null, an object or (outside `multiValueHeaders`) a list, a header or cookie HTTP
+/// cannot carry, or a bad base64 body.
 pub fn build_response(
     format: LambdaPayloadFormat,
     payload: &[u8],
 ) -> Result<Response<Bytes>, ReplyError> {
-    let value: Value = serde_json::from_slice(payload).map_err(ReplyError::NotJson)?;
+    let mut value: Value = serde_json::from_slice(payload).map_err(ReplyError::NotJson)?;
+    if let Value::Object(map) = &mut value
+        && map.contains_key("statusCode")
+    {
+        normalize_reply(map)?;
+    }
     let shape = |source| ReplyError::Shape {
         format: format.as_str(),
         source,
@@ -529,6 +585,60 @@ pub fn build_response(
         }
     };
     assemble(parts)
+}
+
+/// Bring the reply shapes API Gateway and the ALB accept into the form the
+/// `aws_lambda_events` types read:
+/// * `statusCode` that is a string of 1–18 ASCII digits → that number;
+/// * `headers`, `multiValueHeaders`, `cookies` or `body` that is null → absent;
+/// * a `headers` value that is a number or a boolean → its JSON text (`3` → `"3"`,
+///   `true` → `"true"`);
+/// * a `multiValueHeaders` value that is a string, number or boolean → a one-element
+///   list of its text; numbers and booleans inside a list → their text.
+///
+/// # Errors
+/// [`ReplyError::HeaderValue`] for a `headers` value that is null, a list or an object,
+/// or a `multiValueHeaders` value (or list item) that is null or an object. Anything
+/// else that does not fit is left as it is, for the typed parser to reject.
+fn normalize_reply(map: &mut JsonMap) -> Result<(), ReplyError> {
+    fn text(v: &Value) -> Option<String> {
+        match v {
+            Value::String(s) => Some(s.clone()),
+            Value::Number(_) | Value::Bool(_) => Some(v.to_string()),
+            _ => None,
+        }
+    }
+    if let Some(Value::String(s)) = map.get("statusCode")
+        && (1..=18).contains(&s.len())
+        && s.bytes().all(|b| b.is_ascii_digit())
+        && let Ok(n) = s.parse::<i64>()
+    {
+        map.insert("statusCode".into(), Value::from(n));
+    }
+    for key in ["headers", "multiValueHeaders", "cookies", "body"] {
+        if map.get(key).is_some_and(Value::is_null) {
+            map.remove(key);
+        }
+    }
+    let bad = |name: &str| ReplyError::HeaderValue(name.to_owned());
+    if let Some(Value::Object(headers)) = map.get_mut("headers") {
+        for (name, v) in headers.iter_mut() {
+            *v = Value::String(text(v).ok_or_else(|| bad(name))?);
+        }
+    }
+    if let Some(Value::Object(headers)) = map.get_mut("multiValueHeaders") {
+        for (name, v) in headers.iter_mut() {
+            let items = match &*v {
+                Value::Array(items) => items
+                    .iter()
+                    .map(|item| text(item).map(Value::String).ok_or_else(|| bad(name)))
+                    .collect::<Result<Vec<_>, _>>()?,
+                other => vec![Value::String(text(other).ok_or_else(|| bad(name))?)],
+            };
+            *v = Value::Array(items);
+        }
+    }
+    Ok(())
 }
 
 fn json_passthrough(payload: &[u8]) -> Response<Bytes> {
@@ -822,6 +932,210 @@ mod tests {
         assert_eq!(r.headers()["x-a"], "1");
         let xb: Vec<_> = r.headers().get_all("x-b").iter().collect();
         assert_eq!(xb, ["m1", "m2"]);
+    }
+
+    const FORMATS: [LambdaPayloadFormat; 3] = [
+        LambdaPayloadFormat::V2,
+        LambdaPayloadFormat::V1,
+        LambdaPayloadFormat::Alb,
+    ];
+
+    /// Issue 13 item 9: the reply shapes API Gateway and the ALB accept, in every format.
+    #[test]
+    fn lenient_reply_shapes_are_accepted_in_every_format() {
+        for f in FORMATS {
+            let r = reply(f, r#"{"statusCode":"201","body":"made"}"#);
+            assert_eq!(
+                (r.status(), &r.body()[..]),
+                (StatusCode::CREATED, &b"made"[..]),
+                "{f:?}"
+            );
+            let r = reply(f, r#"{"statusCode":"0404"}"#);
+            assert_eq!(r.status(), StatusCode::NOT_FOUND, "{f:?}");
+            // Numbers and booleans as header values are their JSON text.
+            let r = reply(
+                f,
+                r#"{"statusCode":200,"headers":{"x-count":3,"x-ratio":0.5,"x-ok":true},"body":"b"}"#,
+            );
+            assert_eq!(r.headers()["x-count"], "3", "{f:?}");
+            assert_eq!(r.headers()["x-ratio"], "0.5", "{f:?}");
+            assert_eq!(r.headers()["x-ok"], "true", "{f:?}");
+            // No body, no headers: an empty body and no header.
+            let r = reply(f, r#"{"statusCode":204}"#);
+            assert_eq!(r.status(), StatusCode::NO_CONTENT, "{f:?}");
+            assert!(r.body().is_empty() && r.headers().is_empty(), "{f:?}");
+            let r = reply(
+                f,
+                r#"{"statusCode":200,"headers":null,"multiValueHeaders":null,"cookies":null,"body":null}"#,
+            );
+            assert_eq!(r.status(), StatusCode::OK, "{f:?}");
+            assert!(r.body().is_empty() && r.headers().is_empty(), "{f:?}");
+            // multiValueHeaders values that are not lists of strings.
+            let r = reply(
+                f,
+                r#"{"statusCode":200,"multiValueHeaders":{"x-one":"v","x-n":7,"x-list":[1,false,"s"]}}"#,
+            );
+            let all = |n: &str| -> Vec<&str> {
+                r.headers()
+                    .get_all(n)
+                    .iter()
+                    .map(|v| v.to_str().unwrap())
+                    .collect()
+            };
+            assert_eq!(all("x-one"), ["v"], "{f:?}");
+            assert_eq!(all("x-n"), ["7"], "{f:?}");
+            assert_eq!(all("x-list"), ["1", "false", "s"], "{f:?}");
+        }
+    }
+
+    /// Issue 13 item 9: everything outside those shapes stays a bad reply (502).
+    #[test]
+    fn other_reply_shapes_stay_errors_in_every_format() {
+        for f in FORMATS {
+            for p in [
+                r#"{"statusCode":"20x","body":"b"}"#,
+                r#"{"statusCode":" 201"}"#,
+                r#"{"statusCode":"201.0"}"#,
+                r#"{"statusCode":"-201"}"#,
+                r#"{"statusCode":""}"#,
+                r#"{"statusCode":"099"}"#,
+                r#"{"statusCode":"600"}"#,
+                r#"{"statusCode":"99999999999999999999"}"#,
+                r#"{"statusCode":201.5}"#,
+                r#"{"statusCode":true}"#,
+                r#"{"statusCode":[200]}"#,
+                r#"{"statusCode":200,"headers":{"x":null}}"#,
+                r#"{"statusCode":200,"headers":{"x":["a","b"]}}"#,
+                r#"{"statusCode":200,"headers":{"x":{"a":1}}}"#,
+                r#"{"statusCode":200,"headers":"x: y"}"#,
+                r#"{"statusCode":200,"multiValueHeaders":{"x":null}}"#,
+                r#"{"statusCode":200,"multiValueHeaders":{"x":[null]}}"#,
+                r#"{"statusCode":200,"multiValueHeaders":{"x":[["a"]]}}"#,
+                r#"{"statusCode":200,"multiValueHeaders":{"x":{"a":"b"}}}"#,
+                r#"{"statusCode":200,"isBase64Encoded":"true","body":"aGk="}"#,
+                r#"{"statusCode":200,"body":{"json":"object"}}"#,
+            ] {
+                assert!(build_response(f, p.as_bytes()).is_err(), "{f:?} {p}");
+            }
+            if f != LambdaPayloadFormat::V2 {
+                assert!(build_response(f, br#"{"body":"no status"}"#).is_err());
+            }
+        }
+    }
+
+    fn input_for<'a>(req: &'a http::Request<Vec<u8>>, source_ip: Option<IpAddr>) -> EventInput<'a> {
+        EventInput {
+            method: req.method(),
+            uri: req.uri(),
+            version: req.version(),
+            headers: req.headers(),
+            body: req.body(),
+            source_ip,
+            request_id: "req-1",
+            time_epoch_ms: 1_700_000_000_123,
+        }
+    }
+
+    fn event_of(format: LambdaPayloadFormat, req: &http::Request<Vec<u8>>) -> Value {
+        let json =
+            build_event(format, &input_for(req, Some("192.0.2.7".parse().unwrap()))).unwrap();
+        serde_json::from_slice(&json).unwrap()
+    }
+
+    #[test]
+    fn request_time_is_formatted_as_api_gateway_does() {
+        assert_eq!(
+            request_time(1_700_000_000_123),
+            "14/Nov/2023:22:13:20 +0000"
+        );
+        assert_eq!(request_time(0), "01/Jan/1970:00:00:00 +0000");
+        assert_eq!(request_time(-1), "31/Dec/1969:23:59:59 +0000");
+        assert_eq!(request_time(951_782_400_000), "29/Feb/2000:00:00:00 +0000");
+        assert_eq!(request_time(i64::MAX), "01/Jan/1970:00:00:00 +0000");
+    }
+
+    /// Issue 13 item 10: the formatted time, a user agent that is never null, a domain
+    /// name and header objects in every event.
+    #[test]
+    fn events_have_time_user_agent_and_domain_without_client_headers() {
+        let bare = http::Request::get("/p").body(Vec::new()).unwrap();
+        let v2 = event_of(LambdaPayloadFormat::V2, &bare);
+        assert_eq!(v2["requestContext"]["time"], "14/Nov/2023:22:13:20 +0000");
+        assert_eq!(v2["requestContext"]["timeEpoch"], 1_700_000_000_123_i64);
+        assert_eq!(v2["requestContext"]["http"]["userAgent"], "");
+        assert_eq!(v2["requestContext"]["domainName"], "localhost");
+        assert_eq!(v2["requestContext"]["domainPrefix"], "localhost");
+        assert_eq!(v2["headers"], json!({}));
+        assert!(v2.get("queryStringParameters").is_none(), "{v2}");
+        let v1 = event_of(LambdaPayloadFormat::V1, &bare);
+        assert_eq!(
+            v1["requestContext"]["requestTime"],
+            "14/Nov/2023:22:13:20 +0000"
+        );
+        assert_eq!(v1["requestContext"]["identity"]["userAgent"], "");
+        assert_eq!(v1["requestContext"]["domainName"], "localhost");
+        assert_eq!(v1["headers"], json!({}));
+        assert_eq!(v1["multiValueHeaders"], json!({}));
+        assert!(v1["queryStringParameters"].is_null());
+        assert!(v1["multiValueQueryStringParameters"].is_null());
+        let alb = event_of(LambdaPayloadFormat::Alb, &bare);
+        assert_eq!(alb["headers"], json!({}));
+        assert_eq!(alb["queryStringParameters"], json!({}));
+        assert_eq!(alb["body"], "");
+
+        let with = http::Request::get("/p")
+            .header("user-agent", "curl/8.5")
+            .header("host", "api.example.com:8443")
+            .body(Vec::new())
+            .unwrap();
+        let v2 = event_of(LambdaPayloadFormat::V2, &with);
+        assert_eq!(v2["requestContext"]["http"]["userAgent"], "curl/8.5");
+        assert_eq!(v2["requestContext"]["domainName"], "api.example.com");
+        assert_eq!(v2["requestContext"]["domainPrefix"], "api");
+        let v1 = event_of(LambdaPayloadFormat::V1, &with);
+        assert_eq!(v1["requestContext"]["identity"]["userAgent"], "curl/8.5");
+        assert_eq!(v1["requestContext"]["domainPrefix"], "api");
+        // HTTP/2 carries the authority in the target, not in a Host header.
+        let h2 = http::Request::get("https://h2.example.org/p")
+            .version(Version::HTTP_2)
+            .body(Vec::new())
+            .unwrap();
+        let v2 = event_of(LambdaPayloadFormat::V2, &h2);
+        assert_eq!(v2["requestContext"]["domainName"], "h2.example.org");
+        assert_eq!(v2["requestContext"]["http"]["protocol"], "HTTP/2.0");
+    }
+
+    /// Issue 13 item 10: query decoding per payload format (module docs' table).
+    #[test]
+    fn query_decoding_follows_api_gateway_per_format() {
+        let q = "q=a+b%2Bc&flag&e=&a=1&a=2&pct=100%25&bad=%ZZ&bin=%FF&k%20ey=v&&x=%3D%26";
+        let req = http::Request::get(format!("/s?{q}"))
+            .body(Vec::new())
+            .unwrap();
+        let v2 = event_of(LambdaPayloadFormat::V2, &req);
+        assert_eq!(v2["rawQueryString"], q);
+        assert_eq!(
+            v2["queryStringParameters"],
+            json!({"q": "a b+c", "flag": "", "e": "", "a": "1,2", "pct": "100%",
+                   "bad": "%ZZ", "bin": "\u{fffd}", "k ey": "v", "x": "=&"})
+        );
+        let v1 = event_of(LambdaPayloadFormat::V1, &req);
+        assert_eq!(
+            v1["queryStringParameters"],
+            json!({"q": "a b+c", "flag": "", "e": "", "a": "2", "pct": "100%",
+                   "bad": "%ZZ", "bin": "\u{fffd}", "k ey": "v", "x": "=&"})
+        );
+        assert_eq!(
+            v1["multiValueQueryStringParameters"]["a"],
+            json!(["1", "2"])
+        );
+        assert_eq!(v1["multiValueQueryStringParameters"]["q"], json!(["a b+c"]));
+        let alb = event_of(LambdaPayloadFormat::Alb, &req);
+        assert_eq!(
+            alb["queryStringParameters"],
+            json!({"q": "a+b%2Bc", "flag": "", "e": "", "a": "2", "pct": "100%25",
+                   "bad": "%ZZ", "bin": "%FF", "k%20ey": "v", "x": "%3D%26"})
+        );
     }
 
     /// Cross-check with the official adapter: `lambda_http` parses our 2.0 events back

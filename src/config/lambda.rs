@@ -72,12 +72,19 @@ pub struct LambdaFunctionTierConfig {
     #[serde(default)]
     pub max_concurrency: Option<u32>,
     /// Pre-warm as provisioned concurrency on `qualifier`: `N > 0` puts N at start
-    /// (PutProvisionedConcurrencyConfig), `0` removes it at start
-    /// (DeleteProvisionedConcurrencyConfig), absent leaves it alone (managed elsewhere).
+    /// (PutProvisionedConcurrencyConfig), then polls it until `READY` or `FAILED`
+    /// (shown in `/status`). `0` or absent: the gateway does not touch it (since issue
+    /// 13: `0` no longer removes it; see `remove_prewarm_on_start`).
     #[serde(default)]
     pub prewarmed_instances: Option<u32>,
+    /// Remove the provisioned concurrency of `qualifier` at start
+    /// (DeleteProvisionedConcurrencyConfig). Default `false`. Needs `qualifier`; not with
+    /// `prewarmed_instances` above 0.
+    #[serde(default)]
+    pub remove_prewarm_on_start: bool,
     /// Remove the provisioned concurrency on gateway shutdown. Default `false`: it is
     /// kept, so a restart does not lose warm capacity (it is billed while it exists).
+    /// Needs `prewarmed_instances` above 0.
     #[serde(default)]
     pub remove_prewarm_on_shutdown: bool,
 }
@@ -156,7 +163,7 @@ impl LambdaFunctionTierConfig {
                 "must be at least 1 when set",
             );
         }
-        if let Some(n) = self.prewarmed_instances {
+        if let Some(n) = self.prewarmed_instances.filter(|&n| n > 0) {
             if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
                 is.push(
                     "function_tier.prewarmed_instances",
@@ -173,11 +180,27 @@ impl LambdaFunctionTierConfig {
                 );
             }
         }
-        if self.remove_prewarm_on_shutdown && self.prewarmed_instances.is_none() {
+        if self.remove_prewarm_on_shutdown && self.prewarmed_instances.unwrap_or(0) == 0 {
             is.push(
                 "function_tier.remove_prewarm_on_shutdown",
-                "only applies when function_tier.prewarmed_instances is set",
+                "only applies when function_tier.prewarmed_instances is above 0",
             );
+        }
+        if self.remove_prewarm_on_start {
+            if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
+                is.push(
+                    "function_tier.remove_prewarm_on_start",
+                    "needs function_tier.qualifier (provisioned concurrency lives on a \
+                     published version or an alias)",
+                );
+            }
+            if self.prewarmed_instances.unwrap_or(0) > 0 {
+                is.push(
+                    "function_tier.remove_prewarm_on_start",
+                    "contradicts function_tier.prewarmed_instances above 0 (that puts \
+                     provisioned concurrency at start)",
+                );
+            }
         }
     }
 }

@@ -346,6 +346,10 @@ pub const DEFAULT_EC2_UPSTREAM_PORT: u16 = 8080;
 pub const DEFAULT_EC2_UPSTREAM_TAG_KEY: &str = "spillway:upstream";
 /// Tag key every instance of an EC2 pool carries, with the pool name as value.
 pub const EC2_POOL_TAG_KEY: &str = "spillway:pool";
+/// Default interval of the EC2 pool audit, seconds (issue 13 items 1, 6, 7).
+pub const DEFAULT_EC2_AUDIT_INTERVAL_SECONDS: f64 = 60.0;
+/// Longest EC2 user data, bytes, before base64 (EC2's limit).
+pub const EC2_MAX_USER_DATA_BYTES: usize = 16 * 1024;
 
 /// `vm_pool: {type: ec2}` — an EC2 VM pool (issue 4, "EC2 VM pool provider").
 ///
@@ -383,7 +387,8 @@ pub struct Ec2VmPoolConfig {
     /// Instance profile, by name or ARN (`arn:aws:iam::…:instance-profile/…`).
     #[serde(default)]
     pub instance_profile: Option<String>,
-    /// User data as plain text (spillway base64-encodes it); at most 16 KiB.
+    /// User data as plain text (spillway base64-encodes it); at most 16 KiB
+    /// ([`EC2_MAX_USER_DATA_BYTES`]) before base64, EC2's limit.
     #[serde(default)]
     pub user_data: Option<String>,
     /// Extra tags on instances, volumes and network interfaces (keys must not start with
@@ -417,6 +422,23 @@ pub struct Ec2VmPoolConfig {
     /// What happens to the pool's instances when the gateway stops.
     #[serde(default)]
     pub on_shutdown: Ec2ShutdownPolicy,
+    /// This gateway's name within the pool (issue 13 item 7, one writer per pool's
+    /// instances): every instance it launches is tagged `spillway:gateway=<gateway_id>`,
+    /// and it adopts, audits and terminates only instances with its own id (or one of
+    /// `adopt_gateway_ids`); instances of other ids are left alone. Two gateways may share
+    /// a `pool_name` only with different ids. Absent: the host name. 1–128 characters.
+    #[serde(default)]
+    pub gateway_id: Option<String>,
+    /// Ids of gateways whose instances this gateway takes over as its own at start (a
+    /// retired or renamed gateway). Never list a gateway that still runs.
+    #[serde(default)]
+    pub adopt_gateway_ids: Vec<String>,
+    /// Interval of the pool audit (one paginated DescribeInstances): it terminates the
+    /// pool's stopped instances, retries terminations EC2 has not confirmed yet, and
+    /// raises an alarm when another gateway launches into the pool with this gateway's
+    /// id.
+    #[serde(default = "default_ec2_audit_interval")]
+    pub audit_interval_seconds: f64,
 }
 
 /// `vm_pool.launch_template`: a launch template by id or by name.
@@ -473,6 +495,9 @@ fn default_ec2_boot_timeout() -> f64 {
 }
 fn default_ec2_probe_interval() -> f64 {
     DEFAULT_EC2_PROBE_INTERVAL_SECONDS
+}
+fn default_ec2_audit_interval() -> f64 {
+    DEFAULT_EC2_AUDIT_INTERVAL_SECONDS
 }
 
 /// `function_tier:` — where spilled requests run.
@@ -948,12 +973,44 @@ impl Ec2VmPoolConfig {
             }
         }
         if let Some(ud) = &self.user_data
-            && ud.len().div_ceil(3) * 4 > 16 * 1024
+            && ud.len() > EC2_MAX_USER_DATA_BYTES
         {
             is.push(
                 "vm_pool.user_data",
-                "longer than EC2's 16 KiB once base64-encoded",
+                format!(
+                    "is {} bytes, over EC2's limit of {EC2_MAX_USER_DATA_BYTES} bytes (16 KiB before base64)",
+                    ud.len()
+                ),
             );
+        }
+        let id_ok = |id: &str| {
+            let n = id.chars().count();
+            (1..=128).contains(&n) && id.trim() == id
+        };
+        if let Some(id) = &self.gateway_id
+            && !id_ok(id)
+        {
+            is.push(
+                "vm_pool.gateway_id",
+                format!(
+                    "must be 1-128 characters without surrounding spaces (a tag value), got {id:?}"
+                ),
+            );
+        }
+        for (i, id) in self.adopt_gateway_ids.iter().enumerate() {
+            if !id_ok(id) {
+                is.push(
+                    format!("vm_pool.adopt_gateway_ids[{i}]"),
+                    format!(
+                        "must be 1-128 characters without surrounding spaces (a tag value), got {id:?}"
+                    ),
+                );
+            } else if self.gateway_id.as_deref() == Some(id.as_str()) {
+                is.push(
+                    format!("vm_pool.adopt_gateway_ids[{i}]"),
+                    "is this gateway's own gateway_id",
+                );
+            }
         }
         for k in self.tags.keys() {
             if k.starts_with("spillway:") || k.starts_with("aws:") {
@@ -991,6 +1048,10 @@ impl Ec2VmPoolConfig {
         is.positive(
             "vm_pool.probe_interval_seconds",
             self.probe_interval_seconds,
+        );
+        is.positive(
+            "vm_pool.audit_interval_seconds",
+            self.audit_interval_seconds,
         );
     }
 }

@@ -242,13 +242,19 @@ impl InvokeReply {
 #[derive(Default)]
 struct StubState {
     script: VecDeque<InvokeReply>,
+    /// GetProvisionedConcurrencyConfig answers: `(Status, StatusReason)`, in order; the
+    /// last one repeats. Empty: `READY`.
+    pc_statuses: VecDeque<(String, String)>,
+    /// The requested executions of the last Put.
+    pc_requested: u64,
     seen: Vec<StubRequest>,
 }
 
 /// A local stub of the Lambda REST API: Invoke
 /// (`POST /2015-03-31/functions/{name}/invocations`) answers the scripted replies, then
-/// `default`; Put/DeleteProvisionedConcurrencyConfig
-/// (`PUT`/`DELETE /2019-09-30/functions/{name}/provisioned-concurrency`) succeed;
+/// `default`; Put/Get/DeleteProvisionedConcurrencyConfig
+/// (`PUT`/`GET`/`DELETE /2019-09-30/functions/{name}/provisioned-concurrency`) succeed,
+/// Put with `IN_PROGRESS`, Get with the scripted statuses ([`InvokeStub::pc_statuses`]);
 /// anything else is a 404 ResourceNotFoundException. Every call is recorded.
 pub struct InvokeStub {
     /// The listen address.
@@ -283,6 +289,15 @@ impl InvokeStub {
     /// Answer the next Invoke calls with `replies`, in order.
     pub fn script(&self, replies: impl IntoIterator<Item = InvokeReply>) {
         self.state.lock().unwrap().script.extend(replies);
+    }
+
+    /// Answer GetProvisionedConcurrencyConfig with these `(Status, StatusReason)` in
+    /// order, the last one repeating.
+    pub fn pc_statuses(&self, statuses: &[(&str, &str)]) {
+        self.state.lock().unwrap().pc_statuses = statuses
+            .iter()
+            .map(|(s, r)| (s.to_string(), r.to_string()))
+            .collect();
     }
 
     /// Every call so far (recorded once answered).
@@ -343,6 +358,7 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
                 .ok()
                 .and_then(|v| v["ProvisionedConcurrentExecutions"].as_u64())
                 .unwrap_or(0);
+            st.lock().unwrap().pc_requested = n;
             InvokeReply {
                 status: 202,
                 headers: vec![("Content-Type".into(), "application/json".into())],
@@ -354,6 +370,35 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
                     "LastModified": "2025-01-01T00:00:00+0000"
                 })
                 .to_string(),
+                delay: Duration::ZERO,
+            }
+        }
+        "GET" => {
+            let mut st = st.lock().unwrap();
+            let (status, reason) = if st.pc_statuses.len() > 1 {
+                st.pc_statuses.pop_front().unwrap()
+            } else {
+                st.pc_statuses
+                    .front()
+                    .cloned()
+                    .unwrap_or(("READY".into(), String::new()))
+            };
+            let n = st.pc_requested;
+            let allocated = if status == "READY" { n } else { 0 };
+            let mut body = json!({
+                "RequestedProvisionedConcurrentExecutions": n,
+                "AvailableProvisionedConcurrentExecutions": allocated,
+                "AllocatedProvisionedConcurrentExecutions": allocated,
+                "Status": status,
+                "LastModified": "2025-01-01T00:00:00+0000"
+            });
+            if !reason.is_empty() {
+                body["StatusReason"] = Value::from(reason);
+            }
+            InvokeReply {
+                status: 200,
+                headers: vec![("Content-Type".into(), "application/json".into())],
+                body: body.to_string(),
                 delay: Duration::ZERO,
             }
         }

@@ -1,13 +1,14 @@
 //! Shared harness of the AWS tests (issue 4, "Tests"): a moto server on a free loopback
 //! port and the dummy credentials every AWS client of a test uses. The local stubs for
-//! what moto cannot answer live with their tests (EC2 query API in `aws_ec2.rs`), the
-//! Lambda ones (moto's Lambda control API, an Invoke stub) in [`lambda`].
+//! what moto cannot answer: a stateful EC2 query-API fake in [`ec2`], the Lambda ones
+//! (moto's Lambda control API, an Invoke stub) in [`lambda`].
 //!
 //! Loopback only: moto's EC2 instances have fake addresses (10.x, 172.x) that no test
 //! ever connects to; instances are resolved to loopback sample APIs through their
 //! `spillway:upstream` tag instead.
 #![allow(dead_code)]
 
+pub mod ec2;
 pub mod lambda;
 
 use std::io::{Read, Write};
