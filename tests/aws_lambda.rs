@@ -754,3 +754,69 @@ fn odd_requests() -> Vec<Vec<u8>> {
         })
         .collect()
 }
+
+/// Errors where the function never ran (issue 13 item 8): each of the documented codes
+/// sends the request back to a VM with a free slot (token or not) instead of a 502; an
+/// error raised while the function ran stays a 502 and is not sent anywhere else.
+#[test]
+fn never_ran_errors_fall_back_to_a_vm_and_other_errors_stay_502() {
+    let vm = SampleApi::start("vm-a");
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let codes = spillway::backends::lambda::NEVER_RAN_ERROR_CODES;
+    stub.script(
+        codes
+            .iter()
+            .map(|code| StubReply::api_error(502, code, "the function never ran"))
+            .chain([StubReply::api_error(
+                500,
+                "ServiceException",
+                "while running",
+            )]),
+    );
+    let gw = lambda_gateway(&stub.endpoint(), &[format!("http://{}", vm.addr)], "");
+    let mut answers = Vec::new();
+    for i in 0..400 {
+        if stub.invocations().len() > codes.len() {
+            break;
+        }
+        let payload = format!("payload-{i}");
+        let (code, h, body) = http(
+            gw.proxy,
+            "POST",
+            "/echo",
+            &[("Content-Type", "text/plain")],
+            payload.as_bytes(),
+        );
+        let on_vm = header(&h, "x-spillway-instance") == Some("vm-a") && body == payload.as_bytes();
+        answers.push((stub.invocations().len(), code, on_vm));
+    }
+    assert_eq!(
+        stub.invocations().len(),
+        codes.len() + 1,
+        "{}",
+        gw.proc.log_text()
+    );
+    // Every request answered before the last scripted error came from the VM: the
+    // never-ran ones after their Invoke failed.
+    let before_last: Vec<_> = answers
+        .iter()
+        .filter(|(n, _, _)| *n <= codes.len())
+        .collect();
+    assert!(
+        before_last
+            .iter()
+            .all(|(_, code, on_vm)| *code == 200 && *on_vm),
+        "{answers:?}"
+    );
+    let (_, last_code, last_on_vm) = answers.last().unwrap();
+    assert_eq!((*last_code, *last_on_vm), (502, false), "{answers:?}");
+    let (_, _, metrics) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(&format!(
+            r#"spillway_retries_total{{kind="spill_back"}} {}"#,
+            codes.len()
+        )),
+        "{metrics}"
+    );
+}

@@ -29,9 +29,10 @@
 //!
 //! **Errors where the function never ran** ([`never_ran`], issue 13 item 8): Lambda
 //! rejects some Invoke calls before any code runs (the version is not ready, ENIs or
-//! subnet addresses ran out, the KMS key is unusable, …). Like a 429 such a call could be
-//! placed elsewhere (`NotSentReason::NeverRan`); the classification is here, and these
-//! calls are still answered 502 until item 8 wires it to the core's fall-back.
+//! subnet addresses ran out, the KMS key is unusable, …). Like a 429, such a call is
+//! reported as not sent (`NotSentReason::NeverRan`, the request handed back): the policy
+//! core places it in the next zone or falls back to a VM with a free slot, else 502. The
+//! error is still recorded under `functions.errors`.
 //!
 //! **Pre-warm = provisioned concurrency.** `prewarmed_instances: N > 0` puts N
 //! provisioned concurrent executions on `qualifier` at start
@@ -51,7 +52,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use aws_sdk_lambda::Client;
 use aws_sdk_lambda::config::retry::RetryConfig;
-use aws_sdk_lambda::error::{DisplayErrorContext, SdkError};
+use aws_sdk_lambda::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_lambda::primitives::Blob;
 use bytes::{Bytes, BytesMut};
 use http::{Request, Response};
@@ -478,6 +479,13 @@ impl LambdaFunctionTier {
                 }
                 let message = format!("invoke {}: {}", self.function_name, DisplayErrorContext(&e));
                 self.errors.record("invoke", classify(&e), &message);
+                let code = e.as_service_error().and_then(ProvideErrorMetadata::code);
+                if code.is_some_and(never_ran) {
+                    // The function never ran (issue 13 item 8): hand the request back so
+                    // the core places it elsewhere, as after a 429.
+                    let back = Request::from_parts(parts, body::full(bytes));
+                    return Err(FunctionError::not_sent(NotSentReason::NeverRan, back));
+                }
                 return Err(FunctionError::Failed(message));
             }
         };
