@@ -203,6 +203,8 @@ pub struct RMaxStatus {
     pub last: Option<PeriodReport>,
     /// The last period that computed an error (its `error`, `measured`, adjustment).
     pub last_evaluated: Option<PeriodReport>,
+    /// The last period that changed r_max.
+    pub last_adjusted: Option<PeriodReport>,
 }
 
 /// The adaptive r_max controller. See the [module docs](self).
@@ -221,6 +223,7 @@ pub struct RMaxController {
     adjustments: u64,
     last: Option<PeriodReport>,
     last_evaluated: Option<PeriodReport>,
+    last_adjusted: Option<PeriodReport>,
 }
 
 impl RMaxController {
@@ -242,6 +245,7 @@ impl RMaxController {
             adjustments: 0,
             last: None,
             last_evaluated: None,
+            last_adjusted: None,
         }
     }
 
@@ -300,7 +304,11 @@ impl RMaxController {
         if report.error.is_some() {
             self.last_evaluated = Some(report);
         }
-        (report.after_rps != report.before_rps).then_some(report.after_rps)
+        let changed = report.after_rps != report.before_rps;
+        if changed {
+            self.last_adjusted = Some(report);
+        }
+        changed.then_some(report.after_rps)
     }
 
     fn evaluate(&mut self, at: Time) -> PeriodReport {
@@ -385,6 +393,7 @@ impl RMaxController {
             adjustments: self.adjustments,
             last: self.last,
             last_evaluated: self.last_evaluated,
+            last_adjusted: self.last_adjusted,
         }
     }
 }
