@@ -237,8 +237,9 @@ impl RMaxController {
             r,
             integral: 0.0,
             prev_error: None,
-            // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
-            window: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+            // 1 µs to 1 h, 3 significant digits; longer responses saturate (and are far
+            // over any target anyway).
+            window: Histogram::new_with_bounds(1, 3_600_000_000, 3).expect("valid bounds"),
             ready: 0,
             ready_since: Time::ZERO,
             vm_seconds: 0.0,
@@ -633,5 +634,81 @@ mod tests {
         c.handle_timeout(secs(35.0));
         assert_eq!(c.status().last.unwrap().at, secs(10.0));
         assert_eq!(c.poll_timeout(), secs(40.0));
+    }
+
+    mod props {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// One period: `n` responses at `latency_us`, `ready` VMs, and how many periods
+        /// late the driver calls (0: on time).
+        fn period() -> impl Strategy<Value = (u32, u64, u32, u32)> {
+            (0u32..400, 1u64..100_000_000, 0u32..8, 0u32..3)
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig::with_cases(64))]
+
+            /// Bounds, rate limit and a bounded integrator hold for arbitrary gains and
+            /// arbitrary (noisy, overloaded, empty) measurements.
+            #[test]
+            fn bounds_rate_limit_and_integrator_hold_for_any_measurements(
+                (kp, ki, kd) in (0.0f64..2.0, 0.01f64..2.0, 0.0f64..1.0),
+                (min, span, start_frac, step) in (0.5f64..20.0, 1.0f64..50.0, 0.0f64..1.0, 0.1f64..30.0),
+                q in 0.5f64..0.999,
+                periods in proptest::collection::vec(period(), 1..60),
+            ) {
+                let max = min + span;
+                let start = min + start_frac * span;
+                let p = RMaxParams {
+                    start_rps: start,
+                    target_quantile: q,
+                    target: Duration::from_millis(200),
+                    kp, ki, kd,
+                    min_rps: min,
+                    max_rps: max,
+                    max_step_rps: step,
+                    period: Duration::from_secs(5),
+                    min_load_fraction: 0.4,
+                };
+                let mut c = RMaxController::new(p);
+                let mut now = Time::ZERO;
+                let (lo, hi) = ((min / start).ln() - kp - 2.0 * kd, (max / start).ln() + kp + 2.0 * kd);
+                for (n, us, ready, late) in periods {
+                    c.set_ready_vms(now, ready);
+                    for _ in 0..n {
+                        c.record(Duration::from_micros(us));
+                    }
+                    let before = c.r_max();
+                    now = c.poll_timeout() + Duration::from_secs(5) * late;
+                    c.handle_timeout(now);
+                    let r = c.r_max();
+                    prop_assert!(r.is_finite() && (min..=max).contains(&r), "{r} outside [{min}, {max}]");
+                    prop_assert!((r - before).abs() <= step + 1e-9, "step {} > {step}", r - before);
+                    let i = c.status().integral;
+                    prop_assert!((lo - 1e-9..=hi + 1e-9).contains(&i), "integral {i} outside [{lo}, {hi}]");
+                    prop_assert!(c.poll_timeout() > now);
+                }
+            }
+
+            /// Under multiplicative noise (±20 % on the latency quantile) around the M/M/1
+            /// curve, r_max stays in its bounds and steps, and settles near the true 20
+            /// req/s (mean of the last 10 of 40 periods within 10 %).
+            #[test]
+            fn noisy_measurements_stay_bounded_and_settle_near_the_true_r_max(
+                noise in proptest::collection::vec(-0.2f64..0.2, 40),
+                start in 10.0f64..40.0,
+            ) {
+                let mut c = RMaxController::new(params(start));
+                let traj = run(&mut c, 40, mm1, |k| 1.0 + noise[k as usize - 1]);
+                for w in traj.windows(2) {
+                    prop_assert!((w[1] - w[0]).abs() <= 6.0 + 1e-9);
+                    prop_assert!((2.0..=80.0).contains(&w[1]));
+                }
+                let tail = &traj[31..];
+                let mean = tail.iter().sum::<f64>() / tail.len() as f64;
+                prop_assert!((mean / 20.0 - 1.0).abs() <= 0.10, "mean {mean}: {traj:?}");
+            }
+        }
     }
 }
