@@ -214,7 +214,7 @@ fn percentile(text: &str) -> Result<f64, String> {
 /// Parse a finite float of at least 0.
 fn non_negative(text: &str) -> Result<f64, String> {
     match text.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 && v <= 1e9 => Ok(v),
+        Ok(v) if (0.0..=1e9).contains(&v) => Ok(v),
         _ => Err(format!("expected a number >= 0, got {text:?}")),
     }
 }

@@ -410,6 +410,20 @@ pub fn summary(p: &ProfileParams, prof: &Profile) -> String {
             fmt_rate(p.min_rps)
         )),
     }
+    let lag = prof
+        .steps
+        .iter()
+        .map(|s| s.max_lag)
+        .max()
+        .unwrap_or_default();
+    if lag > p.sla / 10 {
+        out.push_str(&format!(
+            "note: the load generator sent up to {:.1} ms late (more than a tenth of the SLA); \
+             latencies include that lag, so r_max may be underestimated: run the load tester \
+             on another core or machine\n",
+            lag.as_secs_f64() * 1000.0
+        ));
+    }
     out
 }
 
