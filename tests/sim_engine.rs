@@ -430,7 +430,8 @@ fn adaptive_r_max_follows_the_modelled_vm_response_times() {
     let down = r_max_per_period(&over);
     assert_eq!(down.len(), 20);
     assert!(
-        down.windows(2).all(|w| w[1] <= w[0] && w[0] - w[1] <= 20.0 + 1e-9),
+        down.windows(2)
+            .all(|w| w[1] <= w[0] && w[0] - w[1] <= 20.0 + 1e-9),
         "{down:?}"
     );
     assert!(down[..12].iter().any(|r| *r < 40.0), "{down:?}");
@@ -439,11 +440,12 @@ fn adaptive_r_max_follows_the_modelled_vm_response_times() {
     let under = run(&one_vm_adaptive(10.0), &t, PolicyKind::Libra);
     let up = r_max_per_period(&under);
     let first_over = up.iter().position(|r| *r > 40.0).expect("reaches capacity");
-    assert!(
-        up[..first_over].windows(2).all(|w| w[1] > w[0]),
-        "{up:?}"
-    );
-    let rep = under.report.r_max.as_ref().expect("LIBRA reports its r_max");
+    assert!(up[..first_over].windows(2).all(|w| w[1] > w[0]), "{up:?}");
+    let rep = under
+        .report
+        .r_max
+        .as_ref()
+        .expect("LIBRA reports its r_max");
     assert_eq!(rep.start_rps, 10.0);
     assert_eq!(rep.end_rps, *up.last().unwrap());
     assert!(rep.adjustments >= 10);
