@@ -6,7 +6,8 @@
 //! Drivers (the live gateway, the simulator) call only this type:
 //! * per request: [`Core::route`], then [`Core::on_attempt_failed`] for each failed
 //!   attempt, and [`Core::on_vm_request_finished`] / [`Core::on_function_finished`] when
-//!   the answering attempt ends;
+//!   the answering attempt ends; with adaptive r_max ([`Core::with_adaptive_r_max`],
+//!   LIBRA §III-B) also [`Core::on_vm_response_time`] for every VM attempt that was sent;
 //! * per backend event: VM ready/failed, function instance started/failed;
 //! * per deadline: sleep until [`Core::poll_timeout`], then [`Core::handle_timeout`];
 //! * after any call: drain [`Core::poll_action`] — launch/drain/stop VMs, scaling

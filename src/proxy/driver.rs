@@ -9,8 +9,10 @@
 //!   into the core the driver re-reads the deadline and wakes the timer task when it
 //!   moved earlier (a call that ends opens a keep-alive window shorter than the epoch).
 //! * Request handlers run the attempt protocol: [`Gateway::route`],
-//!   [`Gateway::attempt_failed`], [`Gateway::finish_vm_request`] and
-//!   [`Gateway::finish_function`]; a cold start runs through [`Gateway::cold_start`].
+//!   [`Gateway::attempt_failed`], [`Gateway::finish_vm_request`] (or
+//!   [`Gateway::finish_vm_request_sent_at`], which also hands the attempt's response time
+//!   to the adaptive r_max controller) and [`Gateway::finish_function`]; a cold start runs
+//!   through [`Gateway::cold_start`].
 //! * A VM launch runs as its own task: provider launch → address resolution → readiness
 //!   probe. Its deadline is the core's ([`Action::VmBootTimedOut`]); success reports
 //!   `on_vm_ready`, failure terminates what was started and reports `on_vm_failed`.

@@ -289,7 +289,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
         write_file(path, &series_csv(&series))?;
     }
     if let Some(path) = &args.plot {
-        plot_sim(&runs, config.libra.r_max_rps, path)?;
+        plot_sim(&runs, path)?;
     }
     if !args.quiet {
         let text = format!(
