@@ -15,6 +15,11 @@
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
 //! | `spillway_function_cold_starts_total` | counter | — (incremented by the function tiers) |
+//! | `spillway_r_max_rps` | gauge | — (r_max in force, LIBRA §III-B: static or adapted) |
+//! | `spillway_r_max_error` | gauge | — (adaptive: `ln(target / measured)` of the last evaluated period) |
+//! | `spillway_r_max_vm_latency_seconds` | gauge | — (adaptive: the measured VM latency percentile of that period) |
+//! | `spillway_r_max_adjustment_rps` | gauge | — (adaptive: the last change of r_max, signed) |
+//! | `spillway_r_max_adjustments_total` | counter | — (adaptive: periods that changed r_max) |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 
 use std::time::Duration;
@@ -23,6 +28,7 @@ use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::policy::controller::ControllerStatus;
+use crate::policy::rmax::RMaxStatus;
 
 /// Install the Prometheus recorder (once per process) and return the render handle.
 /// A second call in the same process (tests) returns a handle to a private recorder.
@@ -81,6 +87,27 @@ fn describe() {
     metrics::describe_counter!(
         "spillway_function_cold_starts_total",
         "Function cold starts."
+    );
+    metrics::describe_gauge!(
+        "spillway_r_max_rps",
+        "r_max in force (requests/s one VM serves within the SLA), static or adapted."
+    );
+    metrics::describe_gauge!(
+        "spillway_r_max_error",
+        "Adaptive r_max: ln(target / measured VM latency percentile) of the last evaluated period."
+    );
+    metrics::describe_gauge!(
+        "spillway_r_max_vm_latency_seconds",
+        metrics::Unit::Seconds,
+        "Adaptive r_max: the VM latency percentile measured in the last evaluated period."
+    );
+    metrics::describe_gauge!(
+        "spillway_r_max_adjustment_rps",
+        "Adaptive r_max: the last change of r_max, requests/s (negative: lowered)."
+    );
+    metrics::describe_counter!(
+        "spillway_r_max_adjustments_total",
+        "Adaptive r_max: control periods that changed r_max."
     );
     metrics::describe_counter!(
         "spillway_provider_errors_total",
@@ -141,6 +168,19 @@ pub fn controller_gauges(s: &ControllerStatus) {
     gauge!("spillway_traffic_avg_rps").set(s.avg_rps);
     gauge!("spillway_traffic_std_rps").set(s.std_rps);
     gauge!("spillway_vm_budget_rps").set(finite_or_zero(s.published_vm_reqs_rps));
+    gauge!("spillway_r_max_rps").set(finite_or_zero(s.r_max_rps));
+}
+
+/// Export the adaptive r_max controller's gauges (LIBRA §III-B).
+pub fn r_max_gauges(s: &RMaxStatus) {
+    if let Some(last) = &s.last_evaluated {
+        gauge!("spillway_r_max_error").set(last.error.unwrap_or(0.0));
+        if let Some(y) = last.measured {
+            gauge!("spillway_r_max_vm_latency_seconds").set(y.as_secs_f64());
+        }
+        gauge!("spillway_r_max_adjustment_rps").set(last.adjustment_rps());
+    }
+    counter!("spillway_r_max_adjustments_total").absolute(s.adjustments);
 }
 
 fn finite_or_zero(x: f64) -> f64 {

@@ -226,3 +226,60 @@ fn check_reports_every_semantic_error_at_once_and_exits_1() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Adaptive r_max (issue 15, LIBRA §III-B): the gateway measures its VM attempts' response
+/// times (to the end of the body), and a p90 above the target lowers r_max, which caps
+/// the VM budget; `/status` and `/metrics` show the value, the error and the adjustment.
+#[test]
+fn vm_responses_slower_than_the_target_lower_r_max_and_the_budget() {
+    // One VM (min = max = 1), periods of 4 epochs of 0.25 s; p90 target 100 ms; the VM
+    // sleeps 150 ms per request.
+    let gw = Gateway::start(&process_config(
+        "  epoch_seconds: 0.25\n  decision_epochs: 4\n  rho: 1.0\n  r_max_rps: 20\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0\n  r_max_adaptive: {target_percentile: 90, target_ms: 100, kp: 0.1, ki: 0.45, kd: 0.03, min_rps: 2, max_rps: 40, max_step_rps: 100}",
+        "",
+    ));
+    gw.wait_status("one ready VM", LONG, |s| {
+        u64_at(s, "/scaling/ready_vms") == 1
+    });
+    let s = gw.status();
+    assert_eq!(s.pointer("/r_max/adaptive"), Some(&serde_json::json!(true)));
+    assert_eq!(f64_at(&s, "/r_max/rps"), 20.0);
+    let addr = gw.proxy;
+    let loader = std::thread::spawn(move || load(addr, "/sleep?ms=150", 12.0, 6.0));
+    // One period at e = ln(100/150) moves r_max to at most 20·e^{(kp+ki)·e} ≈ 16.0.
+    let s = gw.wait_status("r_max lowered by a full period", LONG, |s| {
+        f64_at(s, "/r_max/rps") < 16.1
+    });
+    let results = loader.join().unwrap();
+    assert!(results.iter().all(|(c, _)| *c == 200), "{results:?}");
+    let measured = f64_at(&s, "/r_max/measured_ms");
+    assert!(
+        (150.0..1000.0).contains(&measured),
+        "the VM's p90 is its 150 ms sleep plus overhead: {s:#}"
+    );
+    let error = f64_at(&s, "/r_max/error");
+    assert!(
+        (error - (100.0 / measured).ln().max(-1.0)).abs() < 1e-9,
+        "error = ln(target / measured): {s:#}"
+    );
+    let rps = f64_at(&s, "/r_max/rps");
+    let last = s.pointer("/r_max/last_adjustment").unwrap();
+    assert_eq!(f64_at(last, "/to_rps"), rps);
+    assert!(f64_at(last, "/from_rps") > rps && f64_at(last, "/adjustment_rps") < 0.0);
+    assert!(u64_at(&s, "/r_max/adjustments") >= 1);
+    assert!(
+        f64_at(&s, "/scaling/budget_rps") <= rps + 1e-9,
+        "the budget is capped at ready · r_max: {s:#}"
+    );
+    let metrics = http(gw.admin, "GET", "/metrics", &[], b"").2;
+    let metrics = String::from_utf8_lossy(&metrics);
+    for name in [
+        "spillway_r_max_rps ",
+        "spillway_r_max_error ",
+        "spillway_r_max_vm_latency_seconds ",
+        "spillway_r_max_adjustment_rps ",
+        "spillway_r_max_adjustments_total ",
+    ] {
+        assert!(metrics.contains(name), "{name} in\n{metrics}");
+    }
+}

@@ -130,10 +130,9 @@ fn run_sim_writes_json_csv_and_plot() {
     assert_eq!(names, ["libra", "faas"]);
     assert_eq!(v["policies"][1]["requests"], 13_000);
     let csv_text = std::fs::read_to_string(&csv).unwrap();
-    assert!(
-        csv_text
-            .starts_with("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls\nlibra,1,20,")
-    );
+    assert!(csv_text.starts_with(
+        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max\nlibra,1,20,"
+    ));
     assert_eq!(csv_text.lines().count(), 1 + 2 * 600);
     let svg_text = std::fs::read_to_string(&svg).unwrap();
     assert!(
@@ -275,4 +274,62 @@ fn bad_windows_and_empty_traces_are_errors() {
         assert_eq!(out.status.code(), Some(1), "{extra:?}: {err}");
         assert!(err.contains(needle), "{extra:?}: {err}");
     }
+}
+
+/// The adaptive preset is the paper preset without the per-VM cap and with
+/// `r_max_adaptive` (so its WITS runs compare like with like), and `--r-max-rps` moves the
+/// start value, checked against the controller's bounds.
+#[test]
+fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
+    let paper = Config::load(&root("config/sim/libra-paper.yaml")).unwrap();
+    let mut adaptive = Config::load(&root("config/sim/libra-adaptive.yaml")).unwrap();
+    let a = adaptive.r_max_adaptive_params().expect("adaptive");
+    assert_eq!((a.target_quantile, a.target.as_millis()), (0.99, 1200));
+    assert_eq!((a.min_rps, a.max_rps, a.max_step_rps), (4.0, 64.0, 4.0));
+    assert_eq!(a.period.as_secs(), 300, "one period per scaling decision");
+    assert_eq!(paper.libra.max_outstanding_per_vm, Some(16));
+    adaptive.libra.r_max_adaptive = None;
+    adaptive.libra.max_outstanding_per_vm = Some(16);
+    assert_eq!(
+        serde_json::to_value(&adaptive).unwrap(),
+        serde_json::to_value(&paper).unwrap()
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.txt");
+    std::fs::write(&trace, "30\n".repeat(900)).unwrap();
+    let json = dir.path().join("r.json");
+    let cfg = root("config/sim/libra-adaptive.yaml");
+    let args = |r: &'static str| {
+        vec![
+            "--config".to_owned(),
+            cfg.to_str().unwrap().to_owned(),
+            "--trace".to_owned(),
+            trace.to_str().unwrap().to_owned(),
+            "--policy".to_owned(),
+            "libra".to_owned(),
+            "--r-max-rps".to_owned(),
+            r.to_owned(),
+            "--json".to_owned(),
+            json.to_str().unwrap().to_owned(),
+            "--quiet".to_owned(),
+        ]
+    };
+    let a8 = args("8");
+    run_sim(&sim_args(
+        &a8.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert_eq!(v["policies"][0]["r_max"]["start_rps"], 8.0);
+    let a2 = args("2");
+    let err = run_sim(&sim_args(
+        &a2.iter().map(String::as_str).collect::<Vec<_>>(),
+    ))
+    .unwrap_err()
+    .to_string();
+    assert!(
+        err.starts_with("--r-max-rps: libra.r_max_adaptive.min_rps: must not exceed"),
+        "{err}"
+    );
 }

@@ -391,3 +391,66 @@ sim:
     assert_eq!(r.stats.fell_back, 9);
     assert_eq!(rep.response_ms.p99, 500.0);
 }
+
+/// One VM (min = max = 1, ρ = 1) of 4 slots × 100 ms = 40 req/s under 100 req/s, with
+/// adaptive r_max (p99 ≤ 250 ms, periods of 30 epochs): the budget `1 · r_max` decides the
+/// VM's load, so its modelled response times (queue wait + service) drive r_max.
+fn one_vm_adaptive(start: f64) -> Config {
+    let yaml = format!(
+        r#"
+libra: {{epoch_seconds: 1, decision_epochs: 30, phi: 0, rho: 1.0, r_max_rps: {start},
+         min_vms: 1, max_vms: 1, cip_rps: 0,
+         r_max_adaptive: {{target_percentile: 99, target_ms: 250, kp: 0.1, ki: 0.45, kd: 0.03,
+                          min_rps: 5, max_rps: 200, max_step_rps: 20}}}}
+sim:
+  sla_ms: 1000
+  request: {{service_time: {{distribution: fixed, ms: 100}}}}
+  vm: {{slots: 4, boot_seconds: 10}}
+  function: {{cold_start_ms: 0, warm_start_ms: 0, max_concurrency: 1000}}
+"#
+    );
+    Config::from_yaml(&yaml, "adaptive.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// r_max at the end of each 30 s period.
+fn r_max_per_period(r: &PolicyRun) -> Vec<f64> {
+    r.series
+        .iter()
+        .filter(|e| (e.time_s as u64).is_multiple_of(30))
+        .map(|e| e.r_max_rps)
+        .collect()
+}
+
+#[test]
+fn adaptive_r_max_follows_the_modelled_vm_response_times() {
+    let t = counts(&"100\n".repeat(600));
+    // Four times the VM's capacity: queues grow, r_max only falls (20 req/s per period at
+    // most) until it is below the 40 req/s the VM serves.
+    let over = run(&one_vm_adaptive(160.0), &t, PolicyKind::Libra);
+    let down = r_max_per_period(&over);
+    assert_eq!(down.len(), 20);
+    assert!(
+        down.windows(2)
+            .all(|w| w[1] <= w[0] && w[0] - w[1] <= 20.0 + 1e-9),
+        "{down:?}"
+    );
+    assert!(down[..12].iter().any(|r| *r < 40.0), "{down:?}");
+    // A quarter of its capacity: no queue, latency = the 100 ms service time, r_max rises
+    // every period until the VM is loaded to its capacity.
+    let under = run(&one_vm_adaptive(10.0), &t, PolicyKind::Libra);
+    let up = r_max_per_period(&under);
+    let first_over = up.iter().position(|r| *r > 40.0).expect("reaches capacity");
+    assert!(up[..first_over].windows(2).all(|w| w[1] > w[0]), "{up:?}");
+    let rep = under
+        .report
+        .r_max
+        .as_ref()
+        .expect("LIBRA reports its r_max");
+    assert_eq!(rep.start_rps, 10.0);
+    assert_eq!(rep.end_rps, *up.last().unwrap());
+    assert!(rep.adjustments >= 10);
+    // The baselines keep the static r_max.
+    let max = run(&one_vm_adaptive(10.0), &t, PolicyKind::Max);
+    assert!(max.report.r_max.is_none());
+    assert!(max.series.iter().all(|e| e.r_max_rps == 10.0));
+}

@@ -113,7 +113,7 @@ struct Slot {
 }
 
 /// Send one request and classify how it ended. `due` is its scheduled time.
-async fn send(
+pub(crate) async fn send(
     client: HttpClient,
     request: hyper::Request<Full<Bytes>>,
     due: Instant,

@@ -25,6 +25,12 @@ pub fn is_loopback_host(host: &str) -> bool {
 /// Parse `text` as an `http://` URL on a loopback host. `flag` names the option
 /// in error messages.
 pub fn parse_loopback_url(text: &str, flag: &str) -> anyhow::Result<Uri> {
+    parse_url(text, flag, false)
+}
+
+/// Parse `text` as an `http://` URL; unless `allow_remote` (the profiling mode's
+/// explicit `--allow-remote`), its host must be loopback.
+pub fn parse_url(text: &str, flag: &str, allow_remote: bool) -> anyhow::Result<Uri> {
     let uri: Uri = text
         .parse()
         .with_context(|| format!("{flag} {text:?} is not a valid URL"))?;
@@ -36,10 +42,11 @@ pub fn parse_loopback_url(text: &str, flag: &str) -> anyhow::Result<Uri> {
     let Some(host) = uri.host() else {
         bail!("{flag} {text:?} has no host");
     };
-    if !is_loopback_host(host) {
+    if !allow_remote && !is_loopback_host(host) {
         bail!(
             "{flag} {text:?}: host {host:?} is not a loopback address; load is only ever sent \
-             to 127.0.0.0/8, localhost or [::1]"
+             to 127.0.0.0/8, localhost or [::1] (--profile-rmax accepts other hosts with \
+             --allow-remote)"
         );
     }
     Ok(uri)
@@ -94,6 +101,15 @@ mod tests {
             let err = parse_loopback_url(url, "--url").unwrap_err().to_string();
             assert!(err.contains("not a loopback address"), "{url}: {err}");
         }
+    }
+
+    #[test]
+    fn other_hosts_only_with_allow_remote() {
+        let err = parse_url("http://10.0.0.1:8080/", "--url", false).unwrap_err();
+        assert!(err.to_string().contains("--allow-remote"), "{err}");
+        let uri = parse_url("http://10.0.0.1:8080/resize", "--url", true).unwrap();
+        assert_eq!(uri.host(), Some("10.0.0.1"));
+        assert!(parse_url("https://10.0.0.1/", "--url", true).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use crate::policy::cost::{self, Architecture, FunctionPricing};
 use crate::policy::functions::FunctionPoolParams;
 use crate::policy::monitor::MonitorParams;
 use crate::policy::placement::{PlacementParams, ZoneCapacity};
+use crate::policy::rmax::RMaxParams;
 use crate::policy::scaling::LibraScalingParams;
 
 /// Upper bound of every `*_seconds` option: one year.
@@ -213,6 +214,125 @@ pub struct LibraConfig {
     /// Optional extension: spill when the least-loaded ready VM already has this many
     /// requests in flight (absent: no cap, the paper's balancer).
     pub max_outstanding_per_vm: Option<u32>,
+    /// Adapt r_max with a PID controller on the measured VM latency percentile
+    /// (LIBRA §III-B; `policy::rmax`). Absent: `r_max_rps` is fixed; present: it is the
+    /// start value.
+    pub r_max_adaptive: Option<RMaxAdaptiveConfig>,
+}
+
+/// `libra.r_max_adaptive:` — the adaptive r_max controller (LIBRA §III-B, Alg. 1
+/// line 3). Defaults are derived in `policy::rmax` (tuning).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RMaxAdaptiveConfig {
+    /// The VM latency percentile controlled, in (0, 100). Default 99.
+    #[serde(default = "default_target_percentile")]
+    pub target_percentile: f64,
+    /// The latency that percentile should meet, ms (required; above the VMs' no-load
+    /// latency at that percentile).
+    pub target_ms: f64,
+    /// Proportional gain, per unit of `ln(target / measured)`. Default 0.1.
+    #[serde(default = "default_kp")]
+    pub kp: f64,
+    /// Integral gain, per period (> 0). Default 0.5.
+    #[serde(default = "default_ki")]
+    pub ki: f64,
+    /// Derivative gain, per period. Default 0.
+    #[serde(default)]
+    pub kd: f64,
+    /// Lowest r_max, requests/s. Default `r_max_rps / 4`.
+    #[serde(default)]
+    pub min_rps: Option<f64>,
+    /// Highest r_max, requests/s. Default `4 · r_max_rps`.
+    #[serde(default)]
+    pub max_rps: Option<f64>,
+    /// Largest change of r_max per period, requests/s. Default `r_max_rps / 4`.
+    #[serde(default)]
+    pub max_step_rps: Option<f64>,
+    /// Control period, epochs. Default `decision_epochs` (adjust right before each scaling
+    /// decision).
+    #[serde(default)]
+    pub interval_epochs: Option<u32>,
+}
+
+fn default_target_percentile() -> f64 {
+    99.0
+}
+
+fn default_kp() -> f64 {
+    0.1
+}
+
+fn default_ki() -> f64 {
+    0.5
+}
+
+impl RMaxAdaptiveConfig {
+    /// The controller's parameters for `libra` (start value, defaults resolved, the
+    /// load hold at ρ/2).
+    pub fn params(&self, libra: &LibraConfig) -> RMaxParams {
+        let r = libra.r_max_rps;
+        let epochs = self.interval_epochs.unwrap_or(libra.decision_epochs).max(1);
+        RMaxParams {
+            start_rps: r,
+            target_quantile: self.target_percentile / 100.0,
+            target: Duration::from_secs_f64(self.target_ms.max(0.0) / 1000.0),
+            kp: self.kp,
+            ki: self.ki,
+            kd: self.kd,
+            min_rps: self.min_rps.unwrap_or(r / 4.0),
+            max_rps: self.max_rps.unwrap_or(r * 4.0),
+            max_step_rps: self.max_step_rps.unwrap_or(r / 4.0),
+            period: Duration::from_secs_f64(libra.epoch_seconds).saturating_mul(epochs),
+            min_load_fraction: libra.rho / 2.0,
+        }
+    }
+
+    fn validate(&self, libra: &LibraConfig, is: &mut Issues) {
+        const P: &str = "libra.r_max_adaptive";
+        let t = self.target_percentile;
+        if !(t.is_finite() && t > 0.0 && t < 100.0) {
+            is.push(
+                format!("{P}.target_percentile"),
+                format!("must be in (0, 100), got {t}"),
+            );
+        }
+        is.positive(&format!("{P}.target_ms"), self.target_ms);
+        if self.target_ms.is_finite() && self.target_ms > MAX_SECONDS * 1000.0 {
+            is.push(
+                format!("{P}.target_ms"),
+                format!("must be at most one year, got {}", self.target_ms),
+            );
+        }
+        is.non_negative(&format!("{P}.kp"), self.kp);
+        is.positive(&format!("{P}.ki"), self.ki);
+        is.non_negative(&format!("{P}.kd"), self.kd);
+        for (key, v) in [
+            ("min_rps", self.min_rps),
+            ("max_rps", self.max_rps),
+            ("max_step_rps", self.max_step_rps),
+        ] {
+            if let Some(v) = v {
+                is.positive(&format!("{P}.{key}"), v);
+            }
+        }
+        let r = libra.r_max_rps;
+        if let Some(min) = self.min_rps.filter(|m| m.is_finite() && *m > r) {
+            is.push(
+                format!("{P}.min_rps"),
+                format!("must not exceed libra.r_max_rps, the start value ({min} > {r})"),
+            );
+        }
+        if let Some(max) = self.max_rps.filter(|m| m.is_finite() && *m < r) {
+            is.push(
+                format!("{P}.max_rps"),
+                format!("must not be below libra.r_max_rps, the start value ({max} < {r})"),
+            );
+        }
+        if self.interval_epochs == Some(0) {
+            is.push(format!("{P}.interval_epochs"), "must be at least 1");
+        }
+    }
 }
 
 impl Default for LibraConfig {
@@ -229,6 +349,7 @@ impl Default for LibraConfig {
             max_vms: 10,
             cip_rps: None,
             max_outstanding_per_vm: None,
+            r_max_adaptive: None,
         }
     }
 }
@@ -721,6 +842,9 @@ impl Config {
                 "must be at least 1 (or absent for no cap)",
             );
         }
+        if let Some(a) = &l.r_max_adaptive {
+            a.validate(l, &mut is);
+        }
 
         let p = &self.pricing;
         is.positive("pricing.vm_hourly_usd", p.vm_hourly_usd);
@@ -845,6 +969,15 @@ impl Config {
             max_vms: self.libra.max_vms,
             cip_rps: self.cip_rps(),
         }
+    }
+
+    /// The adaptive r_max controller's parameters (LIBRA §III-B), when configured: pass
+    /// them to `Core::with_adaptive_r_max`.
+    pub fn r_max_adaptive_params(&self) -> Option<RMaxParams> {
+        self.libra
+            .r_max_adaptive
+            .as_ref()
+            .map(|a| a.params(&self.libra))
     }
 
     /// LIBRA's balancer (LIBRA §III-C) with this config's ρ and per-VM cap.

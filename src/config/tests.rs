@@ -248,3 +248,70 @@ fn request_limits_and_path_options_are_checked_and_mapped() {
         crate::net::validate::RequestRules::default()
     );
 }
+
+#[test]
+fn adaptive_r_max_defaults_follow_the_start_value_and_the_decision_period() {
+    let yaml = "libra:\n  r_max_rps: 20\n  epoch_seconds: 2\n  decision_epochs: 7\n  rho: 0.6\n  r_max_adaptive: {target_ms: 250}\n";
+    let c = Config::from_yaml(yaml, "a.yaml").unwrap();
+    let p = c.r_max_adaptive_params().expect("configured");
+    assert_eq!(p.start_rps, 20.0);
+    assert_eq!(p.target_quantile, 0.99);
+    assert_eq!(p.target, std::time::Duration::from_millis(250));
+    assert_eq!((p.kp, p.ki, p.kd), (0.1, 0.5, 0.0));
+    assert_eq!((p.min_rps, p.max_rps, p.max_step_rps), (5.0, 80.0, 5.0));
+    assert_eq!(
+        p.period,
+        std::time::Duration::from_secs(14),
+        "7 epochs of 2 s"
+    );
+    assert_eq!(p.min_load_fraction, 0.3, "rho / 2");
+    assert!(
+        Config::from_yaml("libra: {r_max_rps: 16}\n", "b.yaml")
+            .unwrap()
+            .r_max_adaptive_params()
+            .is_none()
+    );
+}
+
+#[test]
+fn bad_adaptive_r_max_settings_are_reported_with_their_paths() {
+    let yaml = r#"
+libra:
+  r_max_rps: 16
+  r_max_adaptive:
+    target_percentile: 100
+    target_ms: -5
+    kp: -0.1
+    ki: 0
+    min_rps: 20
+    max_rps: 8
+    max_step_rps: 0
+    interval_epochs: 0
+"#;
+    let err = Config::from_yaml(yaml, "r.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    assert_eq!(
+        paths,
+        [
+            "libra.r_max_adaptive.target_percentile",
+            "libra.r_max_adaptive.target_ms",
+            "libra.r_max_adaptive.kp",
+            "libra.r_max_adaptive.ki",
+            "libra.r_max_adaptive.max_step_rps",
+            "libra.r_max_adaptive.min_rps",
+            "libra.r_max_adaptive.max_rps",
+            "libra.r_max_adaptive.interval_epochs",
+        ],
+        "{err}"
+    );
+    let missing = Config::from_yaml("libra:\n  r_max_adaptive: {kp: 0.2}\n", "m.yaml")
+        .unwrap_err()
+        .to_string();
+    assert!(
+        missing.starts_with("m.yaml:2:") && missing.contains("target_ms"),
+        "{missing}"
+    );
+}

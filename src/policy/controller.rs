@@ -26,7 +26,7 @@ pub struct ControllerParams {
     /// Traffic monitor parameters (epoch, α, β, K).
     pub monitor: MonitorParams,
     /// r_max, requests/s one VM serves within the SLA: caps the published budget at
-    /// `ready_vms · r_max`.
+    /// `ready_vms · r_max`. The start value when adaptive ([`Controller::set_r_max`]).
     pub r_max_rps: f64,
     /// `true`: scaling decisions launch and stop VMs. `false` (a `static` pool): decisions
     /// are computed and reported, the pool is what the driver adopted.
@@ -116,6 +116,8 @@ pub struct ControllerStatus {
     pub pool: PoolSnapshot,
     /// Cumulative routing counters.
     pub routed: RoutedTotals,
+    /// r_max in force, requests/s (static, or the adaptive controller's current value).
+    pub r_max_rps: f64,
 }
 
 /// LIBRA's composition of monitor, scaling manager and balancer. See the
@@ -303,7 +305,22 @@ impl Controller {
             published_vm_reqs_rps: self.published,
             pool: self.pool(),
             routed: self.routed,
+            r_max_rps: self.params.r_max_rps,
         }
+    }
+
+    /// r_max in force, requests/s.
+    pub fn r_max(&self) -> f64 {
+        self.params.r_max_rps
+    }
+
+    /// Use a new r_max (LIBRA §III-B, adapted by `policy::rmax`): the budget cap
+    /// `ready · r_max` is republished at once (a lower r_max spills more before any VM is
+    /// added), and the scaling policy sizes its next decision with it.
+    pub fn set_r_max(&mut self, now: Time, r_max_rps: f64) {
+        self.params.r_max_rps = r_max_rps;
+        self.scaler.set_r_max(r_max_rps);
+        self.publish(now);
     }
 
     /// The traffic monitor (read-only).

@@ -6,7 +6,8 @@
 //! Drivers (the live gateway, the simulator) call only this type:
 //! * per request: [`Core::route`], then [`Core::on_attempt_failed`] for each failed
 //!   attempt, and [`Core::on_vm_request_finished`] / [`Core::on_function_finished`] when
-//!   the answering attempt ends;
+//!   the answering attempt ends; with adaptive r_max ([`Core::with_adaptive_r_max`],
+//!   LIBRA §III-B) also [`Core::on_vm_response_time`] for every VM attempt that was sent;
 //! * per backend event: VM ready/failed, function instance started/failed;
 //! * per deadline: sleep until [`Core::poll_timeout`], then [`Core::handle_timeout`];
 //! * after any call: drain [`Core::poll_action`] — launch/drain/stop VMs, scaling
@@ -26,6 +27,7 @@ use super::balancer::{Attempt, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
+use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
 use super::scaling::ScalingPolicy;
 use super::timers::{Timer, TimerTable};
 use super::{Time, VmId};
@@ -79,6 +81,9 @@ pub struct CoreStatus {
     pub placement: PlacementPolicy,
     /// Every function zone.
     pub zones: Vec<ZoneStatus>,
+    /// The adaptive r_max controller, when configured (the value in force is
+    /// `controller.r_max_rps` either way).
+    pub r_max: Option<RMaxStatus>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -90,6 +95,8 @@ pub struct Core {
     booting: Vec<(VmId, Time)>,
     actions: VecDeque<Action>,
     timers: TimerTable,
+    /// Adaptive r_max (LIBRA §III-B), when configured.
+    r_max: Option<RMaxController>,
 }
 
 impl Core {
@@ -106,14 +113,31 @@ impl Core {
             booting: Vec::new(),
             actions: VecDeque::new(),
             timers: TimerTable::new(),
+            r_max: None,
         };
         core.refresh();
         core
     }
 
+    /// Adapt r_max with a PID controller on the VM latency percentile (`policy::rmax`,
+    /// LIBRA §III-B) instead of keeping it fixed; `None` keeps it fixed. Call before
+    /// [`Self::start`]. The controller starts at `params.start_rps` and owns a timer row
+    /// ([`Timer::RMax`]); the driver reports every VM attempt's response time with
+    /// [`Self::on_vm_response_time`].
+    #[must_use]
+    pub fn with_adaptive_r_max(mut self, params: Option<RMaxParams>) -> Self {
+        self.r_max = params.map(RMaxController::new);
+        if let Some(r) = &self.r_max {
+            self.controller.set_r_max(Time::ZERO, r.r_max());
+        }
+        self.refresh();
+        self
+    }
+
     /// Apply the scaling policy's initial decision and start the pre-warmed instances.
     pub fn start(&mut self, now: Time) {
         self.controller.start(now);
+        self.track_ready(now);
         self.pump(now);
         for (zone, instance) in self.placement.prewarm(now) {
             self.actions
@@ -125,6 +149,7 @@ impl Core {
     /// Register a VM that is already ready (a `static` upstream, an adopted instance).
     pub fn adopt_ready_vm(&mut self, now: Time) -> VmId {
         let vm = self.controller.adopt_ready_vm(now);
+        self.track_ready(now);
         self.pump(now);
         self.refresh();
         vm
@@ -222,6 +247,26 @@ impl Core {
         self.refresh();
     }
 
+    /// A VM attempt that was sent ended after `latency` (to the end of its response body,
+    /// or its timeout): a sample for the adaptive r_max controller's latency percentile.
+    /// Call it for every such attempt (not for tunnels after `Upgrade`); a no-op when
+    /// r_max is fixed.
+    #[inline]
+    pub fn on_vm_response_time(&mut self, now: Time, latency: Duration) {
+        if self.r_max.is_some() {
+            // A period that ended before `now` is closed without this sample.
+            self.advance(now);
+            if let Some(r) = &mut self.r_max {
+                r.record(latency);
+            }
+        }
+    }
+
+    /// Whether r_max is adapted (drivers measure VM response times only then).
+    pub fn adapts_r_max(&self) -> bool {
+        self.r_max.is_some()
+    }
+
     /// The function call holding `lease` finished: its instance stays warm for the
     /// keep-alive (which may move the next deadline earlier).
     pub fn on_function_finished(&mut self, now: Time, lease: Lease) {
@@ -258,6 +303,7 @@ impl Core {
         self.advance(now);
         self.booting.retain(|(v, _)| *v != vm);
         self.controller.on_vm_ready(now, vm);
+        self.track_ready(now);
         self.pump(now);
         self.refresh();
     }
@@ -267,6 +313,7 @@ impl Core {
         self.advance(now);
         self.booting.retain(|(v, _)| *v != vm);
         self.controller.on_vm_failed(now, vm);
+        self.track_ready(now);
         self.pump(now);
         self.refresh();
     }
@@ -290,9 +337,12 @@ impl Core {
             .unwrap_or((Timer::EpochEnd, self.controller.poll_timeout()))
     }
 
-    /// Fire every deadline at or before `now`: close epochs (and run the scaling
-    /// policy), give up VMs past their boot deadline, expire idle function instances.
+    /// Fire every deadline at or before `now`: adapt r_max (before the epoch that ends
+    /// with the period closes, so its scaling decision divides by the new value), close
+    /// epochs (and run the scaling policy), give up VMs past their boot deadline, expire
+    /// idle function instances.
     pub fn handle_timeout(&mut self, now: Time) {
+        self.adapt_r_max(now);
         self.controller.handle_timeout(now);
         self.pump(now);
         let mut timed_out = Vec::new();
@@ -313,6 +363,7 @@ impl Core {
             self.actions
                 .push_back(Action::StopInstance { zone, instance });
         }
+        self.track_ready(now);
         self.refresh();
     }
 
@@ -342,6 +393,7 @@ impl Core {
             controller: self.controller.status(),
             placement: self.placement.policy(),
             zones: self.placement.status(),
+            r_max: self.r_max.as_ref().map(RMaxController::status),
         }
     }
 
@@ -468,6 +520,25 @@ impl Core {
         }
     }
 
+    /// Close the adaptive r_max controller's period if it ended, and hand a changed r_max
+    /// to the controller (budget cap) and the scaling policy (next `n`).
+    fn adapt_r_max(&mut self, now: Time) {
+        let Some(r) = &mut self.r_max else {
+            return;
+        };
+        if let Some(r_max) = r.handle_timeout(now) {
+            self.controller.set_r_max(now, r_max);
+        }
+    }
+
+    /// Ready-VM seconds for the adaptive r_max controller's load hold: called wherever
+    /// the number of ready VMs may change (readiness, failures, decisions).
+    fn track_ready(&mut self, now: Time) {
+        if let Some(r) = &mut self.r_max {
+            r.set_ready_vms(now, self.controller.pool().ready);
+        }
+    }
+
     #[inline]
     fn refresh(&mut self) {
         self.timers
@@ -476,6 +547,10 @@ impl Core {
             .set(Timer::VmBoot, self.booting.iter().map(|(_, at)| *at).min());
         self.timers
             .set(Timer::KeepAlive, self.placement.poll_timeout());
+        self.timers.set(
+            Timer::RMax,
+            self.r_max.as_ref().map(RMaxController::poll_timeout),
+        );
     }
 }
 
@@ -803,6 +878,103 @@ mod tests {
             })
         );
         assert_eq!(core.poll_timeout(), secs(60.0));
+    }
+
+    /// Adaptive r_max (LIBRA §III-B): VM response times at twice the target lower r_max
+    /// at the period's end, before the scaling decision of the same boundary, which then
+    /// divides by the new value; the budget cap is republished with it.
+    #[test]
+    fn an_adapted_r_max_sizes_the_pool_and_caps_the_budget() {
+        use crate::policy::rmax::RMaxParams;
+        let params = CoreParams {
+            controller: ControllerParams {
+                monitor: MonitorParams {
+                    epoch: Duration::from_secs(1),
+                    alpha: 0.3,
+                    beta: 0.2,
+                    decision_epochs: 5,
+                },
+                r_max_rps: 10.0,
+                execute_scaling: true,
+            },
+            placement: PlacementParams::single(
+                "fn",
+                ZoneCapacity::Concurrency {
+                    max_concurrency: None,
+                },
+            ),
+            vm_boot_timeout: None,
+        };
+        let scaler = LibraScaler::new(LibraScalingParams {
+            phi: 1.5,
+            r_max_rps: 10.0,
+            min_vms: 1,
+            max_vms: 20,
+            cip_rps: 0.0,
+        });
+        let (kp, ki, kd) = (0.1, 0.45, 0.03);
+        let adaptive = RMaxParams {
+            start_rps: 10.0,
+            target_quantile: 0.9,
+            target: Duration::from_millis(100),
+            kp,
+            ki,
+            kd,
+            min_rps: 2.0,
+            max_rps: 40.0,
+            max_step_rps: 100.0,
+            period: Duration::from_secs(5),
+            min_load_fraction: 0.4,
+        };
+        let mut core = Core::new(params, Box::new(scaler), Box::new(VmFirst::new(0.8)))
+            .with_adaptive_r_max(Some(adaptive));
+        core.start(Time::ZERO);
+        let Some(Action::Scaling(controller::Action::Launch { vm })) = core.poll_action() else {
+            panic!("min_vms = 1 launches one VM")
+        };
+        core.on_vm_ready(Time::ZERO, vm);
+        assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(1.0)));
+        // 30 requests/s for 5 s; every VM attempt answers in 200 ms (twice the target).
+        let mut on_vm = 0;
+        for i in 0..150 {
+            let now = secs(f64::from(i) / 30.0);
+            let mut t = ticket();
+            if let Decision::Vm { .. } = core.route(now, &mut t) {
+                on_vm += 1;
+                core.on_vm_response_time(now, Duration::from_millis(200));
+            }
+            core.finish(now, &mut t);
+        }
+        assert!(on_vm >= 10, "enough samples for the p90: {on_vm}");
+        while core.poll_action().is_some() {}
+        core.handle_timeout(secs(5.0));
+        // e = ln(100/200) (the histogram's 3 digits aside); first period, no derivative.
+        let st = core.status();
+        let last = st.r_max.unwrap().last.unwrap();
+        let e = last.error.unwrap();
+        assert!((e - 0.5f64.ln()).abs() < 1e-3, "{e}");
+        let r = 10.0 * ((kp + ki) * e).exp();
+        assert!((last.after_rps - r).abs() < 1e-9 && r < 7.0);
+        assert_eq!(st.controller.r_max_rps, last.after_rps);
+        // The decision at t = 5 s: avg 30, std 0 → vm_reqs 30, n = ceil(30 / 6.83) = 5
+        // (with the static 10: 3).
+        let decided: Vec<_> = std::iter::from_fn(|| core.poll_action())
+            .filter_map(|a| match a {
+                Action::Scaling(controller::Action::Decided { decision, .. }) => Some(decision),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(decided.len(), 1);
+        assert_eq!(decided[0].vm_reqs_rps, 30.0);
+        assert_eq!(decided[0].target_vms, (30.0 / r).ceil() as u32);
+        assert_eq!(decided[0].target_vms, 5);
+        // One ready VM: budget min(30, 1 · r_max).
+        assert_eq!(
+            core.status().controller.published_vm_reqs_rps,
+            last.after_rps
+        );
+        assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(6.0)));
+        assert_eq!(core.status().r_max.unwrap().next_adjustment, secs(10.0));
     }
 
     #[test]

@@ -18,6 +18,7 @@
 //! | [`attempt`] | LIBRA §III-C, http-cases C17 | the request attempt protocol: retry, fall-through, fall-back, queue, reject |
 //! | [`timers`] | — | the timer table: one earliest deadline over every timed component |
 //! | [`core`] | all of the above | the one state machine both drivers run: controller + placement + boot deadlines + timers |
+//! | [`rmax`] | LIBRA §III-B, Alg. 1 line 3 | r_max adapted by a PID controller on the VM latency percentile |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
 //!
@@ -33,6 +34,7 @@ pub mod cost;
 pub mod functions;
 pub mod monitor;
 pub mod placement;
+pub mod rmax;
 pub mod scaling;
 pub mod timers;
 

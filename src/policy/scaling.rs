@@ -100,6 +100,11 @@ pub trait ScalingPolicy: Send {
 
     /// Called at the end of every epoch; `Some` changes the target and/or budget.
     fn on_epoch(&mut self, now: Time, obs: &EpochObservation) -> Option<ScaleDecision>;
+
+    /// The adaptive r_max controller (`policy::rmax`) moved r_max, requests/s: policies
+    /// that size the pool by it use the new value from their next decision on. Default:
+    /// ignored (the baselines keep their own r_max).
+    fn set_r_max(&mut self, _r_max_rps: f64) {}
 }
 
 /// LIBRA's scaling-manager parameters — LIBRA §III-B.
@@ -107,7 +112,8 @@ pub trait ScalingPolicy: Send {
 pub struct LibraScalingParams {
     /// φ: how many "std"s above avg the VMs are provisioned for.
     pub phi: f64,
-    /// r_max: requests/s one VM serves within the SLA (static in this version).
+    /// r_max: requests/s one VM serves within the SLA — the start value when adaptive
+    /// ([`ScalingPolicy::set_r_max`]).
     pub r_max_rps: f64,
     /// Lower bound on the VM count (overridden by the CIP rule).
     pub min_vms: u32,
@@ -184,6 +190,11 @@ impl ScalingPolicy for LibraScaler {
         let report = obs.traffic.report?;
         Some(self.decide(report.avg_rps, report.std_rps))
     }
+
+    /// Alg. 1 line 3: the next decision divides by the adapted r_max.
+    fn set_r_max(&mut self, r_max_rps: f64) {
+        self.params.r_max_rps = r_max_rps;
+    }
 }
 
 #[cfg(test)]
@@ -217,6 +228,16 @@ mod tests {
         assert_eq!(d.target_vms, 0);
         assert_eq!(d.vm_reqs_rps, 0.0);
         assert_eq!(d.reason, ScaleReason::BelowCostIndifferencePoint);
+    }
+
+    #[test]
+    fn an_adapted_r_max_sizes_the_next_decision() {
+        let mut s = scaler();
+        s.set_r_max(12.5);
+        // ceil(49 / 12.5) = 4 → 4; ceil(51 / 12.5) = 5 (16 would give 4).
+        assert_eq!(s.decide(40.0, 9.0).target_vms, 4);
+        assert_eq!(s.decide(42.0, 9.0).target_vms, 5);
+        assert_eq!(scaler().decide(42.0, 9.0).target_vms, 4);
     }
 
     #[test]

@@ -21,19 +21,23 @@ pub enum Timer {
     QueueWait,
     /// The asynchronous-call scheduler's next release or mode switch (ProFaaStinate).
     DelayQueue,
+    /// The adaptive r_max controller's period ends (LIBRA §III-B; `policy::rmax`).
+    RMax,
 }
 
 impl Timer {
     /// Every row, in table order (ties between rows resolve in this order).
-    pub const ALL: [Timer; 5] = [
+    pub const ALL: [Timer; 6] = [
         Timer::EpochEnd,
         Timer::VmBoot,
         Timer::KeepAlive,
         Timer::QueueWait,
         Timer::DelayQueue,
+        Timer::RMax,
     ];
 
-    /// Label for logs: `epoch_end`, `vm_boot`, `keep_alive`, `queue_wait`, `delay_queue`.
+    /// Label for logs: `epoch_end`, `vm_boot`, `keep_alive`, `queue_wait`, `delay_queue`,
+    /// `r_max`.
     pub fn as_str(self) -> &'static str {
         match self {
             Timer::EpochEnd => "epoch_end",
@@ -41,6 +45,7 @@ impl Timer {
             Timer::KeepAlive => "keep_alive",
             Timer::QueueWait => "queue_wait",
             Timer::DelayQueue => "delay_queue",
+            Timer::RMax => "r_max",
         }
     }
 }

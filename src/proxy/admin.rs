@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 use super::driver::Gateway;
 use crate::net::body::{self, Body};
 use crate::policy::placement::ZoneStatus;
+use crate::policy::rmax::{PeriodReport, RMaxStatus};
 
 /// Answer one admin request.
 pub async fn handle(
@@ -88,6 +89,7 @@ pub fn status_json(gw: &Gateway) -> Value {
                 "reason": d.reason.as_str(),
             })),
         },
+        "r_max": r_max_json(c.r_max_rps, s.core.r_max.as_ref()),
         "routed": {
             "vm": c.routed.vm,
             "function": c.routed.function,
@@ -99,6 +101,58 @@ pub fn status_json(gw: &Gateway) -> Value {
             "errors": gw.vm_provider().errors(),
         },
         "functions": functions_json(gw, &s.core.zones),
+    })
+}
+
+/// `r_max`: the value in force (LIBRA §III-B) and, when adaptive, the controller's
+/// target, error and last adjustment. Times are seconds since the gateway started.
+///
+/// ```json
+/// {"rps": 14.2, "adaptive": true, "target_percentile": 99.0, "target_ms": 250.0,
+///  "min_rps": 4.0, "max_rps": 64.0, "integral": -0.11, "adjustments": 3,
+///  "window_samples": 812, "next_adjustment_s": 40.0,
+///  "error": -0.093, "measured_ms": 274.4,
+///  "last_adjustment": {"at_s": 30.0, "from_rps": 15.6, "to_rps": 14.2, "adjustment_rps": -1.4},
+///  "last_period": {"at_s": 30.0, "samples": 1203, "measured_ms": 274.4, "per_vm_rps": 12.1,
+///                  "error": -0.093, "adjustment_rps": -1.4, "limit": null, "hold": null}}
+/// ```
+fn r_max_json(r_max_rps: f64, adaptive: Option<&RMaxStatus>) -> Value {
+    let Some(a) = adaptive else {
+        return json!({"rps": num(r_max_rps), "adaptive": false});
+    };
+    let ms = |d: Option<std::time::Duration>| d.map(|d| num(d.as_secs_f64() * 1000.0));
+    let period = |p: &PeriodReport| {
+        json!({
+            "at_s": p.at.as_secs_f64(),
+            "samples": p.samples,
+            "measured_ms": ms(p.measured),
+            "per_vm_rps": p.per_vm_rps.map(num),
+            "error": p.error.map(num),
+            "adjustment_rps": num(p.adjustment_rps()),
+            "limit": p.limit.map(|l| l.as_str()),
+            "hold": p.hold.map(|h| h.as_str()),
+        })
+    };
+    json!({
+        "rps": num(r_max_rps),
+        "adaptive": true,
+        "target_percentile": num(a.target_quantile * 100.0),
+        "target_ms": num(a.target.as_secs_f64() * 1000.0),
+        "min_rps": num(a.min_rps),
+        "max_rps": num(a.max_rps),
+        "integral": num(a.integral),
+        "adjustments": a.adjustments,
+        "window_samples": a.window_samples,
+        "next_adjustment_s": a.next_adjustment.as_secs_f64(),
+        "error": a.last_evaluated.and_then(|p| p.error).map(num),
+        "measured_ms": a.last_evaluated.and_then(|p| ms(p.measured)),
+        "last_adjustment": a.last_adjusted.map(|p| json!({
+            "at_s": p.at.as_secs_f64(),
+            "from_rps": num(p.before_rps),
+            "to_rps": num(p.after_rps),
+            "adjustment_rps": num(p.adjustment_rps()),
+        })),
+        "last_period": a.last.as_ref().map(period),
     })
 }
 

@@ -9,8 +9,10 @@
 //!   into the core the driver re-reads the deadline and wakes the timer task when it
 //!   moved earlier (a call that ends opens a keep-alive window shorter than the epoch).
 //! * Request handlers run the attempt protocol: [`Gateway::route`],
-//!   [`Gateway::attempt_failed`], [`Gateway::finish_vm_request`] and
-//!   [`Gateway::finish_function`]; a cold start runs through [`Gateway::cold_start`].
+//!   [`Gateway::attempt_failed`], [`Gateway::finish_vm_request`] (or
+//!   [`Gateway::finish_vm_request_sent_at`], which also hands the attempt's response time
+//!   to the adaptive r_max controller) and [`Gateway::finish_function`]; a cold start runs
+//!   through [`Gateway::cold_start`].
 //! * A VM launch runs as its own task: provider launch → address resolution → readiness
 //!   probe. Its deadline is the core's ([`Action::VmBootTimedOut`]); success reports
 //!   `on_vm_ready`, failure terminates what was started and reports `on_vm_failed`.
@@ -50,6 +52,8 @@ struct State {
     core: Core,
     records: HashMap<VmId, VmRecord>,
     last_decision: Option<(u64, ScaleDecision)>,
+    /// End of the last adaptive r_max period logged.
+    r_max_logged: Option<Time>,
 }
 
 /// Shared state of a running gateway: the policy core, the VM address book and the
@@ -95,6 +99,7 @@ impl Gateway {
                 core,
                 records: HashMap::new(),
                 last_decision: None,
+                r_max_logged: None,
             }),
             origin: Instant::now(),
             wake: Notify::new(),
@@ -256,6 +261,18 @@ impl Gateway {
     /// A request sent to `vm` finished (response body done, or failed).
     pub fn finish_vm_request(&self, vm: VmId) {
         self.with_core(|core, now| core.on_vm_request_finished(now, vm));
+    }
+
+    /// A request sent to `vm` at `sent` ended: its response body is done (or was
+    /// dropped), or it timed out. Like [`Self::finish_vm_request`], and the elapsed time
+    /// is the VM response-time sample of the adaptive r_max controller (LIBRA §III-B), in
+    /// the same lock.
+    pub fn finish_vm_request_sent_at(&self, vm: VmId, sent: Instant) {
+        let latency = sent.elapsed();
+        self.with_core(|core, now| {
+            core.on_vm_response_time(now, latency);
+            core.on_vm_request_finished(now, vm);
+        });
     }
 
     /// The function call holding `lease` finished (response body done or dropped).
@@ -576,8 +593,21 @@ impl Gateway {
     }
 
     fn export_gauges(&self) {
-        let s = self.lock().core.status();
+        let s = {
+            let mut st = self.lock();
+            let s = st.core.status();
+            if let Some(last) = s.r_max.and_then(|r| r.last)
+                && st.r_max_logged != Some(last.at)
+            {
+                st.r_max_logged = Some(last.at);
+                log_r_max_period(&last);
+            }
+            s
+        };
         m::controller_gauges(&s.controller);
+        if let Some(r) = &s.r_max {
+            m::r_max_gauges(r);
+        }
     }
 
     /// Stop every VM and function instance (gateway shutdown).
@@ -592,6 +622,21 @@ impl Gateway {
     pub fn until_next_deadline(&self) -> Duration {
         self.lock().core.poll_timeout().saturating_sub(self.now())
     }
+}
+
+/// One log line per closed adaptive r_max period (LIBRA §III-B).
+fn log_r_max_period(p: &crate::policy::rmax::PeriodReport) {
+    tracing::info!(
+        samples = p.samples,
+        measured_ms = p.measured.map(|d| d.as_secs_f64() * 1000.0),
+        per_vm_rps = p.per_vm_rps,
+        error = p.error,
+        r_max_before = p.before_rps,
+        r_max = p.after_rps,
+        limit = p.limit.map(|l| l.as_str()),
+        hold = p.hold.map(|h| h.as_str()),
+        "r_max period"
+    );
 }
 
 /// One VM in `/status`.

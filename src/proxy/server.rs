@@ -198,7 +198,8 @@ impl Server {
             config.core_params(),
             Box::new(LibraScaler::new(config.libra_scaling_params())),
             Box::new(config.libra_balancer()),
-        );
+        )
+        .with_adaptive_r_max(config.r_max_adaptive_params());
         let gateway = Gateway::new(
             core,
             vm_provider,

@@ -196,6 +196,7 @@ async fn dispatch(
                 let Some(vm_target) = target.take() else {
                     return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
                 };
+                let sent_at = Instant::now();
                 let sent = tokio::time::timeout(
                     settings.upstream_timeout,
                     gw.client().forward(&vm_target.base, request),
@@ -203,7 +204,8 @@ async fn dispatch(
                 .await;
                 match sent {
                     Err(_) => {
-                        gw.finish_vm_request(vm);
+                        // The timeout is this attempt's response time (adaptive r_max).
+                        gw.finish_vm_request_sent_at(vm, sent_at);
                         return Err(("vm", ProxyError::UpstreamTimeout(settings.upstream_timeout)));
                     }
                     Ok(Err(UpstreamError::Connect { uri, source })) => {
@@ -246,7 +248,8 @@ async fn dispatch(
                             return Ok(("vm", Response::from_parts(parts, body::empty())));
                         }
                         let gw2 = Arc::clone(gw);
-                        let done = OnDrop::new(move || gw2.finish_vm_request(vm));
+                        // Response end: a VM response-time sample (adaptive r_max).
+                        let done = OnDrop::new(move || gw2.finish_vm_request_sent_at(vm, sent_at));
                         let resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
                         return Ok(("vm", clean_response(resp)));

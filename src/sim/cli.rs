@@ -70,6 +70,10 @@ pub struct SimArgs {
     /// RNG seed; the same seed and inputs give a byte-identical JSON report.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Override `libra.r_max_rps`, requests/s (the start value when
+    /// `libra.r_max_adaptive` is set).
+    #[arg(long, value_name = "RPS")]
+    pub r_max_rps: Option<f64>,
     /// Write the JSON report here (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -192,7 +196,22 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// Any [`SimError`]: unreadable or malformed files (with file and line), invalid
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
-    let config = load_config(args.config.as_deref())?;
+    let mut config = load_config(args.config.as_deref())?;
+    if let Some(r) = args.r_max_rps {
+        config.libra.r_max_rps = r;
+        let issues = config.validate();
+        if !issues.is_empty() {
+            let message = issues
+                .iter()
+                .map(|i| format!("{}: {}", i.path, i.message))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(SimError::Invalid {
+                field: "--r-max-rps".into(),
+                message,
+            });
+        }
+    }
     let opts = TraceOptions {
         format: args.format,
         rate_divisor: args.rate_divisor,
@@ -270,7 +289,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
         write_file(path, &series_csv(&series))?;
     }
     if let Some(path) = &args.plot {
-        plot_sim(&runs, config.libra.r_max_rps, path)?;
+        plot_sim(&runs, path)?;
     }
     if !args.quiet {
         let text = format!(

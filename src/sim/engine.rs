@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
-use super::report::{CostBreakdown, EpochRow, PolicyReport, ResponseMs};
+use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs};
 use super::trace::Trace;
 use crate::config::Config;
 use crate::config::sim::{FunctionModelConfig, VmModelConfig};
@@ -50,6 +50,7 @@ use crate::policy::core::{Action, Core, CoreParams};
 use crate::policy::cost::FunctionPricing;
 use crate::policy::functions::{FunctionPoolParams, InstanceId};
 use crate::policy::placement::{Lease, PlacementParams, Start, ZoneCapacity, ZoneId};
+use crate::policy::rmax::RMaxParams;
 use crate::policy::scaling::LibraScalingParams;
 use crate::policy::timers::Timer;
 use crate::policy::{Time, VmId};
@@ -79,6 +80,10 @@ pub struct SimParams {
     pub pricing: FunctionPricing,
     /// VM price, USD per hour.
     pub vm_hourly_usd: f64,
+    /// Adaptive r_max for LIBRA (`libra.r_max_adaptive`, LIBRA §III-B): fed with each
+    /// VM request's modelled response time (queue wait + service). The baselines keep
+    /// the static r_max.
+    pub r_max_adaptive: Option<RMaxParams>,
 }
 
 impl SimParams {
@@ -118,6 +123,7 @@ impl SimParams {
             sla_ns: (s.sla_ms * 1e6).round() as u64,
             pricing: c.pricing.function_pricing(),
             vm_hourly_usd: c.pricing.vm_hourly_usd,
+            r_max_adaptive: c.r_max_adaptive_params(),
         })
     }
 
@@ -199,7 +205,8 @@ pub struct PolicyRun {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum EvKind {
-    VmDone(u32),
+    /// A VM request ends: VM, its response time in µs (saturating; for adaptive r_max).
+    VmDone(u32, u32),
     /// A function call ends: zone, instance.
     FnDone(u16, u32),
     VmReady(u32),
@@ -237,6 +244,8 @@ struct Engine<'a> {
     epoch_ns: u64,
     open_epoch: u64,
     measure_util: bool,
+    /// Report VM response times to the core (adaptive r_max).
+    measure_latency: bool,
     trace_end_ns: u64,
     stats: RunStats,
     // Accounting.
@@ -355,6 +364,7 @@ impl<'a> Engine<'a> {
                 vm_reqs_rps: st.vm_reqs_rps,
                 vms_ready: st.pool.ready,
                 function_calls: st.routed.function - self.last_routed_fn,
+                r_max_rps: st.r_max_rps,
             });
             self.last_routed_fn = st.routed.function;
         }
@@ -389,8 +399,12 @@ impl<'a> Engine<'a> {
 
     fn handle(&mut self, t: u64, kind: EvKind) {
         match kind {
-            EvKind::VmDone(vm) => {
+            EvKind::VmDone(vm, latency_us) => {
                 self.last_done_ns = t;
+                if self.measure_latency {
+                    self.core
+                        .on_vm_response_time(dur(t), Duration::from_micros(u64::from(latency_us)));
+                }
                 self.core
                     .on_vm_request_finished(dur(t), VmId(u64::from(vm)));
                 self.drain_actions(t, false);
@@ -436,7 +450,8 @@ impl<'a> Engine<'a> {
                 if self.measure_util {
                     self.add_busy(start, end);
                 }
-                self.schedule(end, EvKind::VmDone(vm.0 as u32));
+                let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
+                self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
                 self.respond(t, end);
             }
             Decision::Function { lease, .. } => {
@@ -504,7 +519,13 @@ pub fn run_policy(
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
     let (scaler, router) = kind.build(&p.policy_params(trace));
-    let core = Core::new(p.core_params(), scaler, router);
+    let adaptive = if kind == PolicyKind::Libra {
+        p.r_max_adaptive.clone()
+    } else {
+        None
+    };
+    let core = Core::new(p.core_params(), scaler, router).with_adaptive_r_max(adaptive);
+    let measure_latency = core.adapts_r_max();
     let epoch_ns = p.controller.monitor.epoch.as_nanos() as u64;
     let mut e = Engine {
         p,
@@ -520,6 +541,7 @@ pub fn run_policy(
         epoch_ns,
         open_epoch: 0,
         measure_util: kind.uses_utilisation(),
+        measure_latency,
         trace_end_ns: (trace.duration_s * 1e9).round() as u64,
         stats: RunStats::default(),
         served: 0,
@@ -660,6 +682,16 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         },
         cold_starts: e.cold_starts,
         response_ms,
+        r_max: e.core.status().r_max.map(|s| RMaxReport {
+            start_rps: e.p.r_max_adaptive.as_ref().map_or(0.0, |a| a.start_rps),
+            end_rps: s.r_max_rps,
+            adjustments: s.adjustments,
+            last_error: s.last_evaluated.and_then(|l| l.error),
+            last_measured_ms: s
+                .last_evaluated
+                .and_then(|l| l.measured)
+                .map(|d| d.as_secs_f64() * 1000.0),
+        }),
     };
     PolicyRun {
         report,

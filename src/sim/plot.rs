@@ -48,12 +48,12 @@ fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
-/// Draw the simulation plot for `runs` into `path` (SVG). `r_max_rps` converts ready VMs
-/// into capacity.
+/// Draw the simulation plot for `runs` into `path` (SVG). Capacity is ready VMs × the
+/// r_max in force at each epoch's end (it moves with `libra.r_max_adaptive`).
 ///
 /// # Errors
 /// [`SimError::Plot`] if drawing or writing fails.
-pub fn plot_sim(runs: &[PolicyRun], r_max_rps: f64, path: &Path) -> Result<(), SimError> {
+pub fn plot_sim(runs: &[PolicyRun], path: &Path) -> Result<(), SimError> {
     let n = runs.len().max(1);
     let height = 260 * n as u32 + 320;
     let root = SVGBackend::new(path, (1100, height)).into_drawing_area();
@@ -70,7 +70,7 @@ pub fn plot_sim(runs: &[PolicyRun], r_max_rps: f64, path: &Path) -> Result<(), S
         );
         let cap: Vec<(f64, f64)> = downsample(
             &s.iter()
-                .map(|r| (r.time_s, f64::from(r.vms_ready) * r_max_rps))
+                .map(|r| (r.time_s, f64::from(r.vms_ready) * r.r_max_rps))
                 .collect::<Vec<_>>(),
             1500,
         );

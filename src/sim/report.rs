@@ -59,6 +59,24 @@ pub struct PolicyReport {
     pub cold_starts: u64,
     /// Response times of served requests.
     pub response_ms: ResponseMs,
+    /// Adaptive r_max (`libra.r_max_adaptive`, LIBRA only); absent when r_max is fixed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub r_max: Option<RMaxReport>,
+}
+
+/// Where the adaptive r_max controller went during a run (LIBRA §III-B).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RMaxReport {
+    /// The start value (`libra.r_max_rps`), requests/s.
+    pub start_rps: f64,
+    /// r_max at the end of the run, requests/s.
+    pub end_rps: f64,
+    /// Periods in which r_max changed.
+    pub adjustments: u64,
+    /// The error `ln(target / measured)` of the last evaluated period.
+    pub last_error: Option<f64>,
+    /// The VM latency percentile measured in the last evaluated period, ms.
+    pub last_measured_ms: Option<f64>,
 }
 
 /// The `--json` document.
@@ -89,6 +107,9 @@ pub struct EpochRow {
     pub vms_ready: u32,
     /// Requests sent to functions during the epoch.
     pub function_calls: u64,
+    /// r_max in force at the end of the epoch, requests/s (LIBRA §III-B; moves only with
+    /// `libra.r_max_adaptive`).
+    pub r_max_rps: f64,
 }
 
 fn fmt_f(x: f64) -> String {
@@ -99,22 +120,24 @@ fn fmt_f(x: f64) -> String {
     }
 }
 
-/// The per-epoch series as CSV: `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls`
-/// (`vm_reqs` empty when unlimited).
+/// The per-epoch series as CSV:
+/// `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max` (`vm_reqs` empty
+/// when unlimited).
 pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
-    let mut out = String::from("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls\n");
+    let mut out = String::from("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max\n");
     for (name, rows) in series {
         for r in *rows {
             let _ = writeln!(
                 out,
-                "{name},{},{},{},{},{},{},{}",
+                "{name},{},{},{},{},{},{},{},{}",
                 r.time_s,
                 r.load,
                 r.avg_rps,
                 r.std_rps,
                 fmt_f(r.vm_reqs_rps),
                 r.vms_ready,
-                r.function_calls
+                r.function_calls,
+                r.r_max_rps
             );
         }
     }
@@ -163,6 +186,20 @@ pub fn table(reports: &[PolicyReport]) -> String {
             r.response_ms.p95,
             r.response_ms.p99
         );
+    }
+    for r in reports {
+        if let Some(a) = &r.r_max {
+            let _ = writeln!(
+                out,
+                "{}: adaptive r_max {} -> {:.2} req/s ({} adjustments; last period: {} ms, error {})",
+                r.name,
+                a.start_rps,
+                a.end_rps,
+                a.adjustments,
+                a.last_measured_ms.map_or("-".into(), |m| format!("{m:.0}")),
+                a.last_error.map_or("-".into(), |e| format!("{e:+.3}")),
+            );
+        }
     }
     out
 }
