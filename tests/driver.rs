@@ -265,3 +265,38 @@ async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
     let pool = gw.status().core.controller.pool;
     assert_eq!((pool.booting, pool.ready), (0, 0));
 }
+
+/// A request dropped at any await point — here in the middle of its cold start, as when
+/// the client goes away — gives its capacity back: the starting instance is forgotten
+/// and stopped, and the zone (capped at one instance) takes the next call.
+#[tokio::test(start_paused = true)]
+async fn a_request_dropped_during_its_cold_start_leaks_nothing() {
+    let tier = FakeTier::new(ms(1_000));
+    let pool = FunctionPoolParams {
+        keep_alive: Duration::from_secs(30),
+        max_instances: Some(1),
+        prewarmed: 0,
+    };
+    let gw = gateway(
+        faas_core(Duration::from_secs(60), pool),
+        Arc::new(NoVms),
+        tier.clone(),
+    )
+    .await;
+    let gw2 = Arc::clone(&gw);
+    let abandoned = tokio::spawn(async move { call_function(&gw2, get()).await.map(|_| ()) });
+    tokio::time::sleep(ms(300)).await;
+    assert_eq!(gw.status().core.zones[0].starting, 1);
+    abandoned.abort();
+    assert!(abandoned.await.unwrap_err().is_cancelled());
+    let z = &gw.status().core.zones[0];
+    assert_eq!((z.starting, z.busy, z.idle), (0, 0, 0), "nothing leaked");
+    tokio::time::sleep(ms(10)).await;
+    assert_eq!(tier.events("stop"), vec![(ms(300), InstanceId(0))]);
+    // The zone's one instance slot is free again: the next call cold-starts and answers.
+    let resp = call_function(&gw, get())
+        .await
+        .expect("the slot was given back");
+    resp.into_body().collect().await.unwrap();
+    assert_eq!(gw.status().core.zones[0].usage.unwrap().cold_starts, 2);
+}

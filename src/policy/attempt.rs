@@ -217,6 +217,18 @@ impl Ticket {
         }
     }
 
+    /// Whether the current attempt still holds a VM slot or a function lease.
+    pub fn holds(&self) -> bool {
+        self.holding.is_some()
+    }
+
+    /// The answering attempt's VM slot or function lease is now released by whoever holds
+    /// the response (its body guard, a tunnel task) or was released another way (the
+    /// instance was lost): the ticket no longer owns it.
+    pub fn hand_over(&mut self) {
+        self.holding = None;
+    }
+
     /// The function lease of the current attempt, if any.
     pub fn lease(&self) -> Option<Lease> {
         match self.holding {

@@ -639,6 +639,84 @@ fn log_r_max_period(p: &crate::policy::rmax::PeriodReport) {
     );
 }
 
+/// A request's [`Ticket`] in the live driver, released when dropped: whatever its current
+/// attempt still holds — a VM slot, a function lease, an instance still cold-starting —
+/// goes back to the core. A request abandoned at any await point (the client went away,
+/// hyper dropped the request future) therefore never leaks capacity. Once a response
+/// carries the attempt's release (its body guard), [`Self::hand_over`] says so.
+pub struct TicketGuard {
+    gw: Arc<Gateway>,
+    ticket: Ticket,
+    starting: Option<(ZoneId, InstanceId)>,
+}
+
+impl TicketGuard {
+    /// Guard `ticket` of a request handled by `gw`.
+    pub fn new(gw: &Arc<Gateway>, ticket: Ticket) -> Self {
+        Self {
+            gw: Arc::clone(gw),
+            ticket,
+            starting: None,
+        }
+    }
+
+    /// The first decision ([`Gateway::route`]).
+    pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
+        self.gw.route(&mut self.ticket)
+    }
+
+    /// The current attempt failed ([`Gateway::attempt_failed`]).
+    pub fn attempt_failed(&mut self, failure: Failure) -> Option<(Decision, Option<VmTarget>)> {
+        self.gw.attempt_failed(&mut self.ticket, failure)
+    }
+
+    /// Cold-start the current lease's instance ([`Gateway::cold_start`]); if the request
+    /// is dropped meanwhile, the instance is given up and stopped.
+    ///
+    /// # Errors
+    /// The backend's start error.
+    pub async fn cold_start(
+        &mut self,
+        zone: ZoneId,
+        instance: InstanceId,
+    ) -> Result<(), BackendError> {
+        self.starting = Some((zone, instance));
+        let started = self.gw.cold_start(zone, instance).await;
+        self.starting = None;
+        started
+    }
+
+    /// The answering attempt's slot or lease is released elsewhere from now on.
+    pub fn hand_over(&mut self) {
+        self.ticket.hand_over();
+    }
+
+    /// The current attempt's function instance is lost (the call was abandoned while it
+    /// may still be working): the core forgets it and its process is stopped.
+    pub fn lose_instance(&mut self) {
+        if let Some(lease) = self.ticket.lease()
+            && let Some(instance) = lease.instance()
+        {
+            self.ticket.hand_over();
+            self.gw.instance_lost(lease.zone, instance);
+        }
+    }
+}
+
+impl Drop for TicketGuard {
+    fn drop(&mut self) {
+        if let Some((zone, instance)) = self.starting.take() {
+            // Dropped during the cold start: the instance never served; forget it.
+            self.ticket.hand_over();
+            self.gw.instance_lost(zone, instance);
+        }
+        if self.ticket.holds() {
+            let ticket = &mut self.ticket;
+            self.gw.with_core(|core, now| core.finish(now, ticket));
+        }
+    }
+}
+
 /// One VM in `/status`.
 #[derive(Clone, Debug, serde::Serialize)]
 pub struct VmView {

@@ -28,7 +28,7 @@ use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Tick
 use crate::policy::balancer::RequestMeta;
 use crate::policy::placement::Start;
 
-use super::driver::Gateway;
+use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
@@ -174,8 +174,10 @@ async fn dispatch(
     });
 
     // The attempt protocol (policy::attempt): route, then one decision per failed attempt.
-    let mut ticket = Ticket::new(meta, None);
-    let (mut decision, mut target) = gw.route(&mut ticket);
+    // The guard gives back whatever the current attempt holds if this future is dropped
+    // (client gone) or returns an error; a response's body guard takes over on success.
+    let mut ticket = TicketGuard::new(gw, Ticket::new(meta, None));
+    let (mut decision, mut target) = ticket.route();
     let mut pending = Some(out);
     loop {
         record_decision(&decision);
@@ -205,6 +207,7 @@ async fn dispatch(
                 match sent {
                     Err(_) => {
                         // The timeout is this attempt's response time (adaptive r_max).
+                        ticket.hand_over();
                         gw.finish_vm_request_sent_at(vm, sent_at);
                         return Err(("vm", ProxyError::UpstreamTimeout(settings.upstream_timeout)));
                     }
@@ -215,7 +218,7 @@ async fn dispatch(
                             reason: NotSentReason::ConnectFailed,
                             request_available: replay.is_some(),
                         };
-                        match gw.attempt_failed(&mut ticket, failure) {
+                        match ticket.attempt_failed(failure) {
                             Some((d, t)) => (decision, target) = (d, t),
                             None => {
                                 return Err((
@@ -226,7 +229,6 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
-                        gw.finish_vm_request(vm);
                         return Err(("vm", ProxyError::from_upstream(e, limit)));
                     }
                     Ok(Ok(mut resp)) => {
@@ -236,6 +238,7 @@ async fn dispatch(
                                 .take()
                                 .expect("upgrade requests carry OnUpgrade");
                             let gw2 = Arc::clone(gw);
+                            ticket.hand_over();
                             tokio::spawn(async move {
                                 if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await) {
                                     let mut up = TokioIo::new(up);
@@ -248,6 +251,7 @@ async fn dispatch(
                             return Ok(("vm", Response::from_parts(parts, body::empty())));
                         }
                         let gw2 = Arc::clone(gw);
+                        ticket.hand_over();
                         // Response end: a VM response-time sample (adaptive r_max).
                         let done = OnDrop::new(move || gw2.finish_vm_request_sent_at(vm, sent_at));
                         let resp =
@@ -259,13 +263,13 @@ async fn dispatch(
             Decision::Function { lease, .. } => {
                 let mut request = request;
                 if let Start::Cold(instance) = lease.start
-                    && let Err(e) = gw.cold_start(lease.zone, instance).await
+                    && let Err(e) = ticket.cold_start(lease.zone, instance).await
                 {
                     let failure = Failure::NotSent {
                         reason: NotSentReason::ColdStartFailed,
                         request_available: true,
                     };
-                    match gw.attempt_failed(&mut ticket, failure) {
+                    match ticket.attempt_failed(failure) {
                         Some((d, t)) => {
                             (decision, target) = (d, t);
                             pending = Some(request);
@@ -290,10 +294,8 @@ async fn dispatch(
                     Err(_) => {
                         // Abandoned mid-request: an instance may still be busy with it,
                         // so it is stopped rather than handed to the next call.
-                        match lease.instance() {
-                            Some(instance) => gw.instance_lost(lease.zone, instance),
-                            None => gw.finish_function(lease),
-                        }
+                        // (A concurrency zone's slot is released by the guard.)
+                        ticket.lose_instance();
                         return Err((
                             "function",
                             ProxyError::UpstreamTimeout(settings.upstream_timeout),
@@ -301,6 +303,7 @@ async fn dispatch(
                     }
                     Ok(Ok(resp)) => {
                         let gw2 = Arc::clone(gw);
+                        ticket.hand_over();
                         let done = OnDrop::new(move || gw2.finish_function(lease));
                         let resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
@@ -312,13 +315,12 @@ async fn dispatch(
                             reason,
                             request_available: pending.is_some() || replay.is_some(),
                         };
-                        match gw.attempt_failed(&mut ticket, failure) {
+                        match ticket.attempt_failed(failure) {
                             Some((d, t)) => (decision, target) = (d, t),
                             None => return Err(("function", ProxyError::not_sent(reason))),
                         }
                     }
                     Ok(Err(e)) => {
-                        gw.finish_function(lease);
                         return Err(("function", ProxyError::from_function(e, limit)));
                     }
                 }

@@ -19,7 +19,7 @@ use spillway::policy::core::{Core, CoreParams};
 use spillway::policy::functions::FunctionPoolParams;
 use spillway::policy::monitor::MonitorParams;
 use spillway::policy::placement::{PlacementParams, Start, ZoneCapacity};
-use spillway::proxy::driver::Gateway;
+use spillway::proxy::driver::{Gateway, TicketGuard};
 
 /// A VM pool with no VM (FAAS): launches fail, nothing to adopt.
 pub struct NoVms;
@@ -104,25 +104,25 @@ pub async fn gateway(
 /// One request through the function path of the attempt protocol, as the request path
 /// runs it: first decision, cold start when the lease says so, invoke, a re-placement
 /// when the instance is gone. The response body holds the call's lease until it ends or
-/// is dropped.
+/// is dropped; the ticket's guard gives everything back if the future is dropped.
 pub async fn call_function(
     gw: &Arc<Gateway>,
     mut req: Request<Body>,
 ) -> Result<Response<Body>, String> {
-    let mut ticket = Ticket::new(RequestMeta::default(), None);
-    let (mut decision, _) = gw.route(&mut ticket);
+    let mut ticket = TicketGuard::new(gw, Ticket::new(RequestMeta::default(), None));
+    let (mut decision, _) = ticket.route();
     loop {
         let Decision::Function { lease, .. } = decision else {
             return Err(format!("not a function decision: {decision:?}"));
         };
         if let Start::Cold(instance) = lease.start
-            && let Err(e) = gw.cold_start(lease.zone, instance).await
+            && let Err(e) = ticket.cold_start(lease.zone, instance).await
         {
             let failure = Failure::NotSent {
                 reason: NotSentReason::ColdStartFailed,
                 request_available: true,
             };
-            match gw.attempt_failed(&mut ticket, failure) {
+            match ticket.attempt_failed(failure) {
                 Some((d, _)) => {
                     decision = d;
                     continue;
@@ -137,6 +137,7 @@ pub async fn call_function(
         {
             Ok(resp) => {
                 let gw2 = Arc::clone(gw);
+                ticket.hand_over();
                 let done = OnDrop::new(move || gw2.finish_function(lease));
                 return Ok(resp.map(|b| body::boxed(GuardedBody::new(b, done))));
             }
@@ -149,15 +150,12 @@ pub async fn call_function(
                     reason,
                     request_available: true,
                 };
-                match gw.attempt_failed(&mut ticket, failure) {
+                match ticket.attempt_failed(failure) {
                     Some((d, _)) => decision = d,
                     None => return Err(format!("not sent: {}", reason.as_str())),
                 }
             }
-            Err(e) => {
-                gw.finish_function(lease);
-                return Err(e.to_string());
-            }
+            Err(e) => return Err(e.to_string()),
         }
     }
 }
