@@ -1,9 +1,9 @@
 //! Simulator throughput: simulated requests per second, per policy (issue 3 goal:
 //! ≥ 3 M requests/s per policy on a 2-core machine, release build).
 //!
-//! `cargo bench --bench sim` replays `../shared/traces/wits_per_second.txt` (45,000 s,
-//! 6,432,107 requests) with `config/sim/libra-paper.yaml` when the shared traces are
-//! present, else a synthetic WITS-like trace of the same shape.
+//! `cargo bench --bench sim` replays `traces/wits_per_second.txt` (45,000 s, 6,432,107
+//! requests; `scripts/fetch-traces.sh` puts it there) with `config/sim/libra-paper.yaml`,
+//! else a synthetic WITS-like trace of the same shape (and says so).
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,10 +15,14 @@ use spillway::sim::trace::{Trace, TraceOptions};
 
 fn trace() -> Trace {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let wits = root.join("../shared/traces/wits_per_second.txt");
+    let wits = root.join("traces/wits_per_second.txt");
     if wits.exists() {
         return Trace::load(&wits, &TraceOptions::default()).expect("WITS parses");
     }
+    eprintln!(
+        "{} is missing (scripts/fetch-traces.sh fetches it): using a synthetic WITS-like trace",
+        wits.display()
+    );
     // 45,000 s around 143 req/s with slow waves and bursts (deterministic).
     let text: String = (0..45_000u64)
         .map(|s| {

@@ -1,52 +1,111 @@
-//! The command line: `spillway serve | check | sample-api | sim | cost`.
+//! The command line: `spillway serve | check | config print | sim | cost | sample-api |
+//! completions | man`.
 //!
-//! Exit codes: 0 success, 1 invalid input (a bad config file, a bad trace), 2 usage errors
-//! (clap's convention).
+//! Every subcommand that reads a configuration takes it as `-c FILE`/`--config FILE`;
+//! `serve`, `check` and `config print` also take it as their one positional argument.
+//!
+//! Exit codes: 0 success, 1 invalid input (a bad config file, a bad trace) or a failure to
+//! start, 2 usage errors (clap's convention).
 
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use clap::{Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::build_info;
 
 /// spillway: a gateway that runs each request of an HTTP API on VMs or on functions
 /// (LIBRA), and a simulator for AWS cost experiments on traces.
 #[derive(Debug, Parser)]
-#[command(name = "spillway", version, about, long_about = None)]
+#[command(
+    name = "spillway",
+    version = build_info::SHORT_VERSION,
+    long_version = build_info::LONG_VERSION,
+    about,
+    long_about = None
+)]
 pub struct Cli {
+    /// Log lines on standard error as `text` (default) or `json` (one object a line).
+    #[arg(long, global = true, value_enum, env = "SPILLWAY_LOG_FORMAT", default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
 }
 
+/// `--log-format` values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines (`2025-01-01T00:00:00Z INFO spillway: …`).
+    Text,
+    /// One JSON object a line (`{"timestamp":…,"level":"INFO","fields":{…},"target":…}`).
+    Json,
+}
+
+/// A configuration file, given positionally or with `-c`.
+#[derive(Clone, Debug, Default, Args)]
+pub struct ConfigFile {
+    /// Configuration file (YAML); same as `-c FILE`.
+    #[arg(value_name = "CONFIG", conflicts_with = "config")]
+    pub file: Option<PathBuf>,
+    /// Configuration file (YAML).
+    #[arg(long, short, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+impl ConfigFile {
+    /// The file, whichever way it was given.
+    pub fn path(&self) -> Option<&Path> {
+        self.file.as_deref().or(self.config.as_deref())
+    }
+}
+
+/// Parse a listen address: `IP:PORT` or `HOST:PORT` (`localhost:8081`), see
+/// [`crate::config::resolve_listen`].
+///
+/// # Errors
+/// The address in words when it has no port or does not resolve.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    crate::config::resolve_listen(s)
+}
+
 /// Subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the gateway. Without --config it runs the embedded quickstart configuration
-    /// (local VM pool and function tier running the sample API).
+    /// Run the gateway. Without a config file it runs the embedded quickstart
+    /// (config/quickstart.yaml: local VM pool and function tier running the sample API).
     Serve {
-        /// Configuration file (YAML). Default: the embedded config/quickstart.yaml.
-        #[arg(long, short)]
-        config: Option<PathBuf>,
-        /// Override `gateway.listen` (e.g. when 127.0.0.1:8080 is taken).
-        #[arg(long, value_name = "ADDR")]
+        /// The configuration.
+        #[command(flatten)]
+        config: ConfigFile,
+        /// Override `gateway.listen`: IP:PORT or HOST:PORT (e.g. when 127.0.0.1:8080 is
+        /// taken: `--listen localhost:8081`).
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         listen: Option<SocketAddr>,
         /// Override `gateway.admin_listen`.
-        #[arg(long, value_name = "ADDR")]
+        #[arg(long, value_name = "ADDR", value_parser = parse_listen)]
         admin_listen: Option<SocketAddr>,
+        /// Log every request (overrides `gateway.access_log: false`).
+        #[arg(long)]
+        access_log: bool,
     },
-    /// Validate a configuration file: exit 0 if valid, 1 with every problem otherwise.
+    /// Validate a configuration file: exit 0 if `serve` would accept it, 1 with every
+    /// problem (file:line:column: field.path: what is wrong) otherwise.
     Check {
-        /// Configuration file (YAML).
-        #[arg(long, short)]
-        config: PathBuf,
+        /// The configuration (required).
+        #[command(flatten)]
+        config: ConfigFile,
         /// Check it as a simulator config (`vm_pool` and `function_tier` optional).
         #[arg(long)]
         sim: bool,
     },
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
     /// Run the bundled sample API (what the quickstart's VMs and functions run).
     SampleApi {
         /// Address to listen on.
-        #[arg(long, default_value = "127.0.0.1:8000")]
+        #[arg(long, default_value = "127.0.0.1:8000", value_parser = parse_listen)]
         listen: SocketAddr,
         /// Instance name, sent back in the `x-spillway-instance` response header.
         #[arg(long, default_value = "sample-api")]
@@ -57,4 +116,30 @@ pub enum Command {
     Sim(crate::sim::cli::SimArgs),
     /// Print the cost-indifference point and the FaaS / IaaS / hybrid cost curves.
     Cost(crate::sim::cli::CostArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard
+    /// output, e.g. `spillway completions bash > /etc/bash_completion.d/spillway`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) to standard output, or write one page per subcommand into
+    /// `--dir` (`spillway.1`, `spillway-serve.1`, …).
+    Man {
+        /// Write every page into this directory instead.
+        #[arg(long, value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
+}
+
+/// `spillway config …`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigCommand {
+    /// Print the effective configuration — the file with every default filled in (the
+    /// embedded quickstart without a file) — as YAML, with the cost-indifference point in
+    /// force.
+    Print {
+        /// The configuration.
+        #[command(flatten)]
+        config: ConfigFile,
+    },
 }

@@ -14,10 +14,12 @@
 //! * [`sim`] — the discrete-event simulator and cost reports.
 //! * [`sample_api`] — the sample API the quickstart runs on both tiers.
 //! * [`cli`] — the command line.
+//! * [`build_info`] — version, git commit and features of this binary.
 
 #![warn(missing_docs)]
 
 pub mod backends;
+pub mod build_info;
 pub mod cli;
 pub mod config;
 pub mod net;

@@ -3,13 +3,19 @@
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
-use spillway::cli::{Cli, Command};
+use clap::{CommandFactory, Parser};
+use spillway::build_info;
+use spillway::cli::{Cli, Command, ConfigCommand, LogFormat};
 use spillway::config::{Config, ConfigError};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(&cli.command);
+    // `serve` sets up logging once its config is read (the access-log switch is there).
+    match &cli.command {
+        Command::Serve { .. } => {}
+        Command::SampleApi { .. } => init_tracing("warn", cli.log_format, false),
+        _ => init_tracing("info", cli.log_format, false),
+    }
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
@@ -33,18 +39,38 @@ fn render(e: &anyhow::Error) -> String {
     out
 }
 
-fn init_tracing(command: &Command) {
+/// Log to standard error at `default` level (unless `RUST_LOG` says otherwise), as text
+/// or JSON. The access log (target `spillway::access`) is on when `access_log`, or when
+/// `RUST_LOG` names that target itself.
+fn init_tracing(default: &str, format: LogFormat, access_log: bool) {
     use tracing_subscriber::EnvFilter;
-    let default = match command {
-        Command::SampleApi { .. } => "warn",
-        _ => "info",
-    };
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|v| !v.trim().is_empty());
+    let names_access = from_env
+        .as_deref()
+        .is_some_and(|v| v.contains("spillway::access"));
+    let mut filter = from_env
+        .as_deref()
+        .and_then(|v| EnvFilter::try_new(v).ok())
+        .unwrap_or_else(|| EnvFilter::new(default));
+    if !names_access {
+        let level = if access_log { "info" } else { "off" };
+        filter = filter.add_directive(
+            format!("spillway::access={level}")
+                .parse()
+                .expect("a valid directive"),
+        );
+    }
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Json => builder.json().flatten_event(true).init(),
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .init(),
+    }
 }
 
 /// Bad input (trace, config) is reported on stderr with exit code 1.
@@ -55,37 +81,94 @@ fn report(result: Result<ExitCode, spillway::sim::SimError>) -> ExitCode {
     })
 }
 
+/// A config problem is the user's input: printed as it is, exit 1.
+fn config_or_exit(result: Result<Config, ConfigError>) -> Result<Config, ExitCode> {
+    result.map_err(|e| {
+        eprintln!("{e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Where the CIP in force comes from, for logs and `config print`.
+fn cip_source(config: &Config) -> String {
+    let computed = spillway::policy::cost::cost_indifference_point_rps(
+        config.pricing.cost_per_request(),
+        config.libra.r_max_rps,
+        config.pricing.vm_hourly_usd,
+    );
+    match config.libra.cip_rps {
+        Some(_) => {
+            format!("set by libra.cip_rps; computed from pricing it would be {computed:.3} req/s")
+        }
+        None => "computed from pricing".to_string(),
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let log_format = cli.log_format;
     match cli.command {
-        Command::Check { config, sim } => match if sim {
-            Config::load(&config)
-        } else {
-            Config::load_for_serve(&config)
-        } {
-            Ok(_) => {
-                println!("{}: ok", config.display());
-                Ok(ExitCode::SUCCESS)
+        Command::Check { config, sim } => {
+            let Some(path) = config.path() else {
+                Cli::command()
+                    .error(
+                        clap::error::ErrorKind::MissingRequiredArgument,
+                        "spillway check needs a config file: spillway check FILE (or -c FILE)",
+                    )
+                    .exit();
+            };
+            let loaded = if sim {
+                Config::load(path)
+            } else {
+                Config::load_for_serve(path)
+            };
+            match loaded {
+                Ok(_) => {
+                    println!("{}: ok", path.display());
+                    Ok(ExitCode::SUCCESS)
+                }
+                Err(e) => {
+                    eprintln!("{e}");
+                    Ok(ExitCode::FAILURE)
+                }
             }
-            Err(e) => {
-                eprintln!("{e}");
-                Ok(ExitCode::FAILURE)
-            }
-        },
+        }
+        Command::Config(ConfigCommand::Print { config }) => {
+            let (loaded, name) = match config.path() {
+                Some(p) => (Config::load(p), p.display().to_string()),
+                None => (
+                    Ok(Config::quickstart()),
+                    "the embedded quickstart (config/quickstart.yaml)".to_string(),
+                ),
+            };
+            let config = match config_or_exit(loaded) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
+            };
+            let yaml = serde_saphyr::to_string(&config).context("cannot print the config")?;
+            print!(
+                "# effective configuration of {name}: every default filled in\n\
+                 # cost-indifference point in force: {:.3} req/s ({})\n{yaml}",
+                config.cip_rps(),
+                cip_source(&config)
+            );
+            Ok(ExitCode::SUCCESS)
+        }
         Command::Serve {
             config,
             listen,
             admin_listen,
+            access_log,
         } => {
-            let mut config = match config {
-                Some(path) => match Config::load_for_serve(&path) {
-                    Ok(c) => c,
-                    Err(e @ (ConfigError::Parse { .. } | ConfigError::Invalid { .. })) => {
-                        eprintln!("{e}");
-                        return Ok(ExitCode::FAILURE);
-                    }
-                    Err(e) => return Err(e.into()),
-                },
-                None => Config::quickstart(),
+            let (loaded, name) = match config.path() {
+                Some(path) => (Config::load_for_serve(path), path.display().to_string()),
+                None => (
+                    Ok(Config::quickstart()),
+                    "embedded quickstart (config/quickstart.yaml)".to_string(),
+                ),
+            };
+            let mut config = match config_or_exit(loaded) {
+                Ok(c) => c,
+                Err(code) => return Ok(code),
             };
             if let Some(addr) = listen {
                 config.gateway.listen = addr;
@@ -93,10 +176,25 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(addr) = admin_listen {
                 config.gateway.admin_listen = addr;
             }
+            config.gateway.access_log |= access_log;
+            init_tracing("info", log_format, config.gateway.access_log);
+            tracing::info!(
+                version = build_info::VERSION,
+                commit = build_info::COMMIT,
+                features = build_info::FEATURES,
+                config = %name,
+                cip_rps = (config.cip_rps() * 1000.0).round() / 1000.0,
+                cip_source = %cip_source(&config),
+                access_log = config.gateway.access_log,
+                "spillway starting"
+            );
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {
-                let server = spillway::proxy::server::Server::bind(config, exe).await?;
+                let server = match spillway::proxy::server::Server::bind(config, exe).await {
+                    Ok(s) => s,
+                    Err(e) => return Err(bind_hint(e)),
+                };
                 tracing::info!(
                     proxy = %server.proxy_addr(),
                     admin = %server.admin_addr(),
@@ -125,5 +223,52 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 anyhow::Ok(ExitCode::SUCCESS)
             })
         }
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                shell,
+                &mut Cli::command(),
+                "spillway",
+                &mut std::io::stdout(),
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Man { dir } => {
+            let cmd = Cli::command();
+            match dir {
+                Some(dir) => {
+                    std::fs::create_dir_all(&dir)
+                        .with_context(|| format!("cannot create {}", dir.display()))?;
+                    clap_mangen::generate_to(cmd, &dir).with_context(|| {
+                        format!("cannot write man pages into {}", dir.display())
+                    })?;
+                }
+                None => clap_mangen::Man::new(cmd)
+                    .render(&mut std::io::stdout())
+                    .context("cannot write the man page")?,
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// A listener address already in use gets a hint: which flag moves it.
+fn bind_hint(e: spillway::proxy::server::ServeError) -> anyhow::Error {
+    use spillway::proxy::server::ServeError;
+    match &e {
+        ServeError::Bind { what, addr, source }
+            if source.kind() == std::io::ErrorKind::AddrInUse =>
+        {
+            let flag = match *what {
+                "admin" => "--admin-listen",
+                "tls" => "gateway.tls.listen in the config",
+                _ => "--listen",
+            };
+            let example = std::net::SocketAddr::new(addr.ip(), addr.port().wrapping_add(1));
+            anyhow::anyhow!(
+                "{e}: another process (another spillway?) is listening on {addr}; choose another \
+                 address with {flag} (e.g. {flag} {example})"
+            )
+        }
+        _ => e.into(),
     }
 }

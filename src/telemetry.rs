@@ -4,13 +4,17 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
+//! | `spillway_build_info` | gauge (always 1) | `version`, `commit`, `features` ([`crate::build_info`]) |
 //! | `spillway_requests_total` | counter | `tier` = vm, function, local; `status` = 1xx…5xx |
-//! | `spillway_request_duration_seconds` | histogram | `tier` |
+//! | `spillway_requests_in_flight` | gauge | — (received, response not finished yet) |
+//! | `spillway_request_duration_seconds` | histogram | `tier` (time to response headers) |
 //! | `spillway_routing_decisions_total` | counter | `tier` = vm, function, rejected; `reason` = [`RouteReason::as_str`](crate::policy::balancer::RouteReason::as_str) |
-//! | `spillway_retries_total` | counter | `kind` = connect_failure, spill_back |
-//! | `spillway_vms` | gauge | `state` = booting, ready, draining, target |
-//! | `spillway_traffic_avg_rps`, `spillway_traffic_std_rps` | gauge | — |
-//! | `spillway_vm_budget_rps` | gauge | — (the budget the balancer uses, before ρ) |
+//! | `spillway_retries_total` | counter | `kind` = connect_failure, spill_back, fall_through |
+//! | `spillway_vms` | gauge | `state` = booting, ready, draining (`sum()` = VMs that exist) |
+//! | `spillway_vms_target` | gauge | — (the last decided VM count) |
+//! | `spillway_traffic_avg_rps` | gauge | — (EWMA of requests per epoch, per second) |
+//! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
+//! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
@@ -20,13 +24,19 @@
 //! | `spillway_r_max_vm_latency_seconds` | gauge | — (adaptive: the measured VM latency percentile of that period) |
 //! | `spillway_r_max_adjustment_rps` | gauge | — (adaptive: the last change of r_max, signed) |
 //! | `spillway_r_max_adjustments_total` | counter | — (adaptive: periods that changed r_max) |
+//! | `spillway_function_instances` | gauge | `zone` (function zone name), `state` = starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm); set at every scrape |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
+//!
+//! Every counter exists from startup at zero for the label values the running gateway can
+//! produce (its provider's operations included), so that `rate()` and `increase()` work
+//! from the first scrape; every metric has HELP text ([`describe`]).
 
 use std::time::Duration;
 
 use metrics::{counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::policy::balancer::RouteReason;
 use crate::policy::controller::ControllerStatus;
 use crate::policy::rmax::RMaxStatus;
 
@@ -47,12 +57,103 @@ pub fn install() -> PrometheusHandle {
     match builder().install_recorder() {
         Ok(handle) => {
             describe();
+            zero_counters();
+            gauge!(
+                "spillway_build_info",
+                "version" => crate::build_info::VERSION,
+                "commit" => crate::build_info::COMMIT,
+                "features" => crate::build_info::FEATURES
+            )
+            .set(1.0);
+            gauge!("spillway_requests_in_flight").set(0.0);
+            // The driver and the admin scrape keep these current; zero until they do.
+            for state in ["booting", "ready", "draining"] {
+                gauge!("spillway_vms", "state" => state).set(0.0);
+            }
+            for name in [
+                "spillway_vms_target",
+                "spillway_traffic_avg_rps",
+                "spillway_traffic_mean_abs_deviation_rps",
+                "spillway_vm_budget_rps",
+            ] {
+                gauge!(name).set(0.0);
+            }
             handle
         }
         Err(_) => builder().build_recorder().handle(),
     }
 }
 
+/// The tier a reason sends a request to in the gateway (LIBRA's balancer), or `None` for
+/// reasons only the simulator's baselines give. Exhaustive: a new reason must be placed.
+fn gateway_tier(reason: RouteReason) -> Option<&'static str> {
+    match reason {
+        RouteReason::WithinBudget
+        | RouteReason::UpgradePinned
+        | RouteReason::FallBackOverBudget => Some("vm"),
+        RouteReason::BudgetExhausted | RouteReason::NoReadyVm | RouteReason::VmsSaturated => {
+            Some("function")
+        }
+        RouteReason::UpgradeNoReadyVm | RouteReason::SpillBackRejected => Some("rejected"),
+        RouteReason::VmOnly | RouteReason::FunctionOnly | RouteReason::ScalingOut => None,
+    }
+}
+
+const ROUTE_REASONS: [RouteReason; 11] = [
+    RouteReason::WithinBudget,
+    RouteReason::BudgetExhausted,
+    RouteReason::NoReadyVm,
+    RouteReason::UpgradePinned,
+    RouteReason::UpgradeNoReadyVm,
+    RouteReason::SpillBackRejected,
+    RouteReason::FallBackOverBudget,
+    RouteReason::VmOnly,
+    RouteReason::FunctionOnly,
+    RouteReason::ScalingOut,
+    RouteReason::VmsSaturated,
+];
+
+/// Register every counter series the gateway can produce, at zero.
+fn zero_counters() {
+    for tier in ["vm", "function", "local"] {
+        for status in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+            counter!("spillway_requests_total", "tier" => tier, "status" => status).increment(0);
+        }
+    }
+    for reason in ROUTE_REASONS {
+        if let Some(tier) = gateway_tier(reason) {
+            counter!("spillway_routing_decisions_total", "tier" => tier, "reason" => reason.as_str())
+                .increment(0);
+        }
+    }
+    for kind in ["connect_failure", "spill_back", "fall_through"] {
+        counter!("spillway_retries_total", "kind" => kind).increment(0);
+    }
+    for direction in ["up", "down", "hold"] {
+        counter!("spillway_scale_decisions_total", "direction" => direction).increment(0);
+    }
+    for stage in ["launch", "not_ready", "unreachable"] {
+        counter!("spillway_vm_failures_total", "stage" => stage).increment(0);
+    }
+    counter!("spillway_function_cold_starts_total").increment(0);
+}
+
+/// Register `spillway_provider_errors_total` at zero for a provider's operations and
+/// every error kind (the gateway calls it for the providers it runs).
+pub fn zero_provider_errors(
+    provider: &'static str,
+    operations: &[&'static str],
+    kinds: &[&'static str],
+) {
+    for &operation in operations {
+        for &kind in kinds {
+            counter!("spillway_provider_errors_total", "provider" => provider, "operation" => operation, "kind" => kind)
+                .increment(0);
+        }
+    }
+}
+
+/// Describe every metric (the HELP lines).
 fn describe() {
     metrics::describe_counter!(
         "spillway_requests_total",
@@ -67,14 +168,33 @@ fn describe() {
         "spillway_routing_decisions_total",
         "Balancer decisions, by tier and reason."
     );
-    metrics::describe_gauge!("spillway_vms", "VMs per state, and the target.");
     metrics::describe_gauge!(
-        "spillway_traffic_avg_rps",
-        "Traffic monitor EWMA request rate, requests/s."
+        "spillway_build_info",
+        "Always 1; the labels say which spillway runs (version, git commit, cargo features)."
     );
     metrics::describe_gauge!(
-        "spillway_traffic_std_rps",
-        "Traffic monitor EWMA absolute deviation, requests/s."
+        "spillway_requests_in_flight",
+        "Requests received whose response has not finished yet."
+    );
+    metrics::describe_counter!(
+        "spillway_retries_total",
+        "Repeated attempts: connect_failure (a retry after a connect failure), spill_back (a fall-back to a VM after the function tier throttled or failed before sending), fall_through (the next function zone)."
+    );
+    metrics::describe_gauge!(
+        "spillway_vms",
+        "VMs per state (booting, ready, draining); the sum is every VM that exists."
+    );
+    metrics::describe_gauge!(
+        "spillway_vms_target",
+        "VM count of the last scaling decision (booting + ready wanted)."
+    );
+    metrics::describe_gauge!(
+        "spillway_traffic_avg_rps",
+        "Traffic monitor: EWMA of the requests per epoch, in requests/s."
+    );
+    metrics::describe_gauge!(
+        "spillway_traffic_mean_abs_deviation_rps",
+        "Traffic monitor: EWMA of the absolute deviation of the epoch count from the average (LIBRA's std), in requests/s."
     );
     metrics::describe_gauge!(
         "spillway_vm_budget_rps",
@@ -83,6 +203,15 @@ fn describe() {
     metrics::describe_counter!(
         "spillway_scale_decisions_total",
         "Scaling decisions, by direction."
+    );
+    metrics::describe_counter!(
+        "spillway_vm_failures_total",
+        "VMs that failed, by stage: launch refused, not ready before the boot timeout, unreachable after a connect failure."
+    );
+    metrics::describe_histogram!(
+        "spillway_vm_boot_seconds",
+        metrics::Unit::Seconds,
+        "Time from launch to ready (readiness probe passed) of each VM."
     );
     metrics::describe_counter!(
         "spillway_function_cold_starts_total",
@@ -108,6 +237,10 @@ fn describe() {
     metrics::describe_counter!(
         "spillway_r_max_adjustments_total",
         "Adaptive r_max: control periods that changed r_max."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_instances",
+        "Function instances per zone and state: starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm)."
     );
     metrics::describe_counter!(
         "spillway_provider_errors_total",
@@ -164,9 +297,9 @@ pub fn controller_gauges(s: &ControllerStatus) {
     gauge!("spillway_vms", "state" => "booting").set(f64::from(s.pool.booting));
     gauge!("spillway_vms", "state" => "ready").set(f64::from(s.pool.ready));
     gauge!("spillway_vms", "state" => "draining").set(f64::from(s.pool.draining));
-    gauge!("spillway_vms", "state" => "target").set(f64::from(s.pool.target));
+    gauge!("spillway_vms_target").set(f64::from(s.pool.target));
     gauge!("spillway_traffic_avg_rps").set(s.avg_rps);
-    gauge!("spillway_traffic_std_rps").set(s.std_rps);
+    gauge!("spillway_traffic_mean_abs_deviation_rps").set(s.std_rps);
     gauge!("spillway_vm_budget_rps").set(finite_or_zero(s.published_vm_reqs_rps));
     gauge!("spillway_r_max_rps").set(finite_or_zero(s.r_max_rps));
 }
@@ -181,6 +314,66 @@ pub fn r_max_gauges(s: &RMaxStatus) {
         gauge!("spillway_r_max_adjustment_rps").set(last.adjustment_rps());
     }
     counter!("spillway_r_max_adjustments_total").absolute(s.adjustments);
+}
+
+/// A request arrived (`+1`) or its response finished (`-1`).
+pub fn in_flight(delta: i8) {
+    let g = gauge!("spillway_requests_in_flight");
+    if delta >= 0 {
+        g.increment(f64::from(delta));
+    } else {
+        g.decrement(f64::from(-delta));
+    }
+}
+
+/// Export one function zone's instances: `starting`, `busy` (running a call; calls in
+/// flight for a concurrency-limited zone) and `idle` (warm).
+pub fn function_instances(zone: &str, starting: u32, busy: u32, idle: u32) {
+    let zone = zone.to_string();
+    gauge!("spillway_function_instances", "zone" => zone.clone(), "state" => "starting")
+        .set(f64::from(starting));
+    gauge!("spillway_function_instances", "zone" => zone.clone(), "state" => "busy")
+        .set(f64::from(busy));
+    gauge!("spillway_function_instances", "zone" => zone, "state" => "idle").set(f64::from(idle));
+}
+
+/// Log a scaling decision: at INFO when the target changes, at DEBUG when it holds (the
+/// quickstart decides every 5 s), rates rounded to 0.01 requests/s.
+pub fn log_scale_decision(
+    epoch: u64,
+    decision: &crate::policy::scaling::ScaleDecision,
+    direction: crate::policy::controller::ScaleDirection,
+) {
+    let vm_reqs_rps = round2(decision.vm_reqs_rps);
+    let (target_vms, reason, dir) = (
+        decision.target_vms,
+        decision.reason.as_str(),
+        direction.as_str(),
+    );
+    if direction == crate::policy::controller::ScaleDirection::Hold {
+        tracing::debug!(
+            epoch,
+            target_vms,
+            vm_reqs_rps,
+            reason,
+            direction = dir,
+            "scaling decision"
+        );
+    } else {
+        tracing::info!(
+            epoch,
+            target_vms,
+            vm_reqs_rps,
+            reason,
+            direction = dir,
+            "scaling decision"
+        );
+    }
+}
+
+/// `x` rounded to 2 decimals (rates in logs and `/status`).
+pub fn round2(x: f64) -> f64 {
+    (x * 100.0).round() / 100.0
 }
 
 fn finite_or_zero(x: f64) -> f64 {

@@ -108,13 +108,13 @@ fn after_k_epochs_the_pool_is_resized_to_ceil_of_avg_plus_phi_std_over_r_max() {
         let Some(d) = s.pointer("/scaling/last_decision").filter(|d| !d.is_null()) else {
             return false;
         };
-        let vm_reqs = f64_at(d, "/vm_reqs");
+        let vm_reqs = f64_at(d, "/vm_reqs_rps");
         let target = u64_at(d, "/target_vms");
         target >= 3
             && u64_at(s, "/scaling/ready_vms") == target
             && target == (vm_reqs / 10.0).ceil() as u64
     });
-    let budget = f64_at(&s, "/scaling/budget_rps");
+    let budget = f64_at(&s, "/scaling/vm_budget_before_rho_rps");
     assert!(budget >= 30.0, "ready VMs raise the budget: {s:#}");
     let results = loader.join().unwrap();
     assert!(results.iter().all(|(c, _)| *c == 200), "{results:?}");

@@ -52,23 +52,62 @@ fn counts_accepts_trailing_spaces_and_no_final_newline() {
     assert!(a.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
 }
 
+/// A FaaSim workload (an attributed excerpt, tests/data/faasim): three bursts of 100 calls
+/// within ~2 s, 30 s apart, spread evenly over zones 0–4.
 #[test]
-fn the_shared_traces_parse() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/traces");
-    let wits = root.join("wits_per_second.txt");
-    if !wits.exists() {
-        return; // the shared traces are outside the repository
+fn the_faasim_burst_excerpt_parses_with_its_zones() {
+    let t = Trace::load(
+        &data("faasim/burst_excerpt.txt"),
+        &opts(TraceFormat::Events),
+    )
+    .unwrap();
+    assert_eq!(t.total_requests(), 300);
+    let a = arrivals(&t);
+    let mut per_zone = [0u32; 5];
+    for x in &a {
+        per_zone[x.zone as usize] += 1;
     }
+    assert_eq!(per_zone, [60; 5]);
+    // Burst k starts at 30·k s and lasts under 2 s.
+    for (k, burst) in a.chunks(100).enumerate() {
+        let start = 30_000_000_000 * k as u64;
+        assert!(
+            burst
+                .iter()
+                .all(|x| x.at_ns >= start && x.at_ns < start + 2_000_000_000)
+        );
+    }
+}
+
+/// A trace that is not in the repository (WITS, square: `scripts/fetch-traces.sh`): the
+/// test fails and says how to get it.
+fn fetched_trace(name: &str) -> PathBuf {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("traces")
+        .join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run `scripts/fetch-traces.sh` (or `scripts/fetch-traces.sh --from DIR` \
+         with an offline copy)",
+        path.display()
+    );
+    path
+}
+
+/// The published per-second traces the README replays (run by `scripts/test.sh` when
+/// `traces/` holds them; `cargo test -- --ignored` otherwise).
+#[test]
+#[ignore = "needs traces/ from scripts/fetch-traces.sh"]
+fn the_fetched_traces_parse() {
+    let wits = fetched_trace("wits_per_second.txt");
     let t = Trace::load(&wits, &opts(TraceFormat::Counts)).unwrap();
     assert_eq!((t.total_requests(), t.duration_s), (6_432_107, 45_000.0));
     let sq = Trace::load(
-        &root.join("square_per_second.txt"),
+        &fetched_trace("square_per_second.txt"),
         &opts(TraceFormat::Counts),
     )
     .unwrap();
     assert_eq!(sq.duration_s, 1112.0);
-    let burst = Trace::load(&root.join("faasim/burst.txt"), &opts(TraceFormat::Events)).unwrap();
-    assert_eq!(burst.total_requests(), 10_000);
     // The LIBRA AWS experiment: first 1800 s of WITS divided by 16.
     let o = TraceOptions {
         rate_divisor: 16.0,

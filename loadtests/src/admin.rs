@@ -96,8 +96,8 @@ mod tests {
     fn status(vm: u64, function: u64, ready: u64) -> Value {
         json!({
             "epoch": 3,
-            "traffic": {"avg": 10.5, "std": 1.25, "last_epoch_requests": 40},
-            "scaling": {"vm_reqs": 8.0, "target_vms": 2, "ready_vms": ready},
+            "traffic": {"last_epoch_requests": 40, "avg_rps": 10.5, "mean_abs_deviation_rps": 1.25},
+            "scaling": {"vm_reqs_rps": 8.0, "target_vms": 2, "ready_vms": ready},
             "routed": {"vm": vm, "function": function, "rejected": 0},
         })
     }

@@ -39,8 +39,8 @@ async fn handle(
         let n = stub.status.fetch_add(1, Ordering::SeqCst) + 1;
         let body = serde_json::json!({
             "epoch": n,
-            "traffic": {"avg": 3.4, "std": 1.0, "last_epoch_requests": 17},
-            "scaling": {"vm_reqs": 2.5, "target_vms": 2, "ready_vms": 2},
+            "traffic": {"last_epoch_requests": 17, "avg_rps": 3.4, "mean_abs_deviation_rps": 1.0},
+            "scaling": {"vm_reqs_rps": 2.5, "target_vms": 2, "ready_vms": 2},
             "routed": {"vm": 3 * n, "function": n},
         });
         return Ok(Response::new(Full::new(Bytes::from(body.to_string()))));

@@ -2,23 +2,30 @@
 //! (`spillway sim`, `spillway cost`).
 //!
 //! Loading happens in three steps, nothing half-applied:
-//! 1. **parse** with serde-saphyr (serde_yaml is archived; serde-saphyr is maintained and
-//!    reports locations): YAML syntax and type errors stop here with `file:line:column`;
-//!    unknown keys are errors too (`deny_unknown_fields`).
-//! 2. **validate**: semantic checks collect *every* problem at once, each with its field
-//!    path (`libra.rho: must be in (0, 1], got 1.5`).
-//! 3. **use**: the validated [`Config`] hands typed values (durations, policy parameters)
-//!    to the drivers.
+//! 1. **parse** the YAML text into a located tree ([`yaml`], with serde-saphyr's parser):
+//!    a syntax error stops here with `file:line:column`;
+//! 2. **read** the schema from the tree ([`de`]): every type error (a word where a number
+//!    belongs, an unknown key, an unknown `type:`) is collected with its line, column and
+//!    field path, fields of `type:`-tagged sections included;
+//! 3. **validate**: semantic checks collect every remaining problem with its field path,
+//!    located in the file too (`libra.rho: must be in (0, 1], got 1.5`).
 //!
-//! Every option is documented, with its default, in `config/reference.yaml`; defaults live
-//! once, as the `DEFAULT_*` constants of this module.
+//! Type and semantic problems are reported together, in file order. The validated
+//! [`Config`] then hands typed values (durations, policy parameters) to the drivers.
+//!
+//! Every option is documented, with its default, in `config/reference.yaml` (a test
+//! checks every key and default against this schema); defaults live once, as the
+//! `DEFAULT_*` constants of this module.
 
+mod de;
 mod lambda;
 mod schema;
 pub mod sim;
+mod yaml;
 
 pub use lambda::*;
 pub use schema::*;
+pub use yaml::Loc;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -27,18 +34,61 @@ use std::path::{Path, PathBuf};
 /// the sample API, no cloud account needed).
 pub const QUICKSTART_YAML: &str = include_str!("../../config/quickstart.yaml");
 
-/// One semantic problem in a configuration, located by its field path.
+/// One problem in a configuration (a type error or a semantic one), located by its
+/// field path and, when the file has the key or one of its parents, its line and column.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ConfigIssue {
     /// Dotted field path, e.g. `vm_pool.command` or `gateway.trusted_proxies[2]`.
     pub path: String,
     /// What is wrong and what is expected.
     pub message: String,
+    /// Where in the file: the value, or the nearest key above it when the value is absent
+    /// (a missing required key points at its section). `None` for the embedded defaults
+    /// and for keys whose whole section is absent.
+    pub location: Option<Loc>,
+}
+
+impl ConfigIssue {
+    /// A problem at `path` (location filled in when the file is known).
+    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            path: path.into(),
+            message: message.into(),
+            location: None,
+        }
+    }
 }
 
 impl fmt::Display for ConfigIssue {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}: {}", self.path, self.message)
+        if self.path.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "{}: {}", self.path, self.message)
+        }
+    }
+}
+
+/// `file:line:column: path: message` (or `file: path: message` without a location).
+fn issue_line(file: &str, issue: &ConfigIssue) -> String {
+    match issue.location {
+        Some(l) => format!("{file}:{}:{}: {issue}", l.line, l.column),
+        None => format!("{file}: {issue}"),
+    }
+}
+
+fn invalid_text(file: &str, issues: &[ConfigIssue]) -> String {
+    match issues {
+        [one] => issue_line(file, one),
+        _ => format!(
+            "{file}: {} problems:\n{}",
+            issues.len(),
+            issues
+                .iter()
+                .map(|i| format!("  {}", issue_line(file, i)))
+                .collect::<Vec<_>>()
+                .join("\n")
+        ),
     }
 }
 
@@ -53,9 +103,8 @@ pub enum ConfigError {
         /// The I/O error.
         source: std::io::Error,
     },
-    /// YAML syntax or type error, at a known place (`line` 0: location unknown; the
-    /// message then starts with the field path).
-    #[error("{}: {message}", if *line == 0 { file.clone() } else { format!("{file}:{line}:{column}") })]
+    /// The file is not YAML: the first syntax error, at its place.
+    #[error("{file}:{line}:{column}: {message}")]
     Parse {
         /// The file (or `<embedded quickstart>`).
         file: String,
@@ -63,15 +112,16 @@ pub enum ConfigError {
         line: u64,
         /// 1-based column.
         column: u64,
-        /// What the parser said.
+        /// What is wrong.
         message: String,
     },
-    /// Semantically invalid: every problem, each with its field path.
-    #[error("{file}: {} problem(s):\n{}", issues.len(), issues.iter().map(|i| format!("  - {i}")).collect::<Vec<_>>().join("\n"))]
+    /// Type or semantic problems: every one of them, in file order, each with its field
+    /// path and place (`file:line:column: path: message`).
+    #[error("{}", invalid_text(file, issues))]
     Invalid {
         /// The file.
         file: String,
-        /// All problems found.
+        /// All problems found, in file order (unlocated ones last).
         issues: Vec<ConfigIssue>,
     },
 }
@@ -80,31 +130,21 @@ impl Config {
     /// Read, parse and validate a configuration file.
     ///
     /// # Errors
-    /// [`ConfigError::Read`], [`ConfigError::Parse`] (with line and column) or
-    /// [`ConfigError::Invalid`] (every semantic problem at once).
+    /// [`ConfigError::Read`], [`ConfigError::Parse`] (a YAML syntax error, with line and
+    /// column) or [`ConfigError::Invalid`] (every type and semantic problem at once).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_owned(),
-            source,
-        })?;
+        let text = read(path)?;
         Self::from_yaml(&text, &path.display().to_string())
     }
 
-    /// [`Config::load`] plus the sections `spillway serve` needs ([`Config::gateway_issues`]).
+    /// [`Config::load`] plus what `spillway serve` needs ([`Config::gateway_issues`]:
+    /// both providers, a loadable TLS key, AWS support for AWS providers).
     ///
     /// # Errors
-    /// As [`Config::load`]; missing providers are [`ConfigError::Invalid`].
+    /// As [`Config::load`].
     pub fn load_for_serve(path: &Path) -> Result<Config, ConfigError> {
-        let config = Self::load(path)?;
-        let issues = config.gateway_issues();
-        if issues.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError::Invalid {
-                file: path.display().to_string(),
-                issues,
-            })
-        }
+        let text = read(path)?;
+        Self::from_yaml_for_serve(&text, &path.display().to_string())
     }
 
     /// The embedded quickstart configuration.
@@ -118,63 +158,90 @@ impl Config {
     /// # Errors
     /// As [`Config::load`], minus `Read`.
     pub fn from_yaml(text: &str, file: &str) -> Result<Config, ConfigError> {
-        let config: Config = serde_saphyr::from_str(text).map_err(|e| {
-            let (line, column) = e.location().map_or((0, 0), |l| (l.line(), l.column()));
-            // The library's message may embed a snippet and repeat the location; keep the
-            // first line without the location, which we print once as file:line:column.
-            let message = e.to_string();
-            let first = message
-                .lines()
-                .find(|l| !l.trim().is_empty())
-                .unwrap_or("invalid YAML")
-                .trim();
-            let mut message = strip_location(first, line, column);
-            if let Some(path) = failing_path(text) {
-                message = format!("{path}: {message}");
-            }
-            ConfigError::Parse {
-                file: file.to_string(),
-                line,
-                column,
-                message,
-            }
+        Self::from_yaml_with(text, file, |_| Vec::new())
+    }
+
+    /// [`Config::from_yaml`] plus [`Config::gateway_issues`].
+    ///
+    /// # Errors
+    /// As [`Config::from_yaml`].
+    pub fn from_yaml_for_serve(text: &str, file: &str) -> Result<Config, ConfigError> {
+        Self::from_yaml_with(text, file, Config::gateway_issues)
+    }
+
+    fn from_yaml_with(
+        text: &str,
+        file: &str,
+        extra: impl Fn(&Config) -> Vec<ConfigIssue>,
+    ) -> Result<Config, ConfigError> {
+        let tree = yaml::parse(text).map_err(|e| ConfigError::Parse {
+            file: file.to_string(),
+            line: e.loc.line,
+            column: e.loc.column,
+            message: e.message,
         })?;
-        let issues = config.validate();
-        if issues.is_empty() {
-            Ok(config)
-        } else {
-            Err(ConfigError::Invalid {
-                file: file.to_string(),
-                issues,
+        let places = tree.locations();
+        let (config, type_errors, removed) = de::collect::<Config>(tree);
+        let mut issues: Vec<ConfigIssue> = type_errors
+            .into_iter()
+            .map(|e| ConfigIssue {
+                path: e.path,
+                message: e.message,
+                location: e.loc,
             })
+            .collect();
+        if let Some(config) = &config {
+            let mut semantic = config.validate();
+            semantic.extend(extra(config));
+            // What was removed after a type error has its default now: checks of it, of
+            // the section or list it was part of, or of anything compared with it, would
+            // be about values the file never had.
+            semantic.retain(|i| {
+                !removed.iter().any(|r| {
+                    de::within(&i.path, r)
+                        || de::within(r, &i.path)
+                        || i.message.contains(r.as_str())
+                })
+            });
+            for mut issue in semantic {
+                issue.location = locate(&places, &issue.path);
+                issues.push(issue);
+            }
+        }
+        match config {
+            Some(config) if issues.is_empty() => Ok(config),
+            _ => {
+                // File order; problems without a place (sections absent) last.
+                issues.sort_by_key(|i| (i.location.is_none(), i.location));
+                Err(ConfigError::Invalid {
+                    file: file.to_string(),
+                    issues,
+                })
+            }
         }
     }
 }
 
-/// The field path of a type error (`function_tier.max_instances`), found by deserializing
-/// the document again through `serde_path_to_error`. Some values (socket addresses,
-/// CIDRs, the fields of `type:`-tagged sections) lose their YAML location inside serde;
-/// the path still names the place. `None` for syntax errors.
-fn failing_path(text: &str) -> Option<String> {
-    let value: serde_json::Value = serde_saphyr::from_str(text).ok()?;
-    let err = serde_path_to_error::deserialize::<_, Config>(value).err()?;
-    let path = err.path().to_string();
-    (path != ".").then_some(path)
+fn read(path: &Path) -> Result<String, ConfigError> {
+    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_owned(),
+        source,
+    })
 }
 
-/// Remove the location phrases serde-saphyr adds ("error: line L column C: …",
-/// "… at line L, column C") so the location is printed once.
-fn strip_location(message: &str, line: u64, column: u64) -> String {
-    let mut m = message.trim_start_matches("error: ").to_string();
-    for phrase in [
-        format!("line {line} column {column}: "),
-        format!(" at line {line}, column {column}"),
-        format!(" at line {line} column {column}"),
-    ] {
-        m = m.replace(&phrase, "");
+/// The place of `path` in the file, or of its nearest ancestor that is there.
+fn locate(places: &std::collections::HashMap<String, Loc>, path: &str) -> Option<Loc> {
+    let mut p = path;
+    loop {
+        if let Some(l) = places.get(p) {
+            return (!p.is_empty()).then_some(*l);
+        }
+        let cut = p.rfind(['.', '['])?;
+        p = &p[..cut];
     }
-    m.trim().to_string()
 }
 
+#[cfg(test)]
+mod reference_tests;
 #[cfg(test)]
 mod tests;

@@ -96,9 +96,12 @@ fn one() -> u32 {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GatewayConfig {
-    /// Plain-HTTP listen address (HTTP/1.1 and h2c). Port 0 picks a free port.
+    /// Plain-HTTP listen address (HTTP/1.1 and h2c), `IP:PORT` or `HOST:PORT`
+    /// ([`resolve_listen`]). Port 0 picks a free port.
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// Admin listener (`/healthz`, `/metrics`, `/status`).
+    #[serde(deserialize_with = "listen_addr")]
     pub admin_listen: SocketAddr,
     /// Optional TLS listener (ALPN h2 and http/1.1).
     pub tls: Option<TlsConfig>,
@@ -133,6 +136,9 @@ pub struct GatewayConfig {
     /// `%2F`, `%5C` and `\` in paths: `keep_unchanged`, `reject_request` (default),
     /// `unescape_and_redirect` or `unescape_and_forward` (Envoy's option of that name).
     pub path_with_escaped_slashes_action: EscapedSlashesAction,
+    /// One log line per request at INFO, target `spillway::access` (also
+    /// `spillway serve --access-log`).
+    pub access_log: bool,
 }
 
 impl GatewayConfig {
@@ -171,15 +177,55 @@ impl Default for GatewayConfig {
             normalize_path: true,
             merge_slashes: true,
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
+            access_log: false,
         }
     }
+}
+
+/// A listen address from `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`) or `HOST:PORT`
+/// (`localhost:8080`, resolved now; the first IPv4 address wins, as `localhost` should
+/// mean 127.0.0.1 where both families resolve).
+///
+/// # Errors
+/// In words: a missing port, or a host that does not resolve.
+pub fn resolve_listen(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    if let Ok(addr) = text.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let Some((host, port)) = text.rsplit_once(':') else {
+        return Err(format!(
+            "expected HOST:PORT or IP:PORT (like 127.0.0.1:8080 or localhost:8080), found `{text}`"
+        ));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!(
+            "expected HOST:PORT or IP:PORT (like 127.0.0.1:8080 or localhost:8080), found `{text}`"
+        ));
+    }
+    let addrs: Vec<SocketAddr> = text
+        .to_socket_addrs()
+        .map_err(|e| format!("cannot resolve `{text}`: {e}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("cannot resolve `{text}`: no address"))
+}
+
+fn listen_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(d)?;
+    resolve_listen(&text).map_err(serde::de::Error::custom)
 }
 
 /// `gateway.tls:` — a TLS listener.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsConfig {
-    /// TLS listen address.
+    /// TLS listen address (`IP:PORT` or `HOST:PORT`).
+    #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
     /// PEM certificate chain.
     pub cert_file: PathBuf,
@@ -417,9 +463,11 @@ impl PricingConfig {
     }
 }
 
-/// `vm_pool:` — where VMs come from.
+/// `vm_pool:` — where VMs come from. Written with `type:` (`process`, `static`, `ec2`)
+/// and that variant's keys; read through [`VmPoolSection`] so that every key keeps its
+/// place in error messages.
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "type", rename_all = "snake_case", from = "VmPoolSection")]
 pub enum VmPoolConfig {
     /// Each VM is a local child process started from `command`.
     Process(ProcessVmPoolConfig),
@@ -428,6 +476,32 @@ pub enum VmPoolConfig {
     /// EC2 instances launched and terminated through the EC2 API (issue 4). Always
     /// parses; `spillway serve` needs a binary built with the `aws` cargo feature.
     Ec2(Box<Ec2VmPoolConfig>),
+}
+
+/// How `vm_pool` is read: an externally tagged enum whose serde name is the tag key. The
+/// config reader (`src/config/de.rs`) takes the variant from the section's `type:` and
+/// the variant's fields from its other keys, keeping every key's line and column (serde's
+/// internally tagged enums buffer the section and lose them).
+#[derive(Deserialize)]
+#[serde(rename = "type", rename_all = "snake_case")]
+#[doc(hidden)]
+pub enum VmPoolSection {
+    /// `type: process`.
+    Process(ProcessVmPoolConfig),
+    /// `type: static`.
+    Static(StaticVmPoolConfig),
+    /// `type: ec2`.
+    Ec2(Box<Ec2VmPoolConfig>),
+}
+
+impl From<VmPoolSection> for VmPoolConfig {
+    fn from(s: VmPoolSection) -> Self {
+        match s {
+            VmPoolSection::Process(p) => VmPoolConfig::Process(p),
+            VmPoolSection::Static(p) => VmPoolConfig::Static(p),
+            VmPoolSection::Ec2(p) => VmPoolConfig::Ec2(p),
+        }
+    }
 }
 
 /// `vm_pool: {type: process}`.
@@ -621,9 +695,10 @@ fn default_ec2_audit_interval() -> f64 {
     DEFAULT_EC2_AUDIT_INTERVAL_SECONDS
 }
 
-/// `function_tier:` — where spilled requests run.
+/// `function_tier:` — where spilled requests run. Written with `type:` (`process`,
+/// `http`, `lambda`); read through [`FunctionTierSection`] (see [`VmPoolSection`]).
 #[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(tag = "type", rename_all = "snake_case", from = "FunctionTierSection")]
 pub enum FunctionTierConfig {
     /// On-demand local instances (child processes) with real cold starts.
     Process(ProcessFunctionTierConfig),
@@ -632,6 +707,29 @@ pub enum FunctionTierConfig {
     /// An AWS Lambda function called through the Invoke API (issue 4). Always parses;
     /// `spillway serve` needs a binary built with the `aws` cargo feature.
     Lambda(super::lambda::LambdaFunctionTierConfig),
+}
+
+/// How `function_tier` is read (see [`VmPoolSection`]).
+#[derive(Deserialize)]
+#[serde(rename = "type", rename_all = "snake_case")]
+#[doc(hidden)]
+pub enum FunctionTierSection {
+    /// `type: process`.
+    Process(ProcessFunctionTierConfig),
+    /// `type: http`.
+    Http(HttpFunctionTierConfig),
+    /// `type: lambda`.
+    Lambda(super::lambda::LambdaFunctionTierConfig),
+}
+
+impl From<FunctionTierSection> for FunctionTierConfig {
+    fn from(s: FunctionTierSection) -> Self {
+        match s {
+            FunctionTierSection::Process(p) => FunctionTierConfig::Process(p),
+            FunctionTierSection::Http(p) => FunctionTierConfig::Http(p),
+            FunctionTierSection::Lambda(p) => FunctionTierConfig::Lambda(p),
+        }
+    }
 }
 
 /// `function_tier: {type: process}`.
@@ -685,16 +783,22 @@ fn default_keep_alive() -> f64 {
     DEFAULT_KEEP_ALIVE_SECONDS
 }
 
+/// Why `spillway serve` (and `spillway check`) refuse an AWS provider in a binary built
+/// without the `aws` cargo feature.
+pub fn aws_feature_missing(kind: &str) -> String {
+    format!(
+        "`{kind}` needs AWS support, but this spillway was built without the `aws` feature \
+         (features: none); rebuild with `cargo build --release --features aws`"
+    )
+}
+
 /// Collects semantic problems with their field paths during validation.
 pub struct Issues(pub(crate) Vec<ConfigIssue>);
 
 impl Issues {
     /// Record one problem at `path`.
     pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigIssue {
-            path: path.into(),
-            message: message.into(),
-        });
+        self.0.push(ConfigIssue::new(path, message));
     }
 
     /// `value` must be finite and > 0 (and, for a `*_seconds` option, at most
@@ -915,7 +1019,9 @@ impl Config {
         is.0
     }
 
-    /// What `spillway serve` needs beyond [`Config::validate`]: both providers.
+    /// What `spillway serve` needs beyond [`Config::validate`]: both providers, a TLS
+    /// certificate and key that load, and the `aws` feature for the `ec2` and `lambda`
+    /// providers. `spillway check` (without `--sim`) runs the same checks.
     pub fn gateway_issues(&self) -> Vec<ConfigIssue> {
         let mut is = Issues(Vec::new());
         if self.vm_pool.is_none() {
@@ -934,6 +1040,14 @@ impl Config {
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {
             is.push("gateway.tls", e.to_string());
+        }
+        if !cfg!(feature = "aws") {
+            if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
+                is.push("vm_pool.type", aws_feature_missing("ec2"));
+            }
+            if matches!(self.function_tier, Some(FunctionTierConfig::Lambda(_))) {
+                is.push("function_tier.type", aws_feature_missing("lambda"));
+            }
         }
         is.0
     }

@@ -57,9 +57,15 @@ impl Default for RequestModelConfig {
     }
 }
 
-/// `sim.request.service_time:` — a distribution of service times, milliseconds.
+/// `sim.request.service_time:` — a distribution of service times, milliseconds, picked
+/// by `distribution:`. Read through [`ServiceTimeSection`] so that every key keeps its
+/// place in error messages.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
-#[serde(tag = "distribution", rename_all = "snake_case", deny_unknown_fields)]
+#[serde(
+    tag = "distribution",
+    rename_all = "snake_case",
+    from = "ServiceTimeSection"
+)]
 pub enum ServiceTimeConfig {
     /// Always `ms`.
     Fixed {
@@ -86,6 +92,59 @@ pub enum ServiceTimeConfig {
         /// `[percentile 0–100, ms]` pairs, percentiles increasing, first 0, last 100.
         percentiles: Vec<[f64; 2]>,
     },
+}
+
+/// How `sim.request.service_time` is read: an externally tagged enum whose serde name is
+/// the tag key (see `crate::config::VmPoolSection`).
+#[derive(Deserialize)]
+#[serde(
+    rename = "distribution",
+    rename_all = "snake_case",
+    deny_unknown_fields
+)]
+#[doc(hidden)]
+pub enum ServiceTimeSection {
+    /// `distribution: fixed`.
+    Fixed {
+        /// Service time, ms.
+        ms: f64,
+    },
+    /// `distribution: normal`.
+    Normal {
+        /// Mean, ms.
+        mean_ms: f64,
+        /// Standard deviation, ms.
+        std_ms: f64,
+    },
+    /// `distribution: lognormal`.
+    Lognormal {
+        /// Mean, ms.
+        mean_ms: f64,
+        /// Standard deviation, ms.
+        std_ms: f64,
+    },
+    /// `distribution: empirical`.
+    Empirical {
+        /// `[percentile, ms]` pairs.
+        percentiles: Vec<[f64; 2]>,
+    },
+}
+
+impl From<ServiceTimeSection> for ServiceTimeConfig {
+    fn from(s: ServiceTimeSection) -> Self {
+        match s {
+            ServiceTimeSection::Fixed { ms } => ServiceTimeConfig::Fixed { ms },
+            ServiceTimeSection::Normal { mean_ms, std_ms } => {
+                ServiceTimeConfig::Normal { mean_ms, std_ms }
+            }
+            ServiceTimeSection::Lognormal { mean_ms, std_ms } => {
+                ServiceTimeConfig::Lognormal { mean_ms, std_ms }
+            }
+            ServiceTimeSection::Empirical { percentiles } => {
+                ServiceTimeConfig::Empirical { percentiles }
+            }
+        }
+    }
 }
 
 /// How VM time is billed.

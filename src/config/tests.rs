@@ -19,28 +19,114 @@ fn the_shipped_reference_config_is_valid() {
     Config::load(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
 }
 
+/// `(line:column, path, message)` of every problem in `err`.
+fn problems(err: &ConfigError) -> Vec<(String, String, String)> {
+    match err {
+        ConfigError::Invalid { issues, .. } => issues
+            .iter()
+            .map(|i| {
+                (
+                    i.location.map_or("-".into(), |l| l.to_string()),
+                    i.path.clone(),
+                    i.message.clone(),
+                )
+            })
+            .collect(),
+        ConfigError::Parse {
+            line,
+            column,
+            message,
+            ..
+        } => vec![(format!("{line}:{column}"), String::new(), message.clone())],
+        other => panic!("{other}"),
+    }
+}
+
+/// Every fixture in tests/data/config lists the problems it must produce, in file order,
+/// as `# expect L:C path: message` comment lines (the message may be cut short: it is a
+/// prefix). One fixture per section, syntax errors included.
 #[test]
-fn type_errors_name_file_line_and_column() {
+fn every_fixture_reports_its_problems_at_their_line_and_column() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/config");
+    let mut seen = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        seen += 1;
+        let text = std::fs::read_to_string(&path).unwrap();
+        let expected: Vec<(String, String, String)> = text
+            .lines()
+            .filter_map(|l| {
+                let l = l.trim();
+                l.strip_prefix("# expect ").or(if cfg!(feature = "aws") {
+                    None
+                } else {
+                    l.strip_prefix("# expect-without-aws ")
+                })
+            })
+            .map(|e| {
+                let (place, rest) = e.split_once(' ').unwrap();
+                // `path: message`; a syntax error has no path (and its message may
+                // hold ": ", but a path never holds a space).
+                let (path, message) = match rest.split_once(": ") {
+                    Some((p, m)) if !p.contains(' ') => (p, m),
+                    _ => ("", rest),
+                };
+                (place.to_string(), path.to_string(), message.to_string())
+            })
+            .collect();
+        assert!(
+            !expected.is_empty(),
+            "{}: no `# expect` line",
+            path.display()
+        );
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let err = Config::from_yaml_for_serve(&text, &name).unwrap_err();
+        let got = problems(&err);
+        assert_eq!(got.len(), expected.len(), "{name}:\n{err}");
+        for (g, e) in got.iter().zip(&expected) {
+            assert_eq!((&g.0, &g.1), (&e.0, &e.1), "{name}:\n{err}");
+            assert!(
+                g.2.starts_with(&e.2),
+                "{name}: {:?} does not start with {:?}",
+                g.2,
+                e.2
+            );
+        }
+    }
+    assert!(seen >= 10, "fixtures: {seen}");
+}
+
+#[test]
+fn a_single_problem_is_one_line_file_line_column_path_message() {
     let yaml = "version: 1\nlibra:\n  alpha: 0.2\n  rho: lots\n";
     let err = Config::from_yaml(yaml, "x.yaml").unwrap_err();
-    let ConfigError::Parse { line, column, .. } = &err else {
-        panic!("{err}")
-    };
-    assert_eq!((*line, *column), (4, 8), "{err}");
-    assert!(err.to_string().starts_with("x.yaml:4:8: "), "{err}");
-    assert!(
-        !err.to_string().contains("line 4"),
-        "location printed once: {err}"
+    assert_eq!(
+        err.to_string(),
+        "x.yaml:4:8: libra.rho: expected a number, found `lots`"
     );
 }
 
 #[test]
-fn unknown_keys_are_errors_with_their_location() {
-    let yaml = "libra:\n  epoch_secs: 1\n";
-    let err = Config::from_yaml(yaml, "y.yaml").unwrap_err();
-    let msg = err.to_string();
-    assert!(msg.starts_with("y.yaml:2:"), "{msg}");
-    assert!(msg.contains("epoch_secs"), "{msg}");
+fn several_problems_are_listed_in_file_order_each_with_its_place() {
+    let yaml = "libra:\n  rho: 2\n  alpha: x\n";
+    let err = Config::from_yaml(yaml, "m.yaml").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "m.yaml: 2 problems:\n  m.yaml:2:8: libra.rho: must be in (0, 1], got 2\n  \
+         m.yaml:3:10: libra.alpha: expected a number, found `x`"
+    );
+}
+
+#[test]
+fn a_value_replaced_after_a_type_error_is_not_checked_again() {
+    // max_vms is unreadable: min_vms must not be compared with max_vms's default.
+    let err = Config::from_yaml("libra:\n  min_vms: 12\n  max_vms: ten\n", "r.yaml").unwrap_err();
+    let p = problems(&err);
+    assert_eq!(p.len(), 1, "{err}");
+    assert_eq!(p[0].1, "libra.max_vms");
 }
 
 #[test]
@@ -108,30 +194,6 @@ fn durations_too_large_for_a_timer_are_rejected_not_crashed_on() {
 }
 
 #[test]
-fn errors_without_a_yaml_location_still_name_the_field() {
-    let err = Config::from_yaml(
-        "gateway:\n  trusted_proxies: [10.0.0.0/8, 10.0.0.1]\n",
-        "t.yaml",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.starts_with("t.yaml: gateway.trusted_proxies[1]: "),
-        "{err}"
-    );
-    let err = Config::from_yaml(
-        "function_tier:\n  type: process\n  command: [a, \"{port}\"]\n  max_instances: lots\n",
-        "f.yaml",
-    )
-    .unwrap_err()
-    .to_string();
-    assert!(
-        err.contains("function_tier: ") && err.contains("\"lots\""),
-        "{err}"
-    );
-}
-
-#[test]
 fn an_ec2_pool_parses_with_documented_defaults() {
     let yaml = "vm_pool:\n  type: ec2\n  pool_name: api\n  launch_template: {name: api-lt, version: $Latest}\n";
     let c = Config::from_yaml(yaml, "ec2.yaml").unwrap_or_else(|e| panic!("{e}"));
@@ -192,10 +254,23 @@ vm_pool:
     assert_eq!(paths, ["vm_pool.image_id", "vm_pool.instance_type"]);
 }
 
+/// `config/aws.yaml` is valid; `serve` and `check` accept it only in a binary with the
+/// `aws` feature, and refuse it otherwise with the same message.
 #[test]
-fn the_shipped_aws_config_is_valid_for_serve() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/config/aws.yaml");
-    Config::load_for_serve(Path::new(path)).unwrap_or_else(|e| panic!("{e}"));
+fn the_shipped_aws_config_needs_the_aws_feature_for_serve() {
+    let path = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/config/aws.yaml"));
+    Config::load(path).unwrap_or_else(|e| panic!("{e}"));
+    let serve = Config::load_for_serve(path);
+    if cfg!(feature = "aws") {
+        serve.unwrap_or_else(|e| panic!("{e}"));
+    } else {
+        let err = serve.unwrap_err();
+        let p = problems(&err);
+        let paths: Vec<&str> = p.iter().map(|x| x.1.as_str()).collect();
+        assert_eq!(paths, ["vm_pool.type", "function_tier.type"], "{err}");
+        assert_eq!(p[0].2, aws_feature_missing("ec2"));
+        assert_eq!(p[1].2, aws_feature_missing("lambda"));
+    }
 }
 
 #[test]
@@ -205,14 +280,18 @@ fn request_limits_and_path_options_are_checked_and_mapped() {
     let ConfigError::Invalid { issues, .. } = &err else {
         panic!("{err}")
     };
-    let paths: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    // In file order, each at its value.
+    let found: Vec<(&str, u64)> = issues
+        .iter()
+        .map(|i| (i.path.as_str(), i.location.unwrap().column))
+        .collect();
     assert_eq!(
-        paths,
+        found,
         [
-            "gateway.max_header_bytes",
-            "gateway.max_uri_bytes",
-            "gateway.max_header_count",
-            "gateway.max_concurrent_streams"
+            ("gateway.max_header_bytes", 29),
+            ("gateway.max_header_count", 52),
+            ("gateway.max_uri_bytes", 70),
+            ("gateway.max_concurrent_streams", 103)
         ],
         "{err}"
     );

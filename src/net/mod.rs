@@ -32,3 +32,13 @@ pub struct ClientInfo {
     /// `"http"` or `"https"`: the listener the request came in on.
     pub scheme: &'static str,
 }
+
+/// Which instance answered a request: a response extension that the request path (for
+/// VMs) and the function tiers set, read by the access log. Absent: `-` in the log.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServedBy {
+    /// The VM (`vm-3`) or function instance (`fn-7`) that produced the response.
+    pub instance: String,
+    /// The function zone it ran in (edge/cloud placement), when the tier has zones.
+    pub zone: Option<String>,
+}

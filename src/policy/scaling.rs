@@ -63,6 +63,9 @@ pub enum ScaleReason {
     ClampedToMax,
     /// A baseline's rule (utilisation threshold, peak provisioning, …).
     Baseline,
+    /// No request seen since start: `min_vms` stay, the CIP rule waits for traffic (so
+    /// that the first request after start finds a VM; see [`LibraScaler`]).
+    AwaitingTraffic,
 }
 
 impl ScaleReason {
@@ -74,6 +77,7 @@ impl ScaleReason {
             ScaleReason::ClampedToMin => "clamped_min",
             ScaleReason::ClampedToMax => "clamped_max",
             ScaleReason::Baseline => "baseline",
+            ScaleReason::AwaitingTraffic => "awaiting_traffic",
         }
     }
 }
@@ -125,15 +129,26 @@ pub struct LibraScalingParams {
 
 /// LIBRA's scaling manager — LIBRA §III-B, Algorithm 1. Acts on every monitor report
 /// (every K epochs) and ignores the epochs in between.
+///
+/// One addition to Algorithm 1: until the first request is seen, every report keeps the
+/// initial `min_vms` VMs ([`ScaleReason::AwaitingTraffic`]) instead of releasing them by
+/// the CIP rule. An idle gateway has avg = 0 < CIP, so without it the `min_vms` a
+/// freshly started gateway launches would be gone after K epochs, and the first request
+/// would always pay a function cold start. From the first report after a request on,
+/// Algorithm 1 applies unchanged (the CIP rule releases VMs whenever avg < CIP).
 #[derive(Clone, Debug)]
 pub struct LibraScaler {
     params: LibraScalingParams,
+    seen_traffic: bool,
 }
 
 impl LibraScaler {
     /// A scaler with the given parameters.
     pub fn new(params: LibraScalingParams) -> Self {
-        Self { params }
+        Self {
+            params,
+            seen_traffic: false,
+        }
     }
 
     /// Algorithm 1 on one (avg, std) report, both in requests/s.
@@ -187,7 +202,14 @@ impl ScalingPolicy for LibraScaler {
     }
 
     fn on_epoch(&mut self, _now: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
+        self.seen_traffic |= obs.traffic.requests > 0;
         let report = obs.traffic.report?;
+        if !self.seen_traffic {
+            return Some(ScaleDecision {
+                reason: ScaleReason::AwaitingTraffic,
+                ..self.initial()
+            });
+        }
         Some(self.decide(report.avg_rps, report.std_rps))
     }
 
@@ -228,6 +250,68 @@ mod tests {
         assert_eq!(d.target_vms, 0);
         assert_eq!(d.vm_reqs_rps, 0.0);
         assert_eq!(d.reason, ScaleReason::BelowCostIndifferencePoint);
+    }
+
+    fn observe(requests: u64, report: Option<(f64, f64)>) -> EpochObservation {
+        use super::super::monitor::TrafficReport;
+        EpochObservation {
+            traffic: EpochClosed {
+                epoch: 0,
+                requests,
+                avg_rps: report.map_or(0.0, |r| r.0),
+                std_rps: report.map_or(0.0, |r| r.1),
+                report: report.map(|(avg_rps, std_rps)| TrafficReport {
+                    epoch: 0,
+                    avg_rps,
+                    std_rps,
+                }),
+            },
+            epoch_seconds: 1.0,
+            vm_requests: 0,
+            function_requests: requests,
+            vm_utilisation: None,
+            pool: PoolSnapshot::default(),
+        }
+    }
+
+    #[test]
+    fn min_vms_stay_until_the_first_request_then_the_cip_rule_applies() {
+        let mut s = scaler(); // min_vms 1, r_max 16, CIP 3.3
+        let t = Time::ZERO;
+        // Idle reports (avg 0 < CIP): the initial VM stays.
+        for _ in 0..3 {
+            assert_eq!(
+                s.on_epoch(t, &observe(0, None)),
+                None,
+                "no report, no decision"
+            );
+            let d = s.on_epoch(t, &observe(0, Some((0.0, 0.0)))).unwrap();
+            assert_eq!(
+                d,
+                ScaleDecision {
+                    target_vms: 1,
+                    vm_reqs_rps: 16.0,
+                    reason: ScaleReason::AwaitingTraffic
+                }
+            );
+        }
+        // One request in an epoch between reports: the next report decides by Alg. 1.
+        assert_eq!(s.on_epoch(t, &observe(1, None)), None);
+        let d = s.on_epoch(t, &observe(0, Some((0.2, 0.3)))).unwrap();
+        assert_eq!(d.reason, ScaleReason::BelowCostIndifferencePoint);
+        assert_eq!(d.target_vms, 0);
+        // And it never waits again, even after a quiet spell.
+        let d = s.on_epoch(t, &observe(0, Some((0.0, 0.0)))).unwrap();
+        assert_eq!(d.reason, ScaleReason::BelowCostIndifferencePoint);
+    }
+
+    #[test]
+    fn traffic_in_the_report_epoch_itself_counts() {
+        let mut s = scaler();
+        let d = s
+            .on_epoch(Time::ZERO, &observe(40, Some((40.0, 9.0))))
+            .unwrap();
+        assert_eq!((d.target_vms, d.reason), (4, ScaleReason::Provision));
     }
 
     #[test]

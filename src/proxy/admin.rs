@@ -13,6 +13,7 @@ use super::driver::Gateway;
 use crate::net::body::{self, Body};
 use crate::policy::placement::ZoneStatus;
 use crate::policy::rmax::{PeriodReport, RMaxStatus};
+use crate::telemetry as m;
 
 /// Answer one admin request.
 pub async fn handle(
@@ -22,11 +23,14 @@ pub async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let resp = match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
-        (&Method::GET, "/metrics") => text(
-            StatusCode::OK,
-            prometheus.render(),
-            "text/plain; version=0.0.4",
-        ),
+        (&Method::GET, "/metrics") => {
+            scrape_gauges(&gw);
+            text(
+                StatusCode::OK,
+                prometheus.render(),
+                "text/plain; version=0.0.4",
+            )
+        }
         (&Method::GET, "/status") => text(
             StatusCode::OK,
             serde_json::to_string_pretty(&status_json(&gw)).unwrap_or_default() + "\n",
@@ -50,33 +54,128 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
     r
 }
 
+/// Gauges read at scrape time (function instances per zone and state), and the
+/// provider-error series of the providers this gateway runs, registered at zero on the
+/// first scrape.
+fn scrape_gauges(gw: &Gateway) {
+    for z in &gw.status().core.zones {
+        m::function_instances(&z.name, z.starting, z.busy, z.idle);
+    }
+    static ZEROED: std::sync::Once = std::sync::Once::new();
+    ZEROED.call_once(|| {
+        let kinds = error_kinds();
+        if gw.vm_provider().kind() == "ec2" {
+            m::zero_provider_errors(
+                "ec2",
+                &["run_instances", "describe_instances", "terminate_instances"],
+                &kinds,
+            );
+        }
+        if gw.zone_backends().iter().any(|b| b.kind() == "lambda") {
+            m::zero_provider_errors(
+                "lambda",
+                &[
+                    "invoke",
+                    "function",
+                    "put_provisioned_concurrency_config",
+                    "get_provisioned_concurrency_config",
+                    "delete_provisioned_concurrency_config",
+                ],
+                &kinds,
+            );
+        }
+    });
+}
+
+/// Every `kind` label value (exhaustive: a new kind must be listed).
+fn error_kinds() -> Vec<&'static str> {
+    use crate::backends::provider_errors::ErrorKind as K;
+    let all = [
+        K::Capacity,
+        K::Quota,
+        K::Throttling,
+        K::AccessDenied,
+        K::Unreachable,
+        K::Timeout,
+        K::InvalidRequest,
+        K::Other,
+    ];
+    let _exhaustive = |k: K| match k {
+        K::Capacity
+        | K::Quota
+        | K::Throttling
+        | K::AccessDenied
+        | K::Unreachable
+        | K::Timeout
+        | K::InvalidRequest
+        | K::Other => (),
+    };
+    all.iter().map(|k| k.as_str()).collect()
+}
+
+/// A rate, requests/s, rounded to 2 decimals (`null` when not finite: no budget cap).
+fn rate(x: f64) -> Value {
+    if x.is_finite() {
+        json!(m::round2(x))
+    } else {
+        Value::Null
+    }
+}
+
+/// A dimensionless number (an error, an integral), `null` when not finite.
 fn num(x: f64) -> Value {
     if x.is_finite() { json!(x) } else { Value::Null }
 }
 
-/// The `/status` document. Rates in requests/s; `routed` counts are cumulative.
+/// Milliseconds rounded to 0.1 ms.
+fn millis(x: f64) -> Value {
+    if x.is_finite() {
+        json!((x * 10.0).round() / 10.0)
+    } else {
+        Value::Null
+    }
+}
+
+/// A duration in seconds, rounded to 0.1 ms.
+fn seconds(d: std::time::Duration) -> Value {
+    json!((d.as_secs_f64() * 10_000.0).round() / 10_000.0)
+}
+
+/// The `/status` document. Rates in requests/s rounded to 2 decimals, durations in
+/// seconds rounded to 0.1 ms; `routed` counts are cumulative attempts.
 ///
 /// ```json
-/// {"epoch": 12,
-///  "traffic": {"avg": 41.2, "std": 3.1, "last_epoch_requests": 44},
-///  "scaling": {"vm_reqs": 44.3, "budget_rps": 40.0, "target_vms": 3, "ready_vms": 2, ...},
+/// {"build": {"version": "0.1.0", "commit": "1a2b3c4d5e6f", "features": "none"},
+///  "uptime_seconds": 73.4021,
+///  "epoch": 72,
+///  "traffic": {"last_epoch_requests": 44, "avg_rps": 41.2, "mean_abs_deviation_rps": 3.1},
+///  "scaling": {"vm_reqs_rps": 44.3, "vm_budget_before_rho_rps": 40.0, "cip_rps": 2.0,
+///              "target_vms": 3, "ready_vms": 2, "booting_vms": 1, "draining_vms": 0,
+///              "executes_scaling": true, "last_decision": {…}},
 ///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
-///  "functions": {...}, "vms": [...]}
+///  "vm_pool": {"kind": "process", "vms": […], "errors": {…}},
+///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
 /// ```
 pub fn status_json(gw: &Gateway) -> Value {
     let s = gw.status();
     let c = &s.core.controller;
     json!({
+        "build": {
+            "version": crate::build_info::VERSION,
+            "commit": crate::build_info::COMMIT,
+            "features": crate::build_info::FEATURES,
+        },
+        "uptime_seconds": seconds(gw.now()),
         "epoch": c.epoch,
         "traffic": {
-            "avg": c.avg_rps,
-            "std": c.std_rps,
             "last_epoch_requests": c.last_epoch_requests,
+            "avg_rps": rate(c.avg_rps),
+            "mean_abs_deviation_rps": rate(c.std_rps),
         },
         "scaling": {
-            "vm_reqs": num(c.vm_reqs_rps),
-            "budget_rps": num(c.published_vm_reqs_rps),
-            "cip_rps": num(gw.cip_rps()),
+            "vm_reqs_rps": rate(c.vm_reqs_rps),
+            "vm_budget_before_rho_rps": rate(c.published_vm_reqs_rps),
+            "cip_rps": rate(gw.cip_rps()),
             "target_vms": c.pool.target,
             "ready_vms": c.pool.ready,
             "booting_vms": c.pool.booting,
@@ -85,7 +184,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             "last_decision": s.last_decision.map(|(epoch, d)| json!({
                 "epoch": epoch,
                 "target_vms": d.target_vms,
-                "vm_reqs": num(d.vm_reqs_rps),
+                "vm_reqs_rps": rate(d.vm_reqs_rps),
                 "reason": d.reason.as_str(),
             })),
         },
@@ -118,39 +217,39 @@ pub fn status_json(gw: &Gateway) -> Value {
 /// ```
 fn r_max_json(r_max_rps: f64, adaptive: Option<&RMaxStatus>) -> Value {
     let Some(a) = adaptive else {
-        return json!({"rps": num(r_max_rps), "adaptive": false});
+        return json!({"rps": rate(r_max_rps), "adaptive": false});
     };
-    let ms = |d: Option<std::time::Duration>| d.map(|d| num(d.as_secs_f64() * 1000.0));
+    let ms = |d: Option<std::time::Duration>| d.map(|d| millis(d.as_secs_f64() * 1000.0));
     let period = |p: &PeriodReport| {
         json!({
-            "at_s": p.at.as_secs_f64(),
+            "at_s": seconds(p.at),
             "samples": p.samples,
             "measured_ms": ms(p.measured),
-            "per_vm_rps": p.per_vm_rps.map(num),
+            "per_vm_rps": p.per_vm_rps.map(rate),
             "error": p.error.map(num),
-            "adjustment_rps": num(p.adjustment_rps()),
+            "adjustment_rps": rate(p.adjustment_rps()),
             "limit": p.limit.map(|l| l.as_str()),
             "hold": p.hold.map(|h| h.as_str()),
         })
     };
     json!({
-        "rps": num(r_max_rps),
+        "rps": rate(r_max_rps),
         "adaptive": true,
         "target_percentile": num(a.target_quantile * 100.0),
-        "target_ms": num(a.target.as_secs_f64() * 1000.0),
-        "min_rps": num(a.min_rps),
-        "max_rps": num(a.max_rps),
+        "target_ms": millis(a.target.as_secs_f64() * 1000.0),
+        "min_rps": rate(a.min_rps),
+        "max_rps": rate(a.max_rps),
         "integral": num(a.integral),
         "adjustments": a.adjustments,
         "window_samples": a.window_samples,
-        "next_adjustment_s": a.next_adjustment.as_secs_f64(),
+        "next_adjustment_s": seconds(a.next_adjustment),
         "error": a.last_evaluated.and_then(|p| p.error).map(num),
         "measured_ms": a.last_evaluated.and_then(|p| ms(p.measured)),
         "last_adjustment": a.last_adjusted.map(|p| json!({
-            "at_s": p.at.as_secs_f64(),
-            "from_rps": num(p.before_rps),
-            "to_rps": num(p.after_rps),
-            "adjustment_rps": num(p.adjustment_rps()),
+            "at_s": seconds(p.at),
+            "from_rps": rate(p.before_rps),
+            "to_rps": rate(p.after_rps),
+            "adjustment_rps": rate(p.adjustment_rps()),
         })),
         "last_period": a.last.as_ref().map(period),
     })

@@ -144,6 +144,11 @@ impl Gateway {
         }
     }
 
+    /// The name of `zone` (for the access log).
+    pub fn zone_name(&self, zone: ZoneId) -> String {
+        self.lock().core.placement().zone(zone).name.clone()
+    }
+
     /// The backend of function zone `zone`.
     ///
     /// # Panics
@@ -392,14 +397,7 @@ impl Gateway {
                 direction,
             }) => {
                 m::scale_decision(direction.as_str());
-                tracing::info!(
-                    epoch,
-                    target_vms = decision.target_vms,
-                    vm_reqs_rps = decision.vm_reqs_rps,
-                    reason = decision.reason.as_str(),
-                    direction = direction.as_str(),
-                    "scaling decision"
-                );
+                m::log_scale_decision(epoch, &decision, direction);
                 self.lock().last_decision = Some((epoch, decision));
             }
             Action::Scaling(controller::Action::Launch { vm }) => {

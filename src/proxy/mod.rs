@@ -7,11 +7,13 @@
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`admin`] | `/healthz`, `/metrics`, `/status` |
+//! | [`access_log`] | the in-flight gauge and the per-request access log |
 //! | [`error`] | the one mapping from errors to HTTP status codes |
 //!
 //! HTTP primitives shared with the backends (body, upstream client, header hygiene, TLS)
 //! live in [`crate::net`]; the metrics spec in [`crate::telemetry`].
 
+pub mod access_log;
 pub mod admin;
 pub mod driver;
 pub mod error;

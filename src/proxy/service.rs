@@ -77,6 +77,7 @@ pub async fn handle(
     scheme: &'static str,
 ) -> Response<Body> {
     let started = Instant::now();
+    let observed = super::access_log::begin(&req, peer);
     let method = req.method().clone();
     let path = req.uri().path().to_owned();
     let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
@@ -97,7 +98,7 @@ pub async fn handle(
         }
     };
     m::request(tier, resp.status().as_u16(), started.elapsed());
-    resp
+    observed.respond(tier, resp)
 }
 
 type Outcome = Result<(&'static str, Response<Body>), (&'static str, ProxyError)>;
@@ -248,14 +249,17 @@ async fn dispatch(
                                 gw2.finish_vm_request(vm);
                             });
                             let (parts, _) = resp.into_parts();
-                            return Ok(("vm", Response::from_parts(parts, body::empty())));
+                            let mut resp = Response::from_parts(parts, body::empty());
+                            resp.extensions_mut().insert(served_by_vm(vm));
+                            return Ok(("vm", resp));
                         }
                         let gw2 = Arc::clone(gw);
                         ticket.hand_over();
                         // Response end: a VM response-time sample (adaptive r_max).
                         let done = OnDrop::new(move || gw2.finish_vm_request_sent_at(vm, sent_at));
-                        let resp =
+                        let mut resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        resp.extensions_mut().insert(served_by_vm(vm));
                         return Ok(("vm", clean_response(resp)));
                     }
                 }
@@ -302,11 +306,18 @@ async fn dispatch(
                         ));
                     }
                     Ok(Ok(resp)) => {
+                        let served = crate::net::ServedBy {
+                            instance: lease
+                                .instance()
+                                .map_or_else(|| "-".to_string(), |i| format!("fn-{}", i.0)),
+                            zone: Some(gw.zone_name(lease.zone)),
+                        };
                         let gw2 = Arc::clone(gw);
                         ticket.hand_over();
                         let done = OnDrop::new(move || gw2.finish_function(lease));
-                        let resp =
+                        let mut resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        resp.extensions_mut().insert(served);
                         return Ok(("function", clean_response(resp)));
                     }
                     Ok(Err(FunctionError::NotSent { reason, request })) => {
@@ -326,6 +337,14 @@ async fn dispatch(
                 }
             }
         }
+    }
+}
+
+/// The access log's instance name of a VM response.
+fn served_by_vm(vm: crate::policy::VmId) -> crate::net::ServedBy {
+    crate::net::ServedBy {
+        instance: vm.to_string(),
+        zone: None,
     }
 }
 

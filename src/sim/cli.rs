@@ -41,7 +41,7 @@ pub enum PolicyArg {
 pub struct SimArgs {
     /// Configuration (gateway schema + `sim:`); default: the built-in
     /// config/sim/libra-paper.yaml.
-    #[arg(long, value_name = "FILE")]
+    #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The trace file.
     #[arg(long, value_name = "FILE")]
@@ -101,8 +101,9 @@ pub enum ArchArg {
 /// `spillway cost`: LIBRA §II's cost model and cost-indifference point.
 #[derive(Clone, Debug, clap::Args)]
 pub struct CostArgs {
-    /// Take prices, function profile and r_max from this config (`pricing:`, `libra:`).
-    #[arg(long, value_name = "FILE")]
+    /// Take prices, function profile and r_max from this config (`pricing:`, `libra:`);
+    /// its `libra.cip_rps`, when set, is reported as the CIP in force.
+    #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// VM price, USD per hour (default m4.large, 0.10).
     #[arg(long, value_name = "USD")]
@@ -418,7 +419,7 @@ pub fn run_cost(args: &CostArgs) -> Result<ExitCode, SimError> {
     }
     let steps = (max_rate / step + 1e-9).floor() as u64;
     let rates = (0..=steps).map(|i| i as f64 * step);
-    let report = cost_report(inputs, rates);
+    let report = cost_report(inputs, rates).with_configured_cip(config.libra.cip_rps);
     match args.json.as_deref() {
         Some(p) => {
             let mut text = serde_json::to_string_pretty(&report).expect("reports serialise");

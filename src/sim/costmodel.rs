@@ -1,5 +1,5 @@
 //! `spillway cost`: LIBRA §II's cost equations over a range of request rates and the
-//! cost-indifference point (CIP), from [`crate::policy::cost`] (../shared/docs/papers.md §1).
+//! cost-indifference point (CIP), from [`crate::policy::cost`] (summary: docs/papers.md).
 //!
 //! ```text
 //! FaaS-only:  N · c_req                         (c_req = GB-s · price + request fee [+ API gateway fee])
@@ -57,6 +57,11 @@ pub struct CostReport {
     pub cip_rps: Option<f64>,
     /// Cost of one function call, USD.
     pub cost_per_request_usd: f64,
+    /// The CIP a gateway with this configuration releases VMs at, requests/s: the config's
+    /// `libra.cip_rps` when it sets one, else `cip_rps` (`null` when there is none).
+    pub cip_in_force_rps: Option<f64>,
+    /// Where `cip_in_force_rps` comes from: `"libra.cip_rps"` or `"computed"`.
+    pub cip_source: &'static str,
     /// What was compared.
     pub inputs: CostInputs,
     /// Costs over the rate range.
@@ -75,6 +80,17 @@ impl CostInputs {
             self.memory_mb,
             Duration::from_secs_f64(self.duration_ms / 1000.0),
         )
+    }
+}
+
+impl CostReport {
+    /// The configuration fixes the CIP (`libra.cip_rps`): that one is in force.
+    pub fn with_configured_cip(mut self, cip_rps: Option<f64>) -> Self {
+        if let Some(c) = cip_rps {
+            self.cip_in_force_rps = Some(c);
+            self.cip_source = "libra.cip_rps";
+        }
+        self
     }
 }
 
@@ -103,6 +119,8 @@ pub fn cost_report(inputs: CostInputs, rates: impl IntoIterator<Item = f64>) -> 
     CostReport {
         cip_rps: cip.is_finite().then_some(cip),
         cost_per_request_usd: c,
+        cip_in_force_rps: cip.is_finite().then_some(cip),
+        cip_source: "computed",
         inputs,
         rows,
     }
@@ -144,6 +162,14 @@ pub fn cost_text(r: &CostReport) -> String {
                 "cost-indifference point: none (one VM costs more than r_max requests/s on functions)"
             );
         }
+    }
+    if r.cip_source == "libra.cip_rps"
+        && let Some(c) = r.cip_in_force_rps
+    {
+        let _ = writeln!(
+            out,
+            "CIP in force: {c} req/s, set by libra.cip_rps in the config (it replaces the computed one)"
+        );
     }
     let _ = writeln!(
         out,
