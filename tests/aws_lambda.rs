@@ -251,12 +251,17 @@ fn closed_endpoint_is_502_and_the_gateway_keeps_serving() {
     assert_eq!(st["functions"]["errors"]["last"]["kind"], "unreachable");
 }
 
-/// An Invoke slower than `timeout_seconds` → 504; the gateway keeps serving.
+/// An Invoke slower than its deadline (`timeout_seconds + invoke_margin_seconds`) → 504;
+/// the gateway keeps serving.
 #[test]
 fn slow_invoke_is_504() {
     let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
     stub.script([StubReply::ok(OK_REPLY).after(Duration::from_secs(3))]);
-    let gw = lambda_gateway(&stub.endpoint(), &[], "  timeout_seconds: 0.5");
+    let gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  timeout_seconds: 0.5\n  invoke_margin_seconds: 0.25",
+    );
     let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
     assert_eq!(code, 504);
     let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
@@ -267,6 +272,23 @@ fn slow_invoke_is_504() {
         1,
         "{st:#}"
     );
+}
+
+/// A reply that arrives after the function's own timeout but within the invoke margin
+/// reaches the client (issue 13 item 11): the gateway's deadline is `timeout_seconds +
+/// invoke_margin_seconds`, not `timeout_seconds`.
+#[test]
+fn a_reply_within_the_invoke_margin_reaches_the_client() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::ok(OK_REPLY).after(Duration::from_millis(900))]);
+    let gw = lambda_gateway(
+        &stub.endpoint(),
+        &[],
+        "  timeout_seconds: 0.4\n  invoke_margin_seconds: 3",
+    );
+    let (code, _, body) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(body, b"ok");
 }
 
 /// A JSON event over 6 MiB after base64 → 413 before any invoke (the stub records none);
@@ -819,4 +841,48 @@ fn never_ran_errors_fall_back_to_a_vm_and_other_errors_stay_502() {
         )),
         "{metrics}"
     );
+}
+
+/// Issue 13 item 11: the gateway's connections to the Lambda API send TCP keepalives, so
+/// that a long Invoke survives a NAT gateway's 350 s idle timeout. While an Invoke is in
+/// flight (the stub answers after 3 s), `ss` shows the keepalive timer on the gateway's
+/// connection to the stub.
+#[test]
+fn connections_to_the_lambda_api_send_tcp_keepalives() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    stub.script([StubReply::ok(OK_REPLY).after(Duration::from_secs(3))]);
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let proxy = gw.proxy;
+    let call = std::thread::spawn(move || http(proxy, "GET", "/", &[], b"").0);
+    let port = stub
+        .endpoint()
+        .rsplit(':')
+        .next()
+        .and_then(|p| p.parse::<u16>().ok())
+        .expect("the stub's endpoint ends with its port");
+    // The client side of the connection: destination port = the stub's.
+    let filter = format!("( dport = :{port} )");
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let lines = loop {
+        let out = std::process::Command::new("ss")
+            .args(["-tnoH", "state", "established", &filter])
+            .output()
+            .expect("ss (iproute2) is needed by this test");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        if !text.trim().is_empty() || std::time::Instant::now() > deadline {
+            break text;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(
+        !lines.trim().is_empty(),
+        "no connection to the stub on port {port}"
+    );
+    for line in lines.lines() {
+        assert!(
+            line.contains("timer:(keepalive"),
+            "no keepalive timer: {line}"
+        );
+    }
+    assert_eq!(call.join().unwrap(), 200);
 }

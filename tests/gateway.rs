@@ -259,7 +259,8 @@ fn vm_responses_slower_than_the_target_lower_r_max_and_the_budget() {
     );
     let error = f64_at(&s, "/r_max/error");
     assert!(
-        (error - (100.0 / measured).ln().max(-1.0)).abs() < 1e-9,
+        // `measured_ms` is rounded to 0.1 ms: ln moves by at most 0.05 / measured.
+        (error - (100.0 / measured).ln().max(-1.0)).abs() <= 0.05 / measured + 1e-9,
         "error = ln(target / measured): {s:#}"
     );
     let rps = f64_at(&s, "/r_max/rps");
@@ -268,7 +269,7 @@ fn vm_responses_slower_than_the_target_lower_r_max_and_the_budget() {
     assert!(f64_at(last, "/from_rps") > rps && f64_at(last, "/adjustment_rps") < 0.0);
     assert!(u64_at(&s, "/r_max/adjustments") >= 1);
     assert!(
-        f64_at(&s, "/scaling/budget_rps") <= rps + 1e-9,
+        f64_at(&s, "/scaling/vm_budget_before_rho_rps") <= rps + 1e-9,
         "the budget is capped at ready · r_max: {s:#}"
     );
     let metrics = http(gw.admin, "GET", "/metrics", &[], b"").2;

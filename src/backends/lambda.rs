@@ -10,8 +10,8 @@
 //!    an event over [`MAX_PAYLOAD_BYTES`] is [`FunctionError::PayloadTooLarge`] (413)
 //!    before any invoke;
 //! 3. Invoke runs with the SDK's retries **off** (a retry would re-run a non-idempotent
-//!    request and hide the 429) and within `timeout_seconds`
-//!    ([`FunctionError::TimedOut`], 504);
+//!    request and hide the 429) and within the Invoke deadline `timeout_seconds +
+//!    invoke_margin_seconds` ([`FunctionError::TimedOut`], 504; issue 13 item 11);
 //! 4. 429 (`TooManyRequestsException`) → [`FunctionError::NotSent`] (throttled) carrying the
 //!    original request rebuilt from the buffered body, so the balancer can spill it back
 //!    to a VM (a throttled call never ran the function);
@@ -207,7 +207,7 @@ impl LambdaFunctionTier {
             function_name: cfg.function_name.clone(),
             qualifier: cfg.qualifier.clone(),
             format: cfg.payload_format,
-            timeout: Duration::from_secs_f64(cfg.timeout_seconds),
+            timeout: Duration::from_secs_f64(cfg.invoke_deadline_seconds()),
             prewarmed: cfg.prewarmed_instances,
             remove_prewarm_on_start: cfg.remove_prewarm_on_start,
             remove_prewarm_on_shutdown: cfg.remove_prewarm_on_shutdown,
@@ -603,6 +603,7 @@ mod tests {
             qualifier: None,
             payload_format: LambdaPayloadFormat::V2,
             timeout_seconds: 5.0,
+            invoke_margin_seconds: 1.0,
             region: Some("us-east-1".into()),
             endpoint_url: Some(format!("http://127.0.0.1:{port}")),
             max_concurrency: None,

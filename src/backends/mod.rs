@@ -18,6 +18,8 @@
 //!   the instance pool, keep-alive and pre-warm live in the policy core's placement.
 
 #[cfg(feature = "aws")]
+pub mod aws_http;
+#[cfg(feature = "aws")]
 pub mod aws_sdk;
 #[cfg(feature = "aws")]
 pub mod ec2;

@@ -8,9 +8,13 @@ use serde::{Deserialize, Serialize};
 
 use super::schema::Issues;
 
-/// Default time an Invoke call may take before the gateway answers 504, seconds. Equal
-/// to API Gateway's own integration limit.
-pub const DEFAULT_LAMBDA_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default of `timeout_seconds`, the function's own timeout, seconds. Below the default
+/// `gateway.upstream_timeout_seconds` (30 s) by more than the default invoke margin, so
+/// the default configuration never cuts a call the function may still finish.
+pub const DEFAULT_LAMBDA_TIMEOUT_SECONDS: f64 = 25.0;
+/// Default of `invoke_margin_seconds`: how long past the function's own timeout the
+/// gateway still waits for the Invoke reply (network, Lambda's own queueing), seconds.
+pub const DEFAULT_INVOKE_MARGIN_SECONDS: f64 = 2.0;
 /// Longest a Lambda function can run (15 minutes), seconds: the upper bound of
 /// `timeout_seconds`.
 pub const MAX_LAMBDA_TIMEOUT_SECONDS: f64 = 900.0;
@@ -56,10 +60,17 @@ pub struct LambdaFunctionTierConfig {
     /// Event and reply shape: `v2` (default), `v1` or `alb`.
     #[serde(default)]
     pub payload_format: LambdaPayloadFormat,
-    /// Longest an Invoke call may take; then 504. Default
-    /// [`DEFAULT_LAMBDA_TIMEOUT_SECONDS`], at most [`MAX_LAMBDA_TIMEOUT_SECONDS`].
+    /// The function's own timeout (its Lambda `Timeout` setting), seconds. Default
+    /// [`DEFAULT_LAMBDA_TIMEOUT_SECONDS`], at most [`MAX_LAMBDA_TIMEOUT_SECONDS`]. The
+    /// gateway waits for an Invoke reply until [`Self::invoke_deadline_seconds`], then
+    /// answers 504.
     #[serde(default = "default_lambda_timeout")]
     pub timeout_seconds: f64,
+    /// How long past `timeout_seconds` the gateway still waits for the Invoke reply,
+    /// seconds (default [`DEFAULT_INVOKE_MARGIN_SECONDS`], at least 0): a function that
+    /// runs to its own timeout still gets its reply (Lambda's timeout error) through.
+    #[serde(default = "default_invoke_margin")]
+    pub invoke_margin_seconds: f64,
     /// AWS region (`us-east-1`). Absent: the default chain (`AWS_REGION`, profile).
     #[serde(default)]
     pub region: Option<String>,
@@ -93,7 +104,18 @@ fn default_lambda_timeout() -> f64 {
     DEFAULT_LAMBDA_TIMEOUT_SECONDS
 }
 
+fn default_invoke_margin() -> f64 {
+    DEFAULT_INVOKE_MARGIN_SECONDS
+}
+
 impl LambdaFunctionTierConfig {
+    /// The Invoke deadline, seconds after the call starts: `timeout_seconds +
+    /// invoke_margin_seconds`. No gateway-wide timeout may end a call earlier
+    /// ([`crate::config::Config::validate`] rejects one that would).
+    pub fn invoke_deadline_seconds(&self) -> f64 {
+        self.timeout_seconds + self.invoke_margin_seconds
+    }
+
     /// Semantic checks of this section, each reported under `function_tier.<field>`.
     pub fn validate(&self, is: &mut Issues) {
         let name = self.function_name.trim();
@@ -132,6 +154,15 @@ impl LambdaFunctionTierConfig {
                 format!(
                     "must be in (0, {MAX_LAMBDA_TIMEOUT_SECONDS}], got {}",
                     self.timeout_seconds
+                ),
+            );
+        }
+        if !(self.invoke_margin_seconds.is_finite() && self.invoke_margin_seconds >= 0.0) {
+            is.push(
+                "function_tier.invoke_margin_seconds",
+                format!(
+                    "must be a number of seconds, 0 or more, got {}",
+                    self.invoke_margin_seconds
                 ),
             );
         }

@@ -1013,7 +1013,24 @@ impl Config {
                     is.push("function_tier.max_concurrency", "must be at least 1");
                 }
             }
-            Some(FunctionTierConfig::Lambda(l)) => l.validate(&mut is),
+            Some(FunctionTierConfig::Lambda(l)) => {
+                l.validate(&mut is);
+                // A gateway-wide timeout must not cut an Invoke the function may still
+                // answer (issue 13 item 11).
+                let deadline = l.invoke_deadline_seconds();
+                if g.upstream_timeout_seconds.is_finite() && g.upstream_timeout_seconds < deadline {
+                    is.push(
+                        "gateway.upstream_timeout_seconds",
+                        format!(
+                            "{} s would cut Lambda calls before their deadline: \
+                             function_tier.timeout_seconds ({}) + \
+                             function_tier.invoke_margin_seconds ({}) = {deadline} s; raise it \
+                             to at least {deadline} or lower the function's timeout",
+                            g.upstream_timeout_seconds, l.timeout_seconds, l.invoke_margin_seconds
+                        ),
+                    );
+                }
+            }
         }
         self.sim.validate(&mut is);
         is.0

@@ -379,9 +379,9 @@ libra:
             "libra.r_max_adaptive.target_ms",
             "libra.r_max_adaptive.kp",
             "libra.r_max_adaptive.ki",
-            "libra.r_max_adaptive.max_step_rps",
             "libra.r_max_adaptive.min_rps",
             "libra.r_max_adaptive.max_rps",
+            "libra.r_max_adaptive.max_step_rps",
             "libra.r_max_adaptive.interval_epochs",
         ],
         "{err}"
@@ -392,5 +392,47 @@ libra:
     assert!(
         missing.starts_with("m.yaml:2:") && missing.contains("target_ms"),
         "{missing}"
+    );
+}
+
+/// Issue 13 item 11: on a Lambda tier the gateway waits `timeout_seconds +
+/// invoke_margin_seconds`; `check` refuses a `gateway.upstream_timeout_seconds` that would
+/// cut a call before that deadline, and accepts one equal to it.
+#[test]
+fn a_gateway_timeout_shorter_than_the_invoke_deadline_is_refused() {
+    let cfg = |upstream: f64, function: f64, margin: Option<f64>| {
+        let margin = margin.map_or(String::new(), |m| format!(", invoke_margin_seconds: {m}"));
+        format!(
+            "gateway: {{upstream_timeout_seconds: {upstream}}}\n\
+             function_tier: {{type: lambda, function_name: f, timeout_seconds: {function}{margin}}}\n"
+        )
+    };
+    // The issue's example: 30 s at the gateway, a 120 s function.
+    let err = Config::from_yaml(&cfg(30.0, 120.0, None), "l.yaml").unwrap_err();
+    let p = problems(&err);
+    assert_eq!(p.len(), 1, "{err}");
+    assert_eq!(p[0].1, "gateway.upstream_timeout_seconds");
+    let deadline = 120.0 + DEFAULT_INVOKE_MARGIN_SECONDS;
+    assert!(p[0].2.contains(&format!("= {deadline} s")), "{}", p[0].2);
+    // The margin counts: 27.5 + 2.5 = 30 fits exactly, 27.5 + 2.75 does not.
+    Config::from_yaml(&cfg(30.0, 27.5, Some(2.5)), "l.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let err = Config::from_yaml(&cfg(30.0, 27.5, Some(2.75)), "l.yaml").unwrap_err();
+    assert_eq!(problems(&err)[0].1, "gateway.upstream_timeout_seconds");
+    // The defaults fit each other.
+    let c = Config::from_yaml(
+        "function_tier: {type: lambda, function_name: f}\n",
+        "l.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    let Some(FunctionTierConfig::Lambda(l)) = &c.function_tier else {
+        panic!("not a lambda tier")
+    };
+    assert!(l.invoke_deadline_seconds() <= c.gateway.upstream_timeout_seconds);
+    // A negative margin is its own error.
+    let err = Config::from_yaml(&cfg(30.0, 10.0, Some(-1.0)), "l.yaml").unwrap_err();
+    assert_eq!(
+        problems(&err)[0].1,
+        "function_tier.invoke_margin_seconds",
+        "{err}"
     );
 }
