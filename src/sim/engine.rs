@@ -319,7 +319,9 @@ impl<'a> Engine<'a> {
                     controller::Action::Drain { .. } | controller::Action::Decided { .. },
                 )
                 | Action::StopInstance { .. }
-                | Action::VmBootTimedOut { .. } => {}
+                | Action::VmBootTimedOut { .. }
+                | Action::Dequeued { .. }
+                | Action::QueueTimedOut { .. } => {}
             }
         }
     }
