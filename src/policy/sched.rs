@@ -47,7 +47,10 @@ use super::routes::KeyId;
 pub const HISTORY: usize = 10;
 
 /// The queue discipline (call scheduling §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
 pub enum Order {
     /// Arrival order (the paper's baseline).
     #[default]
