@@ -183,13 +183,13 @@ async fn dispatch(
         new_ticket = new_ticket.with_key(gw.route_key(out.method().as_str(), out.uri().path()));
     }
     let mut ticket = TicketGuard::new(gw, new_ticket);
+    let (mut decision, mut target) = ticket.route();
     // Reports a completed call's processing and response time (per route key).
     let completion = ticket
         .ticket()
         .key()
         .zip(ticket.ticket().arrival())
         .map(|(k, a)| (k, a.at));
-    let (mut decision, mut target) = ticket.route();
     let mut pending = Some(out);
     loop {
         record_decision(&decision);
