@@ -3,7 +3,7 @@
 traces of a function mix at 70-130 % of the VM's capacity, run `spillway sim` with
 config/sim/callsched.yaml once per load and queue order, and print the README tables.
 
-    python3 scripts/callsched-sweep.py [--spillway PATH] [--out DIR] [--seconds 600]
+    python3 scripts/callsched-sweep.py [--spillway PATH] [--out DIR] [--seconds 120]
 
 The mix (function, mean processing time, share of calls) spans three orders of
 magnitude, 5 ms to 5 s. Its function kinds follow the SeBS serverless benchmark suite
@@ -72,7 +72,7 @@ def main():
     ap.add_argument("--spillway", default="target/release/spillway")
     ap.add_argument("--config", default="config/sim/callsched.yaml")
     ap.add_argument("--out", default="traces/callsched")
-    ap.add_argument("--seconds", type=float, default=600.0)
+    ap.add_argument("--seconds", type=float, default=120.0)
     ap.add_argument("--seed", type=int, default=1)
     a = ap.parse_args()
     os.makedirs(a.out, exist_ok=True)
