@@ -30,6 +30,7 @@
 //! | `spillway_queue_wait_seconds` | gauge | `route`, `stat` = mean, p50, p95: queue wait of served calls; set at every scrape |
 //! | `spillway_route_response_seconds` | gauge | `route`, `stat`: response time R (arrival to end of the response body); set at every scrape |
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
+//! | `spillway_function_cold_start_seconds` | histogram | — (a call's cold start, excluded from its processing time p) |
 //! | `spillway_queue_calls_total` | counter | `outcome` = queued, served, timeout, full, cancelled |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 //!
@@ -189,6 +190,11 @@ fn describe() {
         "spillway_route_stretch",
         "Stretch: response time over processing time (mean, p50, p95), by route key."
     );
+    metrics::describe_histogram!(
+        "spillway_function_cold_start_seconds",
+        metrics::Unit::Seconds,
+        "Cold starts of function instances for a call (not part of the call's processing time)."
+    );
     metrics::describe_counter!(
         "spillway_queue_calls_total",
         "Calls through the gateway queue, by outcome."
@@ -323,6 +329,12 @@ pub fn vm_failures(stage: &'static str) {
 pub fn provider_error(provider: &'static str, operation: &'static str, kind: &'static str) {
     counter!("spillway_provider_errors_total", "provider" => provider, "operation" => operation, "kind" => kind)
         .increment(1);
+}
+
+/// A function instance cold-started for a call in `elapsed` (call scheduling: reported
+/// apart from the call's processing time).
+pub fn cold_start_seconds(elapsed: Duration) {
+    histogram!("spillway_function_cold_start_seconds").record(elapsed.as_secs_f64());
 }
 
 /// A call through the gateway queue: `queued`, `served`, `timeout`, `full`, `cancelled`.

@@ -374,7 +374,9 @@ impl Gateway {
     /// The backend's start error.
     pub async fn cold_start(&self, zone: ZoneId, instance: InstanceId) -> Result<(), BackendError> {
         metrics::counter!(COLD_STARTS_METRIC).increment(1);
+        let t0 = Instant::now();
         let started = self.zone_backend(zone).start_instance(instance).await;
+        m::cold_start_seconds(t0.elapsed());
         match &started {
             Ok(()) => self.with_core(|core, now| core.on_instance_started(now, zone, instance)),
             Err(e) => tracing::warn!(error = %e, zone = zone.0, "function cold start failed"),
