@@ -1,7 +1,7 @@
 //! The policy core as one sans-IO state machine: LIBRA's [`Controller`] (traffic monitor,
 //! scaling manager, balancer, VM table), the function [`Placement`] over zones (FaaSim),
-//! the VM boot deadlines and the [`TimerTable`], driven through the request attempt
-//! protocol ([`super::attempt`]).
+//! the VM boot deadlines, the gateway queue ([`Scheduler`], call scheduling §4) and the
+//! [`TimerTable`], driven through the request attempt protocol ([`super::attempt`]).
 //!
 //! Drivers (the live gateway, the simulator) call only this type:
 //! * per request: [`Core::route`], then [`Core::on_attempt_failed`] for each failed
@@ -9,6 +9,10 @@
 //!   the answering attempt ends; with adaptive r_max ([`Core::with_adaptive_r_max`],
 //!   LIBRA §III-B) also [`Core::on_vm_response_time`] for every VM attempt that was sent;
 //! * per backend event: VM ready/failed, function instance started/failed;
+//! * with the gateway queue ([`Core::with_queue`], call scheduling §4): a
+//!   [`Decision::Queue`] waits for [`Action::Dequeued`] (its attempt, already holding a
+//!   slot) or [`Action::QueueTimedOut`] (503); a waiting client that goes away calls
+//!   [`Core::cancel_queued`]; every completed call reports [`Core::on_call_completed`];
 //! * per deadline: sleep until [`Core::poll_timeout`], then [`Core::handle_timeout`];
 //! * after any call: drain [`Core::poll_action`] — launch/drain/stop VMs, scaling
 //!   records, VM boot timeouts, pre-warm starts and keep-alive stops.
@@ -222,11 +226,11 @@ impl Core {
     /// The client of a queued call went away: it leaves the queue (never sent). Returns
     /// whether it was still waiting.
     pub fn cancel_queued(&mut self, now: Time, ticket: &mut Ticket) -> bool {
+        self.advance(now);
         let Some(id) = ticket.queued.take() else {
             return false;
         };
         let left = self.sched.as_mut().and_then(|s| s.cancel(id)).is_some();
-        let _ = now;
         self.refresh();
         left
     }
