@@ -8,7 +8,7 @@
 //! | `spillway_requests_total` | counter | `tier` = vm, function, local; `status` = 1xx…5xx |
 //! | `spillway_requests_in_flight` | gauge | — (received, response not finished yet) |
 //! | `spillway_request_duration_seconds` | histogram | `tier` (time to response headers) |
-//! | `spillway_routing_decisions_total` | counter | `tier` = vm, function, rejected; `reason` = [`RouteReason::as_str`](crate::policy::balancer::RouteReason::as_str) |
+//! | `spillway_routing_decisions_total` | counter | `tier` = vm, function, rejected, queued (a call entering the gateway queue); `reason` = [`RouteReason::as_str`](crate::policy::balancer::RouteReason::as_str) |
 //! | `spillway_retries_total` | counter | `kind` = connect_failure, spill_back, fall_through |
 //! | `spillway_vms` | gauge | `state` = booting, ready, draining (`sum()` = VMs that exist) |
 //! | `spillway_vms_target` | gauge | — (the last decided VM count) |
@@ -148,6 +148,9 @@ fn zero_counters() {
         counter!("spillway_vm_failures_total", "stage" => stage).increment(0);
     }
     counter!("spillway_function_cold_starts_total").increment(0);
+    for outcome in ["queued", "served", "timeout", "full", "cancelled"] {
+        counter!("spillway_queue_calls_total", "outcome" => outcome).increment(0);
+    }
 }
 
 /// Register `spillway_provider_errors_total` at zero for a provider's operations and
