@@ -6,7 +6,8 @@
 //! [`super::routes`]) and, once served, a processing time p(i) (from sending the request
 //! upstream to the end of the response body; a function cold start excluded). Waiting
 //! calls sit in a priority queue whose priority is computed **once, at enqueue**; lower
-//! is served first, ties in arrival order:
+//! is served first, ties in arrival order (r', even for a call that reached the queue
+//! later, after failed attempts):
 //!
 //! | [`Order`] | priority |
 //! |---|---|
@@ -222,9 +223,10 @@ fn summary(h: &Histogram<u64>, scale: f64) -> Summary {
 pub struct Scheduler<T> {
     params: SchedParams,
     keys: Vec<KeyState>,
-    /// (priority, seq) → call.
-    queue: BTreeMap<(Duration, u64), Waiting<T>>,
-    by_id: HashMap<u64, Duration>,
+    /// (priority, arrival, seq) → call: ties in arrival order, then enqueue order.
+    queue: BTreeMap<(Duration, Time, u64), Waiting<T>>,
+    /// seq → (priority, arrival).
+    by_id: HashMap<u64, (Duration, Time)>,
     deadlines: BTreeSet<(Time, u64)>,
     seq: u64,
 }
@@ -319,7 +321,7 @@ impl<T> Scheduler<T> {
         self.seq += 1;
         self.key(arrival.key).queued += 1;
         self.queue.insert(
-            (priority, seq),
+            (priority, arrival.at, seq),
             Waiting {
                 id: QueueId(seq),
                 arrival,
@@ -328,7 +330,7 @@ impl<T> Scheduler<T> {
                 payload,
             },
         );
-        self.by_id.insert(seq, priority);
+        self.by_id.insert(seq, (priority, arrival.at));
         self.deadlines
             .insert((now.saturating_add(self.params.max_queue_wait), seq));
         Ok(QueueId(seq))
@@ -341,8 +343,8 @@ impl<T> Scheduler<T> {
 
     /// Remove and return the call served next; its wait is recorded.
     pub fn pop(&mut self, now: Time) -> Option<Waiting<T>> {
-        let (&(p, seq), _) = self.queue.iter().next()?;
-        let w = self.take(p, seq)?;
+        let (&(p, at, seq), _) = self.queue.iter().next()?;
+        let w = self.take((p, at), seq)?;
         let wait = now.saturating_sub(w.enqueued);
         let _ = self
             .key(w.arrival.key)
@@ -351,8 +353,8 @@ impl<T> Scheduler<T> {
         Some(w)
     }
 
-    fn take(&mut self, priority: Duration, seq: u64) -> Option<Waiting<T>> {
-        let w = self.queue.remove(&(priority, seq))?;
+    fn take(&mut self, (priority, at): (Duration, Time), seq: u64) -> Option<Waiting<T>> {
+        let w = self.queue.remove(&(priority, at, seq))?;
         self.by_id.remove(&seq);
         self.deadlines
             .remove(&(w.enqueued.saturating_add(self.params.max_queue_wait), seq));
@@ -504,6 +506,18 @@ mod tests {
             burst(&mut warmed(Order::Sept)),
             ["b1", "b2", "b3", "c1", "a1", "a2"]
         );
+    }
+
+    /// A call that arrived first but reached the queue later (after failed attempts)
+    /// still wins a tie: ties go in arrival order.
+    #[test]
+    fn ties_go_in_arrival_order_not_enqueue_order() {
+        let mut s = warmed(Order::Sept);
+        let early = s.on_arrival(ms(100), B);
+        let late = s.on_arrival(ms(300), B);
+        s.enqueue(ms(300), late, "late").unwrap();
+        s.enqueue(ms(900), early, "early").unwrap();
+        assert_eq!(s.pop(ms(1000)).unwrap().payload, "early");
     }
 
     #[test]
