@@ -8,7 +8,7 @@
 //! | `spillway_requests_total` | counter | `tier` = vm, function, local; `status` = 1xx…5xx |
 //! | `spillway_requests_in_flight` | gauge | — (received, response not finished yet) |
 //! | `spillway_request_duration_seconds` | histogram | `tier` (time to response headers) |
-//! | `spillway_routing_decisions_total` | counter | `tier` = vm, function, rejected; `reason` = [`RouteReason::as_str`](crate::policy::balancer::RouteReason::as_str) |
+//! | `spillway_routing_decisions_total` | counter | `tier` = vm, function, rejected, queued (a call entering the gateway queue); `reason` = [`RouteReason::as_str`](crate::policy::balancer::RouteReason::as_str) |
 //! | `spillway_retries_total` | counter | `kind` = connect_failure, spill_back, fall_through |
 //! | `spillway_vms` | gauge | `state` = booting, ready, draining (`sum()` = VMs that exist) |
 //! | `spillway_vms_target` | gauge | — (the last decided VM count) |
@@ -25,6 +25,13 @@
 //! | `spillway_r_max_adjustment_rps` | gauge | — (adaptive: the last change of r_max, signed) |
 //! | `spillway_r_max_adjustments_total` | counter | — (adaptive: periods that changed r_max) |
 //! | `spillway_function_instances` | gauge | `zone` (function zone name), `state` = starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm); set at every scrape |
+//! | `spillway_queue_length` | gauge | `route` (route key): calls waiting in the gateway queue (call scheduling §4); set at every scrape |
+//! | `spillway_queue_expected_processing_seconds` | gauge | `route`: E[p], the mean of the key's last 10 completed calls; set at every scrape |
+//! | `spillway_queue_wait_seconds` | gauge | `route`, `stat` = mean, p50, p95: queue wait of served calls; set at every scrape |
+//! | `spillway_route_response_seconds` | gauge | `route`, `stat`: response time R (arrival to end of the response body); set at every scrape |
+//! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
+//! | `spillway_function_cold_start_seconds` | histogram | — (a call's cold start, excluded from its processing time p) |
+//! | `spillway_queue_calls_total` | counter | `outcome` = queued, served, timeout, full, cancelled |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
@@ -94,12 +101,15 @@ fn gateway_tier(reason: RouteReason) -> Option<&'static str> {
         RouteReason::BudgetExhausted | RouteReason::NoReadyVm | RouteReason::VmsSaturated => {
             Some("function")
         }
-        RouteReason::UpgradeNoReadyVm | RouteReason::SpillBackRejected => Some("rejected"),
+        RouteReason::UpgradeNoReadyVm
+        | RouteReason::SpillBackRejected
+        | RouteReason::QueueFull
+        | RouteReason::QueueTimeout => Some("rejected"),
         RouteReason::VmOnly | RouteReason::FunctionOnly | RouteReason::ScalingOut => None,
     }
 }
 
-const ROUTE_REASONS: [RouteReason; 11] = [
+const ROUTE_REASONS: [RouteReason; 13] = [
     RouteReason::WithinBudget,
     RouteReason::BudgetExhausted,
     RouteReason::NoReadyVm,
@@ -111,6 +121,8 @@ const ROUTE_REASONS: [RouteReason; 11] = [
     RouteReason::FunctionOnly,
     RouteReason::ScalingOut,
     RouteReason::VmsSaturated,
+    RouteReason::QueueFull,
+    RouteReason::QueueTimeout,
 ];
 
 /// Register every counter series the gateway can produce, at zero.
@@ -136,6 +148,9 @@ fn zero_counters() {
         counter!("spillway_vm_failures_total", "stage" => stage).increment(0);
     }
     counter!("spillway_function_cold_starts_total").increment(0);
+    for outcome in ["queued", "served", "timeout", "full", "cancelled"] {
+        counter!("spillway_queue_calls_total", "outcome" => outcome).increment(0);
+    }
 }
 
 /// Register `spillway_provider_errors_total` at zero for a provider's operations and
@@ -155,6 +170,38 @@ pub fn zero_provider_errors(
 
 /// Describe every metric (the HELP lines).
 fn describe() {
+    metrics::describe_gauge!(
+        "spillway_queue_length",
+        "Calls waiting in the gateway queue, by route key."
+    );
+    metrics::describe_gauge!(
+        "spillway_queue_expected_processing_seconds",
+        metrics::Unit::Seconds,
+        "E[p]: mean processing time of the route key's last 10 completed calls."
+    );
+    metrics::describe_gauge!(
+        "spillway_queue_wait_seconds",
+        metrics::Unit::Seconds,
+        "Queue wait of served calls (mean, p50, p95), by route key."
+    );
+    metrics::describe_gauge!(
+        "spillway_route_response_seconds",
+        metrics::Unit::Seconds,
+        "Response time from arrival to the end of the response body (mean, p50, p95), by route key."
+    );
+    metrics::describe_gauge!(
+        "spillway_route_stretch",
+        "Stretch: response time over processing time (mean, p50, p95), by route key."
+    );
+    metrics::describe_histogram!(
+        "spillway_function_cold_start_seconds",
+        metrics::Unit::Seconds,
+        "Cold starts of function instances for a call (not part of the call's processing time)."
+    );
+    metrics::describe_counter!(
+        "spillway_queue_calls_total",
+        "Calls through the gateway queue, by outcome."
+    );
     metrics::describe_counter!(
         "spillway_requests_total",
         "Requests answered, by tier and status class."
@@ -285,6 +332,36 @@ pub fn vm_failures(stage: &'static str) {
 pub fn provider_error(provider: &'static str, operation: &'static str, kind: &'static str) {
     counter!("spillway_provider_errors_total", "provider" => provider, "operation" => operation, "kind" => kind)
         .increment(1);
+}
+
+/// A function instance cold-started for a call in `elapsed` (call scheduling: reported
+/// apart from the call's processing time).
+pub fn cold_start_seconds(elapsed: Duration) {
+    histogram!("spillway_function_cold_start_seconds").record(elapsed.as_secs_f64());
+}
+
+/// A call through the gateway queue: `queued`, `served`, `timeout`, `full`, `cancelled`.
+pub fn queue_call(outcome: &'static str) {
+    counter!("spillway_queue_calls_total", "outcome" => outcome).increment(1);
+}
+
+/// The gateway queue's per-key gauges (call scheduling §4), set at every scrape.
+pub fn queue_gauges(q: &crate::policy::core::QueueStatus) {
+    for (route, k) in &q.keys {
+        let route = route.clone();
+        gauge!("spillway_queue_length", "route" => route.clone()).set(k.queued as f64);
+        gauge!("spillway_queue_expected_processing_seconds", "route" => route.clone())
+            .set(k.expected_processing_ms / 1e3);
+        for (name, sum, scale) in [
+            ("spillway_queue_wait_seconds", k.wait_ms, 1e-3),
+            ("spillway_route_response_seconds", k.response_ms, 1e-3),
+            ("spillway_route_stretch", k.stretch, 1.0),
+        ] {
+            for (stat, v) in [("mean", sum.mean), ("p50", sum.p50), ("p95", sum.p95)] {
+                gauge!(name, "route" => route.clone(), "stat" => stat).set(v * scale);
+            }
+        }
+    }
 }
 
 /// A VM became ready after `elapsed`.

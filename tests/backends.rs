@@ -131,6 +131,7 @@ async fn process_vm_pool_runs_the_sample_api() {
         health_path: "/".into(),
         boot_timeout_seconds: 20.0,
         probe_interval_seconds: 0.05,
+        slots_per_vm: None,
     };
     let pool = ProcessVmPool::new(&cfg, exe());
     let name = pool.launch(VmId(1)).await.unwrap();

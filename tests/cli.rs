@@ -146,7 +146,7 @@ fn check_reports_every_problem_at_its_place_and_exits_1() {
             "{b}: 4 problems:\n  {b}:3:8: libra.rho: must be in (0, 1], got 2\n  \
              {b}:4:10: libra.alpha: expected a number, found `lots`\n  \
              {b}:7:3: vm_pool.comand: unknown key (did you mean `command`?); expected one of: \
-             command, health_path, boot_timeout_seconds, probe_interval_seconds\n  \
+             command, health_path, boot_timeout_seconds, probe_interval_seconds, slots_per_vm\n  \
              {b}: function_tier: missing: `spillway serve` needs a function tier (type: process, \
              http or lambda)\n"
         )

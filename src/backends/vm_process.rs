@@ -151,6 +151,7 @@ mod tests {
             health_path: "/".into(),
             boot_timeout_seconds: 20.0,
             probe_interval_seconds: 0.05,
+            slots_per_vm: None,
         }
     }
 

@@ -89,6 +89,7 @@ mod tests {
     fn pool(urls: &[&str]) -> Result<StaticVmPool, BackendError> {
         StaticVmPool::new(&StaticVmPoolConfig {
             urls: urls.iter().map(|u| u.to_string()).collect(),
+            slots_per_vm: None,
         })
     }
 

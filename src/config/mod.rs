@@ -19,11 +19,15 @@
 
 mod de;
 mod lambda;
+mod queue;
+mod routes;
 mod schema;
 pub mod sim;
 mod yaml;
 
 pub use lambda::*;
+pub use queue::*;
+pub use routes::*;
 pub use schema::*;
 pub use yaml::Loc;
 

@@ -86,6 +86,12 @@ pub struct Config {
     /// Simulator-only settings (ignored by `spillway serve`).
     #[serde(default)]
     pub sim: crate::config::sim::SimSection,
+    /// The gateway queue (call scheduling §4); absent: no queue, 503 at once.
+    #[serde(default)]
+    pub queue: Option<super::queue::QueueConfig>,
+    /// Named route keys (a call's "function" for the queue's per-key history).
+    #[serde(default)]
+    pub routes: Vec<super::routes::RouteConfig>,
 }
 
 fn one() -> u32 {
@@ -257,8 +263,9 @@ pub struct LibraConfig {
     pub max_vms: u32,
     /// Cost-indifference point, requests/s. When absent it is computed from `pricing`.
     pub cip_rps: Option<f64>,
-    /// Optional extension: spill when the least-loaded ready VM already has this many
-    /// requests in flight (absent: no cap, the paper's balancer).
+    /// Deprecated alias of `vm_pool.slots_per_vm` (the simulator, which has no
+    /// `vm_pool`, reads it as the per-VM cap): spill when the least-loaded ready VM
+    /// already has this many requests in flight (absent: no cap, the paper's balancer).
     pub max_outstanding_per_vm: Option<u32>,
     /// Adapt r_max with a PID controller on the measured VM latency percentile
     /// (LIBRA §III-B; `policy::rmax`). Absent: `r_max_rps` is fixed; present: it is the
@@ -494,6 +501,18 @@ pub enum VmPoolSection {
     Ec2(Box<Ec2VmPoolConfig>),
 }
 
+impl VmPoolConfig {
+    /// `slots_per_vm` of whichever provider: calls one VM runs at once (absent:
+    /// unlimited).
+    pub fn slots_per_vm(&self) -> Option<u32> {
+        match self {
+            VmPoolConfig::Process(p) => p.slots_per_vm,
+            VmPoolConfig::Static(p) => p.slots_per_vm,
+            VmPoolConfig::Ec2(p) => p.slots_per_vm,
+        }
+    }
+}
+
 impl From<VmPoolSection> for VmPoolConfig {
     fn from(s: VmPoolSection) -> Self {
         match s {
@@ -520,6 +539,10 @@ pub struct ProcessVmPoolConfig {
     /// Interval between readiness probes.
     #[serde(default = "default_probe_interval")]
     pub probe_interval_seconds: f64,
+    /// Calls one VM runs at once (call scheduling §4: one call per core); absent:
+    /// unlimited.
+    #[serde(default)]
+    pub slots_per_vm: Option<u32>,
 }
 
 /// `vm_pool: {type: static}`.
@@ -528,6 +551,9 @@ pub struct ProcessVmPoolConfig {
 pub struct StaticVmPoolConfig {
     /// Base URLs (`http://host:port`) of the VMs.
     pub urls: Vec<String>,
+    /// Calls one VM runs at once; absent: unlimited.
+    #[serde(default)]
+    pub slots_per_vm: Option<u32>,
 }
 
 /// Default EC2 boot/readiness timeout, seconds (instance boot plus application start).
@@ -634,6 +660,9 @@ pub struct Ec2VmPoolConfig {
     /// id.
     #[serde(default = "default_ec2_audit_interval")]
     pub audit_interval_seconds: f64,
+    /// Calls one VM runs at once; absent: unlimited.
+    #[serde(default)]
+    pub slots_per_vm: Option<u32>,
 }
 
 /// `vm_pool.launch_template`: a launch template by id or by name.
@@ -1032,8 +1061,59 @@ impl Config {
                 }
             }
         }
+        if let Some(pool) = &self.vm_pool {
+            match (pool.slots_per_vm(), l.max_outstanding_per_vm) {
+                (Some(0), _) => is.push(
+                    "vm_pool.slots_per_vm",
+                    "must be at least 1 (or absent for unlimited)",
+                ),
+                (Some(a), Some(b)) if a != b => is.push(
+                    "libra.max_outstanding_per_vm",
+                    format!(
+                        "deprecated alias of vm_pool.slots_per_vm, and they differ ({b} vs {a}): \
+                         remove libra.max_outstanding_per_vm"
+                    ),
+                ),
+                _ => {}
+            }
+        }
+        if let Some(q) = &self.queue {
+            q.validate(&mut is);
+        }
+        super::routes::validate_routes(&self.routes, &mut is);
         self.sim.validate(&mut is);
         is.0
+    }
+
+    /// Calls one VM runs at once: `vm_pool.slots_per_vm`, else its deprecated alias
+    /// `libra.max_outstanding_per_vm`; `None`: unlimited.
+    pub fn slots_per_vm(&self) -> Option<u32> {
+        self.vm_pool
+            .as_ref()
+            .and_then(VmPoolConfig::slots_per_vm)
+            .or(self.libra.max_outstanding_per_vm)
+    }
+
+    /// The gateway queue's parameters (call scheduling §4), when `queue:` is present.
+    pub fn queue_params(&self) -> Option<crate::policy::sched::SchedParams> {
+        self.queue.as_ref().map(super::queue::QueueConfig::params)
+    }
+
+    /// The configured route keys, in order.
+    pub fn route_defs(&self) -> Vec<crate::policy::routes::RouteDef> {
+        self.routes
+            .iter()
+            .map(super::routes::RouteConfig::def)
+            .collect()
+    }
+
+    /// The bound on route keys (`queue.max_route_keys`, or its default).
+    pub fn max_route_keys(&self) -> usize {
+        self.queue
+            .as_ref()
+            .map_or(crate::policy::core::DEFAULT_MAX_ROUTE_KEYS, |q| {
+                q.max_route_keys
+            })
     }
 
     /// What `spillway serve` needs beyond [`Config::validate`]: both providers, a TLS
@@ -1114,7 +1194,7 @@ impl Config {
     /// LIBRA's balancer (LIBRA §III-C) with this config's ρ and per-VM cap.
     pub fn libra_balancer(&self) -> crate::policy::balancer::VmFirst {
         crate::policy::balancer::VmFirst::new(self.libra.rho)
-            .with_max_outstanding_per_vm(self.libra.max_outstanding_per_vm)
+            .with_max_outstanding_per_vm(self.slots_per_vm())
     }
 
     /// Controller parameters; `static` pools only report their scaling decisions.

@@ -197,7 +197,8 @@ pub struct FunctionModelConfig {
     pub warm_start_ms: f64,
     /// An idle instance stays warm this long, seconds (FaaSim keep-alive).
     pub keep_alive_seconds: f64,
-    /// Most instances at once; calls beyond it are throttled (counted, not served).
+    /// Most instances at once; calls beyond it are throttled (counted, not served). 0: no
+    /// function tier (the call-scheduling preset's single VM).
     pub max_concurrency: u32,
     /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency).
     pub prewarmed: u32,
@@ -324,9 +325,6 @@ impl SimSection {
         is.non_negative("sim.function.cold_start_ms", f.cold_start_ms);
         is.non_negative("sim.function.warm_start_ms", f.warm_start_ms);
         is.non_negative("sim.function.keep_alive_seconds", f.keep_alive_seconds);
-        if f.max_concurrency == 0 {
-            is.push("sim.function.max_concurrency", "must be at least 1");
-        }
         if f.prewarmed > f.max_concurrency {
             is.push(
                 "sim.function.prewarmed",

@@ -23,6 +23,8 @@
 use super::VmId;
 use super::balancer::{RequestMeta, RouteReason};
 use super::placement::{Lease, ZoneId, ZoneSet};
+use super::routes::KeyId;
+use super::sched::{Arrival, QueueId};
 
 /// Which attempt of a request a [`Decision`] is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -35,6 +37,9 @@ pub enum AttemptKind {
     FallThrough,
     /// A VM after no function zone could run the call.
     FallBack,
+    /// A call that waited in the gateway queue, served when a VM slot or function
+    /// capacity freed (call scheduling §4).
+    Dequeued,
 }
 
 impl AttemptKind {
@@ -45,6 +50,7 @@ impl AttemptKind {
             AttemptKind::Retry => "retry",
             AttemptKind::FallThrough => "fall_through",
             AttemptKind::FallBack => "fall_back",
+            AttemptKind::Dequeued => "dequeued",
         }
     }
 }
@@ -187,6 +193,12 @@ pub struct Ticket {
     pub(crate) gone: u8,
     /// Why the request left the VMs (kept for fall-through decisions).
     pub(crate) reason: RouteReason,
+    /// The route key (call scheduling: the call's "function").
+    pub(crate) key: Option<KeyId>,
+    /// What the gateway queue noted at the first decision (with a queue configured).
+    pub(crate) arrival: Option<Arrival>,
+    /// The call waits in the gateway queue under this id.
+    pub(crate) queued: Option<QueueId>,
 }
 
 impl Ticket {
@@ -201,7 +213,47 @@ impl Ticket {
             fell_back: false,
             gone: 0,
             reason: RouteReason::BudgetExhausted,
+            key: None,
+            arrival: None,
+            queued: None,
         }
+    }
+
+    /// The call's route key (call scheduling §4: its function f(i)); without one the
+    /// gateway queue files it under [`RouteKeys::OTHER`](super::routes::RouteKeys::OTHER).
+    #[must_use]
+    pub fn with_key(mut self, key: KeyId) -> Self {
+        self.key = Some(key);
+        self
+    }
+
+    /// The route key.
+    pub fn key(&self) -> Option<KeyId> {
+        self.key
+    }
+
+    /// The arrival the gateway queue noted at the first decision (`None` without a
+    /// queue).
+    pub fn arrival(&self) -> Option<Arrival> {
+        self.arrival
+    }
+
+    /// The id under which the call waits in the gateway queue, after
+    /// [`Decision::Queue`].
+    pub fn queued(&self) -> Option<QueueId> {
+        self.queued
+    }
+
+    /// The queued call was served: `decision` (from
+    /// [`Action::Dequeued`](super::core::Action::Dequeued)) is its attempt, and the
+    /// ticket now holds what it holds.
+    pub fn on_dequeued(&mut self, decision: Decision) {
+        self.queued = None;
+        self.holding = match decision {
+            Decision::Vm { vm, .. } => Some(Holding::Vm(vm)),
+            Decision::Function { lease, .. } => Some(Holding::Function(lease)),
+            Decision::Queue { .. } | Decision::Reject { .. } => None,
+        };
     }
 
     /// The request's description.

@@ -66,6 +66,10 @@ pub enum RouteReason {
     /// A token was available but every ready VM already has `max_outstanding_per_vm`
     /// requests in flight: spilled (no token taken).
     VmsSaturated,
+    /// Nothing was free and the gateway queue was full: rejected (503).
+    QueueFull,
+    /// The call waited `max_queue_wait_seconds` in the gateway queue: rejected (503).
+    QueueTimeout,
 }
 
 impl RouteReason {
@@ -83,6 +87,8 @@ impl RouteReason {
             RouteReason::FunctionOnly => "function_only",
             RouteReason::ScalingOut => "scaling_out",
             RouteReason::VmsSaturated => "vms_saturated",
+            RouteReason::QueueFull => "queue_full",
+            RouteReason::QueueTimeout => "queue_timeout",
         }
     }
 }

@@ -217,6 +217,22 @@ impl Controller {
         route
     }
 
+    /// A VM slot for a call leaving the gateway queue (call scheduling): the routing
+    /// policy's fall-back rule (a ready VM with a free slot, token or not). Counted like
+    /// a routed VM attempt when granted; nothing is counted otherwise (the queue asks
+    /// after every event).
+    pub fn try_vm_slot(&mut self, now: Time, req: &RequestMeta) -> Option<VmId> {
+        self.advance(now);
+        match self.router.route(now, req, Attempt::SpillBack, &self.vms) {
+            Route::Vm { vm, .. } => {
+                self.vms.get_mut(vm)?.outstanding += 1;
+                self.routed.vm += 1;
+                Some(vm)
+            }
+            Route::Function { .. } | Route::Reject { .. } => None,
+        }
+    }
+
     /// Count one more function attempt that did not come from [`Self::route`] (a call
     /// falling through to another function zone).
     pub fn count_function_attempt(&mut self) {

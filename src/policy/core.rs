@@ -1,7 +1,7 @@
 //! The policy core as one sans-IO state machine: LIBRA's [`Controller`] (traffic monitor,
 //! scaling manager, balancer, VM table), the function [`Placement`] over zones (FaaSim),
-//! the VM boot deadlines and the [`TimerTable`], driven through the request attempt
-//! protocol ([`super::attempt`]).
+//! the VM boot deadlines, the gateway queue ([`Scheduler`], call scheduling §4) and the
+//! [`TimerTable`], driven through the request attempt protocol ([`super::attempt`]).
 //!
 //! Drivers (the live gateway, the simulator) call only this type:
 //! * per request: [`Core::route`], then [`Core::on_attempt_failed`] for each failed
@@ -9,6 +9,10 @@
 //!   the answering attempt ends; with adaptive r_max ([`Core::with_adaptive_r_max`],
 //!   LIBRA §III-B) also [`Core::on_vm_response_time`] for every VM attempt that was sent;
 //! * per backend event: VM ready/failed, function instance started/failed;
+//! * with the gateway queue ([`Core::with_queue`], call scheduling §4): a
+//!   [`Decision::Queue`] waits for [`Action::Dequeued`] (its attempt, already holding a
+//!   slot) or [`Action::QueueTimedOut`] (503); a waiting client that goes away calls
+//!   [`Core::cancel_queued`]; every completed call reports [`Core::on_call_completed`];
 //! * per deadline: sleep until [`Core::poll_timeout`], then [`Core::handle_timeout`];
 //! * after any call: drain [`Core::poll_action`] — launch/drain/stop VMs, scaling
 //!   records, VM boot timeouts, pre-warm starts and keep-alive stops.
@@ -23,14 +27,20 @@ use std::time::Duration;
 use super::attempt::{
     AttemptKind, Decision, Failure, Holding, MAX_INSTANCE_GONE, NotSentReason, Ticket,
 };
-use super::balancer::{Attempt, Route, RouteReason, RoutingPolicy};
+use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
 use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
+use super::routes::{KeyId, RouteDef, RouteKeys};
 use super::scaling::ScalingPolicy;
+use super::sched::{KeyStatus, QueueId, SchedParams, Scheduler};
 use super::timers::{Timer, TimerTable};
 use super::{Time, VmId};
+
+/// Default bound on the number of route keys (configured routes, derived keys and
+/// `other`).
+pub const DEFAULT_MAX_ROUTE_KEYS: usize = 64;
 
 /// Parameters of the whole core.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +80,43 @@ pub enum Action {
         /// The instance.
         instance: InstanceId,
     },
+    /// A call waiting in the gateway queue is served (call scheduling §4): `decision`
+    /// (a `Vm` or `Function` of kind [`AttemptKind::Dequeued`]) already holds its VM
+    /// slot or lease. Hand it to the waiting request ([`Ticket::on_dequeued`]); if that
+    /// request is gone, give it back with [`Core::abandon_dequeued`].
+    Dequeued {
+        /// The queued call.
+        id: QueueId,
+        /// Its attempt.
+        decision: Decision,
+    },
+    /// A call waited `max_queue_wait_seconds` and left the queue: answer 503 with
+    /// `Retry-After` (reason [`RouteReason::QueueTimeout`]).
+    QueueTimedOut {
+        /// The queued call.
+        id: QueueId,
+    },
+}
+
+/// What the core keeps of a queued call to decide its attempt when capacity frees.
+#[derive(Clone, Copy, Debug, PartialEq)]
+struct QueuedCall {
+    meta: RequestMeta,
+    origin: Option<ZoneId>,
+    reason: RouteReason,
+}
+
+/// The gateway queue in `/status` (call scheduling §4).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct QueueStatus {
+    /// The discipline (`fifo`, `sept`, `eect`, `rect`, `fair_choice`).
+    pub order: &'static str,
+    /// Calls waiting now.
+    pub length: usize,
+    /// `max_queue_length`.
+    pub max_length: usize,
+    /// Per route key: name and measures (keys seen so far).
+    pub keys: Vec<(String, KeyStatus)>,
 }
 
 /// A snapshot for `/status`, logs and reports.
@@ -84,6 +131,8 @@ pub struct CoreStatus {
     /// The adaptive r_max controller, when configured (the value in force is
     /// `controller.r_max_rps` either way).
     pub r_max: Option<RMaxStatus>,
+    /// The gateway queue, when configured.
+    pub queue: Option<QueueStatus>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -97,6 +146,10 @@ pub struct Core {
     timers: TimerTable,
     /// Adaptive r_max (LIBRA §III-B), when configured.
     r_max: Option<RMaxController>,
+    /// The gateway queue (call scheduling §4), when configured.
+    sched: Option<Scheduler<QueuedCall>>,
+    /// Route keys (the calls' "functions").
+    keys: RouteKeys,
 }
 
 impl Core {
@@ -114,9 +167,79 @@ impl Core {
             actions: VecDeque::new(),
             timers: TimerTable::new(),
             r_max: None,
+            sched: None,
+            keys: RouteKeys::new(Vec::new(), DEFAULT_MAX_ROUTE_KEYS),
         };
         core.refresh();
         core
+    }
+
+    /// Let calls that find no VM slot and no function capacity wait in the gateway queue
+    /// (call scheduling §4, [`super::sched`]) instead of getting 503; `None` keeps the
+    /// 503. `routes` and `max_keys` define the route keys ([`super::routes`]). Call
+    /// before [`Self::start`]. The queue's longest wait is the timer row
+    /// [`Timer::QueueWait`]; served and timed-out calls come out as
+    /// [`Action::Dequeued`] and [`Action::QueueTimedOut`].
+    #[must_use]
+    pub fn with_queue(
+        mut self,
+        params: Option<SchedParams>,
+        routes: Vec<RouteDef>,
+        max_keys: usize,
+    ) -> Self {
+        self.sched = params.map(Scheduler::new);
+        self.keys = RouteKeys::new(routes, max_keys);
+        self.refresh();
+        self
+    }
+
+    /// Whether the gateway queue is configured.
+    pub fn has_queue(&self) -> bool {
+        self.sched.is_some()
+    }
+
+    /// The route key of a request (`method`, normalized `path`): see [`super::routes`].
+    pub fn route_key(&mut self, method: &str, path: &str) -> KeyId {
+        self.keys.resolve(method, path)
+    }
+
+    /// The route key named `name` (the simulator's function column).
+    pub fn key_named(&mut self, name: &str) -> KeyId {
+        self.keys.named(name)
+    }
+
+    /// The name of `key`.
+    pub fn key_name(&self, key: KeyId) -> &str {
+        self.keys.name(key)
+    }
+
+    /// A call of `key` completed: `processing` from sending it upstream to the end of
+    /// its response body (a cold start excluded), `response` from its arrival. Feeds
+    /// E[p] (the last [`super::sched::HISTORY`] calls of the key) and the per-key
+    /// response-time and stretch measures. A no-op without a queue.
+    pub fn on_call_completed(&mut self, key: KeyId, processing: Duration, response: Duration) {
+        if let Some(s) = &mut self.sched {
+            s.on_completed(key, processing, response);
+        }
+    }
+
+    /// The client of a queued call went away: it leaves the queue (never sent). Returns
+    /// whether it was still waiting.
+    pub fn cancel_queued(&mut self, now: Time, ticket: &mut Ticket) -> bool {
+        self.advance(now);
+        let Some(id) = ticket.queued.take() else {
+            return false;
+        };
+        let left = self.sched.as_mut().and_then(|s| s.cancel(id)).is_some();
+        self.refresh();
+        left
+    }
+
+    /// An [`Action::Dequeued`] whose request was gone: give back what `decision` holds.
+    pub fn abandon_dequeued(&mut self, now: Time, decision: Decision) {
+        let mut t = Ticket::new(RequestMeta::default(), None);
+        t.on_dequeued(decision);
+        self.finish(now, &mut t);
     }
 
     /// Adapt r_max with a PID controller on the VM latency percentile (`policy::rmax`,
@@ -150,6 +273,7 @@ impl Core {
     pub fn adopt_ready_vm(&mut self, now: Time) -> VmId {
         let vm = self.controller.adopt_ready_vm(now);
         self.track_ready(now);
+        self.serve_queue(now);
         self.pump(now);
         self.refresh();
         vm
@@ -158,6 +282,9 @@ impl Core {
     /// The first decision for a request (counted by the traffic monitor).
     pub fn route(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
         self.advance(now);
+        if let Some(s) = &mut self.sched {
+            ticket.arrival = Some(s.on_arrival(now, ticket.key.unwrap_or(RouteKeys::OTHER)));
+        }
         let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
@@ -234,6 +361,7 @@ impl Core {
             }
             _ => None,
         };
+        self.serve_queue(now);
         self.pump(now);
         self.refresh();
         next
@@ -243,6 +371,7 @@ impl Core {
     pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
         self.advance(now);
         self.controller.on_vm_request_finished(now, vm);
+        self.serve_queue(now);
         self.pump(now);
         self.refresh();
     }
@@ -272,6 +401,8 @@ impl Core {
     pub fn on_function_finished(&mut self, now: Time, lease: Lease) {
         self.advance(now);
         self.placement.release(now, lease);
+        self.serve_queue(now);
+        self.pump(now);
         self.refresh();
     }
 
@@ -295,6 +426,8 @@ impl Core {
     pub fn on_instance_failed(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
         self.advance(now);
         self.placement.on_failed(now, zone, instance);
+        self.serve_queue(now);
+        self.pump(now);
         self.refresh();
     }
 
@@ -304,6 +437,7 @@ impl Core {
         self.booting.retain(|(v, _)| *v != vm);
         self.controller.on_vm_ready(now, vm);
         self.track_ready(now);
+        self.serve_queue(now);
         self.pump(now);
         self.refresh();
     }
@@ -363,7 +497,14 @@ impl Core {
             self.actions
                 .push_back(Action::StopInstance { zone, instance });
         }
+        if let Some(s) = &mut self.sched {
+            for w in s.expire(now) {
+                self.actions.push_back(Action::QueueTimedOut { id: w.id });
+            }
+        }
         self.track_ready(now);
+        self.serve_queue(now);
+        self.pump(now);
         self.refresh();
     }
 
@@ -394,6 +535,17 @@ impl Core {
             placement: self.placement.policy(),
             zones: self.placement.status(),
             r_max: self.r_max.as_ref().map(RMaxController::status),
+            queue: self.sched.as_ref().map(|s| QueueStatus {
+                order: s.params().order.as_str(),
+                length: s.len(),
+                max_length: s.params().max_queue_length,
+                keys: s
+                    .status()
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, k)| (self.keys.name(KeyId(i as u32)).to_string(), k))
+                    .collect(),
+            }),
         }
     }
 
@@ -447,7 +599,7 @@ impl Core {
     /// queue, else 503. At most one fall-back per request.
     fn fall_back(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
         if ticket.fell_back {
-            return self.queue_or_reject(RouteReason::SpillBackRejected);
+            return self.queue_or_reject(now, ticket, RouteReason::SpillBackRejected);
         }
         ticket.fell_back = true;
         match self.controller.route(now, &ticket.meta, Attempt::SpillBack) {
@@ -459,7 +611,9 @@ impl Core {
                     reason,
                 }
             }
-            Route::Reject { reason } | Route::Function { reason } => self.queue_or_reject(reason),
+            Route::Reject { reason } | Route::Function { reason } => {
+                self.queue_or_reject(now, ticket, reason)
+            }
         }
     }
 
@@ -484,9 +638,68 @@ impl Core {
         }
     }
 
-    /// The gateway queue (call scheduling) is not configured: 503.
-    fn queue_or_reject(&mut self, reason: RouteReason) -> Decision {
-        Decision::Reject { reason }
+    /// Nothing is free: the gateway queue (call scheduling §4), else 503 — also when
+    /// the queue is full ([`RouteReason::QueueFull`]).
+    fn queue_or_reject(&mut self, now: Time, ticket: &mut Ticket, reason: RouteReason) -> Decision {
+        let Some(s) = &mut self.sched else {
+            return Decision::Reject { reason };
+        };
+        let arrival = match ticket.arrival {
+            Some(a) => a,
+            None => {
+                let a = s.on_arrival(now, ticket.key.unwrap_or(RouteKeys::OTHER));
+                ticket.arrival = Some(a);
+                a
+            }
+        };
+        let call = QueuedCall {
+            meta: ticket.meta,
+            origin: ticket.origin,
+            reason,
+        };
+        match s.enqueue(now, arrival, call) {
+            Ok(id) => {
+                ticket.queued = Some(id);
+                Decision::Queue { reason }
+            }
+            Err(_) => Decision::Reject {
+                reason: RouteReason::QueueFull,
+            },
+        }
+    }
+
+    /// Hand freed capacity to the queue's head while there is some: a VM slot (the
+    /// balancer's fall-back rule), else a function zone. Each served call becomes an
+    /// [`Action::Dequeued`].
+    fn serve_queue(&mut self, now: Time) {
+        let Some(s) = &self.sched else { return };
+        let mut head = s.peek().map(|w| w.payload);
+        while let Some(call) = head {
+            let decision = if let Some(vm) = self.controller.try_vm_slot(now, &call.meta) {
+                Decision::Vm {
+                    vm,
+                    kind: AttemptKind::Dequeued,
+                    reason: call.reason,
+                }
+            } else if let Some(lease) =
+                self.placement
+                    .try_place(now, call.origin, Default::default())
+            {
+                self.controller.count_function_attempt();
+                Decision::Function {
+                    lease,
+                    kind: AttemptKind::Dequeued,
+                    reason: call.reason,
+                }
+            } else {
+                break;
+            };
+            let s = self.sched.as_mut().expect("checked above");
+            let w = s.pop(now).expect("the head exists");
+            self.actions
+                .push_back(Action::Dequeued { id: w.id, decision });
+            head = s.peek().map(|w| w.payload);
+        }
     }
 
     fn release_failed(&mut self, now: Time, lease: Lease, not_sent: Option<NotSentReason>) {
@@ -550,6 +763,10 @@ impl Core {
         self.timers.set(
             Timer::RMax,
             self.r_max.as_ref().map(RMaxController::poll_timeout),
+        );
+        self.timers.set(
+            Timer::QueueWait,
+            self.sched.as_ref().and_then(Scheduler::poll_timeout),
         );
     }
 }
@@ -680,6 +897,102 @@ mod tests {
         );
         let z = &core.status().zones[0];
         assert_eq!((z.busy, z.calls.unwrap().throttled), (1, 2));
+    }
+
+    /// Call scheduling §4 through the core: with the VM at its 2 slots and the zone at
+    /// its 1 call, calls queue; each freed slot serves the queue's head in SEPT order
+    /// (E[p] short 10 ms, long 300 ms); a full queue answers 503; a call past its longest
+    /// wait leaves with `QueueTimedOut`; a cancelled one never gets a slot.
+    #[test]
+    fn saturated_calls_wait_and_are_served_shortest_expected_first() {
+        use crate::policy::sched::Order;
+        let (core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 1)]);
+        let mut core = core.with_queue(
+            Some(SchedParams {
+                order: Order::Sept,
+                max_queue_length: 3,
+                max_queue_wait: Duration::from_secs(4),
+                default_processing: Duration::from_millis(100),
+                fair_choice_window: Duration::from_secs(60),
+            }),
+            Vec::new(),
+            8,
+        );
+        let short = core.key_named("short");
+        let long = core.key_named("long");
+        for _ in 0..3 {
+            core.on_call_completed(short, Duration::from_millis(10), Duration::from_millis(10));
+            core.on_call_completed(long, Duration::from_millis(300), Duration::from_millis(300));
+        }
+        let t0 = secs(0.01);
+        // VM (token), zone (its one call), VM fall-back (second slot): all busy.
+        let mut busy: Vec<Ticket> = (0..3).map(|_| ticket().with_key(long)).collect();
+        for t in &mut busy {
+            assert!(!matches!(core.route(t0, t), Decision::Queue { .. }));
+        }
+        let mut l1 = ticket().with_key(long);
+        let mut s1 = ticket().with_key(short);
+        let mut s2 = ticket().with_key(short);
+        for t in [&mut l1, &mut s1, &mut s2] {
+            assert!(matches!(core.route(t0, t), Decision::Queue { .. }));
+        }
+        let mut extra = ticket().with_key(short);
+        assert_eq!(
+            core.route(t0, &mut extra),
+            Decision::Reject {
+                reason: RouteReason::QueueFull
+            }
+        );
+        assert_eq!(core.next_timer(), (Timer::QueueWait, t0 + secs(4.0)));
+        // s2 gives up while waiting: it leaves the queue.
+        assert!(core.cancel_queued(t0, &mut s2));
+        // The VM frees a slot: s1 (short) goes before l1, though l1 came first.
+        core.finish(secs(0.5), &mut busy[0]);
+        let served: Vec<_> = std::iter::from_fn(|| core.poll_action()).collect();
+        assert_eq!(
+            served,
+            [Action::Dequeued {
+                id: s1.queued().unwrap(),
+                decision: Decision::Vm {
+                    vm,
+                    kind: AttemptKind::Dequeued,
+                    reason: RouteReason::SpillBackRejected
+                }
+            }]
+        );
+        s1.on_dequeued(served_decision(&served[0]));
+        assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 2);
+        // The zone frees its call: l1 gets it.
+        core.finish(secs(0.6), &mut busy[1]);
+        let d = std::iter::from_fn(|| core.poll_action()).collect::<Vec<_>>();
+        assert!(
+            matches!(d.as_slice(), [Action::Dequeued { id, decision: Decision::Function { .. } }] if Some(*id) == l1.queued()),
+            "{d:?}"
+        );
+        // A call left waiting times out at its deadline.
+        let mut late = ticket().with_key(short);
+        assert!(matches!(
+            core.route(secs(1.0), &mut late),
+            Decision::Queue { .. }
+        ));
+        core.handle_timeout(secs(4.99));
+        assert_eq!(core.poll_action(), None);
+        core.handle_timeout(secs(5.0));
+        assert_eq!(
+            core.poll_action(),
+            Some(Action::QueueTimedOut {
+                id: late.queued().unwrap()
+            })
+        );
+        let q = core.status().queue.unwrap();
+        assert_eq!((q.order, q.length), ("sept", 0));
+    }
+
+    fn served_decision(a: &Action) -> Decision {
+        match a {
+            Action::Dequeued { decision, .. } => *decision,
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

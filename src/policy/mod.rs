@@ -21,6 +21,8 @@
 //! | [`rmax`] | LIBRA §III-B, Alg. 1 line 3 | r_max adapted by a PID controller on the VM latency percentile |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
+//! | [`sched`] | call scheduling §4 | the gateway queue: FIFO, SEPT, EECT, RECT, fair choice; per-key E[p] |
+//! | [`routes`] | call scheduling §4 (f(i)) | the route key ("function") of a call |
 //!
 //! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
@@ -35,7 +37,9 @@ pub mod functions;
 pub mod monitor;
 pub mod placement;
 pub mod rmax;
+pub mod routes;
 pub mod scaling;
+pub mod sched;
 pub mod timers;
 
 /// A point in time, as the time elapsed since an origin chosen by the driver.

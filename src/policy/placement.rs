@@ -342,12 +342,35 @@ impl Placement {
     /// the zones in `tried`. `None` when no candidate zone can take it; each candidate
     /// then counts the call as throttled.
     pub fn place(&mut self, now: Time, origin: Option<ZoneId>, tried: ZoneSet) -> Option<Lease> {
-        let edge = origin.filter(|z| {
+        let lease = self.try_place(now, origin, tried);
+        if lease.is_none() {
+            let edge = self.edge_of(origin, tried);
+            let cloud = self.cloud.filter(|z| !tried.contains(*z));
+            for zone in [edge, cloud].into_iter().flatten() {
+                self.zones[zone.0 as usize].count_throttled();
+            }
+        }
+        lease
+    }
+
+    fn edge_of(&self, origin: Option<ZoneId>, tried: ZoneSet) -> Option<ZoneId> {
+        origin.filter(|z| {
             (z.0 as usize) < self.zones.len()
                 && !tried.contains(*z)
                 && Some(*z) != self.cloud
                 && self.zones[z.0 as usize].params.kind == ZoneKind::Edge
-        });
+        })
+    }
+
+    /// Like [`Self::place`] without counting a refusal as throttled: the gateway queue
+    /// (call scheduling) asks whether capacity freed after every event.
+    pub fn try_place(
+        &mut self,
+        now: Time,
+        origin: Option<ZoneId>,
+        tried: ZoneSet,
+    ) -> Option<Lease> {
+        let edge = self.edge_of(origin, tried);
         let cloud = self.cloud.filter(|z| !tried.contains(*z));
         let steps: [(Option<ZoneId>, bool); 4] = match self.policy {
             PlacementPolicy::EdgeFirst => {
@@ -364,9 +387,6 @@ impl Placement {
             if let Some(start) = start {
                 return Some(Lease { zone, start });
             }
-        }
-        for zone in [edge, cloud].into_iter().flatten() {
-            self.zones[zone.0 as usize].count_throttled();
         }
         None
     }

@@ -58,8 +58,12 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
 /// provider-error series of the providers this gateway runs, registered at zero on the
 /// first scrape.
 fn scrape_gauges(gw: &Gateway) {
-    for z in &gw.status().core.zones {
+    let st = gw.status();
+    for z in &st.core.zones {
         m::function_instances(&z.name, z.starting, z.busy, z.idle);
+    }
+    if let Some(q) = &st.core.queue {
+        m::queue_gauges(q);
     }
     static ZEROED: std::sync::Once = std::sync::Once::new();
     ZEROED.call_once(|| {
@@ -200,6 +204,32 @@ pub fn status_json(gw: &Gateway) -> Value {
             "errors": gw.vm_provider().errors(),
         },
         "functions": functions_json(gw, &s.core.zones),
+        "queue": queue_json(s.core.queue.as_ref()),
+    })
+}
+
+/// `queue`: the gateway queue (call scheduling §4) — order, length and per route key
+/// the calls waiting, E[p] and wait, response time and stretch (mean, p50, p95); `null`
+/// without a queue.
+///
+/// ```json
+/// {"order": "sept", "length": 3, "max_length": 100,
+///  "routes": {"thumb": {"queued": 3, "expected_processing_ms": 12.5, "completed": 40,
+///    "wait_ms": {"count": 9, "mean": 80.1, "p50": 75.0, "p95": 160.0},
+///    "response_ms": {…}, "stretch": {…}}}}
+/// ```
+fn queue_json(q: Option<&crate::policy::core::QueueStatus>) -> Value {
+    let Some(q) = q else { return Value::Null };
+    let routes: serde_json::Map<String, Value> = q
+        .keys
+        .iter()
+        .map(|(name, k)| (name.clone(), json!(k)))
+        .collect();
+    json!({
+        "order": q.order,
+        "length": q.length,
+        "max_length": q.max_length,
+        "routes": routes,
     })
 }
 

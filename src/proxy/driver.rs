@@ -25,19 +25,21 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use http::Uri;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
 use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
-use crate::policy::balancer::VmState;
+use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
 use crate::policy::core::{Action, Core, CoreStatus};
 use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
+use crate::policy::routes::KeyId;
 use crate::policy::scaling::ScaleDecision;
+use crate::policy::sched::QueueId;
 use crate::policy::{Time, VmId};
 use crate::telemetry as m;
 
@@ -54,6 +56,19 @@ struct State {
     last_decision: Option<(u64, ScaleDecision)>,
     /// End of the last adaptive r_max period logged.
     r_max_logged: Option<Time>,
+    /// Requests waiting in the gateway queue (call scheduling §4), registered in the
+    /// same lock as the decision that queued them.
+    waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
+}
+
+/// How a wait in the gateway queue ended.
+#[derive(Debug)]
+pub enum QueueOutcome {
+    /// Capacity freed: the call's attempt (holding its slot or lease) and, for a VM, its
+    /// address.
+    Served(Decision, Option<VmTarget>),
+    /// The call waited `max_queue_wait_seconds`: 503 with `Retry-After`.
+    TimedOut,
 }
 
 /// Shared state of a running gateway: the policy core, the VM address book and the
@@ -100,6 +115,7 @@ impl Gateway {
                 records: HashMap::new(),
                 last_decision: None,
                 r_max_logged: None,
+                waiters: HashMap::new(),
             }),
             origin: Instant::now(),
             wake: Notify::new(),
@@ -228,9 +244,63 @@ impl Gateway {
     }
 
     /// The first decision for a request; a VM decision comes with the VM's base URL.
+    /// A [`Decision::Queue`] here is never served: use [`TicketGuard::route`].
     pub fn route(&self, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
-        let d = self.with_core(|core, now| core.route(now, ticket));
+        let (d, _) = self
+            .decide(ticket, |core, now, t| Some(core.route(now, t)))
+            .expect("route always decides");
         self.with_target(d, ticket)
+    }
+
+    /// Run a decision on the core; a [`Decision::Queue`] registers a waiter for the
+    /// call in the same lock (so that no [`Action::Dequeued`] can miss it).
+    fn decide(
+        &self,
+        ticket: &mut Ticket,
+        f: impl FnOnce(&mut Core, Time, &mut Ticket) -> Option<Decision>,
+    ) -> Option<(Decision, Option<oneshot::Receiver<QueueOutcome>>)> {
+        self.with_core_state(|st, now| {
+            let d = f(&mut st.core, now, ticket)?;
+            let rx = match (d, ticket.queued()) {
+                (Decision::Queue { .. }, Some(id)) => {
+                    m::queue_call("queued");
+                    let (tx, rx) = oneshot::channel();
+                    st.waiters.insert(id, tx);
+                    Some(rx)
+                }
+                (
+                    Decision::Reject {
+                        reason: RouteReason::QueueFull,
+                    },
+                    _,
+                ) => {
+                    m::queue_call("full");
+                    None
+                }
+                _ => None,
+            };
+            Some((d, rx))
+        })
+    }
+
+    /// Whether the gateway queue is configured (then requests carry a route key).
+    pub fn has_queue(&self) -> bool {
+        self.lock().core.has_queue()
+    }
+
+    /// The route key of a request ([`Core::route_key`]).
+    pub fn route_key(&self, method: &str, path: &str) -> KeyId {
+        self.lock().core.route_key(method, path)
+    }
+
+    /// A call of `key` that arrived at `arrived` (policy time) and was sent upstream at
+    /// `sent` completed now (end of its response body): its processing time (a cold
+    /// start excluded) feeds E[p], its response time and stretch the per-key measures.
+    pub fn call_completed(&self, key: KeyId, arrived: Time, sent: Instant) {
+        let processing = sent.elapsed();
+        let mut st = self.lock();
+        let response = self.now().saturating_sub(arrived);
+        st.core.on_call_completed(key, processing, response);
     }
 
     /// The current attempt failed: the next decision, or `None` (answer with this
@@ -240,7 +310,9 @@ impl Gateway {
         ticket: &mut Ticket,
         failure: Failure,
     ) -> Option<(Decision, Option<VmTarget>)> {
-        let d = self.with_core(|core, now| core.on_attempt_failed(now, ticket, failure))?;
+        let (d, _) = self.decide(ticket, |core, now, t| {
+            core.on_attempt_failed(now, t, failure)
+        })?;
         Some(self.with_target(d, ticket))
     }
 
@@ -302,7 +374,9 @@ impl Gateway {
     /// The backend's start error.
     pub async fn cold_start(&self, zone: ZoneId, instance: InstanceId) -> Result<(), BackendError> {
         metrics::counter!(COLD_STARTS_METRIC).increment(1);
+        let t0 = Instant::now();
         let started = self.zone_backend(zone).start_instance(instance).await;
+        m::cold_start_seconds(t0.elapsed());
         match &started {
             Ok(()) => self.with_core(|core, now| core.on_instance_started(now, zone, instance)),
             Err(e) => tracing::warn!(error = %e, zone = zone.0, "function cold start failed"),
@@ -418,6 +492,32 @@ impl Gateway {
             Action::StartInstance { zone, instance } => {
                 let this = self.self_arc();
                 tokio::spawn(async move { this.prewarm(zone, instance).await });
+            }
+            Action::Dequeued { id, decision } => {
+                let target = match decision {
+                    Decision::Vm { vm, .. } => self
+                        .lock()
+                        .records
+                        .get(&vm)
+                        .and_then(|r| r.base.clone().map(|base| VmTarget { vm, base })),
+                    _ => None,
+                };
+                let waiter = self.lock().waiters.remove(&id);
+                let sent = waiter
+                    .is_some_and(|tx| tx.send(QueueOutcome::Served(decision, target)).is_ok());
+                if sent {
+                    m::queue_call("served");
+                } else {
+                    // The request went away meanwhile: give the slot back.
+                    m::queue_call("cancelled");
+                    self.with_core(|core, now| core.abandon_dequeued(now, decision));
+                }
+            }
+            Action::QueueTimedOut { id } => {
+                m::queue_call("timeout");
+                if let Some(tx) = self.lock().waiters.remove(&id) {
+                    let _ = tx.send(QueueOutcome::TimedOut);
+                }
             }
             Action::StopInstance { zone, instance } => {
                 tracing::debug!(
@@ -646,6 +746,8 @@ pub struct TicketGuard {
     gw: Arc<Gateway>,
     ticket: Ticket,
     starting: Option<(ZoneId, InstanceId)>,
+    /// The call waits in the gateway queue.
+    waiting: Option<oneshot::Receiver<QueueOutcome>>,
 }
 
 impl TicketGuard {
@@ -655,17 +757,49 @@ impl TicketGuard {
             gw: Arc::clone(gw),
             ticket,
             starting: None,
+            waiting: None,
         }
     }
 
-    /// The first decision ([`Gateway::route`]).
-    pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
-        self.gw.route(&mut self.ticket)
+    /// The ticket (its key and arrival, for the completion report).
+    pub fn ticket(&self) -> &Ticket {
+        &self.ticket
     }
 
-    /// The current attempt failed ([`Gateway::attempt_failed`]).
+    /// The first decision ([`Gateway::route`]); after a [`Decision::Queue`], await
+    /// [`Self::wait_queued`].
+    pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
+        let (d, rx) = self
+            .gw
+            .decide(&mut self.ticket, |core, now, t| Some(core.route(now, t)))
+            .expect("route always decides");
+        self.waiting = rx;
+        self.gw.with_target(d, &mut self.ticket)
+    }
+
+    /// The current attempt failed ([`Gateway::attempt_failed`]); after a
+    /// [`Decision::Queue`], await [`Self::wait_queued`].
     pub fn attempt_failed(&mut self, failure: Failure) -> Option<(Decision, Option<VmTarget>)> {
-        self.gw.attempt_failed(&mut self.ticket, failure)
+        let (d, rx) = self.gw.decide(&mut self.ticket, |core, now, t| {
+            core.on_attempt_failed(now, t, failure)
+        })?;
+        self.waiting = rx;
+        Some(self.gw.with_target(d, &mut self.ticket))
+    }
+
+    /// Wait in the gateway queue: the attempt once capacity frees (the ticket then holds
+    /// its slot or lease), or `None` when the call waited its longest.
+    pub async fn wait_queued(&mut self) -> Option<(Decision, Option<VmTarget>)> {
+        let rx = self.waiting.as_mut()?;
+        let outcome = rx.await;
+        self.waiting = None;
+        match outcome {
+            Ok(QueueOutcome::Served(d, target)) => {
+                self.ticket.on_dequeued(d);
+                Some((d, target))
+            }
+            Ok(QueueOutcome::TimedOut) | Err(_) => None,
+        }
     }
 
     /// Cold-start the current lease's instance ([`Gateway::cold_start`]); if the request
@@ -707,6 +841,24 @@ impl Drop for TicketGuard {
             // Dropped during the cold start: the instance never served; forget it.
             self.ticket.hand_over();
             self.gw.instance_lost(zone, instance);
+        }
+        if let Some(mut rx) = self.waiting.take() {
+            // Gone while queued: leave the queue; a call served meanwhile gives its slot
+            // back (a send after `close` fails and the sender gives it back).
+            let ticket = &mut self.ticket;
+            let left = self.gw.with_core_state(|st, now| {
+                if let Some(id) = ticket.queued() {
+                    st.waiters.remove(&id);
+                }
+                st.core.cancel_queued(now, ticket)
+            });
+            if left {
+                m::queue_call("cancelled");
+            }
+            rx.close();
+            if let Ok(QueueOutcome::Served(d, _)) = rx.try_recv() {
+                self.gw.with_core(|core, now| core.abandon_dequeued(now, d));
+            }
         }
         if self.ticket.holds() {
             let ticket = &mut self.ticket;

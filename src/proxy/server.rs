@@ -199,7 +199,12 @@ impl Server {
             Box::new(LibraScaler::new(config.libra_scaling_params())),
             Box::new(config.libra_balancer()),
         )
-        .with_adaptive_r_max(config.r_max_adaptive_params());
+        .with_adaptive_r_max(config.r_max_adaptive_params())
+        .with_queue(
+            config.queue_params(),
+            config.route_defs(),
+            config.max_route_keys(),
+        );
         let gateway = Gateway::new(
             core,
             vm_provider,

@@ -25,7 +25,7 @@ use tokio::time::Instant;
 use crate::backends::FunctionError;
 use crate::net::ClientInfo;
 use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
-use crate::policy::balancer::RequestMeta;
+use crate::policy::balancer::{RequestMeta, RouteReason};
 use crate::policy::placement::Start;
 
 use super::driver::{Gateway, TicketGuard};
@@ -177,8 +177,19 @@ async fn dispatch(
     // The attempt protocol (policy::attempt): route, then one decision per failed attempt.
     // The guard gives back whatever the current attempt holds if this future is dropped
     // (client gone) or returns an error; a response's body guard takes over on success.
-    let mut ticket = TicketGuard::new(gw, Ticket::new(meta, None));
+    // The route key (call scheduling §4: the call's "function") on the normalized path.
+    let mut new_ticket = Ticket::new(meta, None);
+    if gw.has_queue() {
+        new_ticket = new_ticket.with_key(gw.route_key(out.method().as_str(), out.uri().path()));
+    }
+    let mut ticket = TicketGuard::new(gw, new_ticket);
     let (mut decision, mut target) = ticket.route();
+    // Reports a completed call's processing and response time (per route key).
+    let completion = ticket
+        .ticket()
+        .key()
+        .zip(ticket.ticket().arrival())
+        .map(|(k, a)| (k, a.at));
     let mut pending = Some(out);
     loop {
         record_decision(&decision);
@@ -187,7 +198,21 @@ async fn dispatch(
             .or_else(|| replay.as_ref().map(Replay::rebuild))
             .expect("the core only retries a request the driver can send");
         match decision {
-            Decision::Reject { reason } | Decision::Queue { reason } => {
+            Decision::Queue { .. } => match ticket.wait_queued().await {
+                Some((d, t)) => {
+                    (decision, target) = (d, t);
+                    pending = Some(request);
+                }
+                None => {
+                    return Err((
+                        "local",
+                        ProxyError::NoCapacity {
+                            reason: RouteReason::QueueTimeout.as_str(),
+                        },
+                    ));
+                }
+            },
+            Decision::Reject { reason } => {
                 return Err((
                     "local",
                     ProxyError::NoCapacity {
@@ -255,8 +280,14 @@ async fn dispatch(
                         }
                         let gw2 = Arc::clone(gw);
                         ticket.hand_over();
-                        // Response end: a VM response-time sample (adaptive r_max).
-                        let done = OnDrop::new(move || gw2.finish_vm_request_sent_at(vm, sent_at));
+                        // Response end: a VM response-time sample (adaptive r_max) and the
+                        // call's processing time (call scheduling).
+                        let done = OnDrop::new(move || {
+                            if let Some((key, arrived)) = completion {
+                                gw2.call_completed(key, arrived, sent_at);
+                            }
+                            gw2.finish_vm_request_sent_at(vm, sent_at)
+                        });
                         let mut resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
                         resp.extensions_mut().insert(served_by_vm(vm));
@@ -289,6 +320,8 @@ async fn dispatch(
                 }
                 request.extensions_mut().insert(ClientInfo { peer, scheme });
                 let backend = gw.zone_backend(lease.zone);
+                // After the cold start: p excludes it (call scheduling).
+                let sent_at = Instant::now();
                 let called = tokio::time::timeout(
                     settings.upstream_timeout,
                     backend.invoke(lease.instance(), request),
@@ -314,7 +347,12 @@ async fn dispatch(
                         };
                         let gw2 = Arc::clone(gw);
                         ticket.hand_over();
-                        let done = OnDrop::new(move || gw2.finish_function(lease));
+                        let done = OnDrop::new(move || {
+                            if let Some((key, arrived)) = completion {
+                                gw2.call_completed(key, arrived, sent_at);
+                            }
+                            gw2.finish_function(lease)
+                        });
                         let mut resp =
                             resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
                         resp.extensions_mut().insert(served);
@@ -355,14 +393,15 @@ fn record_decision(d: &Decision) {
     let tier = match d {
         Decision::Vm { .. } => "vm",
         Decision::Function { .. } => "function",
-        Decision::Queue { .. } | Decision::Reject { .. } => "rejected",
+        Decision::Queue { .. } => "queued",
+        Decision::Reject { .. } => "rejected",
     };
     m::routing(tier, d.reason().as_str());
     match d.kind() {
         Some(AttemptKind::Retry) => m::retry("connect_failure"),
         Some(AttemptKind::FallBack) => m::retry("spill_back"),
         Some(AttemptKind::FallThrough) => m::retry("fall_through"),
-        Some(AttemptKind::First) | None => {}
+        Some(AttemptKind::First | AttemptKind::Dequeued) | None => {}
     }
     tracing::debug!(decision = ?d, reason = d.reason().as_str(), "routing decision");
 }

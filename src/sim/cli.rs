@@ -36,6 +36,35 @@ pub enum PolicyArg {
     All,
 }
 
+/// `--queue-order` values (call scheduling §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum QueueOrderArg {
+    /// Arrival order.
+    Fifo,
+    /// Shortest expected processing time first.
+    Sept,
+    /// Earliest expected completion time.
+    Eect,
+    /// The key's previous arrival + E[p].
+    Rect,
+    /// Recent calls of the key × E[p].
+    #[value(name = "fair_choice")]
+    FairChoice,
+}
+
+impl QueueOrderArg {
+    fn order(self) -> crate::policy::sched::Order {
+        use crate::policy::sched::Order;
+        match self {
+            QueueOrderArg::Fifo => Order::Fifo,
+            QueueOrderArg::Sept => Order::Sept,
+            QueueOrderArg::Eect => Order::Eect,
+            QueueOrderArg::Rect => Order::Rect,
+            QueueOrderArg::FairChoice => Order::FairChoice,
+        }
+    }
+}
+
 /// `spillway sim`: replay a trace through LIBRA and the baselines (LIBRA §IV).
 #[derive(Clone, Debug, clap::Args)]
 pub struct SimArgs {
@@ -74,6 +103,9 @@ pub struct SimArgs {
     /// `libra.r_max_adaptive` is set).
     #[arg(long, value_name = "RPS")]
     pub r_max_rps: Option<f64>,
+    /// Override `queue.order` (call scheduling §4; needs a `queue:` section).
+    #[arg(long, value_enum, value_name = "ORDER")]
+    pub queue_order: Option<QueueOrderArg>,
     /// Write the JSON report here (`-`: stdout).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -198,6 +230,17 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     let mut config = load_config(args.config.as_deref())?;
+    if let Some(o) = args.queue_order {
+        match config.queue.as_mut() {
+            Some(q) => q.order = o.order(),
+            None => {
+                return Err(SimError::Invalid {
+                    field: "--queue-order".into(),
+                    message: "the configuration has no `queue:` section".into(),
+                });
+            }
+        }
+    }
     if let Some(r) = args.r_max_rps {
         config.libra.r_max_rps = r;
         let issues = config.validate();

@@ -28,7 +28,7 @@
 //!   rejected request is one too (it got no answer in time).
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, VecDeque};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::time::Duration;
 
 use hdrhistogram::Histogram;
@@ -37,7 +37,10 @@ use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
-use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs};
+use super::report::{
+    CostBreakdown, EpochRow, FunctionSpread, PolicyReport, QueueReport, RMaxReport, ResponseMs,
+    Spread,
+};
 use super::trace::Trace;
 use crate::config::Config;
 use crate::config::sim::{FunctionModelConfig, VmModelConfig};
@@ -51,7 +54,9 @@ use crate::policy::cost::FunctionPricing;
 use crate::policy::functions::{FunctionPoolParams, InstanceId};
 use crate::policy::placement::{Lease, PlacementParams, Start, ZoneCapacity, ZoneId};
 use crate::policy::rmax::RMaxParams;
+use crate::policy::routes::KeyId;
 use crate::policy::scaling::LibraScalingParams;
+use crate::policy::sched::{QueueId, SchedParams};
 use crate::policy::timers::Timer;
 use crate::policy::{Time, VmId};
 
@@ -84,6 +89,12 @@ pub struct SimParams {
     /// VM request's modelled response time (queue wait + service). The baselines keep
     /// the static r_max.
     pub r_max_adaptive: Option<RMaxParams>,
+    /// The gateway queue (`queue:`, call scheduling §4): calls finding no VM slot
+    /// (`libra.max_outstanding_per_vm`, = `sim.vm.slots` for one call per core) and no
+    /// function capacity wait, in this order, instead of being throttled.
+    pub queue: Option<SchedParams>,
+    /// `queue.max_route_keys`.
+    pub max_route_keys: usize,
 }
 
 impl SimParams {
@@ -124,6 +135,8 @@ impl SimParams {
             pricing: c.pricing.function_pricing(),
             vm_hourly_usd: c.pricing.vm_hourly_usd,
             r_max_adaptive: c.r_max_adaptive_params(),
+            queue: c.queue_params(),
+            max_route_keys: c.max_route_keys(),
         })
     }
 
@@ -260,12 +273,61 @@ struct Engine<'a> {
     last_done_ns: u64,
     series: Option<Vec<EpochRow>>,
     last_routed_fn: u64,
+    /// Call scheduling (with `queue:`): waiting calls, route key per request class, the
+    /// calls in service (by event sequence number) and per-key measures.
+    calls: Option<Calls>,
+}
+
+/// A call in the simulation's gateway queue or in service.
+#[derive(Clone, Copy, Debug)]
+struct SimCall {
+    arrival: u64,
+    service_ns: u64,
+    memory_mb: u32,
+    key: KeyId,
+}
+
+/// Per-run call-scheduling state of the engine.
+struct Calls {
+    class_key: Vec<KeyId>,
+    waiting: HashMap<QueueId, SimCall>,
+    /// Running calls by the sequence number of their completion event.
+    running: HashMap<u64, SimCall>,
+    timed_out: u64,
+    /// Response time (µs) and stretch (× 1000) per key, and over all keys.
+    response: Vec<Histogram<u64>>,
+    stretch: Vec<Histogram<u64>>,
+    all_response: Histogram<u64>,
+    all_stretch: Histogram<u64>,
+}
+
+impl Calls {
+    fn record(&mut self, key: KeyId, response_ns: u64, service_ns: u64) {
+        let i = key.0 as usize;
+        while self.response.len() <= i {
+            self.response.push(hist());
+            self.stretch.push(hist());
+        }
+        let s = (response_ns as f64 / service_ns.max(1) as f64 * 1000.0).round() as u64;
+        for (r, st) in [
+            (&mut self.response[i], &mut self.stretch[i]),
+            (&mut self.all_response, &mut self.all_stretch),
+        ] {
+            r.saturating_record(response_ns / 1000);
+            st.saturating_record(s);
+        }
+    }
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")
 }
 
 impl<'a> Engine<'a> {
-    fn schedule(&mut self, t: u64, kind: EvKind) {
+    fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
         self.heap.push(Reverse((t, self.seq, kind)));
+        self.seq
     }
 
     fn integrate_cap(&mut self, now: u64) {
@@ -320,6 +382,22 @@ impl<'a> Engine<'a> {
                 )
                 | Action::StopInstance { .. }
                 | Action::VmBootTimedOut { .. } => {}
+                Action::Dequeued { id, decision } => {
+                    let call = self
+                        .calls
+                        .as_mut()
+                        .and_then(|c| c.waiting.remove(&id))
+                        .expect("a served call waited");
+                    self.start(now, call, decision);
+                }
+                Action::QueueTimedOut { id } => {
+                    if let Some(c) = self.calls.as_mut() {
+                        c.waiting.remove(&id);
+                        c.timed_out += 1;
+                    }
+                    self.throttled += 1;
+                    self.violations += 1;
+                }
             }
         }
     }
@@ -397,7 +475,17 @@ impl<'a> Engine<'a> {
         self.hist.saturating_record(r / 1000);
     }
 
-    fn handle(&mut self, t: u64, kind: EvKind) {
+    fn handle(&mut self, t: u64, seq: u64, kind: EvKind) {
+        // A call completes: its processing time feeds E[p] (call scheduling §4).
+        if let Some(c) = self.calls.as_mut()
+            && let Some(call) = c.running.remove(&seq)
+        {
+            self.core.on_call_completed(
+                call.key,
+                dur(call.service_ns),
+                dur(t.saturating_sub(call.arrival)),
+            );
+        }
         match kind {
             EvKind::VmDone(vm, latency_us) => {
                 self.last_done_ns = t;
@@ -433,17 +521,59 @@ impl<'a> Engine<'a> {
     }
 
     #[inline]
-    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32) {
+    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32, class: u32) {
         let mut ticket = Ticket::new(RequestMeta::default(), None);
+        let key = self.calls.as_ref().map(|c| {
+            c.class_key
+                .get(class as usize)
+                .copied()
+                .unwrap_or(crate::policy::routes::RouteKeys::OTHER)
+        });
+        if let Some(k) = key {
+            ticket = ticket.with_key(k);
+        }
+        let call = SimCall {
+            arrival: t,
+            service_ns,
+            memory_mb,
+            key: key.unwrap_or(crate::policy::routes::RouteKeys::OTHER),
+        };
         let decision = self.core.route(dur(t), &mut ticket);
         match decision {
+            Decision::Vm { .. } | Decision::Function { .. } => self.start(t, call, decision),
+            Decision::Queue { .. } => {
+                let id = ticket.queued().expect("a queued ticket has an id");
+                if let Some(c) = self.calls.as_mut() {
+                    c.waiting.insert(id, call);
+                }
+            }
+            Decision::Reject { reason } => {
+                self.throttled += 1;
+                self.violations += 1;
+                if reason != RouteReason::SpillBackRejected {
+                    self.stats.rejected += 1;
+                }
+            }
+        }
+    }
+
+    /// Start `call` at `now` (its arrival, or when it leaves the queue) as `decision`
+    /// says: on a VM slot, or on a function instance.
+    fn start(&mut self, now: u64, call: SimCall, decision: Decision) {
+        let SimCall {
+            arrival: t,
+            service_ns,
+            memory_mb,
+            ..
+        } = call;
+        let (end, seq) = match decision {
             Decision::Vm { vm, kind, .. } => {
                 if kind == AttemptKind::FallBack {
                     self.stats.fell_back += 1;
                 }
                 let v = &mut self.vms[vm.0 as usize];
                 let mut top = v.slots.peek_mut().expect("a VM has at least one slot");
-                let start = top.0.max(t);
+                let start = top.0.max(now);
                 let end = start + service_ns;
                 *top = Reverse(end);
                 drop(top);
@@ -451,41 +581,43 @@ impl<'a> Engine<'a> {
                     self.add_busy(start, end);
                 }
                 let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
-                self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
-                self.respond(t, end);
+                let seq = self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
+                (end, seq)
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
                 let (id, start) = match lease.start {
-                    Start::Warm(id) => {
-                        (id, t + (self.p.function.warm_start_ms * 1e6).round() as u64)
-                    }
+                    Start::Warm(id) => (
+                        id,
+                        now + (self.p.function.warm_start_ms * 1e6).round() as u64,
+                    ),
                     Start::Cold(id) => {
                         let cold = (self.p.function.cold_start_ms * 1e6).round() as u64;
                         // Ready after its cold start; busy with this call meanwhile.
-                        self.schedule(t + cold, EvKind::InstanceReady(zone, id.0 as u32));
+                        self.schedule(now + cold, EvKind::InstanceReady(zone, id.0 as u32));
                         self.cold_starts += 1;
                         if self.p.function.bill_init {
                             self.mb_ms +=
                                 u128::from(memory_mb) * u128::from(cold.div_ceil(1_000_000));
                         }
-                        (id, t + cold)
+                        (id, now + cold)
                     }
                     Start::Untracked => unreachable!("simulated zones have instances"),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
                 self.stats.function_served += 1;
                 let end = start + service_ns;
-                self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
-                self.respond(t, end);
+                let seq = self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
+                (end, seq)
             }
-            Decision::Reject { reason } | Decision::Queue { reason } => {
-                self.throttled += 1;
-                self.violations += 1;
-                if reason != RouteReason::SpillBackRejected {
-                    self.stats.rejected += 1;
-                }
+            Decision::Queue { .. } | Decision::Reject { .. } => {
+                unreachable!("only Vm and Function decisions start a call")
             }
+        };
+        self.respond(t, end);
+        if let Some(c) = self.calls.as_mut() {
+            c.running.insert(seq, call);
+            c.record(call.key, end - t, service_ns);
         }
     }
 
@@ -524,7 +656,23 @@ pub fn run_policy(
     } else {
         None
     };
-    let core = Core::new(p.core_params(), scaler, router).with_adaptive_r_max(adaptive);
+    let mut core = Core::new(p.core_params(), scaler, router)
+        .with_adaptive_r_max(adaptive)
+        .with_queue(p.queue.clone(), Vec::new(), p.max_route_keys);
+    let calls = p.queue.as_ref().map(|_| Calls {
+        class_key: trace
+            .classes
+            .iter()
+            .map(|c| core.key_named(c.name.as_deref().unwrap_or("default")))
+            .collect(),
+        waiting: HashMap::new(),
+        running: HashMap::new(),
+        timed_out: 0,
+        response: Vec::new(),
+        stretch: Vec::new(),
+        all_response: hist(),
+        all_stretch: hist(),
+    });
     let measure_latency = core.adapts_r_max();
     let epoch_ns = p.controller.monitor.epoch.as_nanos() as u64;
     let mut e = Engine {
@@ -555,6 +703,7 @@ pub fn run_policy(
         last_done_ns: 0,
         series: series.then(Vec::new),
         last_routed_fn: 0,
+        calls,
     };
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
@@ -578,10 +727,10 @@ pub fn run_policy(
         // arrivals.
         e.fire_timers(t);
         if heap_t == Some(t) {
-            let Some(Reverse((t, _, kind))) = e.heap.pop() else {
+            let Some(Reverse((t, seq, kind))) = e.heap.pop() else {
                 unreachable!()
             };
-            e.handle(t, kind);
+            e.handle(t, seq, kind);
             continue;
         }
         let a = next.take().expect("an arrival is next");
@@ -595,7 +744,7 @@ pub fn run_policy(
                 .sample(&mut service_rng)
         };
         let memory_mb = class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb);
-        e.arrive(a.at_ns, service_ns, memory_mb);
+        e.arrive(a.at_ns, service_ns, memory_mb, a.class);
         arrived += 1;
         if arrived & 0xFFFF == 0 {
             progress(arrived);
@@ -692,11 +841,46 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
                 .and_then(|l| l.measured)
                 .map(|d| d.as_secs_f64() * 1000.0),
         }),
+        queue: e.calls.as_ref().map(|c| queue_report(&e.core, c)),
     };
     PolicyRun {
         report,
         stats: e.stats,
         series: e.series.unwrap_or_default(),
+    }
+}
+
+/// Per-function and overall response time and stretch of a run with the gateway queue
+/// (call scheduling §4: means, medians and quartiles, also per function).
+fn queue_report(core: &Core, c: &Calls) -> QueueReport {
+    let spread = |h: &Histogram<u64>, scale: f64| Spread {
+        calls: h.len(),
+        mean: round_sig3(h.mean() / scale),
+        p25: round_sig3(h.value_at_quantile(0.25) as f64 / scale),
+        p50: round_sig3(h.value_at_quantile(0.50) as f64 / scale),
+        p75: round_sig3(h.value_at_quantile(0.75) as f64 / scale),
+        p95: round_sig3(h.value_at_quantile(0.95) as f64 / scale),
+    };
+    let n = c.response.len();
+    let st = core.status();
+    QueueReport {
+        order: st.queue.as_ref().map_or("fifo", |q| q.order).to_string(),
+        timed_out: c.timed_out,
+        response_ms: spread(&c.all_response, 1e3),
+        stretch: spread(&c.all_stretch, 1e3),
+        functions: (0..n)
+            .filter(|&i| !c.response[i].is_empty())
+            .map(|i| {
+                let name = core.key_name(KeyId(i as u32)).to_string();
+                (
+                    name,
+                    FunctionSpread {
+                        response_ms: spread(&c.response[i], 1e3),
+                        stretch: spread(&c.stretch[i], 1e3),
+                    },
+                )
+            })
+            .collect(),
     }
 }
 

@@ -62,6 +62,51 @@ pub struct PolicyReport {
     /// Adaptive r_max (`libra.r_max_adaptive`, LIBRA only); absent when r_max is fixed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r_max: Option<RMaxReport>,
+    /// Call scheduling (`queue:`): response time and stretch, overall and per function;
+    /// absent without a queue.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub queue: Option<QueueReport>,
+}
+
+/// Mean, quartiles and 95th percentile of one measure (3 significant digits).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct Spread {
+    /// Samples.
+    pub calls: u64,
+    /// Mean.
+    pub mean: f64,
+    /// First quartile.
+    pub p25: f64,
+    /// Median.
+    pub p50: f64,
+    /// Third quartile.
+    pub p75: f64,
+    /// 95th percentile.
+    pub p95: f64,
+}
+
+/// One function's measures.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct FunctionSpread {
+    /// Response time R = completion − arrival, ms.
+    pub response_ms: Spread,
+    /// Stretch R / p.
+    pub stretch: Spread,
+}
+
+/// The gateway queue's outcome in a run (call scheduling §4).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct QueueReport {
+    /// The order (`fifo`, `sept`, `eect`, `rect`, `fair_choice`).
+    pub order: String,
+    /// Calls that waited `max_queue_wait_seconds` (counted as throttled).
+    pub timed_out: u64,
+    /// Response time of served calls, ms.
+    pub response_ms: Spread,
+    /// Stretch of served calls.
+    pub stretch: Spread,
+    /// Per function (route key), by name.
+    pub functions: Vec<(String, FunctionSpread)>,
 }
 
 /// Where the adaptive r_max controller went during a run (LIBRA §III-B).

@@ -3,8 +3,11 @@
 //! Formats (`--format`):
 //! * `counts` — one integer a line: requests in that second (line 1 = second 0);
 //!   arrivals evenly spaced within the second, at `s + j/c` (LIBRA §IV's WITS trace).
-//! * `events` — `<arrival seconds> [<zone>]` a line, time-ordered (FaaSim §3's event
-//!   lists). The zone is kept for edge/cloud placement.
+//! * `events` — `<arrival seconds> [<zone>] [fn=<name>] [p_ms=<ms>]` a line,
+//!   time-ordered (FaaSim §3's event lists). The zone is kept for edge/cloud placement;
+//!   the optional `key=value` columns (extensible: unknown keys are errors) name the
+//!   call's function (its route key, call scheduling §4; one request class each) and its
+//!   processing time (otherwise sampled from the class's model).
 //! * `azure2019` — an Azure Functions 2019 `invocations_per_function_md` file: one row per
 //!   function, per-minute counts; arrivals uniformly random within the minute. Optional
 //!   durations-percentiles (`--durations`) and app-memory (`--memory`) files give each
@@ -36,7 +39,7 @@ pub enum TraceFormat {
     /// One integer a line: requests in that second.
     #[default]
     Counts,
-    /// `<arrival seconds> [<zone>]` a line.
+    /// `<arrival seconds> [<zone>] [fn=<name>] [p_ms=<ms>]` a line.
     Events,
     /// Azure Functions 2019 per-minute invocation counts.
     Azure2019,
@@ -78,6 +81,9 @@ impl Default for TraceOptions {
 /// Class 0 is the configured default request.
 #[derive(Clone, Debug, Default)]
 pub struct RequestClass {
+    /// The function's name (`events` traces' `fn=` column; call scheduling's route key);
+    /// `None`: the default class.
+    pub name: Option<String>,
     /// Service time model; `None`: the configured `sim.request.service_time`.
     pub service: Option<ServiceModel>,
     /// Memory, MB; `None`: the configured memory.
@@ -323,25 +329,22 @@ fn secs_to_ns(s: f64) -> u64 {
 }
 
 fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    const SHAPE: &str = "`<arrival seconds> [<zone>] [fn=<name>] [p_ms=<ms>]`";
     let mut arrivals = Vec::new();
+    let mut classes = vec![RequestClass::default()];
+    let mut by_name: HashMap<String, u32> = HashMap::new();
     let mut last = f64::NEG_INFINITY;
     let origin = o.from_s.unwrap_or(0.0);
     let lines = lines(text, file)?;
     let mut copies = copies_of_next(o.rate_divisor);
     for (n, l) in lines {
-        let mut it = l.split_whitespace();
+        let mut it = l.split_whitespace().peekable();
         let t: f64 = it
             .next()
             .and_then(|x| x.parse().ok())
             .filter(|t: &f64| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| {
-                parse_err(
-                    file,
-                    n,
-                    format!("expected `<arrival seconds> [<zone>]`, got {l:?}"),
-                )
-            })?;
-        let zone = match it.next() {
+            .ok_or_else(|| parse_err(file, n, format!("expected {SHAPE}, got {l:?}")))?;
+        let zone = match it.next_if(|x| !x.contains('=')) {
             None => 0,
             Some(z) => z.parse::<u32>().map_err(|_| {
                 parse_err(
@@ -351,12 +354,41 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
                 )
             })?,
         };
-        if it.next().is_some() {
-            return Err(parse_err(
-                file,
-                n,
-                format!("expected `<arrival seconds> [<zone>]`, got {l:?}"),
-            ));
+        let (mut class, mut service_ns) = (0u32, 0u64);
+        for col in it {
+            match col.split_once('=') {
+                Some(("fn", name)) if !name.is_empty() => {
+                    let next = classes.len() as u32;
+                    class = *by_name.entry(name.to_string()).or_insert_with(|| {
+                        classes.push(RequestClass {
+                            name: Some(name.to_string()),
+                            ..RequestClass::default()
+                        });
+                        next
+                    });
+                }
+                Some(("p_ms", ms)) => {
+                    let ms: f64 = ms
+                        .parse()
+                        .ok()
+                        .filter(|v: &f64| v.is_finite() && *v > 0.0)
+                        .ok_or_else(|| {
+                            parse_err(
+                                file,
+                                n,
+                                format!("p_ms must be a positive number, got {ms:?}"),
+                            )
+                        })?;
+                    service_ns = ((ms * 1e6).round() as u64).max(1);
+                }
+                _ => {
+                    return Err(parse_err(
+                        file,
+                        n,
+                        format!("expected {SHAPE}, got column {col:?}"),
+                    ));
+                }
+            }
         }
         if t < last {
             return Err(parse_err(
@@ -369,9 +401,9 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
         if in_window(t, o) {
             let a = Arrival {
                 at_ns: secs_to_ns(t - origin),
-                class: 0,
+                class,
                 zone,
-                service_ns: 0,
+                service_ns,
             };
             arrivals.extend(std::iter::repeat_n(a, copies()));
         }
@@ -380,7 +412,7 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
         path: String::new(),
         duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
         data: TraceData::Events(arrivals),
-        classes: vec![RequestClass::default()],
+        classes,
     })
 }
 
@@ -431,6 +463,7 @@ fn parse_azure2019(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
             f[func].to_string(),
         );
         let class = RequestClass {
+            name: None,
             service: durations.get(&key).cloned(),
             memory_mb: memory.get(&(key.0.clone(), key.1.clone())).copied(),
         };

@@ -1,0 +1,73 @@
+//! `routes:` — named route keys (call scheduling §4: a call's "function" f(i)), shared by
+//! the gateway queue and, later, the delay queue. A request's key is the first route whose
+//! `path_prefix` matches its normalized path (at a segment boundary) and whose `methods`
+//! (empty: all) name its method; otherwise its path's first segment
+//! (`crate::policy::routes`).
+
+use serde::{Deserialize, Serialize};
+
+use super::schema::Issues;
+use crate::policy::routes::RouteDef;
+
+/// One `routes:` entry.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteConfig {
+    /// The key's name (metrics label `route`, `/status`); unique, not `other`.
+    pub name: String,
+    /// Path prefix starting with `/`: matches the path itself and everything below it.
+    pub path_prefix: String,
+    /// HTTP methods (upper case); empty: every method.
+    #[serde(default)]
+    pub methods: Vec<String>,
+}
+
+impl RouteConfig {
+    /// The policy's route definition.
+    pub fn def(&self) -> RouteDef {
+        RouteDef {
+            name: self.name.clone(),
+            path_prefix: self.path_prefix.clone(),
+            methods: self.methods.clone(),
+        }
+    }
+}
+
+/// Semantic checks of `routes`, each problem with its field path.
+pub fn validate_routes(routes: &[RouteConfig], is: &mut Issues) {
+    for (i, r) in routes.iter().enumerate() {
+        let at = |f: &str| format!("routes[{i}].{f}");
+        let valid_name = !r.name.is_empty()
+            && r.name.len() <= 64
+            && r.name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "_-./".contains(c));
+        if !valid_name {
+            is.push(
+                at("name"),
+                format!(
+                    "must be 1-64 characters of [A-Za-z0-9_./-], got {:?}",
+                    r.name
+                ),
+            );
+        } else if r.name == "other" {
+            is.push(at("name"), "`other` is reserved for the overflow key");
+        } else if routes[..i].iter().any(|o| o.name == r.name) {
+            is.push(at("name"), format!("duplicate route name {:?}", r.name));
+        }
+        if !r.path_prefix.starts_with('/') {
+            is.push(
+                at("path_prefix"),
+                format!("must start with '/', got {:?}", r.path_prefix),
+            );
+        }
+        for (j, m) in r.methods.iter().enumerate() {
+            if m.is_empty() || !m.chars().all(|c| c.is_ascii_uppercase()) {
+                is.push(
+                    format!("routes[{i}].methods[{j}]"),
+                    format!("must be an upper-case method name like GET, got {m:?}"),
+                );
+            }
+        }
+    }
+}
