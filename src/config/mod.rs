@@ -22,10 +22,12 @@ mod lambda;
 mod schema;
 pub mod sim;
 mod yaml;
+mod zones;
 
 pub use lambda::*;
 pub use schema::*;
 pub use yaml::Loc;
+pub use zones::*;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
