@@ -1020,6 +1020,7 @@ impl Config {
                 "missing: `spillway serve` needs a function tier (type: process, http or lambda) or function_zones",
             );
         }
+        self.zone_gateway_issues(&mut is);
         if let Some(tls) = &self.gateway.tls
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {

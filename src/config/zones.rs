@@ -99,8 +99,10 @@ pub struct ProcessZoneConfig {
     /// Edge zones: client networks whose requests originate in this zone.
     #[serde(default)]
     pub client_cidrs: Vec<ipnet::IpNet>,
-    /// Program and arguments, with `{port}` and `{spillway}` placeholders.
-    pub command: Vec<String>,
+    /// Program and arguments, with `{port}` and `{spillway}` placeholders. Required by
+    /// `spillway serve`; the simulator models instances and needs none.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
     /// Readiness probe path.
     #[serde(default = "default_health_path")]
     pub health_path: String,
@@ -182,7 +184,7 @@ impl FunctionZoneConfig {
         match self {
             FunctionZoneConfig::Process(p) => {
                 FunctionTierConfig::Process(ProcessFunctionTierConfig {
-                    command: p.command.clone(),
+                    command: p.command.clone().unwrap_or_default(),
                     health_path: p.health_path.clone(),
                     keep_alive_seconds: p.keep_alive_seconds,
                     max_instances: p.max_instances,
@@ -200,6 +202,21 @@ impl FunctionZoneConfig {
 }
 
 impl Config {
+    /// What `spillway serve` needs of the zones beyond [`Config::validate`]: a command
+    /// for every `process` zone.
+    pub(crate) fn zone_gateway_issues(&self, is: &mut Issues) {
+        for (i, z) in self.function_zones.iter().enumerate() {
+            if let FunctionZoneConfig::Process(p) = z
+                && p.command.is_none()
+            {
+                is.push(
+                    format!("function_zones[{i}].command"),
+                    "missing: `spillway serve` runs a process zone's instances with it (only the simulator does without)",
+                );
+            }
+        }
+    }
+
     /// Every function zone in placement order: the `function_zones`, then `function_tier`
     /// as a cloud zone named [`SINGLE_ZONE_NAME`]. Empty: no function tier at all.
     pub fn zone_specs(&self) -> Vec<ZoneSpec> {
@@ -291,7 +308,16 @@ impl Config {
                 }
                 ZoneKindConfig::Edge => {}
             }
-            z.tier().validate_at(&at, is);
+            match z {
+                // Without a command: only the simulator can use it (gateway_issues).
+                FunctionZoneConfig::Process(p) if p.command.is_none() => {
+                    let mut own = Issues(Vec::new());
+                    z.tier().validate_at(&at, &mut own);
+                    let skip = format!("{at}.command");
+                    is.0.extend(own.0.into_iter().filter(|i| i.path != skip));
+                }
+                _ => z.tier().validate_at(&at, is),
+            }
         }
         let n = self.function_zones.len() + usize::from(self.function_tier.is_some());
         if n > MAX_ZONES {
@@ -442,6 +468,23 @@ mod tests {
         assert!(
             problems("gateway:\n  trusted_proxies: [127.0.0.1/32]\n  origin_zone_header: x-zone\n")
                 .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_process_zone_without_a_command_is_for_the_simulator_only() {
+        let yaml = "function_zones:\n  - {name: e, kind: edge, type: process, max_instances: 1}\n";
+        assert!(Config::from_yaml(yaml, "z.yaml").is_ok());
+        let err = Config::from_yaml_for_serve(yaml, "z.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("z.yaml:2:5: function_zones[0].command: missing: `spillway serve`"),
+            "{err}"
+        );
+        assert!(
+            !err.contains("function_tier"),
+            "zones are a function tier: {err}"
         );
     }
 }

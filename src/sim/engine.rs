@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
-use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs};
+use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs, ZoneReport};
 use super::trace::Trace;
 use crate::config::Config;
 use crate::config::sim::{FunctionModelConfig, VmModelConfig};
@@ -48,8 +48,10 @@ use crate::policy::baselines::{AutoParams, PolicyParams};
 use crate::policy::controller::{self, ControllerParams};
 use crate::policy::core::{Action, Core, CoreParams};
 use crate::policy::cost::FunctionPricing;
-use crate::policy::functions::{FunctionPoolParams, InstanceId};
-use crate::policy::placement::{Lease, PlacementParams, Start, ZoneCapacity, ZoneId};
+use crate::policy::functions::{FunctionPoolParams, FunctionUsage, InstanceId};
+use crate::policy::placement::{
+    Lease, PlacementParams, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneStatus,
+};
 use crate::policy::rmax::RMaxParams;
 use crate::policy::scaling::LibraScalingParams;
 use crate::policy::timers::Timer;
@@ -84,6 +86,14 @@ pub struct SimParams {
     /// VM request's modelled response time (queue wait + service). The baselines keep
     /// the static r_max.
     pub r_max_adaptive: Option<RMaxParams>,
+    /// Function zones and placement (`function_zones`, `placement`; FaaSim two-tier
+    /// edge/cloud) when the configuration has zones; `None`: one cloud zone with the
+    /// function model's keep-alive, pre-warm and cap.
+    pub placement: Option<PlacementParams>,
+    /// Zone `z` of an `events` trace is edge zone `edge_zones[z]` (the edge zones of
+    /// `function_zones` in order); a trace zone without an edge zone has no origin and
+    /// goes to the cloud.
+    pub edge_zones: Vec<ZoneId>,
 }
 
 impl SimParams {
@@ -124,6 +134,14 @@ impl SimParams {
             pricing: c.pricing.function_pricing(),
             vm_hourly_usd: c.pricing.vm_hourly_usd,
             r_max_adaptive: c.r_max_adaptive_params(),
+            placement: (!c.function_zones.is_empty()).then(|| c.placement_params()),
+            edge_zones: c
+                .zone_specs()
+                .iter()
+                .enumerate()
+                .filter(|(_, z)| z.kind == ZoneKind::Edge)
+                .map(|(i, _)| ZoneId(i as u16))
+                .collect(),
         })
     }
 
@@ -148,16 +166,19 @@ impl SimParams {
     /// no VM boot deadline (modelled VMs always boot).
     pub fn core_params(&self) -> CoreParams {
         let f = &self.function;
-        CoreParams {
-            controller: self.controller.clone(),
-            placement: PlacementParams::single(
+        let single = || {
+            PlacementParams::single(
                 crate::config::SINGLE_ZONE_NAME,
                 ZoneCapacity::Instances(FunctionPoolParams {
                     keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
                     max_instances: Some(f.max_concurrency),
                     prewarmed: f.prewarmed,
                 }),
-            ),
+            )
+        };
+        CoreParams {
+            controller: self.controller.clone(),
+            placement: self.placement.clone().unwrap_or_else(single),
             vm_boot_timeout: None,
         }
     }
@@ -223,6 +244,10 @@ struct VmSim {
 }
 
 const NS: u64 = 1_000_000_000;
+
+/// The instance of a call in a concurrency-only zone (`http` in `function_zones`): the
+/// model treats it as a warm start.
+const UNTRACKED: u32 = u32::MAX;
 
 fn dur(ns: u64) -> Time {
     Duration::from_nanos(ns)
@@ -411,9 +436,14 @@ impl<'a> Engine<'a> {
             }
             EvKind::FnDone(zone, id) => {
                 self.last_done_ns = t;
+                let start = if id == UNTRACKED {
+                    Start::Untracked
+                } else {
+                    Start::Warm(InstanceId(u64::from(id)))
+                };
                 let lease = Lease {
                     zone: ZoneId(zone),
-                    start: Start::Warm(InstanceId(u64::from(id))),
+                    start,
                 };
                 self.core.on_function_finished(dur(t), lease);
                 self.drain_actions(t, false);
@@ -433,8 +463,9 @@ impl<'a> Engine<'a> {
     }
 
     #[inline]
-    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32) {
-        let mut ticket = Ticket::new(RequestMeta::default(), None);
+    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32, zone: u32) {
+        let origin = self.p.edge_zones.get(zone as usize).copied();
+        let mut ticket = Ticket::new(RequestMeta::default(), origin);
         let decision = self.core.route(dur(t), &mut ticket);
         match decision {
             Decision::Vm { vm, kind, .. } => {
@@ -471,7 +502,10 @@ impl<'a> Engine<'a> {
                         }
                         (id, t + cold)
                     }
-                    Start::Untracked => unreachable!("simulated zones have instances"),
+                    Start::Untracked => (
+                        InstanceId(u64::from(UNTRACKED)),
+                        t + (self.p.function.warm_start_ms * 1e6).round() as u64,
+                    ),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
                 self.stats.function_served += 1;
@@ -595,7 +629,7 @@ pub fn run_policy(
                 .sample(&mut service_rng)
         };
         let memory_mb = class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb);
-        e.arrive(a.at_ns, service_ns, memory_mb);
+        e.arrive(a.at_ns, service_ns, memory_mb, a.zone);
         arrived += 1;
         if arrived & 0xFFFF == 0 {
             progress(arrived);
@@ -628,12 +662,19 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     let fn_cost = gb_s * p.pricing.gb_second_usd
         + e.stats.function_served as f64
             * (p.pricing.request_usd + p.pricing.api_gateway_request_usd);
-    let usage = e
-        .core
-        .placement()
-        .usage(ZoneId(0))
-        .copied()
-        .unwrap_or_default();
+    let zones = e.core.placement().status();
+    let end_s = end_ns as f64 / NS as f64;
+    let zone_reports: Vec<ZoneReport> = zones.iter().map(|z| zone_report(z, end_s)).collect();
+    let usage = zones
+        .iter()
+        .filter_map(|z| z.usage)
+        .fold(FunctionUsage::default(), |mut a, u| {
+            a.warm_starts += u.warm_starts;
+            a.startup += u.startup;
+            a.busy += u.busy;
+            a.idle += u.idle;
+            a
+        });
     e.stats.vm_billed_seconds = billed;
     e.stats.warm_starts = usage.warm_starts;
     e.stats.function_startup_s = usage.startup.as_secs_f64();
@@ -682,6 +723,12 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         },
         cold_starts: e.cold_starts,
         response_ms,
+        instance_hours: zone_reports.iter().map(|z| z.instance_hours).sum(),
+        zones: if e.p.placement.is_some() {
+            zone_reports
+        } else {
+            Vec::new()
+        },
         r_max: e.core.status().r_max.map(|s| RMaxReport {
             start_rps: e.p.r_max_adaptive.as_ref().map_or(0.0, |a| a.start_rps),
             end_rps: s.r_max_rps,
@@ -697,6 +744,24 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         report,
         stats: e.stats,
         series: e.series.unwrap_or_default(),
+    }
+}
+
+/// One zone's FaaSim usage at the end of a run of `end_s` seconds.
+fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
+    let u = z.usage.unwrap_or_default();
+    let instance_s = (u.startup + u.busy + u.idle).as_secs_f64();
+    ZoneReport {
+        name: z.name.clone(),
+        kind: z.kind.as_str(),
+        cold_starts: u.cold_starts,
+        warm_starts: u.warm_starts,
+        throttled: u.throttled + z.calls.map_or(0, |c| c.throttled),
+        startup_s: u.startup.as_secs_f64(),
+        busy_s: u.busy.as_secs_f64(),
+        idle_s: u.idle.as_secs_f64(),
+        instance_hours: instance_s / 3600.0,
+        mean_instances: if end_s > 0.0 { instance_s / end_s } else { 0.0 },
     }
 }
 

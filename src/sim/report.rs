@@ -59,9 +59,41 @@ pub struct PolicyReport {
     pub cold_starts: u64,
     /// Response times of served requests.
     pub response_ms: ResponseMs,
+    /// FaaSim usage over every function zone: instance time (start-up + busy + idle),
+    /// hours.
+    pub instance_hours: f64,
+    /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneReport>,
     /// Adaptive r_max (`libra.r_max_adaptive`, LIBRA only); absent when r_max is fixed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r_max: Option<RMaxReport>,
+}
+
+/// One function zone's FaaSim usage in a run (FaaSim §3: start-up, busy and idle time,
+/// cold and warm starts).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ZoneReport {
+    /// Zone name.
+    pub name: String,
+    /// `edge` or `cloud`.
+    pub kind: &'static str,
+    /// Calls that started a new instance.
+    pub cold_starts: u64,
+    /// Calls served by a warm instance.
+    pub warm_starts: u64,
+    /// Calls the zone could not take.
+    pub throttled: u64,
+    /// Start-up time of cold starts, s.
+    pub startup_s: f64,
+    /// Busy time, s.
+    pub busy_s: f64,
+    /// Idle (kept-alive) time, s.
+    pub idle_s: f64,
+    /// Instance time (start-up + busy + idle), hours.
+    pub instance_hours: f64,
+    /// Mean instances alive over the run (instance time / run length).
+    pub mean_instances: f64,
 }
 
 /// Where the adaptive r_max controller went during a run (LIBRA §III-B).
