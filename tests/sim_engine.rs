@@ -522,7 +522,7 @@ sim:
         .iter()
         .map(|z| (z.startup_s + z.busy_s + z.idle_s) / 3600.0)
         .sum();
-    assert!(close(r.report.instance_hours, hours));
+    assert!(close(r.report.instance_hours.unwrap(), hours));
     assert!(close(
         z[0].mean_instances,
         (2.0 * c + 2.0 * s + edge_idle) / end
@@ -535,4 +535,44 @@ sim:
     assert_eq!((z[1].cold_starts, z[1].warm_starts), (2, 1));
     assert_eq!(r.report.cold_starts, 3);
     assert!(close(r.report.response_ms.mean, mean * 1e3));
+}
+
+/// The FaaSim preset on the burst excerpt (three bursts 30 s apart, zones 0–4): with its
+/// 30 s keep-alive every instance of the first burst is still warm at the next, and no
+/// zone overflows its 25 instances, so the cold starts are exactly the first burst's
+/// calls, zone by zone, and the cloud is never used.
+#[test]
+fn the_faasim_preset_keeps_the_first_bursts_instances_warm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let c = Config::load(&root.join("config/sim/faasim.yaml")).unwrap();
+    let path = root.join("tests/data/faasim/burst_excerpt.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let trace = Trace::parse(&text, &path, &opts).unwrap();
+    let mut first_burst = [0u64; 5];
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let t: f64 = it.next().unwrap().parse().unwrap();
+        let z: usize = it.next().unwrap().parse().unwrap();
+        if t < 15.0 {
+            first_burst[z] += 1;
+        }
+    }
+    assert!(first_burst.iter().all(|&n| n <= 25), "{first_burst:?}");
+    let r = run(&c, &trace, PolicyKind::Faas);
+    let z = &r.report.zones;
+    assert_eq!(z.len(), 6);
+    for (i, n) in first_burst.iter().enumerate() {
+        assert_eq!(z[i].name, format!("edge-{i}"));
+        assert_eq!(z[i].cold_starts, *n, "{z:?}");
+    }
+    assert_eq!(r.report.cold_starts, first_burst.iter().sum::<u64>());
+    assert_eq!(
+        (z[5].kind, z[5].cold_starts + z[5].warm_starts),
+        ("cloud", 0)
+    );
+    assert_eq!(r.report.served, r.report.requests);
 }

@@ -723,7 +723,11 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         },
         cold_starts: e.cold_starts,
         response_ms,
-        instance_hours: zone_reports.iter().map(|z| z.instance_hours).sum(),
+        instance_hours: e
+            .p
+            .placement
+            .is_some()
+            .then(|| zone_reports.iter().map(|z| z.instance_hours).sum()),
         zones: if e.p.placement.is_some() {
             zone_reports
         } else {

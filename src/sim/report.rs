@@ -60,8 +60,9 @@ pub struct PolicyReport {
     /// Response times of served requests.
     pub response_ms: ResponseMs,
     /// FaaSim usage over every function zone: instance time (start-up + busy + idle),
-    /// hours.
-    pub instance_hours: f64,
+    /// hours (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_hours: Option<f64>,
     /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneReport>,
