@@ -52,5 +52,57 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// FaaSim's burst pattern (issue 8): `../shared/traces/faasim/burst.txt` when present,
+/// else a deterministic one of the same shape — 100 bursts 30 s apart, each 100 calls
+/// within 2 s spread over 5 zones. Events format; parsing is outside the measurement.
+fn burst_trace() -> Trace {
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let original = root.join("../shared/traces/faasim/burst.txt");
+    if original.exists() {
+        return Trace::load(&original, &opts).expect("the FaaSim burst trace parses");
+    }
+    eprintln!(
+        "{} is missing: using a synthetic burst trace",
+        original.display()
+    );
+    let mut x: u64 = 1;
+    let text: String = (0..100u64)
+        .flat_map(|b| (0..100u64).map(move |i| (b, i)))
+        .map(|(b, i)| {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let t = b as f64 * 30.0 + (i as f64 + (x >> 40) as f64 / (1u64 << 24) as f64) * 0.02;
+            format!("{t:.6} {}\n", i % 5)
+        })
+        .collect();
+    Trace::parse(&text, Path::new("synthetic-burst"), &opts).expect("parses")
+}
+
+/// The FaaSim preset (5 edge zones and the cloud) over the burst pattern, per placement.
+fn bench_zones(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let base = std::fs::read_to_string(root.join("config/sim/faasim.yaml")).expect("preset");
+    let trace = burst_trace();
+    let mut g = c.benchmark_group("sim_zones");
+    g.throughput(Throughput::Elements(trace.total_requests()));
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(4));
+    g.warm_up_time(Duration::from_secs(1));
+    for placement in ["edge_first", "warm_first"] {
+        let yaml = base.replace("placement: edge_first", &format!("placement: {placement}"));
+        let config = Config::from_yaml(&yaml, "faasim.yaml").expect("preset loads");
+        let params = SimParams::from_config(&config).expect("models build");
+        g.bench_function(format!("faasim_burst_{placement}"), |b| {
+            b.iter(|| run_policy(&params, &trace, PolicyKind::Faas, 1, false, &mut |_| {}))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_zones);
 criterion_main!(benches);
