@@ -333,3 +333,72 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
         "{err}"
     );
 }
+
+/// `--set` and `--sweep` (issue 8): a sweep over the placement of the FaaSim preset with
+/// 100 pre-warmed cloud instances, one report per value; warm-first takes the pre-warmed
+/// cloud instances (no cold start), edge-first cold-starts one instance per call of the
+/// first burst on the edge. A bad path is one error naming it.
+#[test]
+fn a_sweep_over_the_placement_gives_one_report_per_value() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sweep.json");
+    let trace = root("tests/data/faasim/burst_excerpt.txt");
+    let first_burst = std::fs::read_to_string(&trace)
+        .unwrap()
+        .lines()
+        .filter(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap() < 15.0)
+        .count() as u64;
+    let args = sim_args(&[
+        "--config",
+        root("config/sim/faasim.yaml").to_str().unwrap(),
+        "--format",
+        "events",
+        "--policy",
+        "faas",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--set",
+        "function_zones[5].prewarmed_instances=100",
+        "--sweep",
+        "placement=edge_first,warm_first",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    run_sim(&args).unwrap();
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["sweep"], "placement");
+    let rows = r["rows"].as_array().unwrap();
+    let cold: Vec<(&str, u64)> = rows
+        .iter()
+        .map(|row| {
+            (
+                row["value"].as_str().unwrap(),
+                row["report"]["policies"][0]["cold_starts"]
+                    .as_u64()
+                    .unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(cold, [("edge_first", first_burst), ("warm_first", 0)]);
+    let cloud = &rows[1]["report"]["policies"][0]["zones"][5];
+    assert_eq!(cloud["warm_starts"].as_u64(), Some(300), "{cloud}");
+
+    let bad = sim_args(&[
+        "--config",
+        root("config/sim/faasim.yaml").to_str().unwrap(),
+        "--format",
+        "events",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--set",
+        "function_zones[*].keep_alive_secs=3",
+    ]);
+    let e = run_sim(&bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--set: function_zones[*].keep_alive_secs=3: function_zones[0].keep_alive_secs: unknown key (did you mean `keep_alive_seconds`?)")
+            && e.ends_with("(and 5 more)"),
+        "{e}"
+    );
+}

@@ -19,12 +19,14 @@
 
 mod de;
 mod lambda;
+mod overrides;
 mod schema;
 pub mod sim;
 mod yaml;
 mod zones;
 
 pub use lambda::*;
+pub use overrides::with_override;
 pub use schema::*;
 pub use yaml::Loc;
 pub use zones::*;

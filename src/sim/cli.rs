@@ -86,6 +86,22 @@ pub struct SimArgs {
     /// No table and no progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Set one configuration value: a dotted path (`placement`,
+    /// `function_zones[*].keep_alive_seconds`) and a YAML value; repeatable, applied in
+    /// order, validated like a file.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// Run once per value of a dotted path (`placement=edge_first,warm_first`): one table
+    /// per value; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
+    #[arg(long, value_name = "PATH=V1,V2,...")]
+    pub sweep: Option<String>,
+}
+
+/// `PATH=VALUE` split at its first `=`.
+fn split_assignment<'a>(option: &str, text: &'a str) -> Result<(&'a str, &'a str), SimError> {
+    text.split_once('=')
+        .filter(|(p, _)| !p.is_empty())
+        .ok_or_else(|| invalid(option, format!("expected PATH=VALUE, got {text:?}")))
 }
 
 /// `--arch` values.
@@ -198,6 +214,47 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     let mut config = load_config(args.config.as_deref())?;
+    for text in &args.set {
+        let (path, value) = split_assignment("--set", text)?;
+        config =
+            crate::config::with_override(&config, path, value).map_err(|m| invalid("--set", m))?;
+    }
+    if let Some(sweep) = &args.sweep {
+        let (path, values) = split_assignment("--sweep", sweep)?;
+        let mut rows = Vec::new();
+        for value in values.split(',') {
+            let c = crate::config::with_override(&config, path, value)
+                .map_err(|m| invalid("--sweep", m))?;
+            let one = SimArgs {
+                sweep: None,
+                set: Vec::new(),
+                json: None,
+                ..args.clone()
+            };
+            if !args.quiet {
+                println!("{path} = {value}");
+            }
+            let report = run_one(&one, c)?;
+            rows.push(serde_json::json!({"value": value, "report": report}));
+        }
+        if let Some(p) = &args.json {
+            let mut text = serde_json::to_string_pretty(&serde_json::json!({
+                "sweep": path,
+                "rows": rows,
+            }))
+            .expect("reports serialise");
+            text.push('\n');
+            write_file(p, &text)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_one(args, config)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One run of `spillway sim` with `config`: returns the report after writing the
+/// requested outputs.
+fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimReport, SimError> {
     if let Some(r) = args.r_max_rps {
         config.libra.r_max_rps = r;
         let issues = config.validate();
@@ -315,7 +372,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             simulated / secs.max(1e-9) / 1e6
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 fn invalid(field: &str, message: String) -> SimError {
