@@ -576,3 +576,48 @@ fn the_faasim_preset_keeps_the_first_bursts_instances_warm() {
     );
     assert_eq!(r.report.served, r.report.requests);
 }
+
+/// `sim.network` (FaaSim's RTT): a call run in its origin edge zone adds the edge round
+/// trip to the client's time, any other the cloud's; the platform's time is unchanged.
+/// One edge zone of one instance: the second simultaneous call from it overflows to the
+/// cloud, and a call from trace zone 3 (no edge zone) goes to the cloud too.
+#[test]
+fn the_client_time_adds_the_edge_or_cloud_round_trip() {
+    let (edge_rtt, cloud_rtt) = (62.0, 851.0);
+    let yaml = format!(
+        r#"
+function_zones:
+  - {{name: edge-0, kind: edge, type: process, max_instances: 1, keep_alive_seconds: 0}}
+  - {{name: cloud, kind: cloud, type: process, max_instances: 10, keep_alive_seconds: 0}}
+libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_vms: 10}}
+sim:
+  sla_ms: 10000
+  request: {{service_time: {{distribution: fixed, ms: 300}}}}
+  function: {{cold_start_ms: 700, warm_start_ms: 0, keep_alive_seconds: 0, max_concurrency: 10, bill_init: false}}
+  network: {{edge_rtt_ms: {edge_rtt}, cloud_rtt_ms: {cloud_rtt}}}
+"#
+    );
+    let c = Config::from_yaml(&yaml, "n.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let trace = Trace::parse("0.0 0\n0.0 0\n5.0 3\n", Path::new("n.txt"), &opts).unwrap();
+    let r = run(&c, &trace, PolicyKind::Faas);
+    let (p, cl) = (
+        r.report.platform_response_ms.clone().unwrap(),
+        r.report.client_response_ms.clone().unwrap(),
+    );
+    // Every call is a cold start: 700 + 300 ms on the platform.
+    assert_eq!((p.min, p.max, p.mean), (1000.0, 1000.0, 1000.0));
+    assert_eq!(cl.min, 1000.0 + edge_rtt);
+    assert_eq!(cl.max, 1000.0 + cloud_rtt);
+    assert!(
+        close(cl.mean, 1000.0 + (edge_rtt + 2.0 * cloud_rtt) / 3.0),
+        "{cl:?}"
+    );
+    assert_eq!(
+        r.report.response_ms.mean, p.mean,
+        "response_ms stays the platform's"
+    );
+}

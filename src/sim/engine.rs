@@ -37,10 +37,12 @@ use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
-use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs, ZoneReport};
+use super::report::{
+    CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs, ResponseStats, ZoneReport,
+};
 use super::trace::Trace;
 use crate::config::Config;
-use crate::config::sim::{FunctionModelConfig, VmModelConfig};
+use crate::config::sim::{FunctionModelConfig, NetworkModelConfig, VmModelConfig};
 use crate::policy::attempt::{AttemptKind, Decision, Ticket};
 use crate::policy::balancer::{RequestMeta, RouteReason, VmFirst};
 pub use crate::policy::baselines::PolicyKind;
@@ -94,6 +96,8 @@ pub struct SimParams {
     /// `function_zones` in order); a trace zone without an edge zone has no origin and
     /// goes to the cloud.
     pub edge_zones: Vec<ZoneId>,
+    /// FaaSim's network model (`sim.network`): client-side round trips.
+    pub network: Option<NetworkModelConfig>,
 }
 
 impl SimParams {
@@ -142,6 +146,7 @@ impl SimParams {
                 .filter(|(_, z)| z.kind == ZoneKind::Edge)
                 .map(|(i, _)| ZoneId(i as u16))
                 .collect(),
+            network: s.network.clone(),
         })
     }
 
@@ -285,9 +290,47 @@ struct Engine<'a> {
     last_done_ns: u64,
     series: Option<Vec<EpochRow>>,
     last_routed_fn: u64,
+    /// Client-side response times (platform + network), µs, and the extremes of both,
+    /// ns: (platform min, platform max, client min, client max, Σ client).
+    client_hist: Histogram<u64>,
+    extremes: (u64, u64, u64, u64, u128),
+    rtt_rng: ChaCha8Rng,
 }
 
 impl<'a> Engine<'a> {
+    /// A function call placed in `zone` for a client of edge zone `origin`: the network
+    /// round trip of `sim.network`, ns (0 without one).
+    fn rtt_ns(&mut self, zone: ZoneId, origin: Option<ZoneId>) -> u64 {
+        use rand::Rng as _;
+        let Some(n) = &self.p.network else {
+            return 0;
+        };
+        let (ms, jitter) = if Some(zone) == origin {
+            (n.edge_rtt_ms, n.edge_rtt_jitter)
+        } else {
+            (n.cloud_rtt_ms, n.cloud_rtt_jitter)
+        };
+        let f = if jitter > 0.0 {
+            1.0 + self.rtt_rng.random_range(-jitter..=jitter)
+        } else {
+            1.0
+        };
+        (ms * f * 1e6).round().max(0.0) as u64
+    }
+
+    /// A served response: platform time `done - arrival`, client time plus `rtt`.
+    fn respond_client(&mut self, arrival: u64, done: u64, rtt: u64) {
+        let r = done - arrival;
+        let c = r + rtt;
+        let x = &mut self.extremes;
+        x.0 = x.0.min(r);
+        x.1 = x.1.max(r);
+        x.2 = x.2.min(c);
+        x.3 = x.3.max(c);
+        x.4 += u128::from(c);
+        self.client_hist.saturating_record(c / 1000);
+        self.respond(arrival, done);
+    }
     fn schedule(&mut self, t: u64, kind: EvKind) {
         self.seq += 1;
         self.heap.push(Reverse((t, self.seq, kind)));
@@ -483,7 +526,7 @@ impl<'a> Engine<'a> {
                 }
                 let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
                 self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
-                self.respond(t, end);
+                self.respond_client(t, end, 0);
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
@@ -511,7 +554,8 @@ impl<'a> Engine<'a> {
                 self.stats.function_served += 1;
                 let end = start + service_ns;
                 self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
-                self.respond(t, end);
+                let rtt = self.rtt_ns(lease.zone, origin);
+                self.respond_client(t, end, rtt);
             }
             Decision::Reject { reason } | Decision::Queue { reason } => {
                 self.throttled += 1;
@@ -589,6 +633,13 @@ pub fn run_policy(
         last_done_ns: 0,
         series: series.then(Vec::new),
         last_routed_fn: 0,
+        client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        extremes: (u64::MAX, 0, u64::MAX, 0, 0),
+        rtt_rng: {
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            r.set_stream(2);
+            r
+        },
     };
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
@@ -698,6 +749,22 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         p95: q(0.95),
         p99: q(0.99),
     };
+    let stats = |hist: &Histogram<u64>, sum_ns: f64, min: u64, max: u64| ResponseStats {
+        mean: if e.served == 0 {
+            0.0
+        } else {
+            sum_ns / e.served as f64 / 1e6
+        },
+        min: if e.served == 0 { 0.0 } else { min as f64 / 1e6 },
+        max: max as f64 / 1e6,
+        p50: round_sig3(hist.value_at_quantile(0.50) as f64 / 1000.0),
+        p95: round_sig3(hist.value_at_quantile(0.95) as f64 / 1000.0),
+        p99: round_sig3(hist.value_at_quantile(0.99) as f64 / 1000.0),
+    };
+    let zoned = e.p.placement.is_some();
+    let x = e.extremes;
+    let platform_response_ms = zoned.then(|| stats(&e.hist, e.sum_response_ns as f64, x.0, x.1));
+    let client_response_ms = zoned.then(|| stats(&e.client_hist, x.4 as f64, x.2, x.3));
     let report = PolicyReport {
         name: kind.name().to_string(),
         requests: arrived,
@@ -733,6 +800,8 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         } else {
             Vec::new()
         },
+        platform_response_ms,
+        client_response_ms,
         r_max: e.core.status().r_max.map(|s| RMaxReport {
             start_rps: e.p.r_max_adaptive.as_ref().map_or(0.0, |a| a.start_rps),
             end_rps: s.r_max_rps,

@@ -31,6 +31,24 @@ pub struct ResponseMs {
     pub p99: f64,
 }
 
+/// Response-time summary with its extremes (function-zone runs, issue 8), ms;
+/// percentiles to the histogram's 3 significant digits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResponseStats {
+    /// Mean, ms.
+    pub mean: f64,
+    /// Fastest, ms.
+    pub min: f64,
+    /// Slowest, ms.
+    pub max: f64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 95th percentile, ms.
+    pub p95: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+}
+
 /// One policy's result — the fields of issue 3's "Output".
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PolicyReport {
@@ -66,6 +84,14 @@ pub struct PolicyReport {
     /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneReport>,
+    /// The platform's response time (start + execution, queueing on VMs) with its
+    /// extremes (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform_response_ms: Option<ResponseStats>,
+    /// The client's: the platform's plus the network round trip of `sim.network`
+    /// (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_response_ms: Option<ResponseStats>,
     /// Adaptive r_max (`libra.r_max_adaptive`, LIBRA only); absent when r_max is fixed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r_max: Option<RMaxReport>,
