@@ -28,6 +28,25 @@ pub struct SimSection {
     /// two-tier edge/cloud): added to the client-side response time of function calls
     /// only. Absent: no network time.
     pub network: Option<NetworkModelConfig>,
+    /// The trace format when `spillway sim` is given no `--format`; absent: `counts`.
+    pub trace_format: Option<TraceFormatConfig>,
+    /// With `function_zones`: one report row per placement policy listed here (the FAAS
+    /// policy, the row named after the placement) instead of one per `--policy`.
+    pub placements: Vec<super::zones::PlacementConfig>,
+}
+
+/// `sim.trace_format` — the trace formats of `spillway sim --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormatConfig {
+    /// One integer a line: requests in that second.
+    Counts,
+    /// `<arrival seconds> [<zone>]` a line (FaaSim's event lists).
+    Events,
+    /// Azure Functions 2019 per-minute invocation counts.
+    Azure2019,
+    /// Azure Functions 2021 invocations.
+    Azure2021,
 }
 
 /// `sim.network:` — FaaSim's network model: a round trip of `edge_rtt_ms` when a call
@@ -57,6 +76,8 @@ impl Default for SimSection {
             sla_ms: 1000.0,
             auto: AutoConfig::default(),
             network: None,
+            trace_format: None,
+            placements: Vec::new(),
         }
     }
 }

@@ -319,6 +319,12 @@ impl Config {
                 _ => z.tier().validate_at(&at, is),
             }
         }
+        if !self.sim.placements.is_empty() && self.function_zones.is_empty() {
+            is.push(
+                "sim.placements",
+                "needs function_zones (placement is between edge and cloud zones)",
+            );
+        }
         let n = self.function_zones.len() + usize::from(self.function_tier.is_some());
         if n > MAX_ZONES {
             is.push(
@@ -456,6 +462,14 @@ mod tests {
             got[0].1.contains("did you mean `edge_first`")
                 && got[0].1.contains("edge_first, warm_first"),
             "{got:?}"
+        );
+        let got = problems("sim:\n  placements: [warm_first]\n");
+        assert_eq!(
+            got,
+            [(
+                "2 sim.placements".to_string(),
+                "needs function_zones (placement is between edge and cloud zones)".to_string()
+            )]
         );
         let got = problems("gateway:\n  origin_zone_header: x-zone\n");
         assert_eq!(

@@ -14,6 +14,7 @@ use super::plot::{plot_cost, plot_sim};
 use super::report::{series_csv, table};
 use super::trace::{Trace, TraceFormat, TraceOptions};
 use crate::config::Config;
+use crate::config::sim::TraceFormatConfig;
 use crate::policy::cost::Architecture;
 
 /// The LIBRA paper preset, used when `--config` is not given.
@@ -46,9 +47,9 @@ pub struct SimArgs {
     /// The trace file.
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
-    /// Trace format.
-    #[arg(long, value_enum, default_value_t = TraceFormat::Counts)]
-    pub format: TraceFormat,
+    /// Trace format; default: the config's `sim.trace_format`, else `counts`.
+    #[arg(long, value_enum)]
+    pub format: Option<TraceFormat>,
     /// azure2019: durations-percentiles file (per-function empirical service times).
     #[arg(long, value_name = "FILE")]
     pub durations: Option<PathBuf>,
@@ -270,16 +271,21 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
             });
         }
     }
+    let format = args.format.unwrap_or(match config.sim.trace_format {
+        None | Some(TraceFormatConfig::Counts) => TraceFormat::Counts,
+        Some(TraceFormatConfig::Events) => TraceFormat::Events,
+        Some(TraceFormatConfig::Azure2019) => TraceFormat::Azure2019,
+        Some(TraceFormatConfig::Azure2021) => TraceFormat::Azure2021,
+    });
     let opts = TraceOptions {
-        format: args.format,
+        format,
         rate_divisor: args.rate_divisor,
         from_s: args.from,
         to_s: args.to,
         durations: args.durations.clone(),
         memory: args.memory.clone(),
     };
-    if (args.durations.is_some() || args.memory.is_some()) && args.format != TraceFormat::Azure2019
-    {
+    if (args.durations.is_some() || args.memory.is_some()) && format != TraceFormat::Azure2019 {
         return Err(SimError::Invalid {
             field: "--durations/--memory".into(),
             message: "only apply to --format azure2019".into(),
@@ -300,7 +306,13 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
             message: format!("{}: no request{window}", args.trace.display()),
         });
     }
-    let policies = selected_policies(&args.policy);
+    // `sim.placements` (function zones): the FAAS policy once per placement.
+    let placements = config.sim.placements.clone();
+    let policies = if placements.is_empty() {
+        selected_policies(&args.policy)
+    } else {
+        vec![PolicyKind::Faas; placements.len()]
+    };
     let total = trace.total_requests();
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
         let bar = ProgressBar::with_draw_target(
@@ -321,17 +333,50 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
     // The run's wall-clock time is reported to the user; it never feeds the simulation.
     #[allow(clippy::disallowed_methods)]
     let wall = std::time::Instant::now();
-    let (report, runs) = super::simulate(
-        &config,
-        &trace,
-        &policies,
-        args.seed,
-        args.csv.is_some() || args.plot.is_some(),
-        &mut |i, n| {
-            bar.set_message(policies[i].name());
-            bar.set_position(i as u64 * total + n);
-        },
-    )?;
+    let series = args.csv.is_some() || args.plot.is_some();
+    let (report, runs) = if placements.is_empty() {
+        super::simulate(
+            &config,
+            &trace,
+            &policies,
+            args.seed,
+            series,
+            &mut |i, n| {
+                bar.set_message(policies[i].name());
+                bar.set_position(i as u64 * total + n);
+            },
+        )?
+    } else {
+        let mut all: Option<(super::report::SimReport, Vec<super::engine::PolicyRun>)> = None;
+        for (i, placement) in placements.iter().enumerate() {
+            let mut c = config.clone();
+            c.placement = *placement;
+            let name = crate::policy::placement::PlacementPolicy::from(*placement).as_str();
+            bar.set_message(name);
+            let (mut rep, mut runs) = super::simulate(
+                &c,
+                &trace,
+                &[PolicyKind::Faas],
+                args.seed,
+                series,
+                &mut |_, n| bar.set_position(i as u64 * total + n),
+            )?;
+            for r in rep.policies.iter_mut() {
+                r.name = name.to_string();
+            }
+            for r in runs.iter_mut() {
+                r.report.name = name.to_string();
+            }
+            match &mut all {
+                None => all = Some((rep, runs)),
+                Some((a, b)) => {
+                    a.policies.append(&mut rep.policies);
+                    b.append(&mut runs);
+                }
+            }
+        }
+        all.expect("at least one placement")
+    };
     bar.finish_and_clear();
     let secs = wall.elapsed().as_secs_f64();
     if let Some(path) = &args.json {
