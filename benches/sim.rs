@@ -53,33 +53,27 @@ fn bench(c: &mut Criterion) {
 }
 
 /// FaaSim's burst pattern (issue 8): `../shared/traces/faasim/burst.txt` when present,
-/// else a deterministic one of the same shape — 100 bursts 30 s apart, each 100 calls
-/// within 2 s spread over 5 zones. Events format; parsing is outside the measurement.
+/// else the seeded generator's (`sim::faasim::burst`). Events format; parsing is outside
+/// the measurement.
 fn burst_trace() -> Trace {
     let opts = TraceOptions {
         format: spillway::sim::trace::TraceFormat::Events,
         ..TraceOptions::default()
     };
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let original = root.join("../shared/traces/faasim/burst.txt");
+    let original = ["../shared", "../../shared"]
+        .iter()
+        .map(|d| root.join(format!("{d}/traces/faasim/burst.txt")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| root.join("../shared/traces/faasim/burst.txt"));
     if original.exists() {
         return Trace::load(&original, &opts).expect("the FaaSim burst trace parses");
     }
     eprintln!(
-        "{} is missing: using a synthetic burst trace",
+        "{} is missing: using spillway::sim::faasim::burst(1)",
         original.display()
     );
-    let mut x: u64 = 1;
-    let text: String = (0..100u64)
-        .flat_map(|b| (0..100u64).map(move |i| (b, i)))
-        .map(|(b, i)| {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let t = b as f64 * 30.0 + (i as f64 + (x >> 40) as f64 / (1u64 << 24) as f64) * 0.02;
-            format!("{t:.6} {}\n", i % 5)
-        })
-        .collect();
+    let text = spillway::sim::faasim::events_text(&spillway::sim::faasim::burst(1));
     Trace::parse(&text, Path::new("synthetic-burst"), &opts).expect("parses")
 }
 
