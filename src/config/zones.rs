@@ -1,14 +1,15 @@
 //! `function_zones:` and `placement:` — several function tiers, edge and cloud, and
 //! FaaSim's placement between them (FaaSim, "two-tier edge/cloud"; papers.md §2).
 //!
-//! Each zone is a function tier provider (`type: process` or `http`, with that provider's
-//! keys, as under `function_tier:`) plus its `name`, its `kind` (`edge` or `cloud`) and,
+//! Each zone is a function tier provider (`type: process`, `http` or `lambda`, with that
+//! provider's keys, as under `function_tier:`) plus its `name`, its `kind` (`edge` or `cloud`) and,
 //! for edge zones, the `client_cidrs` whose requests originate there. `function_tier:`
 //! keeps working: it is one more cloud zone named [`SINGLE_ZONE_NAME`], after the
 //! `function_zones`.
 
 use serde::{Deserialize, Serialize};
 
+use super::lambda::{LambdaFunctionTierConfig, LambdaPayloadFormat};
 use super::schema::{
     Config, FunctionTierConfig, HttpFunctionTierConfig, Issues, ProcessFunctionTierConfig,
     SINGLE_ZONE_NAME, default_function_boot_timeout, default_health_path, default_keep_alive,
@@ -65,6 +66,9 @@ pub enum FunctionZoneConfig {
     Process(ProcessZoneConfig),
     /// An existing function endpoint: calls in flight against `max_concurrency`.
     Http(HttpZoneConfig),
+    /// An AWS Lambda function (needs the `aws` feature to serve): calls in flight against
+    /// `max_concurrency`.
+    Lambda(LambdaZoneConfig),
 }
 
 /// How a `function_zones` entry is read (see `VmPoolSection`).
@@ -76,6 +80,8 @@ pub enum FunctionZoneSection {
     Process(ProcessZoneConfig),
     /// `type: http`.
     Http(HttpZoneConfig),
+    /// `type: lambda`.
+    Lambda(LambdaZoneConfig),
 }
 
 impl From<FunctionZoneSection> for FunctionZoneConfig {
@@ -83,8 +89,56 @@ impl From<FunctionZoneSection> for FunctionZoneConfig {
         match s {
             FunctionZoneSection::Process(p) => FunctionZoneConfig::Process(p),
             FunctionZoneSection::Http(h) => FunctionZoneConfig::Http(h),
+            FunctionZoneSection::Lambda(l) => FunctionZoneConfig::Lambda(l),
         }
     }
+}
+
+/// `function_zones: [{type: lambda, ...}]`: the zone keys and
+/// [`LambdaFunctionTierConfig`]'s (see `function_tier: {type: lambda}`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LambdaZoneConfig {
+    /// Zone name.
+    pub name: String,
+    /// `edge` or `cloud`.
+    pub kind: ZoneKindConfig,
+    /// Edge zones: client networks whose requests originate in this zone.
+    #[serde(default)]
+    pub client_cidrs: Vec<ipnet::IpNet>,
+    /// Function name or ARN.
+    pub function_name: String,
+    /// Version or alias; absent: `$LATEST`.
+    #[serde(default)]
+    pub qualifier: Option<String>,
+    /// Event and reply shape: `v2` (default), `v1` or `alb`.
+    #[serde(default)]
+    pub payload_format: LambdaPayloadFormat,
+    /// Longest an Invoke call may take, seconds; then 504.
+    #[serde(default = "default_lambda_timeout")]
+    pub timeout_seconds: f64,
+    /// AWS region; absent: the default chain.
+    #[serde(default)]
+    pub region: Option<String>,
+    /// Lambda endpoint override.
+    #[serde(default)]
+    pub endpoint_url: Option<String>,
+    /// Most Invoke calls in flight; absent: no local limit.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    /// Provisioned concurrency put on `qualifier` at start; absent: left alone.
+    #[serde(default)]
+    pub prewarmed_instances: Option<u32>,
+    /// Remove the qualifier's provisioned concurrency at start.
+    #[serde(default)]
+    pub remove_prewarm_on_start: bool,
+    /// Remove it on gateway shutdown.
+    #[serde(default)]
+    pub remove_prewarm_on_shutdown: bool,
+}
+
+fn default_lambda_timeout() -> f64 {
+    super::lambda::DEFAULT_LAMBDA_TIMEOUT_SECONDS
 }
 
 /// `function_zones: [{type: process, ...}]`: the zone keys and
@@ -160,6 +214,7 @@ impl FunctionZoneConfig {
         match self {
             FunctionZoneConfig::Process(p) => &p.name,
             FunctionZoneConfig::Http(h) => &h.name,
+            FunctionZoneConfig::Lambda(l) => &l.name,
         }
     }
 
@@ -168,6 +223,7 @@ impl FunctionZoneConfig {
         match self {
             FunctionZoneConfig::Process(p) => p.kind,
             FunctionZoneConfig::Http(h) => h.kind,
+            FunctionZoneConfig::Lambda(l) => l.kind,
         }
     }
 
@@ -176,6 +232,7 @@ impl FunctionZoneConfig {
         match self {
             FunctionZoneConfig::Process(p) => &p.client_cidrs,
             FunctionZoneConfig::Http(h) => &h.client_cidrs,
+            FunctionZoneConfig::Lambda(l) => &l.client_cidrs,
         }
     }
 
@@ -197,6 +254,18 @@ impl FunctionZoneConfig {
                 url: h.url.clone(),
                 max_concurrency: h.max_concurrency,
             }),
+            FunctionZoneConfig::Lambda(l) => FunctionTierConfig::Lambda(LambdaFunctionTierConfig {
+                function_name: l.function_name.clone(),
+                qualifier: l.qualifier.clone(),
+                payload_format: l.payload_format,
+                timeout_seconds: l.timeout_seconds,
+                region: l.region.clone(),
+                endpoint_url: l.endpoint_url.clone(),
+                max_concurrency: l.max_concurrency,
+                prewarmed_instances: l.prewarmed_instances,
+                remove_prewarm_on_start: l.remove_prewarm_on_start,
+                remove_prewarm_on_shutdown: l.remove_prewarm_on_shutdown,
+            }),
         }
     }
 }
@@ -212,6 +281,12 @@ impl Config {
                 is.push(
                     format!("function_zones[{i}].command"),
                     "missing: `spillway serve` runs a process zone's instances with it (only the simulator does without)",
+                );
+            }
+            if matches!(z, FunctionZoneConfig::Lambda(_)) && !cfg!(feature = "aws") {
+                is.push(
+                    format!("function_zones[{i}].type"),
+                    super::schema::aws_feature_missing("lambda"),
                 );
             }
         }
@@ -315,6 +390,16 @@ impl Config {
                     z.tier().validate_at(&at, &mut own);
                     let skip = format!("{at}.command");
                     is.0.extend(own.0.into_iter().filter(|i| i.path != skip));
+                }
+                // The Lambda checks name `function_tier.*`: rename them to this zone.
+                FunctionZoneConfig::Lambda(_) => {
+                    let mut own = Issues(Vec::new());
+                    z.tier().validate_at(&at, &mut own);
+                    for mut i in own.0 {
+                        i.path = i.path.replacen("function_tier", &at, 1);
+                        i.message = i.message.replace("function_tier.", &format!("{at}."));
+                        is.0.push(i);
+                    }
                 }
                 _ => z.tier().validate_at(&at, is),
             }
@@ -443,7 +528,7 @@ mod tests {
             ("22 function_zones[3].max_concurrency", "must be at least 1"),
             (
                 "23 function_zones[4]",
-                "missing `type:` (one of: process, http)",
+                "missing `type:` (one of: process, http, lambda)",
             ),
         ];
         let want: Vec<(String, String)> = want
@@ -499,6 +584,32 @@ mod tests {
         assert!(
             !err.contains("function_tier"),
             "zones are a function tier: {err}"
+        );
+    }
+
+    #[test]
+    fn a_lambda_zones_checks_name_the_zone() {
+        let yaml = "function_zones:\n  - name: l\n    kind: cloud\n    type: lambda\n    function_name: api\n    prewarmed_instances: 2\n";
+        let got = problems(yaml);
+        assert_eq!(
+            got,
+            [(
+                "6 function_zones[0].prewarmed_instances".to_string(),
+                "needs function_zones[0].qualifier (a published version or an alias): provisioned concurrency cannot be set on $LATEST".to_string()
+            )]
+        );
+        let ok = yaml.replace("prewarmed_instances: 2", "qualifier: live");
+        let c = Config::from_yaml(&ok, "z.yaml").unwrap();
+        assert_eq!(
+            c.placement_params().zones[0].capacity,
+            crate::policy::placement::ZoneCapacity::Concurrency {
+                max_concurrency: None
+            }
+        );
+        let serve = Config::from_yaml_for_serve(&ok, "z.yaml");
+        assert_eq!(
+            serve.is_err_and(|e| e.to_string().contains("function_zones[0].type")),
+            !cfg!(feature = "aws")
         );
     }
 }
