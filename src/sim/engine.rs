@@ -24,6 +24,10 @@
 //!   Billed per call: service time rounded up to 1 ms × memory (GB-s), plus the cold
 //!   start as INIT when `bill_init`, plus the request fee (and the API-gateway fee when
 //!   `pricing.api_gateway`).
+//! * **Function zones** (FaaSim two-tier edge/cloud, with `function_zones`): the zone of
+//!   an `events` line is the call's origin edge zone; the core's placement picks the
+//!   zone. Start-up and execution times are the same in every zone; `sim.network` adds
+//!   the round trip to the origin edge or the cloud to the client-side time only.
 //! * **SLA**: a served response slower than `sla_ms` is a violation; a throttled or
 //!   rejected request is one too (it got no answer in time).
 
