@@ -52,5 +52,51 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench);
+/// FaaSim's burst pattern (issue 8): `../shared/traces/faasim/burst.txt` when present,
+/// else the seeded generator's (`sim::faasim::burst`). Events format; parsing is outside
+/// the measurement.
+fn burst_trace() -> Trace {
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let original = ["../shared", "../../shared"]
+        .iter()
+        .map(|d| root.join(format!("{d}/traces/faasim/burst.txt")))
+        .find(|p| p.exists())
+        .unwrap_or_else(|| root.join("../shared/traces/faasim/burst.txt"));
+    if original.exists() {
+        return Trace::load(&original, &opts).expect("the FaaSim burst trace parses");
+    }
+    eprintln!(
+        "{} is missing: using spillway::sim::faasim::burst(1)",
+        original.display()
+    );
+    let text = spillway::sim::faasim::events_text(&spillway::sim::faasim::burst(1));
+    Trace::parse(&text, Path::new("synthetic-burst"), &opts).expect("parses")
+}
+
+/// The FaaSim preset (5 edge zones and the cloud) over the burst pattern, per placement.
+fn bench_zones(c: &mut Criterion) {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let base = std::fs::read_to_string(root.join("config/sim/faasim.yaml")).expect("preset");
+    let trace = burst_trace();
+    let mut g = c.benchmark_group("sim_zones");
+    g.throughput(Throughput::Elements(trace.total_requests()));
+    g.sample_size(20);
+    g.measurement_time(Duration::from_secs(4));
+    g.warm_up_time(Duration::from_secs(1));
+    for placement in ["edge_first", "warm_first"] {
+        let yaml = base.replace("placement: edge_first", &format!("placement: {placement}"));
+        let config = Config::from_yaml(&yaml, "faasim.yaml").expect("preset loads");
+        let params = SimParams::from_config(&config).expect("models build");
+        g.bench_function(format!("faasim_burst_{placement}"), |b| {
+            b.iter(|| run_policy(&params, &trace, PolicyKind::Faas, 1, false, &mut |_| {}))
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench, bench_zones);
 criterion_main!(benches);

@@ -32,6 +32,8 @@
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
 //! | `spillway_function_cold_start_seconds` | histogram | — (a call's cold start, excluded from its processing time p) |
 //! | `spillway_queue_calls_total` | counter | `outcome` = queued, served, timeout, full, cancelled |
+//! | `spillway_function_usage_seconds` | gauge | `zone`, `phase` = startup (cold starts), busy, idle (closed idle periods) — FaaSim usage time, set at every scrape |
+//! | `spillway_function_starts` | gauge | `zone`, `start` = cold, warm — calls by start kind since startup, set at every scrape |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
@@ -289,6 +291,15 @@ fn describe() {
         "spillway_function_instances",
         "Function instances per zone and state: starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm)."
     );
+    metrics::describe_gauge!(
+        "spillway_function_usage_seconds",
+        metrics::Unit::Seconds,
+        "FaaSim usage time of a function zone's instances since startup: startup (cold starts), busy, idle (closed idle periods)."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_starts",
+        "Calls of a function zone by start kind (cold, warm) since startup."
+    );
     metrics::describe_counter!(
         "spillway_provider_errors_total",
         "Failed cloud provider API calls, by provider, operation and error kind."
@@ -412,6 +423,19 @@ pub fn function_instances(zone: &str, starting: u32, busy: u32, idle: u32) {
     gauge!("spillway_function_instances", "zone" => zone.clone(), "state" => "busy")
         .set(f64::from(busy));
     gauge!("spillway_function_instances", "zone" => zone, "state" => "idle").set(f64::from(idle));
+}
+
+/// Export one instance zone's FaaSim usage (FaaSim §3): start-up, busy and idle seconds,
+/// cold and warm starts.
+pub fn function_usage(zone: &str, u: &crate::policy::functions::FunctionUsage) {
+    for (phase, d) in [("startup", u.startup), ("busy", u.busy), ("idle", u.idle)] {
+        gauge!("spillway_function_usage_seconds", "zone" => zone.to_string(), "phase" => phase)
+            .set(d.as_secs_f64());
+    }
+    for (start, n) in [("cold", u.cold_starts), ("warm", u.warm_starts)] {
+        gauge!("spillway_function_starts", "zone" => zone.to_string(), "start" => start)
+            .set(n as f64);
+    }
 }
 
 /// Log a scaling decision: at INFO when the target changes, at DEBUG when it holds (the

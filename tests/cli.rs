@@ -148,7 +148,7 @@ fn check_reports_every_problem_at_its_place_and_exits_1() {
              {b}:7:3: vm_pool.comand: unknown key (did you mean `command`?); expected one of: \
              command, health_path, boot_timeout_seconds, probe_interval_seconds, slots_per_vm\n  \
              {b}: function_tier: missing: `spillway serve` needs a function tier (type: process, \
-             http or lambda)\n"
+             http or lambda) or function_zones\n"
         )
     );
 }

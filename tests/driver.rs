@@ -300,3 +300,116 @@ async fn a_request_dropped_during_its_cold_start_leaks_nothing() {
     resp.into_body().collect().await.unwrap();
     assert_eq!(gw.status().core.zones[0].usage.unwrap().cold_starts, 2);
 }
+
+/// Two function zones on paused time (issue 8; FaaSim two-tier edge/cloud): an edge with
+/// one pre-warmed instance (cold start 400 ms, keep-alive 1 s, at most 2) and a cloud
+/// (cold start 700 ms, keep-alive 5 s). A cloud instance is made warm, then two calls
+/// from the edge arrive together: both placements give the first the pre-warmed edge
+/// instance; warm-first gives the second the warm cloud instance, edge-first a cold start
+/// on the edge. Keep-alive expiries stop only the extra instances, each at its zone's
+/// keep-alive after its call.
+#[tokio::test(start_paused = true)]
+async fn two_zones_place_by_policy_prewarm_per_zone_and_expire_per_zone() {
+    use common::inproc::call_function_from;
+    use spillway::policy::baselines::{FixedScaler, FunctionOnly};
+    use spillway::policy::placement::{PlacementPolicy, ZoneId, ZoneKind, ZoneParams};
+
+    for policy in [PlacementPolicy::WarmFirst, PlacementPolicy::EdgeFirst] {
+        let (edge_cold, cloud_cold) = (ms(400), ms(700));
+        let (edge_ka, cloud_ka) = (ms(1_000), ms(5_000));
+        let zone = |name: &str, kind, keep_alive, max, prewarmed| ZoneParams {
+            name: name.into(),
+            kind,
+            capacity: ZoneCapacity::Instances(FunctionPoolParams {
+                keep_alive,
+                max_instances: Some(max),
+                prewarmed,
+            }),
+        };
+        let params = CoreParams {
+            controller: ControllerParams {
+                monitor: MonitorParams {
+                    epoch: Duration::from_secs(60),
+                    alpha: 0.3,
+                    beta: 0.2,
+                    decision_epochs: 1,
+                },
+                r_max_rps: 10.0,
+                execute_scaling: true,
+            },
+            placement: PlacementParams {
+                zones: vec![
+                    zone("edge-a", ZoneKind::Edge, edge_ka, 2, 1),
+                    zone("cloud", ZoneKind::Cloud, cloud_ka, 4, 0),
+                ],
+                policy,
+            },
+            vm_boot_timeout: None,
+        };
+        let core = Core::new(
+            params,
+            Box::new(FixedScaler::faas()),
+            Box::new(FunctionOnly),
+        );
+        let (edge, cloud) = (FakeTier::new(edge_cold), FakeTier::new(cloud_cold));
+        let gw = Gateway::new(
+            core,
+            Arc::new(NoVms),
+            vec![edge.clone(), cloud.clone()],
+            client(),
+            ReadinessSettings::from_secs("/", 5.0, 0.05),
+            0.0,
+        );
+        gw.start().await.unwrap();
+        tokio::time::sleep(ms(500)).await;
+        assert_eq!(
+            edge.events("start"),
+            vec![(edge_cold, InstanceId(0))],
+            "pre-warm"
+        );
+        assert!(cloud.events("start").is_empty(), "no pre-warm in the cloud");
+
+        // No origin: the cloud, cold; its instance is warm from 0.5 s + 700 ms on.
+        let resp = call_function_from(&gw, get(), None).await.unwrap();
+        resp.into_body().collect().await.unwrap();
+        let warm_since = ms(500) + cloud_cold;
+        // Two calls from the edge at once.
+        let from_edge = || call_function_from(&gw, get(), Some(ZoneId(0)));
+        let (a, b) = tokio::join!(from_edge(), from_edge());
+        for r in [a, b] {
+            r.unwrap().into_body().collect().await.unwrap();
+        }
+        let done = Instant::now() - edge.origin;
+        let st = gw.status().core.zones;
+        let (e, c) = (st[0].usage.unwrap(), st[1].usage.unwrap());
+        match policy {
+            PlacementPolicy::WarmFirst => {
+                assert_eq!((e.warm_starts, e.cold_starts), (1, 0), "{policy:?}");
+                assert_eq!((c.warm_starts, c.cold_starts), (1, 1), "{policy:?}");
+                assert_eq!(done, warm_since, "nobody waited for a cold start");
+            }
+            PlacementPolicy::EdgeFirst => {
+                assert_eq!((e.warm_starts, e.cold_starts), (1, 1), "{policy:?}");
+                assert_eq!((c.warm_starts, c.cold_starts), (0, 1), "{policy:?}");
+                assert_eq!(done, warm_since + edge_cold, "the edge cold start");
+            }
+        }
+        tokio::time::sleep(Duration::from_secs(10)).await;
+        // The cloud instance expires its keep-alive after its last call (at `warm_since`
+        // either way: warm-first's call there took no time); on the edge only the
+        // cold-started instance (edge-first) expires, the pre-warmed one is kept.
+        let cloud_stops: Vec<_> = cloud.events("stop").into_iter().map(|(t, _)| t).collect();
+        assert_eq!(cloud_stops, vec![warm_since + cloud_ka], "{policy:?}");
+        let edge_stops: Vec<_> = edge.events("stop").into_iter().map(|(t, _)| t).collect();
+        let want = match policy {
+            PlacementPolicy::WarmFirst => vec![],
+            PlacementPolicy::EdgeFirst => vec![done + edge_ka],
+        };
+        assert_eq!(edge_stops, want, "{policy:?}");
+        assert_eq!(
+            gw.status().core.zones[0].idle,
+            1,
+            "the pre-warmed count is kept"
+        );
+    }
+}

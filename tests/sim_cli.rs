@@ -333,3 +333,96 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
         "{err}"
     );
 }
+
+/// The FaaSim preset with no other flag (issue 8): events format, one row per placement;
+/// with 100 pre-warmed cloud instances (`--set`) warm-first takes them (no cold start),
+/// edge-first cold-starts the first burst on the edge. `--sweep` gives one report per
+/// value: without keep-alive every call is cold. A bad path is one error naming it.
+#[test]
+fn the_faasim_preset_runs_one_row_per_placement_and_sweeps() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let trace = root("tests/data/faasim/burst_excerpt.txt");
+    let text = std::fs::read_to_string(&trace).unwrap();
+    let first_burst = text
+        .lines()
+        .filter(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap() < 15.0)
+        .count() as u64;
+    let calls = text.lines().count() as u64;
+    let preset = root("config/sim/faasim.yaml");
+    let base = [
+        "--config",
+        preset.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ];
+    let read = || -> serde_json::Value {
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap()
+    };
+    let rows = |v: &serde_json::Value| -> Vec<(String, u64)> {
+        v["policies"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["name"].as_str().unwrap().to_string(),
+                    p["cold_starts"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["--set", "function_zones[5].prewarmed_instances=100"]);
+    run_sim(&sim_args(&args)).unwrap();
+    let r = read();
+    assert_eq!(
+        rows(&r),
+        [
+            ("edge_first".to_string(), first_burst),
+            ("warm_first".to_string(), 0)
+        ]
+    );
+    let cloud = &r["policies"][1]["zones"][5];
+    assert_eq!(cloud["warm_starts"].as_u64(), Some(calls), "{cloud}");
+    let client = &r["policies"][1]["client_response_ms"];
+    assert!(
+        client["min"].as_f64().unwrap() >= 2053.0 + 71.0 + 851.0 * 0.95,
+        "{client}"
+    );
+
+    let mut args: Vec<&str> = base.to_vec();
+    args.extend(["--sweep", "function_zones[*].keep_alive_seconds=0,30"]);
+    run_sim(&sim_args(&args)).unwrap();
+    let r = read();
+    assert_eq!(r["sweep"], "function_zones[*].keep_alive_seconds");
+    let cold: Vec<u64> = r["rows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|row| {
+            row["report"]["policies"][0]["cold_starts"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(cold, [calls, first_burst]);
+
+    let bad = sim_args(&[
+        "--config",
+        preset.to_str().unwrap(),
+        "--trace",
+        trace.to_str().unwrap(),
+        "--set",
+        "function_zones[*].keep_alive_secs=3",
+    ]);
+    let e = run_sim(&bad).unwrap_err().to_string();
+    assert!(
+        e.starts_with("--set: function_zones[*].keep_alive_secs=3: function_zones[0].keep_alive_secs: unknown key (did you mean `keep_alive_seconds`?)")
+            && e.ends_with("(and 5 more)"),
+        "{e}"
+    );
+}

@@ -454,3 +454,170 @@ fn adaptive_r_max_follows_the_modelled_vm_response_times() {
     assert!(max.report.r_max.is_none());
     assert!(max.series.iter().all(|e| e.r_max_rps == 10.0));
 }
+
+/// Function zones in the simulator (issue 8; FaaSim two-tier edge/cloud): an `events`
+/// trace's zone is the call's origin edge zone; edge-first and warm-first place calls
+/// differently when the edge's keep-alive (1 s) is shorter than the cloud's (10 s).
+#[test]
+fn events_zones_drive_edge_first_and_warm_first_placement() {
+    let (cold, warm, service) = (1.0, 0.1, 2.0);
+    let zones_yaml = |placement: &str| {
+        format!(
+            r#"
+placement: {placement}
+function_zones:
+  - {{name: edge-0, kind: edge, type: process, max_instances: 1, keep_alive_seconds: 1}}
+  - {{name: cloud, kind: cloud, type: process, max_instances: 10, keep_alive_seconds: 10}}
+libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_vms: 10}}
+sim:
+  sla_ms: 10000
+  request: {{service_time: {{distribution: fixed, ms: {}}}}}
+  function: {{cold_start_ms: {}, warm_start_ms: {}, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}}
+"#,
+            service * 1e3,
+            cold * 1e3,
+            warm * 1e3
+        )
+    };
+    // 0 s and 0.5 s from edge 0 (the edge takes the first, the cloud the second); 6 s
+    // from edge 0, after the edge instance expired (3 + 1 s) but with the cloud one
+    // warm (until 3.5 + 10 s); 7 s from zone 1, which has no edge zone: the cloud.
+    let events = "0.0 0\n0.5 0\n6.0 0\n7.0 1\n";
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let trace = Trace::parse(events, Path::new("ev.txt"), &opts).unwrap();
+    let run_with = |placement: &str| {
+        let c =
+            Config::from_yaml(&zones_yaml(placement), "z.yaml").unwrap_or_else(|e| panic!("{e}"));
+        run(&c, &trace, PolicyKind::Faas)
+    };
+    let (c, w, s) = (cold, warm, service);
+
+    // edge-first: 6 s cold-starts on the (empty) edge; 7 s reuses the warm cloud one.
+    let r = run_with("edge_first");
+    let z = &r.report.zones;
+    assert_eq!((z[0].name.as_str(), z[0].kind), ("edge-0", "edge"));
+    assert_eq!((z[0].cold_starts, z[0].warm_starts), (2, 0));
+    assert_eq!((z[1].cold_starts, z[1].warm_starts), (1, 1));
+    let mean = (3.0 * (c + s) + (w + s)) / 4.0;
+    assert!(
+        close(r.report.response_ms.mean, mean * 1e3),
+        "{:?}",
+        r.report
+    );
+    // The run ends with the last call (7 + w + s); the edge's second instance (ready at
+    // 6 + c, done at 6 + c + s) is idle from then to the end, its first one for its 1 s
+    // keep-alive.
+    let end = 7.0 + w + s;
+    let edge_idle = 1.0 + (end - (6.0 + c + s));
+    assert!(close(z[0].idle_s, edge_idle), "{z:?}");
+    assert!(close(z[0].startup_s, 2.0 * c) && close(z[0].busy_s, 2.0 * s));
+    // Cloud: one cold start; busy from ready (0.5 + c) for s, idle until 7 s, then busy
+    // with the warm call (warm start included) to the end.
+    assert!(close(z[1].busy_s, s + (w + s)), "{z:?}");
+    assert!(close(z[1].idle_s, 7.0 - (0.5 + c + s)), "{z:?}");
+    let hours: f64 = z
+        .iter()
+        .map(|z| (z.startup_s + z.busy_s + z.idle_s) / 3600.0)
+        .sum();
+    assert!(close(r.report.instance_hours.unwrap(), hours));
+    assert!(close(
+        z[0].mean_instances,
+        (2.0 * c + 2.0 * s + edge_idle) / end
+    ));
+
+    // warm-first: 6 s takes the warm cloud instance; 7 s finds it busy: a new cloud one.
+    let r = run_with("warm_first");
+    let z = &r.report.zones;
+    assert_eq!((z[0].cold_starts, z[0].warm_starts), (1, 0));
+    assert_eq!((z[1].cold_starts, z[1].warm_starts), (2, 1));
+    assert_eq!(r.report.cold_starts, 3);
+    assert!(close(r.report.response_ms.mean, mean * 1e3));
+}
+
+/// The FaaSim preset on the burst excerpt (three bursts 30 s apart, zones 0–4): with its
+/// 30 s keep-alive every instance of the first burst is still warm at the next, and no
+/// zone overflows its 25 instances, so the cold starts are exactly the first burst's
+/// calls, zone by zone, and the cloud is never used.
+#[test]
+fn the_faasim_preset_keeps_the_first_bursts_instances_warm() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let c = Config::load(&root.join("config/sim/faasim.yaml")).unwrap();
+    let path = root.join("tests/data/faasim/burst_excerpt.txt");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let trace = Trace::parse(&text, &path, &opts).unwrap();
+    let mut first_burst = [0u64; 5];
+    for line in text.lines() {
+        let mut it = line.split_whitespace();
+        let t: f64 = it.next().unwrap().parse().unwrap();
+        let z: usize = it.next().unwrap().parse().unwrap();
+        if t < 15.0 {
+            first_burst[z] += 1;
+        }
+    }
+    assert!(first_burst.iter().all(|&n| n <= 25), "{first_burst:?}");
+    let r = run(&c, &trace, PolicyKind::Faas);
+    let z = &r.report.zones;
+    assert_eq!(z.len(), 6);
+    for (i, n) in first_burst.iter().enumerate() {
+        assert_eq!(z[i].name, format!("edge-{i}"));
+        assert_eq!(z[i].cold_starts, *n, "{z:?}");
+    }
+    assert_eq!(r.report.cold_starts, first_burst.iter().sum::<u64>());
+    assert_eq!(
+        (z[5].kind, z[5].cold_starts + z[5].warm_starts),
+        ("cloud", 0)
+    );
+    assert_eq!(r.report.served, r.report.requests);
+}
+
+/// `sim.network` (FaaSim's RTT): a call run in its origin edge zone adds the edge round
+/// trip to the client's time, any other the cloud's; the platform's time is unchanged.
+/// One edge zone of one instance: the second simultaneous call from it overflows to the
+/// cloud, and a call from trace zone 3 (no edge zone) goes to the cloud too.
+#[test]
+fn the_client_time_adds_the_edge_or_cloud_round_trip() {
+    let (edge_rtt, cloud_rtt) = (62.0, 851.0);
+    let yaml = format!(
+        r#"
+function_zones:
+  - {{name: edge-0, kind: edge, type: process, max_instances: 1, keep_alive_seconds: 0}}
+  - {{name: cloud, kind: cloud, type: process, max_instances: 10, keep_alive_seconds: 0}}
+libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_vms: 10}}
+sim:
+  sla_ms: 10000
+  request: {{service_time: {{distribution: fixed, ms: 300}}}}
+  function: {{cold_start_ms: 700, warm_start_ms: 0, keep_alive_seconds: 0, max_concurrency: 10, bill_init: false}}
+  network: {{edge_rtt_ms: {edge_rtt}, cloud_rtt_ms: {cloud_rtt}}}
+"#
+    );
+    let c = Config::from_yaml(&yaml, "n.yaml").unwrap_or_else(|e| panic!("{e}"));
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    let trace = Trace::parse("0.0 0\n0.0 0\n5.0 3\n", Path::new("n.txt"), &opts).unwrap();
+    let r = run(&c, &trace, PolicyKind::Faas);
+    let (p, cl) = (
+        r.report.platform_response_ms.clone().unwrap(),
+        r.report.client_response_ms.clone().unwrap(),
+    );
+    // Every call is a cold start: 700 + 300 ms on the platform.
+    assert_eq!((p.min, p.max, p.mean), (1000.0, 1000.0, 1000.0));
+    assert_eq!(cl.min, 1000.0 + edge_rtt);
+    assert_eq!(cl.max, 1000.0 + cloud_rtt);
+    assert!(
+        close(cl.mean, 1000.0 + (edge_rtt + 2.0 * cloud_rtt) / 3.0),
+        "{cl:?}"
+    );
+    assert_eq!(
+        r.report.response_ms.mean, p.mean,
+        "response_ms stays the platform's"
+    );
+}

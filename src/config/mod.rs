@@ -21,15 +21,19 @@ mod de;
 mod lambda;
 mod queue;
 mod routes;
+mod overrides;
 mod schema;
 pub mod sim;
 mod yaml;
+mod zones;
 
 pub use lambda::*;
 pub use queue::*;
 pub use routes::*;
+pub use overrides::with_override;
 pub use schema::*;
 pub use yaml::Loc;
+pub use zones::*;
 
 use std::fmt;
 use std::path::{Path, PathBuf};

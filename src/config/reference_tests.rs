@@ -50,6 +50,11 @@ fn option_line(raw: &str) -> Option<String> {
     } else {
         raw.to_string()
     };
+    // `- key: value` starts a list item: read as `key: value` two columns further in.
+    let text = match text.trim_start().strip_prefix("- ") {
+        Some(rest) => format!("{}{rest}", " ".repeat(text.len() - rest.len())),
+        None => text,
+    };
     let body = text.trim_start();
     let key_len = body
         .find(|c: char| !(c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
@@ -99,6 +104,22 @@ fn parse_reference() -> Vec<Entry> {
     for (i, raw) in REFERENCE.lines().enumerate() {
         if let Some(text) = option_line(raw) {
             let body = text.trim_start();
+            if raw
+                .trim_start()
+                .trim_start_matches(['#', ' '])
+                .starts_with("- ")
+            {
+                // A list item: an entry `-` two columns out holds its keys. Several
+                // items of one list are alternatives, like a repeated key.
+                flat.push(Entry {
+                    line: 0,
+                    indent: text.len() - body.len() - 2,
+                    key: "-".to_string(),
+                    value: String::new(),
+                    comment: String::new(),
+                    children: Vec::new(),
+                });
+            }
             let (key, rest) = body.split_once(':').expect("option lines have a colon");
             let (value, comment) = split_comment(rest);
             flat.push(Entry {
@@ -163,7 +184,11 @@ fn render(entries: &[Entry], alt: usize, skip: Option<usize>, out: &mut String) 
         if !chosen || Some(e.line) == skip {
             continue;
         }
-        out.push_str(&format!("{}{}: {}\n", " ".repeat(e.indent), e.key, e.value));
+        if e.key == "-" {
+            out.push_str(&format!("{}-\n", " ".repeat(e.indent)));
+        } else {
+            out.push_str(&format!("{}{}: {}\n", " ".repeat(e.indent), e.key, e.value));
+        }
         render(&e.children, alt, skip, out);
     }
 }
@@ -177,7 +202,9 @@ fn chosen<'a>(entries: &'a [Entry], alt: usize, prefix: &str, out: &mut Vec<(Str
         let pick = *n == alt.min(copies(&e.key) - 1);
         *n += 1;
         if pick {
-            let path = if prefix.is_empty() {
+            let path = if e.key == "-" {
+                format!("{prefix}[0]")
+            } else if prefix.is_empty() {
                 e.key.clone()
             } else {
                 format!("{prefix}.{}", e.key)
@@ -236,7 +263,10 @@ fn same(a: &Value, b: &Value) -> bool {
 
 fn lookup<'a>(json: &'a Value, path: &str) -> &'a Value {
     path.split('.')
-        .try_fold(json, |v, k| v.get(k))
+        .try_fold(json, |v, k| match k.strip_suffix("[0]") {
+            Some(list) => v.get(list)?.get(0),
+            None => v.get(k),
+        })
         .unwrap_or(&Value::Null)
 }
 
@@ -304,7 +334,7 @@ fn the_reference_shows_every_key_of_the_schema_with_the_codes_default() {
         }
         // Every option: required, absent by default, or its default shown.
         for (path, e) in &entries {
-            if e.key == "type" || e.key == "distribution" {
+            if e.key == "type" || e.key == "distribution" || e.key == "-" {
                 continue;
             }
             let mut without = String::new();

@@ -14,7 +14,7 @@ use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
 use crate::policy::functions::FunctionPoolParams;
 use crate::policy::monitor::MonitorParams;
-use crate::policy::placement::{PlacementParams, ZoneCapacity};
+use crate::policy::placement::ZoneCapacity;
 use crate::policy::rmax::RMaxParams;
 use crate::policy::scaling::LibraScalingParams;
 
@@ -83,6 +83,14 @@ pub struct Config {
     /// The function tier provider. Required by `spillway serve`.
     #[serde(default)]
     pub function_tier: Option<FunctionTierConfig>,
+    /// Function zones, edge and cloud (FaaSim two-tier placement; `super::zones`).
+    /// `function_tier`, when set too, is one more cloud zone after these.
+    #[serde(default)]
+    pub function_zones: Vec<super::zones::FunctionZoneConfig>,
+    /// FaaSim placement policy between edge and cloud zones: `edge_first` or
+    /// `warm_first`.
+    #[serde(default)]
+    pub placement: super::zones::PlacementConfig,
     /// Simulator-only settings (ignored by `spillway serve`).
     #[serde(default)]
     pub sim: crate::config::sim::SimSection,
@@ -145,6 +153,9 @@ pub struct GatewayConfig {
     /// One log line per request at INFO, target `spillway::access` (also
     /// `spillway serve --access-log`).
     pub access_log: bool,
+    /// A request header naming the caller's edge zone (function zones), honoured only
+    /// when the peer is in `trusted_proxies`; otherwise `client_cidrs` decide.
+    pub origin_zone_header: Option<String>,
 }
 
 impl GatewayConfig {
@@ -184,6 +195,7 @@ impl Default for GatewayConfig {
             merge_slashes: true,
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
             access_log: false,
+            origin_zone_header: None,
         }
     }
 }
@@ -796,19 +808,19 @@ pub struct HttpFunctionTierConfig {
     pub max_concurrency: u32,
 }
 
-fn default_health_path() -> String {
+pub(crate) fn default_health_path() -> String {
     "/".to_string()
 }
 fn default_boot_timeout() -> f64 {
     DEFAULT_BOOT_TIMEOUT_SECONDS
 }
-fn default_function_boot_timeout() -> f64 {
+pub(crate) fn default_function_boot_timeout() -> f64 {
     10.0
 }
-fn default_probe_interval() -> f64 {
+pub(crate) fn default_probe_interval() -> f64 {
     DEFAULT_PROBE_INTERVAL_SECONDS
 }
-fn default_keep_alive() -> f64 {
+pub(crate) fn default_keep_alive() -> f64 {
     DEFAULT_KEEP_ALIVE_SECONDS
 }
 
@@ -1012,55 +1024,11 @@ impl Config {
             }
             Some(VmPoolConfig::Ec2(e)) => e.validate(&mut is),
         }
-        match &self.function_tier {
-            None => {}
-            Some(FunctionTierConfig::Process(f)) => {
-                check_command(&mut is, "function_tier.command", &f.command);
-                check_path(&mut is, "function_tier.health_path", &f.health_path);
-                is.non_negative("function_tier.keep_alive_seconds", f.keep_alive_seconds);
-                if f.max_instances == 0 {
-                    is.push("function_tier.max_instances", "must be at least 1");
-                }
-                if f.prewarmed_instances > f.max_instances {
-                    is.push(
-                        "function_tier.prewarmed_instances",
-                        format!(
-                            "must not exceed function_tier.max_instances ({} > {})",
-                            f.prewarmed_instances, f.max_instances
-                        ),
-                    );
-                }
-                is.positive("function_tier.boot_timeout_seconds", f.boot_timeout_seconds);
-                is.positive(
-                    "function_tier.probe_interval_seconds",
-                    f.probe_interval_seconds,
-                );
-            }
-            Some(FunctionTierConfig::Http(h)) => {
-                check_url(&mut is, "function_tier.url", &h.url);
-                if h.max_concurrency == 0 {
-                    is.push("function_tier.max_concurrency", "must be at least 1");
-                }
-            }
-            Some(FunctionTierConfig::Lambda(l)) => {
-                l.validate(&mut is);
-                // A gateway-wide timeout must not cut an Invoke the function may still
-                // answer (issue 13 item 11).
-                let deadline = l.invoke_deadline_seconds();
-                if g.upstream_timeout_seconds.is_finite() && g.upstream_timeout_seconds < deadline {
-                    is.push(
-                        "gateway.upstream_timeout_seconds",
-                        format!(
-                            "{} s would cut Lambda calls before their deadline: \
-                             function_tier.timeout_seconds ({}) + \
-                             function_tier.invoke_margin_seconds ({}) = {deadline} s; raise it \
-                             to at least {deadline} or lower the function's timeout",
-                            g.upstream_timeout_seconds, l.timeout_seconds, l.invoke_margin_seconds
-                        ),
-                    );
-                }
-            }
+        if let Some(ft) = &self.function_tier {
+            ft.validate_at("function_tier", &mut is);
         }
+        self.validate_zones(&mut is);
+        self.check_invoke_deadlines(&mut is);
         if let Some(pool) = &self.vm_pool {
             match (pool.slots_per_vm(), l.max_outstanding_per_vm) {
                 (Some(0), _) => is.push(
@@ -1116,6 +1084,41 @@ impl Config {
             })
     }
 
+    /// A gateway-wide timeout must not cut an Invoke the function may still answer
+    /// (issue 13 item 11): on every Lambda tier or zone, `gateway.upstream_timeout_seconds`
+    /// must be at least `timeout_seconds + invoke_margin_seconds`.
+    fn check_invoke_deadlines(&self, is: &mut Issues) {
+        let tiers = self
+            .function_tier
+            .iter()
+            .map(|t| ("function_tier".to_string(), t.clone()))
+            .chain(
+                self.function_zones
+                    .iter()
+                    .enumerate()
+                    .map(|(i, z)| (format!("function_zones[{i}]"), z.tier())),
+            );
+        let upstream = self.gateway.upstream_timeout_seconds;
+        for (at, tier) in tiers {
+            let FunctionTierConfig::Lambda(l) = tier else {
+                continue;
+            };
+            let deadline = l.invoke_deadline_seconds();
+            if upstream.is_finite() && upstream < deadline {
+                is.push(
+                    "gateway.upstream_timeout_seconds",
+                    format!(
+                        "{upstream} s would cut Lambda calls before their deadline: \
+                         {at}.timeout_seconds ({}) + {at}.invoke_margin_seconds ({}) = \
+                         {deadline} s; raise it to at least {deadline} or lower the \
+                         function's timeout",
+                        l.timeout_seconds, l.invoke_margin_seconds
+                    ),
+                );
+            }
+        }
+    }
+
     /// What `spillway serve` needs beyond [`Config::validate`]: both providers, a TLS
     /// certificate and key that load, and the `aws` feature for the `ec2` and `lambda`
     /// providers. `spillway check` (without `--sim`) runs the same checks.
@@ -1127,12 +1130,13 @@ impl Config {
                 "missing: `spillway serve` needs a VM pool (type: process, static or ec2)",
             );
         }
-        if self.function_tier.is_none() {
+        if self.function_tier.is_none() && self.function_zones.is_empty() {
             is.push(
                 "function_tier",
-                "missing: `spillway serve` needs a function tier (type: process, http or lambda)",
+                "missing: `spillway serve` needs a function tier (type: process, http or lambda) or function_zones",
             );
         }
+        self.zone_gateway_issues(&mut is);
         if let Some(tls) = &self.gateway.tls
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {
@@ -1206,18 +1210,6 @@ impl Config {
         }
     }
 
-    /// Function placement: `function_tier` is one cloud zone named
-    /// [`SINGLE_ZONE_NAME`]; no function tier, no zone.
-    pub fn placement_params(&self) -> PlacementParams {
-        match &self.function_tier {
-            Some(ft) => PlacementParams::single(SINGLE_ZONE_NAME, ft.capacity()),
-            None => PlacementParams {
-                zones: Vec::new(),
-                policy: Default::default(),
-            },
-        }
-    }
-
     /// The whole policy core's parameters for the live gateway.
     pub fn core_params(&self) -> CoreParams {
         let vm_boot_timeout = match &self.vm_pool {
@@ -1238,6 +1230,46 @@ impl Config {
 pub const SINGLE_ZONE_NAME: &str = "cloud";
 
 impl FunctionTierConfig {
+    /// Semantic checks of this provider section at `at` (`function_tier`,
+    /// `function_zones[2]`), each problem with its field path.
+    pub fn validate_at(&self, at: &str, is: &mut Issues) {
+        match self {
+            FunctionTierConfig::Process(f) => {
+                check_command(is, &format!("{at}.command"), &f.command);
+                check_path(is, &format!("{at}.health_path"), &f.health_path);
+                is.non_negative(&format!("{at}.keep_alive_seconds"), f.keep_alive_seconds);
+                if f.max_instances == 0 {
+                    is.push(format!("{at}.max_instances"), "must be at least 1");
+                }
+                if f.prewarmed_instances > f.max_instances {
+                    is.push(
+                        format!("{at}.prewarmed_instances"),
+                        format!(
+                            "must not exceed {at}.max_instances ({} > {})",
+                            f.prewarmed_instances, f.max_instances
+                        ),
+                    );
+                }
+                is.positive(
+                    &format!("{at}.boot_timeout_seconds"),
+                    f.boot_timeout_seconds,
+                );
+                is.positive(
+                    &format!("{at}.probe_interval_seconds"),
+                    f.probe_interval_seconds,
+                );
+            }
+            FunctionTierConfig::Http(h) => {
+                check_url(is, &format!("{at}.url"), &h.url);
+                if h.max_concurrency == 0 {
+                    is.push(format!("{at}.max_concurrency"), "must be at least 1");
+                }
+            }
+            // Lambda zones exist only as `function_tier` (its checks name that path).
+            FunctionTierConfig::Lambda(l) => l.validate(is),
+        }
+    }
+
     /// The zone capacity model: instances for `process` (keep-alive, pre-warm,
     /// `max_instances`), concurrency only for `http` and `lambda`.
     pub fn capacity(&self) -> ZoneCapacity {

@@ -24,6 +24,47 @@ pub struct SimSection {
     pub sla_ms: f64,
     /// AUTO and Spock parameters (LIBRA §IV).
     pub auto: AutoConfig,
+    /// Network round trip between a call's client and the zone that runs it (FaaSim
+    /// two-tier edge/cloud): added to the client-side response time of function calls
+    /// only. Absent: no network time.
+    pub network: Option<NetworkModelConfig>,
+    /// The trace format when `spillway sim` is given no `--format`; absent: `counts`.
+    pub trace_format: Option<TraceFormatConfig>,
+    /// With `function_zones`: one report row per placement policy listed here (the FAAS
+    /// policy, the row named after the placement) instead of one per `--policy`.
+    pub placements: Vec<super::zones::PlacementConfig>,
+}
+
+/// `sim.trace_format` — the trace formats of `spillway sim --format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TraceFormatConfig {
+    /// One integer a line: requests in that second.
+    Counts,
+    /// `<arrival seconds> [<zone>]` a line (FaaSim's event lists).
+    Events,
+    /// Azure Functions 2019 per-minute invocation counts.
+    Azure2019,
+    /// Azure Functions 2021 invocations.
+    Azure2021,
+}
+
+/// `sim.network:` — FaaSim's network model: a round trip of `edge_rtt_ms` when a call
+/// runs in its origin edge zone, `cloud_rtt_ms` in the cloud, each with a uniform jitter
+/// of ± that fraction.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct NetworkModelConfig {
+    /// Round trip to the origin edge zone, ms.
+    pub edge_rtt_ms: f64,
+    /// Its uniform jitter, ± this fraction of it, [0, 1].
+    #[serde(default)]
+    pub edge_rtt_jitter: f64,
+    /// Round trip to the cloud, ms.
+    pub cloud_rtt_ms: f64,
+    /// Its uniform jitter, ± this fraction of it, [0, 1].
+    #[serde(default)]
+    pub cloud_rtt_jitter: f64,
 }
 
 impl Default for SimSection {
@@ -34,6 +75,9 @@ impl Default for SimSection {
             function: FunctionModelConfig::default(),
             sla_ms: 1000.0,
             auto: AutoConfig::default(),
+            network: None,
+            trace_format: None,
+            placements: Vec::new(),
         }
     }
 }
@@ -302,6 +346,12 @@ pub(crate) fn check_percentiles(points: &[[f64; 2]]) -> Result<(), String> {
 impl SimSection {
     /// Semantic checks, reported with paths under `sim.`.
     pub(crate) fn validate(&self, is: &mut Issues) {
+        if let Some(n) = &self.network {
+            is.non_negative("sim.network.edge_rtt_ms", n.edge_rtt_ms);
+            is.non_negative("sim.network.cloud_rtt_ms", n.cloud_rtt_ms);
+            is.within("sim.network.edge_rtt_jitter", n.edge_rtt_jitter, 0.0, 1.0);
+            is.within("sim.network.cloud_rtt_jitter", n.cloud_rtt_jitter, 0.0, 1.0);
+        }
         self.request
             .service_time
             .validate(is, "sim.request.service_time");

@@ -674,3 +674,119 @@ mod tests {
         assert_eq!(p.poll_timeout(), Some(secs(13.0)));
     }
 }
+
+#[cfg(test)]
+mod keep_alive_tests {
+    //! Edge-first vs warm-first with asymmetric keep-alives, computed by hand (FaaSim,
+    //! "two-tier edge/cloud").
+    use super::*;
+
+    fn secs(s: f64) -> Time {
+        Duration::from_secs_f64(s)
+    }
+
+    const EDGE: ZoneId = ZoneId(0);
+    const CLOUD: ZoneId = ZoneId(1);
+
+    /// Edge: at most 1 instance, keep-alive `edge_ka`; cloud: at most 4, keep-alive 9 s.
+    fn zones(policy: PlacementPolicy, edge_ka: f64) -> Placement {
+        let pool = |max, ka: f64| {
+            ZoneCapacity::Instances(FunctionPoolParams {
+                keep_alive: secs(ka),
+                max_instances: Some(max),
+                prewarmed: 0,
+            })
+        };
+        Placement::new(PlacementParams {
+            zones: vec![
+                ZoneParams {
+                    name: "edge-a".into(),
+                    kind: ZoneKind::Edge,
+                    capacity: pool(1, edge_ka),
+                },
+                ZoneParams {
+                    name: "cloud".into(),
+                    kind: ZoneKind::Cloud,
+                    capacity: pool(4, 9.0),
+                },
+            ],
+            policy,
+        })
+    }
+
+    /// Two calls from the edge at t = 0 (the edge takes one, the cloud the other), both
+    /// instances ready at 0.5 s and idle from 1 s; a third call from the edge at 6 s.
+    /// Returns the third call's lease and the placement.
+    fn third_call(policy: PlacementPolicy, edge_ka: f64) -> (Lease, Placement, Lease) {
+        let mut p = zones(policy, edge_ka);
+        let none = ZoneSet::default();
+        let a = p.place(secs(0.0), Some(EDGE), none).unwrap();
+        let b = p.place(secs(0.0), Some(EDGE), none).unwrap();
+        assert_eq!((a.zone, b.zone), (EDGE, CLOUD), "{policy:?}: edge cap 1");
+        assert!(matches!(
+            (a.start, b.start),
+            (Start::Cold(_), Start::Cold(_))
+        ));
+        for l in [a, b] {
+            p.on_started(secs(0.5), l.zone, l.instance().unwrap());
+        }
+        p.release(secs(1.0), a);
+        p.release(secs(1.0), b);
+        // The edge instance expires at 1 + edge_ka, the cloud one at 1 + 9.
+        let edge_expiry = 1.0 + edge_ka;
+        assert_eq!(p.poll_timeout(), Some(secs(edge_expiry.min(10.0))));
+        let expired = p.handle_timeout(secs(6.0));
+        let want: Vec<_> = if edge_expiry <= 6.0 {
+            vec![(EDGE, a.instance().unwrap())]
+        } else {
+            vec![]
+        };
+        assert_eq!(expired, want, "{policy:?}");
+        let c = p.place(secs(6.0), Some(EDGE), none).unwrap();
+        (c, p, b)
+    }
+
+    #[test]
+    fn a_short_edge_keep_alive_makes_the_policies_differ() {
+        // Edge keep-alive 4 s: the edge instance is gone at 5 s, the cloud one warm
+        // until 10 s. At 6 s edge-first cold-starts on the edge, warm-first reuses the
+        // warm cloud instance.
+        let (c, p, _) = third_call(PlacementPolicy::EdgeFirst, 4.0);
+        assert_eq!((c.zone, matches!(c.start, Start::Cold(_))), (EDGE, true));
+        let (edge, cloud) = (p.usage(EDGE).unwrap(), p.usage(CLOUD).unwrap());
+        assert_eq!((edge.cold_starts, edge.warm_starts), (2, 0));
+        assert_eq!((cloud.cold_starts, cloud.warm_starts), (1, 0));
+        assert_eq!(edge.instances_expired, 1);
+        assert_eq!(edge.idle, secs(4.0), "idle from 1 s to its expiry at 5 s");
+        assert_eq!(edge.startup, secs(0.5));
+
+        let (c, mut p, b) = third_call(PlacementPolicy::WarmFirst, 4.0);
+        assert_eq!(c.zone, CLOUD);
+        assert_eq!(c.start, Start::Warm(b.instance().unwrap()));
+        let (edge, cloud) = (*p.usage(EDGE).unwrap(), *p.usage(CLOUD).unwrap());
+        assert_eq!((edge.cold_starts, edge.warm_starts), (1, 0));
+        assert_eq!((cloud.cold_starts, cloud.warm_starts), (1, 1));
+        assert_eq!(
+            cloud.idle,
+            secs(5.0),
+            "idle from 1 s to the warm start at 6 s"
+        );
+        // The reused cloud instance runs 6 → 7 s and stays warm for its 9 s keep-alive.
+        p.release(secs(7.0), c);
+        assert_eq!(p.poll_timeout(), Some(secs(16.0)));
+        assert_eq!(p.usage(CLOUD).unwrap().busy, secs(0.5) + secs(1.0));
+    }
+
+    #[test]
+    fn with_the_edge_still_warm_both_policies_reuse_it() {
+        // Edge keep-alive 7 s (≠ the cloud's 9 s): still warm at 6 s, so both policies
+        // take the warm edge instance — warm-first prefers the edge when both are warm.
+        for policy in [PlacementPolicy::EdgeFirst, PlacementPolicy::WarmFirst] {
+            let (c, p, _) = third_call(policy, 7.0);
+            assert_eq!(c.zone, EDGE, "{policy:?}");
+            assert!(matches!(c.start, Start::Warm(_)), "{policy:?}");
+            assert_eq!(p.usage(EDGE).unwrap().idle, secs(5.0), "{policy:?}");
+            assert_eq!(p.usage(CLOUD).unwrap().warm_starts, 0, "{policy:?}");
+        }
+    }
+}

@@ -61,6 +61,9 @@ fn scrape_gauges(gw: &Gateway) {
     let st = gw.status();
     for z in &st.core.zones {
         m::function_instances(&z.name, z.starting, z.busy, z.idle);
+        if let Some(u) = &z.usage {
+            m::function_usage(&z.name, u);
+        }
     }
     if let Some(q) = &st.core.queue {
         m::queue_gauges(q);
@@ -308,6 +311,17 @@ fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
                 "warm_starts": warm,
                 "throttled": throttled,
             },
+            "usage": z.usage.map(|u| {
+                let hours = (u.startup + u.busy + u.idle).as_secs_f64() / 3600.0;
+                json!({
+                    "startup_seconds": u.startup.as_secs_f64(),
+                    "busy_seconds": u.busy.as_secs_f64(),
+                    "idle_seconds": u.idle.as_secs_f64(),
+                    "instance_hours": hours,
+                    "instances_started": u.instances_started,
+                    "instances_expired": u.instances_expired,
+                })
+            }),
             "errors": backend.errors(),
         })
     };

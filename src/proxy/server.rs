@@ -27,7 +27,7 @@ use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
 use super::driver::Gateway;
-use super::service::{self, ServiceSettings};
+use super::service::{self, OriginZones, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::headers::TrustedProxies;
 use crate::net::tls::{self, TlsError};
@@ -172,28 +172,31 @@ impl Server {
                 return Err(ServeError::AwsFeatureDisabled("vm_pool (type: ec2)"));
             }
         };
-        let functions: Arc<dyn FunctionTier> = match config
-            .function_tier
-            .as_ref()
-            .ok_or(ServeError::MissingSection("function_tier"))?
-        {
-            FunctionTierConfig::Process(f) => {
-                ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
-            }
-            FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
-            #[cfg(feature = "aws")]
-            FunctionTierConfig::Lambda(l) => {
-                let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
-                tier.start();
-                tier
-            }
-            #[cfg(not(feature = "aws"))]
-            FunctionTierConfig::Lambda(_) => {
-                return Err(ServeError::AwsFeatureDisabled(
-                    "function_tier (type: lambda)",
-                ));
-            }
-        };
+        let specs = config.zone_specs();
+        if specs.is_empty() {
+            return Err(ServeError::MissingSection("function_tier"));
+        }
+        let mut zones: Vec<Arc<dyn FunctionTier>> = Vec::with_capacity(specs.len());
+        for spec in &specs {
+            zones.push(match &spec.tier {
+                FunctionTierConfig::Process(f) => {
+                    ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
+                }
+                FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
+                #[cfg(feature = "aws")]
+                FunctionTierConfig::Lambda(l) => {
+                    let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
+                    tier.start();
+                    tier
+                }
+                #[cfg(not(feature = "aws"))]
+                FunctionTierConfig::Lambda(_) => {
+                    return Err(ServeError::AwsFeatureDisabled(
+                        "function_tier (type: lambda)",
+                    ));
+                }
+            });
+        }
         let core = Core::new(
             config.core_params(),
             Box::new(LibraScaler::new(config.libra_scaling_params())),
@@ -208,7 +211,7 @@ impl Server {
         let gateway = Gateway::new(
             core,
             vm_provider,
-            vec![functions],
+            zones,
             client,
             readiness,
             config.cip_rps(),
@@ -273,6 +276,7 @@ impl Server {
             upstream_timeout: secs(g.upstream_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
             request_rules: rules,
+            origins: OriginZones::new(&self.config),
         });
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder

@@ -26,7 +26,7 @@ use crate::backends::FunctionError;
 use crate::net::ClientInfo;
 use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
 use crate::policy::balancer::{RequestMeta, RouteReason};
-use crate::policy::placement::Start;
+use crate::policy::placement::{Start, ZoneId, ZoneKind};
 
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
@@ -47,6 +47,65 @@ pub struct ServiceSettings {
     pub trusted_proxies: TrustedProxies,
     /// Request validation and path normalization (issue 11).
     pub request_rules: RequestRules,
+    /// How a request's origin edge zone is found (function zones, FaaSim).
+    pub origins: OriginZones,
+}
+
+/// A request's origin edge zone (FaaSim, "two-tier edge/cloud"): the zone named by the
+/// configured header when the peer is a trusted proxy, else the first edge zone whose
+/// `client_cidrs` hold the peer's address, else none (the call goes to the cloud).
+#[derive(Clone, Debug, Default)]
+pub struct OriginZones {
+    /// `(network, zone)` in configuration order.
+    cidrs: Vec<(ipnet::IpNet, ZoneId)>,
+    /// Edge zone names, for the header.
+    names: Vec<(String, ZoneId)>,
+    /// The header, if configured.
+    header: Option<http::HeaderName>,
+}
+
+impl OriginZones {
+    /// The origin rules of `config`'s edge zones (zone ids in placement order).
+    pub fn new(config: &crate::config::Config) -> Self {
+        let mut out = Self {
+            header: config
+                .gateway
+                .origin_zone_header
+                .as_deref()
+                .and_then(|h| http::HeaderName::from_bytes(h.as_bytes()).ok()),
+            ..Self::default()
+        };
+        for (i, z) in config.zone_specs().into_iter().enumerate() {
+            if z.kind != ZoneKind::Edge {
+                continue;
+            }
+            let id = ZoneId(i as u16);
+            out.cidrs.extend(z.client_cidrs.iter().map(|n| (*n, id)));
+            out.names.push((z.name, id));
+        }
+        out
+    }
+
+    /// The origin zone of a request from `peer` with `headers`. The header is honoured
+    /// only when `trusted` holds the peer; an unknown zone name in it is ignored.
+    pub fn origin(
+        &self,
+        peer: std::net::IpAddr,
+        headers: &http::HeaderMap,
+        trusted: &TrustedProxies,
+    ) -> Option<ZoneId> {
+        if let Some(h) = &self.header
+            && trusted.contains(peer)
+            && let Some(v) = headers.get(h).and_then(|v| v.to_str().ok())
+            && let Some((_, id)) = self.names.iter().find(|(n, _)| n == v.trim())
+        {
+            return Some(*id);
+        }
+        self.cidrs
+            .iter()
+            .find(|(net, _)| net.contains(&peer))
+            .map(|(_, id)| *id)
+    }
 }
 
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
@@ -131,6 +190,10 @@ async fn dispatch(
         idempotent: headers::is_idempotent(req.method()),
     };
     let upgrade_value = req.headers().get(header::UPGRADE).cloned();
+    // Before hygiene: the origin header is the client's (or its trusted proxy's).
+    let origin = settings
+        .origins
+        .origin(peer.ip(), req.headers(), &settings.trusted_proxies);
     let mut client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
     // Hygiene: strip hop-by-hop and Connection-named headers, then add our own.
@@ -178,7 +241,7 @@ async fn dispatch(
     // The guard gives back whatever the current attempt holds if this future is dropped
     // (client gone) or returns an error; a response's body guard takes over on success.
     // The route key (call scheduling §4: the call's "function") on the normalized path.
-    let mut new_ticket = Ticket::new(meta, None);
+    let mut new_ticket = Ticket::new(meta, origin);
     if gw.has_queue() {
         new_ticket = new_ticket.with_key(gw.route_key(out.method().as_str(), out.uri().path()));
     }

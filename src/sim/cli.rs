@@ -14,6 +14,7 @@ use super::plot::{plot_cost, plot_sim};
 use super::report::{series_csv, table};
 use super::trace::{Trace, TraceFormat, TraceOptions};
 use crate::config::Config;
+use crate::config::sim::TraceFormatConfig;
 use crate::policy::cost::Architecture;
 
 /// The LIBRA paper preset, used when `--config` is not given.
@@ -75,9 +76,9 @@ pub struct SimArgs {
     /// The trace file.
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
-    /// Trace format.
-    #[arg(long, value_enum, default_value_t = TraceFormat::Counts)]
-    pub format: TraceFormat,
+    /// Trace format; default: the config's `sim.trace_format`, else `counts`.
+    #[arg(long, value_enum)]
+    pub format: Option<TraceFormat>,
     /// azure2019: durations-percentiles file (per-function empirical service times).
     #[arg(long, value_name = "FILE")]
     pub durations: Option<PathBuf>,
@@ -118,6 +119,22 @@ pub struct SimArgs {
     /// No table and no progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// Set one configuration value: a dotted path (`placement`,
+    /// `function_zones[*].keep_alive_seconds`) and a YAML value; repeatable, applied in
+    /// order, validated like a file.
+    #[arg(long = "set", value_name = "PATH=VALUE")]
+    pub set: Vec<String>,
+    /// Run once per value of a dotted path (`placement=edge_first,warm_first`): one table
+    /// per value; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
+    #[arg(long, value_name = "PATH=V1,V2,...")]
+    pub sweep: Option<String>,
+}
+
+/// `PATH=VALUE` split at its first `=`.
+fn split_assignment<'a>(option: &str, text: &'a str) -> Result<(&'a str, &'a str), SimError> {
+    text.split_once('=')
+        .filter(|(p, _)| !p.is_empty())
+        .ok_or_else(|| invalid(option, format!("expected PATH=VALUE, got {text:?}")))
 }
 
 /// `--arch` values.
@@ -230,6 +247,47 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     let mut config = load_config(args.config.as_deref())?;
+    for text in &args.set {
+        let (path, value) = split_assignment("--set", text)?;
+        config =
+            crate::config::with_override(&config, path, value).map_err(|m| invalid("--set", m))?;
+    }
+    if let Some(sweep) = &args.sweep {
+        let (path, values) = split_assignment("--sweep", sweep)?;
+        let mut rows = Vec::new();
+        for value in values.split(',') {
+            let c = crate::config::with_override(&config, path, value)
+                .map_err(|m| invalid("--sweep", m))?;
+            let one = SimArgs {
+                sweep: None,
+                set: Vec::new(),
+                json: None,
+                ..args.clone()
+            };
+            if !args.quiet {
+                println!("{path} = {value}");
+            }
+            let report = run_one(&one, c)?;
+            rows.push(serde_json::json!({"value": value, "report": report}));
+        }
+        if let Some(p) = &args.json {
+            let mut text = serde_json::to_string_pretty(&serde_json::json!({
+                "sweep": path,
+                "rows": rows,
+            }))
+            .expect("reports serialise");
+            text.push('\n');
+            write_file(p, &text)?;
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    run_one(args, config)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// One run of `spillway sim` with `config`: returns the report after writing the
+/// requested outputs.
+fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimReport, SimError> {
     if let Some(o) = args.queue_order {
         match config.queue.as_mut() {
             Some(q) => q.order = o.order(),
@@ -256,16 +314,21 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             });
         }
     }
+    let format = args.format.unwrap_or(match config.sim.trace_format {
+        None | Some(TraceFormatConfig::Counts) => TraceFormat::Counts,
+        Some(TraceFormatConfig::Events) => TraceFormat::Events,
+        Some(TraceFormatConfig::Azure2019) => TraceFormat::Azure2019,
+        Some(TraceFormatConfig::Azure2021) => TraceFormat::Azure2021,
+    });
     let opts = TraceOptions {
-        format: args.format,
+        format,
         rate_divisor: args.rate_divisor,
         from_s: args.from,
         to_s: args.to,
         durations: args.durations.clone(),
         memory: args.memory.clone(),
     };
-    if (args.durations.is_some() || args.memory.is_some()) && args.format != TraceFormat::Azure2019
-    {
+    if (args.durations.is_some() || args.memory.is_some()) && format != TraceFormat::Azure2019 {
         return Err(SimError::Invalid {
             field: "--durations/--memory".into(),
             message: "only apply to --format azure2019".into(),
@@ -286,7 +349,13 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             message: format!("{}: no request{window}", args.trace.display()),
         });
     }
-    let policies = selected_policies(&args.policy);
+    // `sim.placements` (function zones): the FAAS policy once per placement.
+    let placements = config.sim.placements.clone();
+    let policies = if placements.is_empty() {
+        selected_policies(&args.policy)
+    } else {
+        vec![PolicyKind::Faas; placements.len()]
+    };
     let total = trace.total_requests();
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
         let bar = ProgressBar::with_draw_target(
@@ -307,17 +376,50 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     // The run's wall-clock time is reported to the user; it never feeds the simulation.
     #[allow(clippy::disallowed_methods)]
     let wall = std::time::Instant::now();
-    let (report, runs) = super::simulate(
-        &config,
-        &trace,
-        &policies,
-        args.seed,
-        args.csv.is_some() || args.plot.is_some(),
-        &mut |i, n| {
-            bar.set_message(policies[i].name());
-            bar.set_position(i as u64 * total + n);
-        },
-    )?;
+    let series = args.csv.is_some() || args.plot.is_some();
+    let (report, runs) = if placements.is_empty() {
+        super::simulate(
+            &config,
+            &trace,
+            &policies,
+            args.seed,
+            series,
+            &mut |i, n| {
+                bar.set_message(policies[i].name());
+                bar.set_position(i as u64 * total + n);
+            },
+        )?
+    } else {
+        let mut all: Option<(super::report::SimReport, Vec<super::engine::PolicyRun>)> = None;
+        for (i, placement) in placements.iter().enumerate() {
+            let mut c = config.clone();
+            c.placement = *placement;
+            let name = crate::policy::placement::PlacementPolicy::from(*placement).as_str();
+            bar.set_message(name);
+            let (mut rep, mut runs) = super::simulate(
+                &c,
+                &trace,
+                &[PolicyKind::Faas],
+                args.seed,
+                series,
+                &mut |_, n| bar.set_position(i as u64 * total + n),
+            )?;
+            for r in rep.policies.iter_mut() {
+                r.name = name.to_string();
+            }
+            for r in runs.iter_mut() {
+                r.report.name = name.to_string();
+            }
+            match &mut all {
+                None => all = Some((rep, runs)),
+                Some((a, b)) => {
+                    a.policies.append(&mut rep.policies);
+                    b.append(&mut runs);
+                }
+            }
+        }
+        all.expect("at least one placement")
+    };
     bar.finish_and_clear();
     let secs = wall.elapsed().as_secs_f64();
     if let Some(path) = &args.json {
@@ -358,7 +460,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             simulated / secs.max(1e-9) / 1e6
         );
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(report)
 }
 
 fn invalid(field: &str, message: String) -> SimError {

@@ -24,6 +24,10 @@
 //!   Billed per call: service time rounded up to 1 ms × memory (GB-s), plus the cold
 //!   start as INIT when `bill_init`, plus the request fee (and the API-gateway fee when
 //!   `pricing.api_gateway`).
+//! * **Function zones** (FaaSim two-tier edge/cloud, with `function_zones`): the zone of
+//!   an `events` line is the call's origin edge zone; the core's placement picks the
+//!   zone. Start-up and execution times are the same in every zone; `sim.network` adds
+//!   the round trip to the origin edge or the cloud to the client-side time only.
 //! * **SLA**: a served response slower than `sla_ms` is a violation; a throttled or
 //!   rejected request is one too (it got no answer in time).
 
@@ -39,11 +43,11 @@ use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
     CostBreakdown, EpochRow, FunctionSpread, PolicyReport, QueueReport, RMaxReport, ResponseMs,
-    Spread,
+    ResponseStats, Spread, ZoneReport,
 };
 use super::trace::Trace;
 use crate::config::Config;
-use crate::config::sim::{FunctionModelConfig, VmModelConfig};
+use crate::config::sim::{FunctionModelConfig, NetworkModelConfig, VmModelConfig};
 use crate::policy::attempt::{AttemptKind, Decision, Ticket};
 use crate::policy::balancer::{RequestMeta, RouteReason, VmFirst};
 pub use crate::policy::baselines::PolicyKind;
@@ -51,8 +55,10 @@ use crate::policy::baselines::{AutoParams, PolicyParams};
 use crate::policy::controller::{self, ControllerParams};
 use crate::policy::core::{Action, Core, CoreParams};
 use crate::policy::cost::FunctionPricing;
-use crate::policy::functions::{FunctionPoolParams, InstanceId};
-use crate::policy::placement::{Lease, PlacementParams, Start, ZoneCapacity, ZoneId};
+use crate::policy::functions::{FunctionPoolParams, FunctionUsage, InstanceId};
+use crate::policy::placement::{
+    Lease, PlacementParams, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneStatus,
+};
 use crate::policy::rmax::RMaxParams;
 use crate::policy::routes::KeyId;
 use crate::policy::scaling::LibraScalingParams;
@@ -95,6 +101,16 @@ pub struct SimParams {
     pub queue: Option<SchedParams>,
     /// `queue.max_route_keys`.
     pub max_route_keys: usize,
+    /// Function zones and placement (`function_zones`, `placement`; FaaSim two-tier
+    /// edge/cloud) when the configuration has zones; `None`: one cloud zone with the
+    /// function model's keep-alive, pre-warm and cap.
+    pub placement: Option<PlacementParams>,
+    /// Zone `z` of an `events` trace is edge zone `edge_zones[z]` (the edge zones of
+    /// `function_zones` in order); a trace zone without an edge zone has no origin and
+    /// goes to the cloud.
+    pub edge_zones: Vec<ZoneId>,
+    /// FaaSim's network model (`sim.network`): client-side round trips.
+    pub network: Option<NetworkModelConfig>,
 }
 
 impl SimParams {
@@ -137,6 +153,15 @@ impl SimParams {
             r_max_adaptive: c.r_max_adaptive_params(),
             queue: c.queue_params(),
             max_route_keys: c.max_route_keys(),
+            placement: (!c.function_zones.is_empty()).then(|| c.placement_params()),
+            edge_zones: c
+                .zone_specs()
+                .iter()
+                .enumerate()
+                .filter(|(_, z)| z.kind == ZoneKind::Edge)
+                .map(|(i, _)| ZoneId(i as u16))
+                .collect(),
+            network: s.network.clone(),
         })
     }
 
@@ -161,16 +186,19 @@ impl SimParams {
     /// no VM boot deadline (modelled VMs always boot).
     pub fn core_params(&self) -> CoreParams {
         let f = &self.function;
-        CoreParams {
-            controller: self.controller.clone(),
-            placement: PlacementParams::single(
+        let single = || {
+            PlacementParams::single(
                 crate::config::SINGLE_ZONE_NAME,
                 ZoneCapacity::Instances(FunctionPoolParams {
                     keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
                     max_instances: Some(f.max_concurrency),
                     prewarmed: f.prewarmed,
                 }),
-            ),
+            )
+        };
+        CoreParams {
+            controller: self.controller.clone(),
+            placement: self.placement.clone().unwrap_or_else(single),
             vm_boot_timeout: None,
         }
     }
@@ -237,6 +265,10 @@ struct VmSim {
 
 const NS: u64 = 1_000_000_000;
 
+/// The instance of a call in a concurrency-only zone (`http` in `function_zones`): the
+/// model treats it as a warm start.
+const UNTRACKED: u32 = u32::MAX;
+
 fn dur(ns: u64) -> Time {
     Duration::from_nanos(ns)
 }
@@ -276,6 +308,11 @@ struct Engine<'a> {
     /// Call scheduling (with `queue:`): waiting calls, route key per request class, the
     /// calls in service (by event sequence number) and per-key measures.
     calls: Option<Calls>,
+    /// Client-side response times (platform + network), µs, and the extremes of both,
+    /// ns: (platform min, platform max, client min, client max, Σ client).
+    client_hist: Histogram<u64>,
+    extremes: (u64, u64, u64, u64, u128),
+    rtt_rng: ChaCha8Rng,
 }
 
 /// A call in the simulation's gateway queue or in service.
@@ -285,6 +322,8 @@ struct SimCall {
     service_ns: u64,
     memory_mb: u32,
     key: KeyId,
+    /// The client's edge zone (function zones), if any.
+    origin: Option<ZoneId>,
 }
 
 /// Per-run call-scheduling state of the engine.
@@ -324,6 +363,39 @@ fn hist() -> Histogram<u64> {
 }
 
 impl<'a> Engine<'a> {
+    /// A function call placed in `zone` for a client of edge zone `origin`: the network
+    /// round trip of `sim.network`, ns (0 without one).
+    fn rtt_ns(&mut self, zone: ZoneId, origin: Option<ZoneId>) -> u64 {
+        use rand::Rng as _;
+        let Some(n) = &self.p.network else {
+            return 0;
+        };
+        let (ms, jitter) = if Some(zone) == origin {
+            (n.edge_rtt_ms, n.edge_rtt_jitter)
+        } else {
+            (n.cloud_rtt_ms, n.cloud_rtt_jitter)
+        };
+        let f = if jitter > 0.0 {
+            1.0 + self.rtt_rng.random_range(-jitter..=jitter)
+        } else {
+            1.0
+        };
+        (ms * f * 1e6).round().max(0.0) as u64
+    }
+
+    /// A served response: platform time `done - arrival`, client time plus `rtt`.
+    fn respond_client(&mut self, arrival: u64, done: u64, rtt: u64) {
+        let r = done - arrival;
+        let c = r + rtt;
+        let x = &mut self.extremes;
+        x.0 = x.0.min(r);
+        x.1 = x.1.max(r);
+        x.2 = x.2.min(c);
+        x.3 = x.3.max(c);
+        x.4 += u128::from(c);
+        self.client_hist.saturating_record(c / 1000);
+        self.respond(arrival, done);
+    }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
         self.heap.push(Reverse((t, self.seq, kind)));
@@ -499,9 +571,14 @@ impl<'a> Engine<'a> {
             }
             EvKind::FnDone(zone, id) => {
                 self.last_done_ns = t;
+                let start = if id == UNTRACKED {
+                    Start::Untracked
+                } else {
+                    Start::Warm(InstanceId(u64::from(id)))
+                };
                 let lease = Lease {
                     zone: ZoneId(zone),
-                    start: Start::Warm(InstanceId(u64::from(id))),
+                    start,
                 };
                 self.core.on_function_finished(dur(t), lease);
                 self.drain_actions(t, false);
@@ -521,8 +598,9 @@ impl<'a> Engine<'a> {
     }
 
     #[inline]
-    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32, class: u32) {
-        let mut ticket = Ticket::new(RequestMeta::default(), None);
+    fn arrive(&mut self, t: u64, service_ns: u64, memory_mb: u32, class: u32, zone: u32) {
+        let origin = self.p.edge_zones.get(zone as usize).copied();
+        let mut ticket = Ticket::new(RequestMeta::default(), origin);
         let key = self.calls.as_ref().map(|c| {
             c.class_key
                 .get(class as usize)
@@ -537,6 +615,7 @@ impl<'a> Engine<'a> {
             service_ns,
             memory_mb,
             key: key.unwrap_or(crate::policy::routes::RouteKeys::OTHER),
+            origin,
         };
         let decision = self.core.route(dur(t), &mut ticket);
         match decision {
@@ -566,7 +645,7 @@ impl<'a> Engine<'a> {
             memory_mb,
             ..
         } = call;
-        let (end, seq) = match decision {
+        let (end, seq, rtt) = match decision {
             Decision::Vm { vm, kind, .. } => {
                 if kind == AttemptKind::FallBack {
                     self.stats.fell_back += 1;
@@ -582,7 +661,7 @@ impl<'a> Engine<'a> {
                 }
                 let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
                 let seq = self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
-                (end, seq)
+                (end, seq, 0)
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
@@ -602,19 +681,22 @@ impl<'a> Engine<'a> {
                         }
                         (id, now + cold)
                     }
-                    Start::Untracked => unreachable!("simulated zones have instances"),
+                    Start::Untracked => (
+                        InstanceId(u64::from(UNTRACKED)),
+                        t + (self.p.function.warm_start_ms * 1e6).round() as u64,
+                    ),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
                 self.stats.function_served += 1;
                 let end = start + service_ns;
                 let seq = self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
-                (end, seq)
+                (end, seq, self.rtt_ns(lease.zone, call.origin))
             }
             Decision::Queue { .. } | Decision::Reject { .. } => {
                 unreachable!("only Vm and Function decisions start a call")
             }
         };
-        self.respond(t, end);
+        self.respond_client(t, end, rtt);
         if let Some(c) = self.calls.as_mut() {
             c.running.insert(seq, call);
             c.record(call.key, end - t, service_ns);
@@ -704,6 +786,13 @@ pub fn run_policy(
         series: series.then(Vec::new),
         last_routed_fn: 0,
         calls,
+        client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        extremes: (u64::MAX, 0, u64::MAX, 0, 0),
+        rtt_rng: {
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            r.set_stream(2);
+            r
+        },
     };
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
@@ -744,7 +833,7 @@ pub fn run_policy(
                 .sample(&mut service_rng)
         };
         let memory_mb = class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb);
-        e.arrive(a.at_ns, service_ns, memory_mb, a.class);
+        e.arrive(a.at_ns, service_ns, memory_mb, a.class, a.zone);
         arrived += 1;
         if arrived & 0xFFFF == 0 {
             progress(arrived);
@@ -777,12 +866,19 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     let fn_cost = gb_s * p.pricing.gb_second_usd
         + e.stats.function_served as f64
             * (p.pricing.request_usd + p.pricing.api_gateway_request_usd);
-    let usage = e
-        .core
-        .placement()
-        .usage(ZoneId(0))
-        .copied()
-        .unwrap_or_default();
+    let zones = e.core.placement().status();
+    let end_s = end_ns as f64 / NS as f64;
+    let zone_reports: Vec<ZoneReport> = zones.iter().map(|z| zone_report(z, end_s)).collect();
+    let usage = zones
+        .iter()
+        .filter_map(|z| z.usage)
+        .fold(FunctionUsage::default(), |mut a, u| {
+            a.warm_starts += u.warm_starts;
+            a.startup += u.startup;
+            a.busy += u.busy;
+            a.idle += u.idle;
+            a
+        });
     e.stats.vm_billed_seconds = billed;
     e.stats.warm_starts = usage.warm_starts;
     e.stats.function_startup_s = usage.startup.as_secs_f64();
@@ -806,6 +902,22 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         p95: q(0.95),
         p99: q(0.99),
     };
+    let stats = |hist: &Histogram<u64>, sum_ns: f64, min: u64, max: u64| ResponseStats {
+        mean: if e.served == 0 {
+            0.0
+        } else {
+            sum_ns / e.served as f64 / 1e6
+        },
+        min: if e.served == 0 { 0.0 } else { min as f64 / 1e6 },
+        max: max as f64 / 1e6,
+        p50: round_sig3(hist.value_at_quantile(0.50) as f64 / 1000.0),
+        p95: round_sig3(hist.value_at_quantile(0.95) as f64 / 1000.0),
+        p99: round_sig3(hist.value_at_quantile(0.99) as f64 / 1000.0),
+    };
+    let zoned = e.p.placement.is_some();
+    let x = e.extremes;
+    let platform_response_ms = zoned.then(|| stats(&e.hist, e.sum_response_ns as f64, x.0, x.1));
+    let client_response_ms = zoned.then(|| stats(&e.client_hist, x.4 as f64, x.2, x.3));
     let report = PolicyReport {
         name: kind.name().to_string(),
         requests: arrived,
@@ -831,6 +943,18 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         },
         cold_starts: e.cold_starts,
         response_ms,
+        instance_hours: e
+            .p
+            .placement
+            .is_some()
+            .then(|| zone_reports.iter().map(|z| z.instance_hours).sum()),
+        zones: if e.p.placement.is_some() {
+            zone_reports
+        } else {
+            Vec::new()
+        },
+        platform_response_ms,
+        client_response_ms,
         r_max: e.core.status().r_max.map(|s| RMaxReport {
             start_rps: e.p.r_max_adaptive.as_ref().map_or(0.0, |a| a.start_rps),
             end_rps: s.r_max_rps,
@@ -881,6 +1005,24 @@ fn queue_report(core: &Core, c: &Calls) -> QueueReport {
                 )
             })
             .collect(),
+    }
+}
+
+/// One zone's FaaSim usage at the end of a run of `end_s` seconds.
+fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
+    let u = z.usage.unwrap_or_default();
+    let instance_s = (u.startup + u.busy + u.idle).as_secs_f64();
+    ZoneReport {
+        name: z.name.clone(),
+        kind: z.kind.as_str(),
+        cold_starts: u.cold_starts,
+        warm_starts: u.warm_starts,
+        throttled: u.throttled + z.calls.map_or(0, |c| c.throttled),
+        startup_s: u.startup.as_secs_f64(),
+        busy_s: u.busy.as_secs_f64(),
+        idle_s: u.idle.as_secs_f64(),
+        instance_hours: instance_s / 3600.0,
+        mean_instances: if end_s > 0.0 { instance_s / end_s } else { 0.0 },
     }
 }
 

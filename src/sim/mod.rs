@@ -9,6 +9,7 @@
 //! * [`model`] — service-time distributions and VM billing.
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
 //!   and [`crate::policy::functions::FunctionPool`].
+//! * [`faasim`] — FaaSim's burst and stream workloads from a seeded generator.
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).
@@ -17,6 +18,7 @@
 pub mod cli;
 pub mod costmodel;
 pub mod engine;
+pub mod faasim;
 pub mod model;
 pub mod plot;
 pub mod report;

@@ -31,6 +31,24 @@ pub struct ResponseMs {
     pub p99: f64,
 }
 
+/// Response-time summary with its extremes (function-zone runs, issue 8), ms;
+/// percentiles to the histogram's 3 significant digits.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResponseStats {
+    /// Mean, ms.
+    pub mean: f64,
+    /// Fastest, ms.
+    pub min: f64,
+    /// Slowest, ms.
+    pub max: f64,
+    /// Median, ms.
+    pub p50: f64,
+    /// 95th percentile, ms.
+    pub p95: f64,
+    /// 99th percentile, ms.
+    pub p99: f64,
+}
+
 /// One policy's result — the fields of issue 3's "Output".
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PolicyReport {
@@ -59,6 +77,21 @@ pub struct PolicyReport {
     pub cold_starts: u64,
     /// Response times of served requests.
     pub response_ms: ResponseMs,
+    /// FaaSim usage over every function zone: instance time (start-up + busy + idle),
+    /// hours (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub instance_hours: Option<f64>,
+    /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub zones: Vec<ZoneReport>,
+    /// The platform's response time (start + execution, queueing on VMs) with its
+    /// extremes (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub platform_response_ms: Option<ResponseStats>,
+    /// The client's: the platform's plus the network round trip of `sim.network`
+    /// (configs with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_response_ms: Option<ResponseStats>,
     /// Adaptive r_max (`libra.r_max_adaptive`, LIBRA only); absent when r_max is fixed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub r_max: Option<RMaxReport>,
@@ -107,6 +140,32 @@ pub struct QueueReport {
     pub stretch: Spread,
     /// Per function (route key), by name.
     pub functions: Vec<(String, FunctionSpread)>,
+}
+
+/// One function zone's FaaSim usage in a run (FaaSim §3: start-up, busy and idle time,
+/// cold and warm starts).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ZoneReport {
+    /// Zone name.
+    pub name: String,
+    /// `edge` or `cloud`.
+    pub kind: &'static str,
+    /// Calls that started a new instance.
+    pub cold_starts: u64,
+    /// Calls served by a warm instance.
+    pub warm_starts: u64,
+    /// Calls the zone could not take.
+    pub throttled: u64,
+    /// Start-up time of cold starts, s.
+    pub startup_s: f64,
+    /// Busy time, s.
+    pub busy_s: f64,
+    /// Idle (kept-alive) time, s.
+    pub idle_s: f64,
+    /// Instance time (start-up + busy + idle), hours.
+    pub instance_hours: f64,
+    /// Mean instances alive over the run (instance time / run length).
+    pub mean_instances: f64,
 }
 
 /// Where the adaptive r_max controller went during a run (LIBRA §III-B).

@@ -18,7 +18,7 @@ use spillway::policy::controller::ControllerParams;
 use spillway::policy::core::{Core, CoreParams};
 use spillway::policy::functions::FunctionPoolParams;
 use spillway::policy::monitor::MonitorParams;
-use spillway::policy::placement::{PlacementParams, Start, ZoneCapacity};
+use spillway::policy::placement::{PlacementParams, Start, ZoneCapacity, ZoneId};
 use spillway::proxy::driver::{Gateway, TicketGuard};
 
 /// A VM pool with no VM (FAAS): launches fail, nothing to adopt.
@@ -107,9 +107,18 @@ pub async fn gateway(
 /// is dropped; the ticket's guard gives everything back if the future is dropped.
 pub async fn call_function(
     gw: &Arc<Gateway>,
-    mut req: Request<Body>,
+    req: Request<Body>,
 ) -> Result<Response<Body>, String> {
-    let mut ticket = TicketGuard::new(gw, Ticket::new(RequestMeta::default(), None));
+    call_function_from(gw, req, None).await
+}
+
+/// [`call_function`] for a request whose origin is edge zone `origin` (function zones).
+pub async fn call_function_from(
+    gw: &Arc<Gateway>,
+    mut req: Request<Body>,
+    origin: Option<ZoneId>,
+) -> Result<Response<Body>, String> {
+    let mut ticket = TicketGuard::new(gw, Ticket::new(RequestMeta::default(), origin));
     let (mut decision, _) = ticket.route();
     loop {
         let Decision::Function { lease, .. } = decision else {

@@ -1,0 +1,217 @@
+//! Function zones end to end (issue 8; FaaSim "two-tier edge/cloud"): the real gateway
+//! binary with two `process` zones of sample-API instances on 127.0.0.1 and no VM, so
+//! every request is placed in a zone. Instance names say the zone (`edge-<port>`,
+//! `cloud-<port>`). Polling with deadlines; no fixed sleeps before assertions.
+
+// Real processes on loopback: deadlines are wall-clock time.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use common::*;
+
+/// A gateway with no VM (an empty static pool) and two zones: `edge-a` (at most 2
+/// instances, `edge_command`, `edge_keys` added) and the cloud (at most 4).
+fn zones_config(edge_command: &str, edge_keys: &str, extra_gateway: &str) -> String {
+    let exe = exe();
+    format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  drain_timeout_seconds: 10
+{extra_gateway}
+libra:
+  decision_epochs: 1000
+  min_vms: 0
+  max_vms: 0
+  cip_rps: 0
+vm_pool:
+  type: static
+  urls: []
+placement: edge_first
+function_zones:
+  - name: edge-a
+    kind: edge
+    type: process
+    command: {edge_command}
+    max_instances: 2
+    keep_alive_seconds: 30
+    boot_timeout_seconds: 5
+    probe_interval_seconds: 0.02
+{edge_keys}
+  - name: cloud
+    kind: cloud
+    type: process
+    command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "cloud-{{port}}"]
+    max_instances: 4
+    keep_alive_seconds: 30
+    probe_interval_seconds: 0.02
+"#
+    )
+}
+
+fn edge_command() -> String {
+    format!(
+        r#"["{}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "edge-{{port}}"]"#,
+        exe()
+    )
+}
+
+/// `n` concurrent GETs of `path` with `headers`: (status, instance) each.
+fn concurrent(
+    gw: &Gateway,
+    n: usize,
+    path: &str,
+    headers: &[(&'static str, &'static str)],
+) -> Vec<(u16, String)> {
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (addr, path, headers) = (gw.proxy, path.to_string(), headers.to_vec());
+            std::thread::spawn(move || {
+                let (code, h, _) = http(addr, "GET", &path, &headers, b"");
+                let instance = header(&h, "x-spillway-instance").unwrap_or("-").to_string();
+                (code, instance)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+fn zone_stat(s: &serde_json::Value, zone: usize, key: &str) -> u64 {
+    s.pointer(&format!("/functions/zones/{zone}/stats/{key}"))
+        .and_then(|v| v.as_u64())
+        .unwrap_or_else(|| panic!("{key} of zone {zone} in {s:#}"))
+}
+
+#[test]
+fn a_client_of_the_edge_fills_the_edge_then_the_cloud() {
+    let gw = Gateway::start(&zones_config(
+        &edge_command(),
+        "    client_cidrs: [127.0.0.0/8]",
+        "",
+    ));
+    // Origin by client_cidrs (the test client is 127.0.0.1): the edge.
+    let (code, h, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    let first = header(&h, "x-spillway-instance").unwrap().to_string();
+    assert!(first.starts_with("edge-"), "{first}");
+
+    // Three calls at once, each longer than the others take to be placed: the edge's
+    // warm instance and one new edge instance (its cap of 2), then the cloud.
+    let got = concurrent(&gw, 3, "/sleep?ms=1500", &[]);
+    assert!(got.iter().all(|(c, _)| *c == 200), "{got:?}");
+    let edge = got.iter().filter(|(_, i)| i.starts_with("edge-")).count();
+    let cloud = got.iter().filter(|(_, i)| i.starts_with("cloud-")).count();
+    assert_eq!((edge, cloud), (2, 1), "{got:?}");
+
+    let s = gw.status();
+    assert_eq!(
+        s.pointer("/functions/zones/0/name").unwrap(),
+        "edge-a",
+        "{s:#}"
+    );
+    assert_eq!(s.pointer("/functions/zones/0/zone_kind").unwrap(), "edge");
+    assert_eq!(s.pointer("/functions/zones/1/zone_kind").unwrap(), "cloud");
+    // Edge: the first call and one of the three cold-started, one warm start.
+    assert_eq!(
+        (
+            zone_stat(&s, 0, "cold_starts"),
+            zone_stat(&s, 0, "warm_starts")
+        ),
+        (2, 1)
+    );
+    assert_eq!(
+        (
+            zone_stat(&s, 1, "cold_starts"),
+            zone_stat(&s, 1, "warm_starts")
+        ),
+        (1, 0)
+    );
+    // FaaSim usage: the edge's instances were busy at least the 1.5 s calls (two of
+    // them) — accounted when each call ended.
+    let busy = s
+        .pointer("/functions/zones/0/usage/busy_seconds")
+        .and_then(|v| v.as_f64())
+        .unwrap();
+    assert!(busy >= 2.0 * 1.5, "{s:#}");
+    let (_, _, metrics) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(r#"spillway_function_starts{zone="edge-a",start="cold"} 2"#),
+        "{metrics}"
+    );
+}
+
+#[test]
+fn an_unreachable_edge_falls_through_to_the_cloud() {
+    // The edge's program does not exist: every cold start there fails at once.
+    let gw = Gateway::start(&zones_config(
+        r#"["/nonexistent/spillway-edge", "{port}"]"#,
+        "    client_cidrs: [127.0.0.1/32]",
+        "",
+    ));
+    let got = concurrent(&gw, 2, "/", &[]);
+    assert!(
+        got.iter()
+            .all(|(c, i)| *c == 200 && i.starts_with("cloud-")),
+        "{got:?}"
+    );
+    let s = gw.status();
+    assert_eq!(
+        zone_stat(&s, 0, "instances"),
+        0,
+        "failed starts are forgotten"
+    );
+    assert_eq!(
+        zone_stat(&s, 1, "cold_starts") + zone_stat(&s, 1, "warm_starts"),
+        2
+    );
+}
+
+#[test]
+fn the_origin_header_counts_only_from_a_trusted_proxy() {
+    // The edge's clients are elsewhere (10.9.0.0/16): only the header can send a call
+    // there, and only from a trusted peer.
+    let cidrs = "    client_cidrs: [10.9.0.0/16]";
+    let header_keys = |trusted: &str| {
+        format!("  trusted_proxies: [{trusted}]\n  origin_zone_header: x-spillway-zone")
+    };
+    let gw = Gateway::start(&zones_config(
+        &edge_command(),
+        cidrs,
+        &header_keys("127.0.0.1/32"),
+    ));
+    let to = |headers: &[(&'static str, &'static str)]| {
+        let (code, h, _) = http(gw.proxy, "GET", "/", headers, b"");
+        assert_eq!(code, 200);
+        header(&h, "x-spillway-instance").unwrap().to_string()
+    };
+    assert!(to(&[]).starts_with("cloud-"), "no edge origin: the cloud");
+    assert!(to(&[("x-spillway-zone", "edge-a")]).starts_with("edge-"));
+    assert!(
+        to(&[("x-spillway-zone", "edge-b")]).starts_with("cloud-"),
+        "an unknown zone name is ignored"
+    );
+    drop(gw);
+
+    let untrusted = Gateway::start(&zones_config(
+        &edge_command(),
+        cidrs,
+        &header_keys("127.0.0.2/32"),
+    ));
+    let (code, h, _) = http(
+        untrusted.proxy,
+        "GET",
+        "/",
+        &[("x-spillway-zone", "edge-a")],
+        b"",
+    );
+    assert_eq!(code, 200);
+    assert!(
+        header(&h, "x-spillway-instance")
+            .unwrap()
+            .starts_with("cloud-"),
+        "the header of an untrusted peer is ignored"
+    );
+}
