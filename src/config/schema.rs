@@ -33,6 +33,12 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
 pub const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 2.0;
 /// Default time to wait for an upstream's response headers, seconds.
 pub const DEFAULT_UPSTREAM_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default longest pause in a client's request body, seconds.
+pub const DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default longest pause in an upstream's response body, seconds.
+pub const DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default longest silence of an `Upgrade` tunnel, seconds.
+pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS: f64 = 300.0;
 /// Default idle time before a client or pooled upstream connection is closed, seconds.
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
 /// Default time in-flight requests get to finish on shutdown, seconds.
@@ -113,8 +119,19 @@ pub struct GatewayConfig {
     pub header_read_timeout_seconds: f64,
     /// TCP connect timeout to upstreams.
     pub connect_timeout_seconds: f64,
-    /// Time to wait for an upstream's response headers; then 504.
+    /// Time to wait for an upstream's response head after the request body was sent;
+    /// then 504 (issue 12 item 2: a slow upload does not count).
     pub upstream_timeout_seconds: f64,
+    /// Longest pause between two pieces of a client's request body; then 408 and the
+    /// upstream request is aborted (issue 12 item 2).
+    pub request_body_idle_timeout_seconds: f64,
+    /// Longest pause between two pieces of an upstream's response body; then the
+    /// client's response is aborted and the VM slot or function lease freed (issue 12
+    /// item 1).
+    pub response_body_idle_timeout_seconds: f64,
+    /// Longest time an `Upgrade` tunnel (WebSocket) may carry no byte either way; then
+    /// it is closed and its VM slot freed.
+    pub tunnel_idle_timeout_seconds: f64,
     /// Idle time before a pooled upstream connection is closed.
     pub idle_timeout_seconds: f64,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
@@ -168,6 +185,9 @@ impl Default for GatewayConfig {
             header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
+            request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
+            response_body_idle_timeout_seconds: DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS,
+            tunnel_idle_timeout_seconds: DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT_SECONDS,
             drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
             max_header_bytes: validate::DEFAULT_MAX_HEADER_BYTES,
@@ -914,6 +934,22 @@ impl Config {
             g.upstream_timeout_seconds,
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        for (field, v) in [
+            (
+                "gateway.request_body_idle_timeout_seconds",
+                g.request_body_idle_timeout_seconds,
+            ),
+            (
+                "gateway.response_body_idle_timeout_seconds",
+                g.response_body_idle_timeout_seconds,
+            ),
+            (
+                "gateway.tunnel_idle_timeout_seconds",
+                g.tunnel_idle_timeout_seconds,
+            ),
+        ] {
+            is.positive(field, v);
+        }
         is.non_negative("gateway.drain_timeout_seconds", g.drain_timeout_seconds);
 
         let l = &self.libra;

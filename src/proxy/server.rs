@@ -266,6 +266,9 @@ impl Server {
         let settings = Arc::new(ServiceSettings {
             max_body_bytes: g.max_body_bytes,
             upstream_timeout: secs(g.upstream_timeout_seconds),
+            request_body_idle_timeout: secs(g.request_body_idle_timeout_seconds),
+            response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
+            tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
             request_rules: rules,
         });

@@ -41,8 +41,18 @@ use crate::telemetry as m;
 pub struct ServiceSettings {
     /// Largest request body, bytes.
     pub max_body_bytes: u64,
-    /// Time to the upstream's response headers.
+    /// Wait for the upstream's response head, counted from the moment the request body
+    /// was sent (`gateway.upstream_timeout_seconds`); then 504.
     pub upstream_timeout: Duration,
+    /// Longest pause between two request body frames from the client
+    /// (`gateway.request_body_idle_timeout_seconds`); then 408.
+    pub request_body_idle_timeout: Duration,
+    /// Longest pause between two response body frames from the upstream
+    /// (`gateway.response_body_idle_timeout_seconds`); then the response is aborted.
+    pub response_body_idle_timeout: Duration,
+    /// Longest time an `Upgrade` tunnel may carry no byte either way
+    /// (`gateway.tunnel_idle_timeout_seconds`); then it is closed.
+    pub tunnel_idle_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
     /// Request validation and path normalization (issue 11).
@@ -83,10 +93,14 @@ pub async fn handle(
     let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
+            if matches!(e, ProxyError::RequestBodyTimeout(_)) {
+                m::timeout("request_body");
+            }
             match &e {
                 ProxyError::BodyTooLarge { .. }
                 | ProxyError::NoCapacity { .. }
                 | ProxyError::BadRequestBody(_)
+                | ProxyError::RequestBodyTimeout(_)
                 | ProxyError::FunctionPayloadTooLarge { .. }
                 | ProxyError::UpgradeOnFunctionRoute
                 | ProxyError::Request(_) => {
@@ -166,7 +180,10 @@ async fn dispatch(
         h.insert(header::UPGRADE, value);
     }
     let bodiless = incoming.is_end_stream();
-    *out.body_mut() = body::boxed(http_body_util::Limited::new(incoming, limit as usize));
+    *out.body_mut() = body::request_idle_timeout(
+        settings.request_body_idle_timeout,
+        body::boxed(http_body_util::Limited::new(incoming, limit as usize)),
+    );
     // A bodiless idempotent request can be sent again exactly (http-cases C17).
     let replay = (meta.idempotent && bodiless && !upgrade).then(|| Replay {
         method: out.method().clone(),
@@ -200,13 +217,16 @@ async fn dispatch(
                     return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
                 };
                 let sent_at = Instant::now();
-                let sent = tokio::time::timeout(
+                let (request, body_sent) = watch_body(request);
+                let sent = head_timeout(
                     settings.upstream_timeout,
+                    body_sent,
                     gw.client().forward(&vm_target.base, request),
                 )
                 .await;
                 match sent {
                     Err(_) => {
+                        m::timeout("upstream_head");
                         // The timeout is this attempt's response time (adaptive r_max).
                         ticket.hand_over();
                         gw.finish_vm_request_sent_at(vm, sent_at);
@@ -239,12 +259,14 @@ async fn dispatch(
                                 .take()
                                 .expect("upgrade requests carry OnUpgrade");
                             let gw2 = Arc::clone(gw);
+                            let idle = settings.tunnel_idle_timeout;
                             ticket.hand_over();
                             tokio::spawn(async move {
-                                if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await) {
-                                    let mut up = TokioIo::new(up);
-                                    let mut down = TokioIo::new(down);
-                                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                                if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await)
+                                    && tunnel(TokioIo::new(down), TokioIo::new(up), idle).await
+                                {
+                                    m::timeout("tunnel_idle");
+                                    tracing::info!(%vm, ?idle, "tunnel idle; closed");
                                 }
                                 gw2.finish_vm_request(vm);
                             });
@@ -257,8 +279,9 @@ async fn dispatch(
                         ticket.hand_over();
                         // Response end: a VM response-time sample (adaptive r_max).
                         let done = OnDrop::new(move || gw2.finish_vm_request_sent_at(vm, sent_at));
-                        let mut resp =
-                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        let idle = settings.response_body_idle_timeout;
+                        let mut resp = resp
+                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
                         resp.extensions_mut().insert(served_by_vm(vm));
                         return Ok(("vm", clean_response(resp)));
                     }
@@ -289,13 +312,16 @@ async fn dispatch(
                 }
                 request.extensions_mut().insert(ClientInfo { peer, scheme });
                 let backend = gw.zone_backend(lease.zone);
-                let called = tokio::time::timeout(
+                let (request, body_sent) = watch_body(request);
+                let called = head_timeout(
                     settings.upstream_timeout,
+                    body_sent,
                     backend.invoke(lease.instance(), request),
                 )
                 .await;
                 match called {
                     Err(_) => {
+                        m::timeout("upstream_head");
                         // Abandoned mid-request: an instance may still be busy with it,
                         // so it is stopped rather than handed to the next call.
                         // (A concurrency zone's slot is released by the guard.)
@@ -315,8 +341,9 @@ async fn dispatch(
                         let gw2 = Arc::clone(gw);
                         ticket.hand_over();
                         let done = OnDrop::new(move || gw2.finish_function(lease));
-                        let mut resp =
-                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        let idle = settings.response_body_idle_timeout;
+                        let mut resp = resp
+                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
                         resp.extensions_mut().insert(served);
                         return Ok(("function", clean_response(resp)));
                     }
@@ -337,6 +364,124 @@ async fn dispatch(
                 }
             }
         }
+    }
+}
+
+/// Wrap `req`'s body so that the returned receiver resolves once it has been sent.
+fn watch_body(req: Request<Body>) -> (Request<Body>, tokio::sync::oneshot::Receiver<()>) {
+    let (parts, b) = req.into_parts();
+    let (b, sent) = body::EndSignal::new(b);
+    (Request::from_parts(parts, body::boxed(b)), sent)
+}
+
+/// Run `call` (an upstream attempt) until it returns the response head; give up
+/// `timeout` after the request body was sent (`body_sent`). A slow upload is covered by
+/// the request body idle timeout instead, so it never counts against the head wait
+/// (issue 12 item 2).
+async fn head_timeout<T>(
+    timeout: Duration,
+    body_sent: tokio::sync::oneshot::Receiver<()>,
+    call: impl Future<Output = T>,
+) -> Result<T, ()> {
+    let timer = async {
+        // An error: the body was dropped unsent (the call failed); the call ends first.
+        let _ = body_sent.await;
+        tokio::time::sleep(timeout).await;
+    };
+    tokio::select! {
+        biased;
+        r = call => Ok(r),
+        () = timer => Err(()),
+    }
+}
+
+/// An upstream response body under the response body idle timeout.
+fn response_idle<B>(idle: Duration, b: B) -> Body
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+    B::Error: Into<body::BoxError>,
+{
+    body::response_idle_timeout(idle, b, move || {
+        m::timeout("response_body");
+        tracing::warn!(?idle, "upstream response body idle; response aborted");
+    })
+}
+
+/// Copy an `Upgrade` tunnel both ways until either side closes (`false`) or no byte
+/// moved either way for `idle` (`true`: closed for idleness).
+async fn tunnel<A, B>(down: A, up: B, idle: Duration) -> bool
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let last = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut down = Touch {
+        io: down,
+        last: Arc::clone(&last),
+    };
+    let mut up = Touch {
+        io: up,
+        last: Arc::clone(&last),
+    };
+    let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
+    tokio::pin!(copy);
+    loop {
+        let deadline = *last.lock().expect("tunnel clock") + idle;
+        tokio::select! {
+            _ = &mut copy => return false,
+            () = tokio::time::sleep_until(deadline) => {
+                if last.lock().expect("tunnel clock").elapsed() >= idle {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// An I/O object that records the time of its last successful read (tunnel idleness;
+/// every write follows a read of the other side).
+struct Touch<T> {
+    io: T,
+    last: Arc<std::sync::Mutex<Instant>>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            *this.last.lock().expect("tunnel clock") = Instant::now();
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Touch<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 
