@@ -202,3 +202,125 @@ fn item1_idle_tunnel_is_closed_and_frees_the_slot() {
     let s = gw.status();
     assert!(u64_at(&s, "/routed/vm") >= 1);
 }
+
+/// Items 3–4: an upstream that closes a reused keep-alive connection as the next request
+/// arrives (no response byte) costs no idempotent request: each GET that met it is sent
+/// once more, on the other VM over a new connection. A POST that met it is never sent
+/// twice: it gets 502, and no upstream saw it more than once.
+#[test]
+fn item3_stale_connection_gets_are_retried_posts_are_not() {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+    // A: the first request of each connection is answered with keep-alive, the next one
+    // on that connection finds it closed.
+    let seen: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
+    let a = Stub::start(move |req: &StubRequest| {
+        let mut seen = seen.lock().unwrap();
+        let n = seen.entry(req.conn).or_default();
+        *n += 1;
+        if *n == 1 { ok_reply(req) } else { Reply::Close }
+    });
+    let b = Stub::start(ok_reply);
+    let gw = Gateway::start(&static_config(&[a.url(), b.url()], ""));
+    let gets = 30;
+    let mut codes = Vec::new();
+    for i in 0..gets {
+        let (code, _, _) = common::http(gw.proxy, "GET", &format!("/g{i}"), &[], b"");
+        codes.push(code);
+    }
+    let closed_gets = a.requests().len() - a.connections();
+    assert!(
+        closed_gets >= 1,
+        "the scenario happened: {} requests on {} connections",
+        a.requests().len(),
+        a.connections()
+    );
+    assert!(codes.iter().all(|&c| c == 200), "{codes:?}");
+    // Every GET reached an upstream that answered it exactly once.
+    for i in 0..gets {
+        let t = format!("/g{i}");
+        let answered_by_a = a
+            .requests_to(&t)
+            .iter()
+            .filter(|r| {
+                a.requests()
+                    .iter()
+                    .filter(|x| x.conn == r.conn)
+                    .position(|x| x.target == t)
+                    == Some(0)
+            })
+            .count();
+        assert_eq!(answered_by_a + b.requests_to(&t).len(), 1, "{t}");
+    }
+
+    // POSTs: never sent twice.
+    let posts = 20;
+    let mut failed = 0;
+    for i in 0..posts {
+        let t = format!("/p{i}");
+        let (code, _, _) = common::http(gw.proxy, "POST", &t, &[], b"once");
+        let seen = a.requests_to(&t).len() + b.requests_to(&t).len();
+        assert_eq!(seen, 1, "{t} reached the upstreams {seen} times");
+        if code != 200 {
+            assert_eq!(code, 502);
+            failed += 1;
+        }
+    }
+    let a_closed_posts = (0..posts)
+        .filter(|i| {
+            let t = format!("/p{i}");
+            a.requests_to(&t).iter().any(|r| {
+                a.requests()
+                    .iter()
+                    .filter(|x| x.conn == r.conn)
+                    .position(|x| x.target == t)
+                    != Some(0)
+            })
+        })
+        .count();
+    assert_eq!(
+        failed, a_closed_posts,
+        "exactly the POSTs that met a dropped connection failed"
+    );
+    let s = gw.status();
+    assert_eq!(
+        common::u64_at(&s, "/retry_budget/retried_total"),
+        closed_gets as u64
+    );
+}
+
+/// Item 4: GETs in flight on a VM process that is killed are answered by the other VM;
+/// so are the GETs sent after the kill.
+#[test]
+fn item4_gets_in_flight_on_a_killed_vm_are_answered() {
+    let mut a = common::SampleApi::start("a");
+    let b = common::SampleApi::start("b");
+    let urls = [format!("http://{}", a.addr), format!("http://{}", b.addr)];
+    let gw = Gateway::start(&static_config(&urls, ""));
+    let n = 8;
+    let proxy = gw.proxy;
+    let handles: Vec<_> = (0..n)
+        .map(|_| {
+            std::thread::spawn(move || common::http(proxy, "GET", "/sleep?ms=1500", &[], b"").0)
+        })
+        .collect();
+    // Kill A once some of them are running on it.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while common::u64_at(&a.stats(), "/requests") == 0 {
+        assert!(Instant::now() < deadline, "no request reached A");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let on_a = common::u64_at(&a.stats(), "/requests");
+    a.proc.child.kill().unwrap();
+    let codes: Vec<u16> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    assert!(
+        codes.iter().all(|&c| c == 200),
+        "{codes:?} ({on_a} were on A)"
+    );
+    let after: Vec<u16> = (0..10)
+        .map(|_| common::http(proxy, "GET", "/", &[], b"").0)
+        .collect();
+    assert!(after.iter().all(|&c| c == 200), "{after:?}");
+    let s = gw.status();
+    assert!(common::u64_at(&s, "/retry_budget/retried_total") >= on_a);
+}

@@ -94,18 +94,11 @@ impl<G: Unpin> http_body::Body for GuardedBody<G> {
 /// A request body read with an idle timeout: when the client sends no byte for `idle`
 /// while the upstream side waits for more, the body fails with [`RequestBodyIdle`]
 /// (`gateway.request_body_idle_timeout_seconds`; the gateway answers 408). A steady slow
-/// upload never trips it, however long it takes (issue 12 item 2). Built on
-/// `tower_http::timeout::TimeoutBody`.
+/// upload never trips it, however long it takes (issue 12 item 2).
 pub fn request_idle_timeout(idle: std::time::Duration, body: Body) -> Body {
-    boxed(
-        tower_http::timeout::TimeoutBody::new(idle, body).map_err(move |e| {
-            if e.is::<tower_http::timeout::TimeoutError>() {
-                Box::new(RequestBodyIdle(idle)) as BoxError
-            } else {
-                e
-            }
-        }),
-    )
+    boxed(IdleTimeout::new(idle, body, move || {
+        Box::new(RequestBodyIdle(idle)) as BoxError
+    }))
 }
 
 /// A response body read with an idle timeout: an upstream that stops sending for `idle`
@@ -122,16 +115,72 @@ where
     B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
     B::Error: Into<BoxError>,
 {
-    boxed(
-        tower_http::timeout::TimeoutBody::new(idle, body).map_err(move |e| {
-            if e.is::<tower_http::timeout::TimeoutError>() {
-                on_timeout();
-                Box::new(ResponseBodyIdle(idle)) as BoxError
-            } else {
-                e
+    boxed(IdleTimeout::new(idle, boxed(body), move || {
+        on_timeout();
+        Box::new(ResponseBodyIdle(idle)) as BoxError
+    }))
+}
+
+/// A body that fails with `expired()` when its inner body yields no frame for `idle`
+/// while it is being read (the timer runs only while the reader waits, so a slow
+/// reader never trips it). Like tower-http's `TimeoutBody`, but it keeps the inner
+/// body's `is_end_stream` and `size_hint`, which hyper and the access log rely on.
+struct IdleTimeout {
+    inner: Body,
+    idle: std::time::Duration,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    expired: Box<dyn Fn() -> BoxError + Send + Sync>,
+}
+
+impl IdleTimeout {
+    fn new(
+        idle: std::time::Duration,
+        inner: Body,
+        expired: impl Fn() -> BoxError + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            inner,
+            idle,
+            sleep: None,
+            expired: Box::new(expired),
+        }
+    }
+}
+
+impl http_body::Body for IdleTimeout {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::future::Future as _;
+        let this = self.get_mut();
+        if let std::task::Poll::Ready(frame) = std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            this.sleep = None;
+            return std::task::Poll::Ready(frame);
+        }
+        let idle = this.idle;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match sleep.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => {
+                this.sleep = None;
+                std::task::Poll::Ready(Some(Err((this.expired)())))
             }
-        }),
-    )
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// The client sent no request body byte for this long (see [`request_idle_timeout`]).

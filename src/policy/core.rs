@@ -27,6 +27,7 @@ use super::balancer::{Attempt, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
+use super::retry::{RetryBudget, RetryBudgetParams, RetryBudgetStatus};
 use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
 use super::scaling::ScalingPolicy;
 use super::timers::{Timer, TimerTable};
@@ -84,6 +85,8 @@ pub struct CoreStatus {
     /// The adaptive r_max controller, when configured (the value in force is
     /// `controller.r_max_rps` either way).
     pub r_max: Option<RMaxStatus>,
+    /// The retry budget ([`super::retry`], issue 12 items 3–4).
+    pub retry_budget: RetryBudgetStatus,
 }
 
 /// The policy core. See the [module docs](self).
@@ -97,6 +100,8 @@ pub struct Core {
     timers: TimerTable,
     /// Adaptive r_max (LIBRA §III-B), when configured.
     r_max: Option<RMaxController>,
+    /// Retries of failed VM attempts stay within this budget.
+    retry_budget: RetryBudget,
 }
 
 impl Core {
@@ -114,6 +119,7 @@ impl Core {
             actions: VecDeque::new(),
             timers: TimerTable::new(),
             r_max: None,
+            retry_budget: RetryBudget::new(RetryBudgetParams::default()),
         };
         core.refresh();
         core
@@ -131,6 +137,15 @@ impl Core {
             self.controller.set_r_max(Time::ZERO, r.r_max());
         }
         self.refresh();
+        self
+    }
+
+    /// Bound retries of failed VM attempts by `params` instead of
+    /// [`RetryBudgetParams::default`] (20 % of the last 10 s's requests plus one per
+    /// second). Call before [`Self::start`].
+    #[must_use]
+    pub fn with_retry_budget(mut self, params: RetryBudgetParams) -> Self {
+        self.retry_budget = RetryBudget::new(params);
         self
     }
 
@@ -158,6 +173,7 @@ impl Core {
     /// The first decision for a request (counted by the traffic monitor).
     pub fn route(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
         self.advance(now);
+        self.retry_budget.on_request(now);
         let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
@@ -206,7 +222,9 @@ impl Core {
                     ..
                 },
             ) => None,
-            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. })
+                if !ticket.retried && self.retry_budget.try_retry(now) =>
+            {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -215,7 +233,11 @@ impl Core {
                     response_started: false,
                     request_available: true,
                 },
-            ) if !ticket.retried && ticket.meta.idempotent && !ticket.meta.upgrade => {
+            ) if !ticket.retried
+                && ticket.meta.idempotent
+                && !ticket.meta.upgrade
+                && self.retry_budget.try_retry(now) =>
+            {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -394,6 +416,7 @@ impl Core {
             placement: self.placement.policy(),
             zones: self.placement.status(),
             r_max: self.r_max.as_ref().map(RMaxController::status),
+            retry_budget: self.retry_budget.status(),
         }
     }
 
@@ -797,6 +820,45 @@ mod tests {
                 "idempotent {idempotent}, response started {response_started}, available {available}: {next:?}"
             );
         }
+    }
+
+    #[test]
+    fn retries_beyond_the_budget_get_no_further_attempt() {
+        // Budget: 25 % of first attempts, no floor; every request fails after send.
+        let (core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 50)]);
+        let ratio = 0.25;
+        let mut core = core.with_retry_budget(crate::policy::retry::RetryBudgetParams {
+            ratio,
+            window: Duration::from_secs(10_000),
+            min_per_second: 0.0,
+        });
+        let failure = Failure::FailedAfterSend {
+            response_started: false,
+            request_available: true,
+        };
+        // One request after another, each failing on the VM: the model grants a retry
+        // while retries + 1 ≤ ratio · first attempts.
+        let (mut expected, mut retried, mut refused) = (0_u32, 0_u32, 0_u32);
+        for i in 1..=12_u32 {
+            let mut t = ticket();
+            // One request per 60 s epoch: the VM has a token each time.
+            let at = secs(60.0 * f64::from(i) + 0.5);
+            if !matches!(core.route(at, &mut t), Decision::Vm { .. }) {
+                continue;
+            }
+            if f64::from(expected + 1) <= ratio * f64::from(i) {
+                expected += 1;
+            }
+            match core.on_attempt_failed(at, &mut t, failure) {
+                Some(d) if d.kind() == Some(AttemptKind::Retry) => retried += 1,
+                _ => refused += 1,
+            }
+            core.finish(at, &mut t);
+        }
+        assert_eq!(retried, expected);
+        assert!(retried >= 1 && refused >= 1, "{retried} {refused}");
+        assert_eq!(core.status().retry_budget.refused_total, u64::from(refused));
+        let _ = vm;
     }
 
     fn faas(pool: FunctionPoolParams) -> Core {

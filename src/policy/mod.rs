@@ -34,6 +34,7 @@ pub mod cost;
 pub mod functions;
 pub mod monitor;
 pub mod placement;
+pub mod retry;
 pub mod rmax;
 pub mod scaling;
 pub mod timers;

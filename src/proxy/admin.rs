@@ -152,6 +152,8 @@ fn seconds(d: std::time::Duration) -> Value {
 ///  "scaling": {"vm_reqs_rps": 44.3, "vm_budget_before_rho_rps": 40.0, "cip_rps": 2.0,
 ///              "target_vms": 3, "ready_vms": 2, "booting_vms": 1, "draining_vms": 0,
 ///              "executes_scaling": true, "last_decision": {…}},
+///  "retry_budget": {"window_requests": 412, "window_retries": 3, "window_allowed": 92.4,
+///                   "retried_total": 17, "refused_total": 0},
 ///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
 ///  "vm_pool": {"kind": "process", "vms": […], "errors": {…}},
 ///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
@@ -189,6 +191,13 @@ pub fn status_json(gw: &Gateway) -> Value {
             })),
         },
         "r_max": r_max_json(c.r_max_rps, s.core.r_max.as_ref()),
+        "retry_budget": {
+            "window_requests": s.core.retry_budget.requests,
+            "window_retries": s.core.retry_budget.retries,
+            "window_allowed": num(s.core.retry_budget.allowed),
+            "retried_total": s.core.retry_budget.retried_total,
+            "refused_total": s.core.retry_budget.refused_total,
+        },
         "routed": {
             "vm": c.routed.vm,
             "function": c.routed.function,

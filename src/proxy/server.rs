@@ -199,7 +199,8 @@ impl Server {
             Box::new(LibraScaler::new(config.libra_scaling_params())),
             Box::new(config.libra_balancer()),
         )
-        .with_adaptive_r_max(config.r_max_adaptive_params());
+        .with_adaptive_r_max(config.r_max_adaptive_params())
+        .with_retry_budget(config.gateway.retry_budget());
         let gateway = Gateway::new(
             core,
             vm_provider,

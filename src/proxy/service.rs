@@ -6,9 +6,10 @@
 //! Invariants (LIBRA §III-C, http-cases C7, C8, C17):
 //! * every request gets exactly one final response;
 //! * VM attempts — first, retry or spill-back — take a token from the balancer;
-//! * only idempotent requests without a body are retried, once per failed VM, and only
-//!   after a connect failure (nothing was sent); a request that reached an upstream is
-//!   never sent again;
+//! * only idempotent requests without a body are retried, once, after a connect failure
+//!   or a failure before any response byte (issue 12 items 3–4), over a new connection,
+//!   within the core's retry budget; any other request that reached an upstream is never
+//!   sent again;
 //! * hop-by-hop headers and every header the client named in `Connection` are removed
 //!   before the gateway adds its own `X-Forwarded-*`.
 
@@ -212,18 +213,20 @@ async fn dispatch(
                     },
                 ));
             }
-            Decision::Vm { vm, .. } => {
+            Decision::Vm { vm, kind, .. } => {
                 let Some(vm_target) = target.take() else {
                     return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
                 };
                 let sent_at = Instant::now();
                 let (request, body_sent) = watch_body(request);
-                let sent = head_timeout(
-                    settings.upstream_timeout,
-                    body_sent,
-                    gw.client().forward(&vm_target.base, request),
-                )
-                .await;
+                let call = async {
+                    if kind == AttemptKind::Retry {
+                        gw.client().forward_fresh(&vm_target.base, request).await
+                    } else {
+                        gw.client().forward(&vm_target.base, request).await
+                    }
+                };
+                let sent = head_timeout(settings.upstream_timeout, body_sent, call).await;
                 match sent {
                     Err(_) => {
                         m::timeout("upstream_head");
@@ -250,7 +253,17 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
-                        return Err(("vm", ProxyError::from_upstream(e, limit)));
+                        // Sent (or partly), no response byte: a bodiless idempotent
+                        // request may go once more elsewhere (issue 12 items 3–4, C17).
+                        tracing::warn!(%vm, error = %e, "upstream failed before answering");
+                        let failure = Failure::FailedAfterSend {
+                            response_started: false,
+                            request_available: replay.is_some(),
+                        };
+                        match ticket.attempt_failed(failure) {
+                            Some((d, t)) => (decision, target) = (d, t),
+                            None => return Err(("vm", ProxyError::from_upstream(e, limit))),
+                        }
                     }
                     Ok(Ok(mut resp)) => {
                         if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
