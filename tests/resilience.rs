@@ -324,3 +324,125 @@ fn item4_gets_in_flight_on_a_killed_vm_are_answered() {
     let s = gw.status();
     assert!(common::u64_at(&s, "/retry_budget/retried_total") >= on_a);
 }
+
+/// The pid of the process whose command line contains `needle`.
+fn pid_of(needle: &str) -> u32 {
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && cmd.contains("sample-api") {
+            return pid;
+        }
+    }
+    panic!("no process with {needle:?}");
+}
+
+fn ready_vm_ids(s: &serde_json::Value) -> Vec<String> {
+    s["vm_pool"]["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|v| v["state"] == "ready")
+        .map(|v| v["id"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Item 5: a VM process killed while idle is found by the health probes and replaced at
+/// once, long before the next scaling decision.
+#[test]
+fn item5_a_vm_killed_while_idle_is_replaced_at_once() {
+    let (epoch, k) = (1.0, 1000);
+    let interval = 0.2;
+    let gw = Gateway::start(&common::process_config(
+        &format!(
+            "  epoch_seconds: {epoch}\n  decision_epochs: {k}\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0"
+        ),
+        &format!("  health_check_interval_seconds: {interval}"),
+    ));
+    let s = gw.wait_status("one ready VM", Duration::from_secs(30), |s| {
+        ready_vm_ids(s).len() == 1
+    });
+    let old = ready_vm_ids(&s)[0].clone();
+    let url = s["vm_pool"]["vms"][0]["url"].as_str().unwrap().to_string();
+    let port = url
+        .trim_end_matches('/')
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .to_string();
+    let pid = pid_of(&format!("vm-{port}"));
+    let killed = Instant::now();
+    std::process::Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    let s = gw.wait_status("a replacement VM ready", Duration::from_secs(30), |s| {
+        let ids = ready_vm_ids(s);
+        ids.len() == 1 && ids[0] != old
+    });
+    let took = killed.elapsed();
+    assert!(
+        took < Duration::from_secs_f64(epoch * f64::from(k) / 10.0),
+        "replaced in {took:?}, not at the next decision: {s:#}"
+    );
+    let (code, _, _) = common::http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+}
+
+/// Item 6: a `static` member that goes down leaves the pool and comes back when it
+/// answers again, without a restart of the gateway.
+#[test]
+fn item6_a_static_member_down_for_a_while_is_added_back() {
+    let a = common::SampleApi::start("a");
+    let b = common::SampleApi::start("b");
+    let urls = [format!("http://{}", a.addr), format!("http://{}", b.addr)];
+    let gw = Gateway::start(&static_config(
+        &urls,
+        "  health_check_interval_seconds: 0.2",
+    ));
+    gw.wait_status("two ready VMs", Duration::from_secs(10), |s| {
+        ready_vm_ids(s).len() == 2
+    });
+    let addr = a.addr;
+    drop(a); // SIGTERM: A is down
+    gw.wait_status("A out of the pool", Duration::from_secs(10), |s| {
+        ready_vm_ids(s).len() == 1
+    });
+    // Every request meanwhile is answered by B.
+    for _ in 0..5 {
+        let (code, headers, _) = common::http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 200);
+        assert_eq!(common::header(&headers, "x-spillway-instance"), Some("b"));
+    }
+    let a = common::Proc::spawn(&["sample-api", "--listen", &addr.to_string(), "--name", "a2"]);
+    let s = gw.wait_status("A back in the pool", Duration::from_secs(10), |s| {
+        ready_vm_ids(s).len() == 2
+    });
+    let urls: Vec<&str> = s["vm_pool"]["vms"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v["url"].as_str())
+        .collect();
+    assert!(urls.iter().any(|u| u.contains(&addr.to_string())), "{s:#}");
+    // And it serves again: of two requests at once, the least-loaded rule gives it one.
+    let proxy = gw.proxy;
+    let served: Vec<String> = (0..2)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let (_, headers, _) = common::http(proxy, "GET", "/sleep?ms=400", &[], b"");
+                common::header(&headers, "x-spillway-instance")
+                    .unwrap_or("")
+                    .to_string()
+            })
+        })
+        .collect::<Vec<_>>()
+        .into_iter()
+        .map(|h| h.join().unwrap())
+        .collect();
+    assert!(served.iter().any(|i| i == "a2"), "{served:?}");
+    drop(a);
+}

@@ -143,6 +143,11 @@ pub struct GatewayConfig {
     /// Retries per second of window allowed whatever the traffic (so a quiet gateway can
     /// still retry).
     pub retry_budget_min_per_second: f64,
+    /// Interval between health probes of every ready VM (`health_path`) and of parked
+    /// `static` members; a VM failing two in a row is replaced at once (a `static`
+    /// member is parked and re-added when it answers again; issue 12 items 5–6).
+    /// `0` turns the probes off.
+    pub health_check_interval_seconds: f64,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
     pub drain_timeout_seconds: f64,
     /// Largest request header section, bytes: Σ (name + value + 4) over the fields, the
@@ -211,6 +216,7 @@ impl Default for GatewayConfig {
             retry_budget_ratio: 0.2,
             retry_budget_window_seconds: 10.0,
             retry_budget_min_per_second: 1.0,
+            health_check_interval_seconds: 5.0,
             drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
             max_header_bytes: validate::DEFAULT_MAX_HEADER_BYTES,
             max_header_count: validate::DEFAULT_MAX_HEADER_COUNT,
@@ -957,6 +963,10 @@ impl Config {
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
         is.within("gateway.retry_budget_ratio", g.retry_budget_ratio, 0.0, 1.0);
+        is.non_negative(
+            "gateway.health_check_interval_seconds",
+            g.health_check_interval_seconds,
+        );
         is.positive(
             "gateway.retry_budget_window_seconds",
             g.retry_budget_window_seconds,

@@ -119,6 +119,22 @@ impl UpstreamClient {
         })
     }
 
+    /// `GET base+path`; `true` on any HTTP answer (a `static` upstream has no health
+    /// path of its own: any status shows it is up).
+    pub async fn answers(&self, base: &Uri, path: &str) -> bool {
+        let Ok(uri) = path
+            .parse::<Uri>()
+            .map_err(|e| UpstreamError::BadUrl(e.to_string()))
+            .and_then(|p| join(base, &p))
+        else {
+            return false;
+        };
+        let req = Request::get(uri)
+            .body(super::body::empty())
+            .expect("static request parts are valid");
+        self.fresh.request(req).await.is_ok()
+    }
+
     /// `GET base+path`; `true` on a 2xx answer. Used by readiness probes.
     pub async fn probe(&self, base: &Uri, path: &str) -> bool {
         let Ok(uri) = path

@@ -257,6 +257,25 @@ impl Controller {
         }
     }
 
+    /// A ready VM died (failed its health probes, refused connections): it is forgotten
+    /// and, when scaling is executed, replaced at once up to the target instead of
+    /// waiting for the next scaling decision (issue 12 item 5). A launch or boot failure
+    /// is [`Self::on_vm_failed`] instead, so a failing image does not relaunch in a loop.
+    pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        if self.vms.remove(vm).is_none() {
+            return;
+        }
+        if self.params.execute_scaling {
+            for _ in self.active()..self.target {
+                let vm = self.alloc();
+                self.vms.insert(vm, VmState::Booting);
+                self.actions.push_back(Action::Launch { vm });
+            }
+        }
+        self.publish(now);
+    }
+
     /// The driver measured the mean VM utilisation (0–1) of the epoch that is open; it is
     /// passed to the scaling policy when the epoch closes.
     pub fn set_vm_utilisation(&mut self, utilisation: f64) {

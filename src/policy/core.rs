@@ -340,6 +340,17 @@ impl Core {
         self.refresh();
     }
 
+    /// A ready VM died (health probes, refused connections): forgotten and replaced at
+    /// once up to the scaling target (issue 12 item 5); the launch comes as an action.
+    pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.booting.retain(|(v, _)| *v != vm);
+        self.controller.on_vm_died(now, vm);
+        self.track_ready(now);
+        self.pump(now);
+        self.refresh();
+    }
+
     /// The mean VM utilisation (0–1) of the open epoch, for AUTO and Spock.
     pub fn set_vm_utilisation(&mut self, utilisation: f64) {
         self.controller.set_vm_utilisation(utilisation);

@@ -226,6 +226,9 @@ impl Server {
             None => None,
         };
         gateway.start().await?;
+        if config.gateway.health_check_interval_seconds > 0.0 {
+            gateway.start_health_checks(secs(config.gateway.health_check_interval_seconds));
+        }
         Ok(Server {
             config,
             gateway,
