@@ -446,3 +446,48 @@ fn item6_a_static_member_down_for_a_while_is_added_back() {
     assert!(served.iter().any(|i| i == "a2"), "{served:?}");
     drop(a);
 }
+
+/// Item 7: with the function tier unreachable and an idle VM, every request is answered:
+/// each call that cannot be placed on the tier falls back to the VM, and `/status`
+/// counts the tier's failures and the fall-backs.
+#[test]
+fn item7_unreachable_function_tier_falls_back_to_the_vm_and_is_counted() {
+    let vm = Stub::start(ok_reply);
+    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let yaml = format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+libra:
+  decision_epochs: 1000
+  r_max_rps: 1
+  rho: 1.0
+  cip_rps: 0
+vm_pool:
+  type: static
+  urls: ["{}"]
+function_tier:
+  type: http
+  url: "{dead}"
+  max_concurrency: 8
+"#,
+        vm.url()
+    );
+    let gw = Gateway::start(&yaml);
+    let n = 20;
+    for i in 0..n {
+        let (code, _, _) = common::http(gw.proxy, "GET", &format!("/r{i}"), &[], b"");
+        assert_eq!(code, 200, "request {i}");
+    }
+    assert_eq!(vm.requests().len(), n, "every request reached the VM once");
+    let s = gw.status();
+    let spilled = common::u64_at(&s, "/routed/function");
+    assert!(spilled >= 1, "the budget sent some to the tier: {s:#}");
+    assert_eq!(
+        common::u64_at(&s, "/functions/zones/0/call_failures/unreachable"),
+        spilled,
+        "{s:#}"
+    );
+    assert_eq!(common::u64_at(&s, "/functions/fall_backs_to_vm"), spilled);
+}

@@ -87,6 +87,11 @@ pub struct CoreStatus {
     pub r_max: Option<RMaxStatus>,
     /// The retry budget ([`super::retry`], issue 12 items 3–4).
     pub retry_budget: RetryBudgetStatus,
+    /// Failed function attempts per zone and reason ([`NotSentReason::as_str`], or
+    /// `failed_after_send`), since start (issue 12 item 7).
+    pub function_failures: Vec<(ZoneId, &'static str, u64)>,
+    /// Requests that fell back to a VM because no function zone could run them.
+    pub fall_backs_to_vm: u64,
 }
 
 /// The policy core. See the [module docs](self).
@@ -102,6 +107,8 @@ pub struct Core {
     r_max: Option<RMaxController>,
     /// Retries of failed VM attempts stay within this budget.
     retry_budget: RetryBudget,
+    function_failures: Vec<(ZoneId, &'static str, u64)>,
+    fall_backs_to_vm: u64,
 }
 
 impl Core {
@@ -120,6 +127,8 @@ impl Core {
             timers: TimerTable::new(),
             r_max: None,
             retry_budget: RetryBudget::new(RetryBudgetParams::default()),
+            function_failures: Vec::new(),
+            fall_backs_to_vm: 0,
         };
         core.refresh();
         core
@@ -211,7 +220,11 @@ impl Core {
         };
         match holding {
             Some(Holding::Vm(vm)) => self.controller.on_vm_request_finished(now, vm),
-            Some(Holding::Function(lease)) => self.release_failed(now, lease, not_sent),
+            Some(Holding::Function(lease)) => {
+                let label = not_sent.map_or("failed_after_send", NotSentReason::as_str);
+                self.count_function_failure(lease.zone, label);
+                self.release_failed(now, lease, not_sent);
+            }
             None => {}
         }
         let next = match (holding, failure) {
@@ -428,6 +441,8 @@ impl Core {
             zones: self.placement.status(),
             r_max: self.r_max.as_ref().map(RMaxController::status),
             retry_budget: self.retry_budget.status(),
+            function_failures: self.function_failures.clone(),
+            fall_backs_to_vm: self.fall_backs_to_vm,
         }
     }
 
@@ -487,6 +502,7 @@ impl Core {
         match self.controller.route(now, &ticket.meta, Attempt::SpillBack) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
+                self.fall_backs_to_vm += 1;
                 Decision::Vm {
                     vm,
                     kind: AttemptKind::FallBack,
@@ -521,6 +537,17 @@ impl Core {
     /// The gateway queue (call scheduling) is not configured: 503.
     fn queue_or_reject(&mut self, reason: RouteReason) -> Decision {
         Decision::Reject { reason }
+    }
+
+    fn count_function_failure(&mut self, zone: ZoneId, label: &'static str) {
+        match self
+            .function_failures
+            .iter_mut()
+            .find(|(z, l, _)| *z == zone && *l == label)
+        {
+            Some((_, _, n)) => *n += 1,
+            None => self.function_failures.push((zone, label, 1)),
+        }
     }
 
     fn release_failed(&mut self, now: Time, lease: Lease, not_sent: Option<NotSentReason>) {

@@ -208,7 +208,12 @@ pub fn status_json(gw: &Gateway) -> Value {
             "vms": s.vms,
             "errors": gw.vm_provider().errors(),
         },
-        "functions": functions_json(gw, &s.core.zones),
+        "functions": functions_json(
+            gw,
+            &s.core.zones,
+            &s.core.function_failures,
+            s.core.fall_backs_to_vm,
+        ),
     })
 }
 
@@ -266,7 +271,12 @@ fn r_max_json(r_max_rps: f64, adaptive: Option<&RMaxStatus>) -> Value {
 
 /// The function tier: the first zone's backend kind, its instance or call counts (FaaSim
 /// usage), and provider errors; `zones` lists every zone the same way.
-fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
+fn functions_json(
+    gw: &Gateway,
+    zones: &[ZoneStatus],
+    gw_failures: &[(crate::policy::placement::ZoneId, &'static str, u64)],
+    fall_backs_to_vm: u64,
+) -> Value {
     let zone_json = |i: usize, z: &ZoneStatus| {
         let backend = &gw.zone_backends()[i];
         let (cold, warm, throttled) = match (&z.usage, &z.calls) {
@@ -288,6 +298,13 @@ fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
                 "throttled": throttled,
             },
             "errors": backend.errors(),
+            // Failed calls by reason (issue 12 item 7): unreachable, throttled,
+            // cold_start_failed, instance_gone, never_ran, failed_after_send…
+            "call_failures": gw_failures
+                .iter()
+                .filter(|(zone, _, _)| zone.0 as usize == i)
+                .map(|(_, label, n)| ((*label).to_string(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
         })
     };
     let all: Vec<Value> = zones
@@ -295,12 +312,14 @@ fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
         .enumerate()
         .map(|(i, z)| zone_json(i, z))
         .collect();
-    match all.first() {
+    let mut v = match all.first() {
         Some(first) => {
             let mut v = first.clone();
             v["zones"] = Value::Array(all);
             v
         }
         None => json!({"zones": []}),
-    }
+    };
+    v["fall_backs_to_vm"] = json!(fall_backs_to_vm);
+    v
 }

@@ -372,7 +372,16 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
-                        return Err(("function", ProxyError::from_function(e, limit)));
+                        let e = ProxyError::from_function(e, limit);
+                        if e.fault() == super::error::Fault::Upstream {
+                            // The tier's own failure: counted in /status (issue 12 item 7).
+                            let failure = Failure::FailedAfterSend {
+                                response_started: false,
+                                request_available: false,
+                            };
+                            let _ = ticket.attempt_failed(failure);
+                        }
+                        return Err(("function", e));
                     }
                 }
             }
