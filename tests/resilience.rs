@@ -491,3 +491,64 @@ function_tier:
     );
     assert_eq!(common::u64_at(&s, "/functions/fall_backs_to_vm"), spilled);
 }
+
+/// Item 8: a `static` pool below the cost-indifference point keeps serving on its
+/// always-on VMs (up to ρ·r_max each) instead of sending everything to functions.
+#[test]
+fn item8_a_static_pool_below_the_cip_serves_on_its_vms() {
+    let a = common::SampleApi::start("a");
+    let exe = common::exe();
+    let yaml = format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+libra:
+  epoch_seconds: 0.2
+  decision_epochs: 2
+  r_max_rps: 10
+  rho: 0.8
+  cip_rps: 50
+vm_pool:
+  type: static
+  urls: ["http://{}"]
+function_tier:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
+  max_instances: 4
+"#,
+        a.addr
+    );
+    let gw = Gateway::start(&yaml);
+    // Traffic far below the CIP (50 req/s): about 2 req/s.
+    let mut instances = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, headers, _) = common::http(gw.proxy, "GET", "/", &[], b"");
+        assert_eq!(code, 200);
+        instances.push(
+            common::header(&headers, "x-spillway-instance")
+                .unwrap_or("")
+                .to_string(),
+        );
+        let s = gw.status();
+        if s["scaling"]["last_decision"]["reason"] == "below_cip" && instances.len() >= 10 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no below-CIP decision: {s:#}");
+        std::thread::sleep(Duration::from_millis(500)); // the client's pace
+    }
+    // After the below-CIP decision too, every request ran on the static VM.
+    for _ in 0..5 {
+        let (_, headers, _) = common::http(gw.proxy, "GET", "/", &[], b"");
+        instances.push(
+            common::header(&headers, "x-spillway-instance")
+                .unwrap_or("")
+                .to_string(),
+        );
+    }
+    assert!(instances.iter().all(|i| i == "a"), "{instances:?}");
+    let s = gw.status();
+    assert_eq!(common::u64_at(&s, "/routed/function"), 0, "{s:#}");
+    assert_eq!(common::u64_at(&s, "/scaling/target_vms"), 0, "{s:#}");
+}
