@@ -176,6 +176,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(addr) = admin_listen {
                 config.gateway.admin_listen = addr;
             }
+            if let Some(problem) = config.gateway.admin_exposure_issue() {
+                eprintln!("gateway.admin_listen: {problem}");
+                return Ok(ExitCode::FAILURE);
+            }
             config.gateway.access_log |= access_log;
             init_tracing("info", log_format, config.gateway.access_log);
             tracing::info!(

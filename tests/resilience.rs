@@ -552,3 +552,77 @@ function_tier:
     assert_eq!(common::u64_at(&s, "/routed/function"), 0, "{s:#}");
     assert_eq!(common::u64_at(&s, "/scaling/target_vms"), 0, "{s:#}");
 }
+
+/// Item 11: with a bearer token, `/status` and `/metrics` need it and `/healthz` stays
+/// open; `check` refuses a non-loopback admin listener without a token.
+#[test]
+fn item11_admin_token_protects_status_and_metrics_healthz_stays_open() {
+    let stub = Stub::start(ok_reply);
+    let dir = tempfile::tempdir().unwrap();
+    let token = "s3cret-Token_42";
+    let token_file = dir.path().join("admin.token");
+    std::fs::write(&token_file, format!("{token}\n")).unwrap();
+    let gw = Gateway::start(&static_config(
+        &[stub.url()],
+        &format!("  admin_token_file: \"{}\"", token_file.display()),
+    ));
+    let get = |path: &str, auth: Option<&str>| {
+        let h: Vec<(&str, String)> = auth
+            .map(|a| vec![("Authorization", a.to_string())])
+            .unwrap_or_default();
+        let h: Vec<(&str, &str)> = h.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let (code, headers, _) = common::http(gw.admin, "GET", path, &h, b"");
+        (
+            code,
+            common::header(&headers, "www-authenticate").map(str::to_string),
+        )
+    };
+    assert_eq!(get("/healthz", None).0, 200);
+    let bearer = format!("Bearer {token}");
+    let wrong = format!("Bearer {token}x");
+    for path in ["/status", "/metrics"] {
+        assert_eq!(get(path, None), (401, Some("Bearer".to_string())), "{path}");
+        assert_eq!(get(path, Some(&wrong)).0, 401, "{path}");
+        assert_eq!(get(path, Some("Basic YTpi")).0, 401, "{path}");
+        assert_eq!(get(path, Some(&bearer)).0, 200, "{path}");
+    }
+
+    // `check`: a non-loopback admin listener needs a token.
+    let open = dir.path().join("open.yaml");
+    std::fs::write(
+        &open,
+        static_config(&[stub.url()], "")
+            .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", open.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("gateway.admin_listen") && err.contains("admin_token"),
+        "{err}"
+    );
+    let with_token = dir.path().join("token.yaml");
+    std::fs::write(
+        &with_token,
+        static_config(
+            &[stub.url()],
+            &format!("  admin_token_file: \"{}\"", token_file.display()),
+        )
+        .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", with_token.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

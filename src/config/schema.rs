@@ -23,7 +23,7 @@ pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Default admin listen address (loopback: the admin API has no authentication).
+/// Default admin listen address (loopback, so that it may run without an admin token).
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 /// Default maximum request body, bytes (10 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
@@ -109,6 +109,14 @@ pub struct GatewayConfig {
     /// Admin listener (`/healthz`, `/metrics`, `/status`).
     #[serde(deserialize_with = "listen_addr")]
     pub admin_listen: SocketAddr,
+    /// File holding the admin bearer token (surrounding whitespace ignored). With a
+    /// token, `/status`, `/metrics` and `/reload` need `Authorization: Bearer TOKEN`;
+    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token (issue 12
+    /// item 11).
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// Name of an environment variable holding the admin bearer token (instead of
+    /// `admin_token_file`).
+    pub admin_token_env: Option<String>,
     /// Optional TLS listener (ALPN h2 and http/1.1).
     pub tls: Option<TlsConfig>,
     /// Peers (CIDRs) whose X-Forwarded-* headers are trusted and appended to.
@@ -173,6 +181,40 @@ pub struct GatewayConfig {
 }
 
 impl GatewayConfig {
+    /// The admin bearer token, when one is configured (issue 12 item 11).
+    ///
+    /// # Errors
+    /// In words: an unreadable or empty token file, an unset or empty variable.
+    pub fn admin_token(&self) -> Result<Option<String>, String> {
+        let token = match (&self.admin_token_file, &self.admin_token_env) {
+            (Some(path), _) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            (None, Some(var)) => {
+                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?
+            }
+            (None, None) => return Ok(None),
+        };
+        let token = token.trim().to_string();
+        if token.is_empty() {
+            return Err("the admin token is empty".into());
+        }
+        Ok(Some(token))
+    }
+
+    /// The problem with exposing the admin listener, if any: a non-loopback
+    /// `admin_listen` without a token.
+    pub fn admin_exposure_issue(&self) -> Option<String> {
+        (!self.admin_listen.ip().is_loopback()
+            && self.admin_token_file.is_none()
+            && self.admin_token_env.is_none())
+        .then(|| {
+            format!(
+                "{} is not a loopback address: set gateway.admin_token_file or gateway.admin_token_env (the admin API would be open to the network)",
+                self.admin_listen
+            )
+        })
+    }
+
     /// The policy core's retry budget ([`crate::policy::retry`]).
     pub fn retry_budget(&self) -> crate::policy::retry::RetryBudgetParams {
         crate::policy::retry::RetryBudgetParams {
@@ -203,6 +245,8 @@ impl Default for GatewayConfig {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid"),
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
+            admin_token_file: None,
+            admin_token_env: None,
             tls: None,
             trusted_proxies: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
@@ -962,6 +1006,15 @@ impl Config {
             g.upstream_timeout_seconds,
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        if let Some(problem) = g.admin_exposure_issue() {
+            is.push("gateway.admin_listen", problem);
+        }
+        if g.admin_token_file.is_some() && g.admin_token_env.is_some() {
+            is.push(
+                "gateway.admin_token_env",
+                "set either admin_token_file or admin_token_env, not both",
+            );
+        }
         is.within("gateway.retry_budget_ratio", g.retry_budget_ratio, 0.0, 1.0);
         is.non_negative(
             "gateway.health_check_interval_seconds",
@@ -1112,6 +1165,14 @@ impl Config {
                 "function_tier",
                 "missing: `spillway serve` needs a function tier (type: process, http or lambda)",
             );
+        }
+        if let Err(e) = self.gateway.admin_token() {
+            let field = if self.gateway.admin_token_file.is_some() {
+                "gateway.admin_token_file"
+            } else {
+                "gateway.admin_token_env"
+            };
+            is.push(field, e);
         }
         if let Some(tls) = &self.gateway.tls
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)

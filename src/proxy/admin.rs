@@ -1,5 +1,8 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text), `GET /status`
-//! (JSON). Bind it to loopback: it has no authentication.
+//! (JSON). With a bearer token configured (`gateway.admin_token_file` or
+//! `admin_token_env`, issue 12 item 11) every path but `/healthz` needs
+//! `Authorization: Bearer TOKEN` (401 otherwise); without one the listener must be on
+//! loopback.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,12 +18,60 @@ use crate::policy::placement::ZoneStatus;
 use crate::policy::rmax::{PeriodReport, RMaxStatus};
 use crate::telemetry as m;
 
+/// The admin bearer token in force, shared by the admin connections and replaceable
+/// on reload. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct AdminToken(Arc<std::sync::RwLock<Option<String>>>);
+
+impl AdminToken {
+    /// A token holder starting with `token` (`None`: no authentication).
+    pub fn new(token: Option<String>) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(token)))
+    }
+
+    /// Replace the token (reload).
+    pub fn set(&self, token: Option<String>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token;
+    }
+
+    /// Whether `req` may read protected paths: no token configured, or
+    /// `Authorization: Bearer <token>` (compared in constant time).
+    fn admits<B>(&self, req: &Request<B>) -> bool {
+        let held = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let Some(token) = held.as_deref() else {
+            return true;
+        };
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
+        let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
 /// Answer one admin request.
 pub async fn handle(
     gw: Arc<Gateway>,
     prometheus: PrometheusHandle,
+    token: AdminToken,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path();
+    if path != "/healthz" && !token.admits(&req) {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized\n".into(),
+            "text/plain",
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return Ok(r);
+    }
     let resp = match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
         (&Method::GET, "/metrics") => {
@@ -111,6 +162,59 @@ fn error_kinds() -> Vec<&'static str> {
         | K::Other => (),
     };
     all.iter().map(|k| k.as_str()).collect()
+}
+
+/// Longest error text `/status` shows, characters.
+pub const MAX_STATUS_ERROR_CHARS: usize = 200;
+
+/// Provider error stats for `/status`: the last message cut to
+/// [`MAX_STATUS_ERROR_CHARS`] with credentials-looking parts removed (issue 12 item 11).
+fn redacted(
+    mut e: crate::backends::provider_errors::ProviderErrorStats,
+) -> crate::backends::provider_errors::ProviderErrorStats {
+    if let Some(last) = &mut e.last {
+        last.message = redact_text(&last.message);
+    }
+    e
+}
+
+/// `text` without URL userinfo (`//user:pass@` → `//***@`) or `key=value` secrets
+/// (`token=`, `secret=`, `password=`, `signature=`, `credential=`), shortened.
+pub fn redact_text(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_inclusive(char::is_whitespace) {
+        let lower = word.to_ascii_lowercase();
+        if let Some(at) = word.find('@')
+            && let Some(scheme) = word.find("://")
+            && scheme < at
+        {
+            out.push_str(&word[..scheme + 3]);
+            out.push_str("***");
+            out.push_str(&word[at..]);
+        } else if [
+            "token=",
+            "secret=",
+            "password=",
+            "signature=",
+            "credential=",
+        ]
+        .iter()
+        .any(|k| lower.contains(k))
+        {
+            let cut = word.find('=').map_or(0, |i| i + 1);
+            out.push_str(&word[..cut]);
+            out.push_str("***");
+            if word.ends_with(char::is_whitespace) {
+                out.push(' ');
+            }
+        } else {
+            out.push_str(word);
+        }
+    }
+    if out.chars().count() > MAX_STATUS_ERROR_CHARS {
+        out = out.chars().take(MAX_STATUS_ERROR_CHARS).collect::<String>() + "…";
+    }
+    out
 }
 
 /// A rate, requests/s, rounded to 2 decimals (`null` when not finite: no budget cap).
@@ -206,7 +310,7 @@ pub fn status_json(gw: &Gateway) -> Value {
         "vm_pool": {
             "kind": gw.vm_provider().kind(),
             "vms": s.vms,
-            "errors": gw.vm_provider().errors(),
+            "errors": redacted(gw.vm_provider().errors()),
         },
         "functions": functions_json(
             gw,
@@ -297,7 +401,7 @@ fn functions_json(
                 "warm_starts": warm,
                 "throttled": throttled,
             },
-            "errors": backend.errors(),
+            "errors": redacted(backend.errors()),
             // Failed calls by reason (issue 12 item 7): unreachable, throttled,
             // cold_start_failed, instance_gone, never_ran, failed_after_send…
             "call_failures": gw_failures
@@ -322,4 +426,20 @@ fn functions_json(
     };
     v["fall_backs_to_vm"] = json!(fall_backs_to_vm);
     v
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::*;
+
+    #[test]
+    fn status_text_loses_credentials_and_length() {
+        let t = redact_text("GET http://user:pa55@10.0.0.1/x failed token=abc123 done");
+        assert_eq!(t, "GET http://***@10.0.0.1/x failed token=*** done");
+        let long = "e".repeat(MAX_STATUS_ERROR_CHARS * 3);
+        assert_eq!(
+            redact_text(&long).chars().count(),
+            MAX_STATUS_ERROR_CHARS + 1
+        );
+    }
 }

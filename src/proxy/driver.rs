@@ -486,7 +486,7 @@ impl Gateway {
                 url: st
                     .records
                     .get(&r.id)
-                    .and_then(|x| x.base.as_ref().map(|b| b.to_string())),
+                    .and_then(|x| x.base.as_ref().map(redact_userinfo)),
             })
             .collect();
         GatewayStatus {
@@ -737,6 +737,19 @@ impl Gateway {
     /// How long until the next policy deadline (tests and diagnostics).
     pub fn until_next_deadline(&self) -> Duration {
         self.lock().core.poll_timeout().saturating_sub(self.now())
+    }
+}
+
+/// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
+/// `/status` never shows credentials (issue 12 item 11).
+fn redact_userinfo(uri: &Uri) -> String {
+    let text = uri.to_string();
+    match uri.authority().map(|a| a.as_str()) {
+        Some(auth) if auth.contains('@') => {
+            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+            text.replacen(auth, &format!("***@{host}"), 1)
+        }
+        _ => text,
     }
 }
 

@@ -117,6 +117,10 @@ pub enum ServeError {
         "config: {0} needs AWS support, but spillway was built without the `aws` feature (rebuild with `cargo build --release --features aws`)"
     )]
     AwsFeatureDisabled(&'static str),
+    /// The admin listener cannot be served safely: a non-loopback address without a
+    /// token, or a token that cannot be read (issue 12 item 11).
+    #[error("config: gateway.admin_listen: {0}")]
+    Admin(String),
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -127,6 +131,8 @@ pub struct Server {
     proxy: TcpListener,
     admin: TcpListener,
     tls: Option<(TcpListener, TlsAcceptor)>,
+    /// The admin bearer token in force (reloadable).
+    admin_token: super::admin::AdminToken,
 }
 
 impl Server {
@@ -136,8 +142,13 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
-        let prometheus = crate::telemetry::install();
         let g = &config.gateway;
+        if let Some(problem) = g.admin_exposure_issue() {
+            return Err(ServeError::Admin(problem));
+        }
+        let admin_token =
+            super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
+        let prometheus = crate::telemetry::install();
         let client = UpstreamClient::new(ClientSettings {
             connect_timeout: secs(g.connect_timeout_seconds),
             idle_timeout: secs(g.idle_timeout_seconds),
@@ -236,6 +247,7 @@ impl Server {
             proxy,
             admin,
             tls,
+            admin_token,
         })
     }
 
@@ -303,6 +315,7 @@ impl Server {
             let gw = Arc::clone(&self.gateway);
             let prometheus = self.prometheus.clone();
             let admin = self.admin;
+            let token = self.admin_token.clone();
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = admin.accept().await else {
@@ -310,9 +323,15 @@ impl Server {
                     };
                     let gw = Arc::clone(&gw);
                     let prometheus = prometheus.clone();
+                    let token = token.clone();
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
-                            super::admin::handle(Arc::clone(&gw), prometheus.clone(), req)
+                            super::admin::handle(
+                                Arc::clone(&gw),
+                                prometheus.clone(),
+                                token.clone(),
+                                req,
+                            )
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
