@@ -459,6 +459,7 @@ fn item7_unreachable_function_tier_falls_back_to_the_vm_and_is_counted() {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 libra:
   decision_epochs: 1000
   r_max_rps: 1
@@ -503,6 +504,7 @@ fn item8_a_static_pool_below_the_cip_serves_on_its_vms() {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 libra:
   epoch_seconds: 0.2
   decision_epochs: 2
@@ -625,4 +627,62 @@ fn item11_admin_token_protects_status_and_metrics_healthz_stays_open() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Item 12: `check` refuses metadata and link-local upstreams always, loopback ones
+/// without `gateway.allow_loopback_upstreams`; `process` pools need no opt-in.
+#[test]
+fn item12_upstream_address_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let check = |name: &str, yaml: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, yaml).unwrap();
+        let out = std::process::Command::new(common::exe())
+            .args(["check", path.to_str().unwrap()])
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let config = |opt_in: bool, vm: &str, function: &str| {
+        format!(
+            "gateway:\n  allow_loopback_upstreams: {opt_in}\nvm_pool:\n  type: static\n  urls: [\"{vm}\"]\nfunction_tier:\n  type: http\n  url: \"{function}\"\n  max_concurrency: 4\n"
+        )
+    };
+    for (vm, rule) in [
+        ("http://169.254.169.254/latest", "metadata"),
+        ("http://[fd00:ec2::254]:80", "metadata"),
+        ("http://169.254.10.1:8080", "link-local"),
+        ("http://[fe80::1]:8080", "link-local"),
+    ] {
+        let (code, err) = check("m.yaml", &config(true, vm, "http://10.0.0.9:8081"));
+        assert_eq!(code, Some(1), "{vm}: {err}");
+        assert!(
+            err.contains("vm_pool.urls[0]") && err.contains(rule),
+            "{vm}: {err}"
+        );
+    }
+    for host in ["127.0.0.1:3000", "[::1]:3000", "localhost:3000"] {
+        let url = format!("http://{host}");
+        let (code, err) = check("l.yaml", &config(false, &url, &url));
+        assert_eq!(code, Some(1), "{host}: {err}");
+        assert!(
+            err.contains("vm_pool.urls[0]")
+                && err.contains("function_tier.url")
+                && err.contains("allow_loopback_upstreams"),
+            "{host}: {err}"
+        );
+        let (code, err) = check("ok.yaml", &config(true, &url, &url));
+        assert_eq!(code, Some(0), "{host} with the opt-in: {err}");
+    }
+    // Public addresses need nothing; a process pool (spillway's own children) neither.
+    let (code, err) = check(
+        "pub.yaml",
+        &config(false, "http://10.0.0.5:8080", "http://fn.example.com/api"),
+    );
+    assert_eq!(code, Some(0), "{err}");
+    let (code, err) = check("p.yaml", &common::process_config("  min_vms: 1", ""));
+    assert_eq!(code, Some(0), "{err}");
 }

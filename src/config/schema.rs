@@ -178,6 +178,10 @@ pub struct GatewayConfig {
     /// One log line per request at INFO, target `spillway::access` (also
     /// `spillway serve --access-log`).
     pub access_log: bool,
+    /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
+    /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
+    /// Link-local and cloud metadata addresses are refused either way (issue 12 item 12).
+    pub allow_loopback_upstreams: bool,
 }
 
 impl GatewayConfig {
@@ -270,6 +274,7 @@ impl Default for GatewayConfig {
             merge_slashes: true,
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
             access_log: false,
+            allow_loopback_upstreams: false,
         }
     }
 }
@@ -959,6 +964,16 @@ fn check_url(issues: &mut Issues, path: &str, value: &str) {
     }
 }
 
+/// A user-given upstream URL must pass the address policy ([`crate::net::upstream`]).
+fn check_upstream(issues: &mut Issues, path: &str, value: &str, allow_loopback: bool) {
+    if let Ok(uri) = value.parse::<http::Uri>()
+        && let Some(host) = uri.host()
+        && let Err(e) = crate::net::upstream::check_host(host, allow_loopback)
+    {
+        issues.push(path, e.to_string());
+    }
+}
+
 impl Config {
     /// Semantic validation: every problem, each with its field path. Empty = valid.
     pub fn validate(&self) -> Vec<ConfigIssue> {
@@ -1108,7 +1123,9 @@ impl Config {
             }
             Some(VmPoolConfig::Static(s)) => {
                 for (i, u) in s.urls.iter().enumerate() {
-                    check_url(&mut is, &format!("vm_pool.urls[{i}]"), u);
+                    let field = format!("vm_pool.urls[{i}]");
+                    check_url(&mut is, &field, u);
+                    check_upstream(&mut is, &field, u, g.allow_loopback_upstreams);
                 }
             }
             Some(VmPoolConfig::Ec2(e)) => e.validate(&mut is),
@@ -1139,6 +1156,12 @@ impl Config {
             }
             Some(FunctionTierConfig::Http(h)) => {
                 check_url(&mut is, "function_tier.url", &h.url);
+                check_upstream(
+                    &mut is,
+                    "function_tier.url",
+                    &h.url,
+                    g.allow_loopback_upstreams,
+                );
                 if h.max_concurrency == 0 {
                     is.push("function_tier.max_concurrency", "must be at least 1");
                 }

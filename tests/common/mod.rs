@@ -405,6 +405,7 @@ pub fn static_config(urls: &[String], extra_gateway: &str) -> String {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 {extra_gateway}
 libra:
   decision_epochs: 1000
@@ -430,6 +431,7 @@ pub fn function_http_config(url: &str, extra_gateway: &str) -> String {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 {extra_gateway}
 libra:
   decision_epochs: 1000
