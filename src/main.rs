@@ -159,6 +159,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             admin_listen,
             access_log,
         } => {
+            let reload_path = config.path().map(std::path::Path::to_path_buf);
             let (loaded, name) = match config.path() {
                 Some(path) => (Config::load_for_serve(path), path.display().to_string()),
                 None => (
@@ -195,10 +196,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {
-                let server = match spillway::proxy::server::Server::bind(config, exe).await {
+                let mut server = match spillway::proxy::server::Server::bind(config, exe).await {
                     Ok(s) => s,
                     Err(e) => return Err(bind_hint(e)),
                 };
+                server.set_reload_source(reload_path, listen, admin_listen);
                 tracing::info!(
                     proxy = %server.proxy_addr(),
                     admin = %server.admin_addr(),

@@ -686,3 +686,91 @@ fn item12_upstream_address_policy() {
     let (code, err) = check("p.yaml", &common::process_config("  min_vms: 1", ""));
     assert_eq!(code, Some(0), "{err}");
 }
+
+/// Item 10: SIGHUP reloads instead of killing: in-flight requests finish under the
+/// settings they started with, new ones get the new values, listen changes are reported
+/// as needing a restart; `POST /reload` needs the admin token, and an invalid file
+/// changes nothing.
+#[test]
+fn item10_sighup_and_post_reload_apply_all_or_nothing_and_keep_in_flight_requests() {
+    let hold = Duration::from_millis(1500);
+    let stub = Stub::start(move |req: &StubRequest| {
+        if req.target == "/slow" {
+            std::thread::sleep(hold); // the upstream's own slowness
+        }
+        ok_reply(req)
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let token = "reload-token-7";
+    let token_file = dir.path().join("t");
+    std::fs::write(&token_file, token).unwrap();
+    let extra = |timeout: f64| {
+        format!(
+            "  upstream_timeout_seconds: {timeout}\n  admin_token_file: \"{}\"",
+            token_file.display()
+        )
+    };
+    let (long, short) = (5.0, 0.5);
+    let gw = Gateway::start(&static_config(&[stub.url()], &extra(long)));
+    let proxy = gw.proxy;
+    let in_flight = std::thread::spawn(move || common::http(proxy, "GET", "/slow", &[], b"").0);
+    stub.wait("the slow request upstream", Duration::from_secs(5), |s| {
+        s.in_flight() == 1
+    });
+    // The new file: a shorter head timeout, and another listen port (restart only).
+    std::fs::write(
+        gw.config_path(),
+        static_config(&[stub.url()], &extra(short)).replace(
+            "listen: 127.0.0.1:0\n  admin",
+            "listen: 127.0.0.1:1\n  admin",
+        ),
+    )
+    .unwrap();
+    gw.proc.signal("HUP");
+    let line = gw
+        .proc
+        .wait_line("configuration reloaded", Duration::from_secs(10));
+    assert!(line.contains("gateway.upstream_timeout_seconds"), "{line}");
+    assert!(
+        line.contains("restart_required=[\"gateway.listen\"]"),
+        "{line}"
+    );
+    assert_eq!(
+        in_flight.join().unwrap(),
+        200,
+        "the in-flight request kept its timeout"
+    );
+    let (code, _, _) = common::http(gw.proxy, "GET", "/slow", &[], b"");
+    assert_eq!(
+        code, 504,
+        "a new request has the reloaded {short} s timeout"
+    );
+
+    // POST /reload: the token is needed; an invalid file applies nothing.
+    let bearer = format!("Bearer {token}");
+    let auth = [("Authorization", bearer.as_str())];
+    let (code, _, _) = common::http(gw.admin, "POST", "/reload", &[], b"");
+    assert_eq!(code, 401);
+    std::fs::write(
+        gw.config_path(),
+        static_config(&[stub.url()], &extra(long)) + "bogus_key: 1\n",
+    )
+    .unwrap();
+    let (code, _, body) = common::http(gw.admin, "POST", "/reload", &auth, b"");
+    assert_eq!(code, 422, "{}", String::from_utf8_lossy(&body));
+    assert!(String::from_utf8_lossy(&body).contains("bogus_key"));
+    let (code, _, _) = common::http(gw.proxy, "GET", "/slow", &[], b"");
+    assert_eq!(code, 504, "nothing of the invalid file was applied");
+    std::fs::write(gw.config_path(), static_config(&[stub.url()], &extra(long))).unwrap();
+    let (code, _, body) = common::http(gw.admin, "POST", "/reload", &auth, b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(["gateway.upstream_timeout_seconds"]),
+        "{report:#}"
+    );
+    let (code, _, _) = common::http(gw.proxy, "GET", "/slow", &[], b"");
+    assert_eq!(code, 200, "the {long} s timeout is back");
+    assert!(gw.proc.log_text().contains("spillway listening"));
+}

@@ -54,15 +54,26 @@ impl AdminToken {
     }
 }
 
+/// What the admin listener shares with the rest of the gateway.
+#[derive(Clone)]
+pub struct AdminCtx {
+    /// The bearer token in force.
+    pub token: AdminToken,
+    /// Reloads (`POST /reload`), when the gateway was started from a file.
+    pub reloader: Option<Arc<super::reload::Reloader>>,
+    /// Set once shutdown began: `/healthz` answers 503 `draining`.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// Answer one admin request.
 pub async fn handle(
     gw: Arc<Gateway>,
     prometheus: PrometheusHandle,
-    token: AdminToken,
+    ctx: AdminCtx,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
-    if path != "/healthz" && !token.admits(&req) {
+    if path != "/healthz" && !ctx.token.admits(&req) {
         let mut r = text(
             StatusCode::UNAUTHORIZED,
             "unauthorized\n".into(),
@@ -73,7 +84,37 @@ pub async fn handle(
         return Ok(r);
     }
     let resp = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") if ctx.draining.load(std::sync::atomic::Ordering::Acquire) => {
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining\n".into(),
+                "text/plain",
+            )
+        }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        (&Method::POST, "/reload") => match &ctx.reloader {
+            None => text(
+                StatusCode::CONFLICT,
+                "no configuration file to reload\n".into(),
+                "text/plain",
+            ),
+            Some(r) => match r.reload().await {
+                Ok(report) => text(
+                    StatusCode::OK,
+                    serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+                    "application/json",
+                ),
+                Err(e) => text(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    serde_json::to_string_pretty(
+                        &json!({"error": redact_text_long(&e.to_string())}),
+                    )
+                    .unwrap_or_default()
+                        + "\n",
+                    "application/json",
+                ),
+            },
+        },
         (&Method::GET, "/metrics") => {
             scrape_gauges(&gw);
             text(
@@ -87,7 +128,7 @@ pub async fn handle(
             serde_json::to_string_pretty(&status_json(&gw)).unwrap_or_default() + "\n",
             "application/json",
         ),
-        (_, "/healthz" | "/metrics" | "/status") => text(
+        (_, "/healthz" | "/metrics" | "/status" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed\n".into(),
             "text/plain",
@@ -164,6 +205,15 @@ fn error_kinds() -> Vec<&'static str> {
     all.iter().map(|k| k.as_str()).collect()
 }
 
+/// A reload's error for the admin reply: credentials redacted, not shortened (it
+/// lists every problem of the file).
+fn redact_text_long(text: &str) -> String {
+    text.lines()
+        .map(redact_words)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Longest error text `/status` shows, characters.
 pub const MAX_STATUS_ERROR_CHARS: usize = 200;
 
@@ -181,6 +231,15 @@ fn redacted(
 /// `text` without URL userinfo (`//user:pass@` → `//***@`) or `key=value` secrets
 /// (`token=`, `secret=`, `password=`, `signature=`, `credential=`), shortened.
 pub fn redact_text(text: &str) -> String {
+    let out = redact_words(text);
+    if out.chars().count() > MAX_STATUS_ERROR_CHARS {
+        out.chars().take(MAX_STATUS_ERROR_CHARS).collect::<String>() + "…"
+    } else {
+        out
+    }
+}
+
+fn redact_words(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     for word in text.split_inclusive(char::is_whitespace) {
         let lower = word.to_ascii_lowercase();
@@ -210,9 +269,6 @@ pub fn redact_text(text: &str) -> String {
         } else {
             out.push_str(word);
         }
-    }
-    if out.chars().count() > MAX_STATUS_ERROR_CHARS {
-        out = out.chars().take(MAX_STATUS_ERROR_CHARS).collect::<String>() + "…";
     }
     out
 }

@@ -29,7 +29,6 @@ use crate::policy::scaling::LibraScaler;
 use super::driver::Gateway;
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
-use crate::net::headers::TrustedProxies;
 use crate::net::tls::{self, TlsError};
 
 /// h2: most streams a client may reset before the gateway accepted them (the "rapid
@@ -130,9 +129,11 @@ pub struct Server {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     proxy: TcpListener,
     admin: TcpListener,
-    tls: Option<(TcpListener, TlsAcceptor)>,
+    tls: Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
     admin_token: super::admin::AdminToken,
+    /// Where a reload re-reads the configuration, and the CLI listen overrides.
+    reload_source: (Option<PathBuf>, Option<SocketAddr>, Option<SocketAddr>),
 }
 
 impl Server {
@@ -232,7 +233,10 @@ impl Server {
             Some(t) => {
                 let acceptor =
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
-                Some((bind("tls", t.listen).await?, acceptor))
+                Some((
+                    bind("tls", t.listen).await?,
+                    Arc::new(std::sync::RwLock::new(acceptor)),
+                ))
             }
             None => None,
         };
@@ -248,7 +252,19 @@ impl Server {
             admin,
             tls,
             admin_token,
+            reload_source: (None, None, None),
         })
+    }
+
+    /// Enable reloads (SIGHUP, `POST /reload`) from `path`, keeping the command line's
+    /// `--listen` / `--admin-listen` overrides (issue 12 item 10).
+    pub fn set_reload_source(
+        &mut self,
+        path: Option<PathBuf>,
+        listen: Option<SocketAddr>,
+        admin_listen: Option<SocketAddr>,
+    ) {
+        self.reload_source = (path, listen, admin_listen);
     }
 
     /// The bound proxy address (useful with port 0).
@@ -279,15 +295,22 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
         let rules = g.request_rules();
-        let settings = Arc::new(ServiceSettings {
-            max_body_bytes: g.max_body_bytes,
-            upstream_timeout: secs(g.upstream_timeout_seconds),
-            request_body_idle_timeout: secs(g.request_body_idle_timeout_seconds),
-            response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
-            tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
-            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
-            request_rules: rules,
-        });
+        let settings = Arc::new(std::sync::RwLock::new(Arc::new(
+            ServiceSettings::from_config(g),
+        )));
+        let reloader = {
+            let mut r = super::reload::Reloader::new(
+                self.config.clone(),
+                Arc::clone(&settings),
+                self.admin_token.clone(),
+                self.tls.as_ref().map(|(_, a)| Arc::clone(a)),
+            );
+            let (path, listen, admin_listen) = self.reload_source.clone();
+            r.set_source(path, listen, admin_listen);
+            Arc::new(r)
+        };
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -315,7 +338,11 @@ impl Server {
             let gw = Arc::clone(&self.gateway);
             let prometheus = self.prometheus.clone();
             let admin = self.admin;
-            let token = self.admin_token.clone();
+            let ctx = super::admin::AdminCtx {
+                token: self.admin_token.clone(),
+                reloader: Some(Arc::clone(&reloader)),
+                draining: Arc::clone(&draining),
+            };
             tokio::spawn(async move {
                 loop {
                     let Ok((stream, _)) = admin.accept().await else {
@@ -323,13 +350,13 @@ impl Server {
                     };
                     let gw = Arc::clone(&gw);
                     let prometheus = prometheus.clone();
-                    let token = token.clone();
+                    let ctx = ctx.clone();
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
                             super::admin::handle(
                                 Arc::clone(&gw),
                                 prometheus.clone(),
-                                token.clone(),
+                                ctx.clone(),
                                 req,
                             )
                         });
@@ -350,7 +377,8 @@ impl Server {
             let watch = Arc::clone(&cancels);
             let svc = service_fn(move |req| {
                 let gw = Arc::clone(&gw);
-                let settings = Arc::clone(&settings);
+                // A request keeps the settings in force when it arrived (reload).
+                let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
                 let pending = watch.begin();
                 async move {
                     let resp = service::handle(gw, settings, req, peer, scheme).await;
@@ -404,7 +432,9 @@ impl Server {
         }
         drop(self.proxy);
         drop(self.tls);
-        let drain = secs(g.drain_timeout_seconds);
+        sighup_task.abort();
+        draining.store(true, Ordering::Release);
+        let drain = reloader.drain_timeout();
         tracing::info!(
             in_flight_connections = graceful.count(),
             drain_timeout_seconds = drain.as_secs_f64(),
@@ -447,16 +477,37 @@ async fn until_cancel_flood<E>(
 }
 
 async fn accept_tls(
-    tls: &Option<(TcpListener, TlsAcceptor)>,
+    tls: &Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
 ) -> Option<(TcpStream, SocketAddr, TlsAcceptor)> {
     match tls {
         Some((listener, acceptor)) => {
             let (stream, peer) = listener.accept().await.ok()?;
             let _ = stream.set_nodelay(true);
-            Some((stream, peer, acceptor.clone()))
+            // The certificate in force now (a reload may have replaced it).
+            let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
+            Some((stream, peer, acceptor))
         }
         None => std::future::pending().await,
     }
+}
+
+/// Reload the configuration on every SIGHUP (issue 12 item 10); a failed reload is
+/// logged and changes nothing.
+async fn reload_on_sighup(reloader: Arc<super::reload::Reloader>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return tracing::warn!("cannot install a SIGHUP handler; reload with POST /reload");
+        };
+        while hup.recv().await.is_some() {
+            if let Err(e) = reloader.reload().await {
+                tracing::warn!(error = %e, "reload refused; the running configuration stays");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await;
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

@@ -60,6 +60,22 @@ pub struct ServiceSettings {
     pub request_rules: RequestRules,
 }
 
+impl ServiceSettings {
+    /// The request path's settings from `gateway:`.
+    pub fn from_config(g: &crate::config::GatewayConfig) -> Self {
+        let secs = crate::backends::secs;
+        Self {
+            max_body_bytes: g.max_body_bytes,
+            upstream_timeout: secs(g.upstream_timeout_seconds),
+            request_body_idle_timeout: secs(g.request_body_idle_timeout_seconds),
+            response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
+            tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
+            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+            request_rules: g.request_rules(),
+        }
+    }
+}
+
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
 /// request can be rebuilt for a retry.
 struct Replay {

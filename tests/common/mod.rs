@@ -175,6 +175,11 @@ impl Gateway {
         format!("http://{}{}", self.proxy, path)
     }
 
+    /// The file the gateway was started from (rewrite it, then reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("gateway.yaml")
+    }
+
     pub fn status(&self) -> Value {
         let (code, _, body) = http(self.admin, "GET", "/status", &[], b"");
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
