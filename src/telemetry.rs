@@ -15,6 +15,7 @@
 //! | `spillway_traffic_avg_rps` | gauge | — (EWMA of requests per epoch, per second) |
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
+//! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit; issue 12 item 9) |
 //! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle (issue 12 items 1–2) |
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
@@ -130,6 +131,9 @@ fn zero_counters() {
     for kind in ["connect_failure", "spill_back", "fall_through"] {
         counter!("spillway_retries_total", "kind" => kind).increment(0);
     }
+    for listener in ["proxy", "tls", "admin"] {
+        counter!("spillway_accept_errors_total", "listener" => listener).increment(0);
+    }
     for kind in TIMEOUT_KINDS {
         counter!("spillway_timeouts_total", "kind" => kind).increment(0);
     }
@@ -179,6 +183,10 @@ fn describe() {
     metrics::describe_gauge!(
         "spillway_requests_in_flight",
         "Requests received whose response has not finished yet."
+    );
+    metrics::describe_counter!(
+        "spillway_accept_errors_total",
+        "Failed accept calls per listener (e.g. the file-descriptor limit); the accept loop backs off."
     );
     metrics::describe_counter!(
         "spillway_timeouts_total",
@@ -277,6 +285,11 @@ pub fn routing(tier: &'static str, reason: &'static str) {
 /// A retry or spill-back attempt.
 pub fn retry(kind: &'static str) {
     counter!("spillway_retries_total", "kind" => kind).increment(1);
+}
+
+/// `accept` failed on `listener` (proxy, tls, admin).
+pub fn accept_error(listener: &'static str) {
+    counter!("spillway_accept_errors_total", "listener" => listener).increment(1);
 }
 
 /// Labels of `spillway_timeouts_total`.

@@ -774,3 +774,76 @@ fn item10_sighup_and_post_reload_apply_all_or_nothing_and_keep_in_flight_request
     assert_eq!(code, 200, "the {long} s timeout is back");
     assert!(gw.proc.log_text().contains("spillway listening"));
 }
+
+/// CPU time of `pid` so far, in clock ticks (`/proc/PID/stat` utime + stime).
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    // Fields 14 and 15 of the whole line; `after` starts at field 3.
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Item 9: at the file-descriptor limit the accept loop backs off instead of spinning,
+/// logs once per interval and counts the failures; it serves again once descriptors
+/// are free.
+#[test]
+fn item9_accept_at_the_descriptor_limit_backs_off() {
+    let stub = Stub::start(ok_reply);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.yaml");
+    std::fs::write(&path, static_config(&[stub.url()], "")).unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "ulimit -n 64 && exec \"$0\" serve --config \"$1\"",
+        common::exe(),
+        path.to_str().unwrap(),
+    ]);
+    let proc = common::Proc::spawn_command(cmd);
+    let line = proc.wait_line("spillway listening", Duration::from_secs(30));
+    let addr = |key: &str| -> std::net::SocketAddr {
+        let rest = &line[line.find(&format!("{key}=")).unwrap() + key.len() + 1..];
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (proxy, admin) = (addr("proxy"), addr("admin"));
+    let pid = proc.child.id();
+    // Hold more idle connections than the limit allows.
+    let held: Vec<std::net::TcpStream> = (0..100)
+        .filter_map(|_| std::net::TcpStream::connect(proxy).ok())
+        .collect();
+    proc.wait_line("accept failed", Duration::from_secs(10));
+    let (t0, c0) = (Instant::now(), cpu_ticks(pid));
+    std::thread::sleep(Duration::from_millis(1500)); // the window the CPU time is measured over
+    let (secs, ticks) = (t0.elapsed().as_secs_f64(), cpu_ticks(pid) - c0);
+    let share = ticks as f64 / 100.0 / secs; // CLK_TCK is 100 on Linux
+    assert!(
+        share < 0.25,
+        "the accept loop used {:.0} % of a core",
+        share * 100.0
+    );
+    let logged = proc.log_text().matches("accept failed").count();
+    assert!(logged <= 2, "logged {logged} times in {secs:.1} s");
+    drop(held);
+    // Descriptors free again: served.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        if std::net::TcpStream::connect(proxy).is_ok() {
+            let (code, _, _) = common::http(proxy, "GET", "/after", &[], b"");
+            if code == 200 {
+                break;
+            }
+        }
+        assert!(Instant::now() < deadline, "not serving again");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, _, body) = common::http(admin, "GET", "/metrics", &[], b"");
+    assert_eq!(code, 200);
+    let text = String::from_utf8(body).unwrap();
+    let failures: f64 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("spillway_accept_errors_total{listener=\"proxy\"} "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap();
+    assert!(failures >= 1.0, "{text}");
+}

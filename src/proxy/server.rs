@@ -344,9 +344,17 @@ impl Server {
                 draining: Arc::clone(&draining),
             };
             tokio::spawn(async move {
+                let mut backoff = AcceptBackoff::new("admin");
                 loop {
-                    let Ok((stream, _)) = admin.accept().await else {
-                        continue;
+                    let stream = match admin.accept().await {
+                        Ok((stream, _)) => {
+                            backoff.succeeded();
+                            stream
+                        }
+                        Err(e) => {
+                            backoff.failed(&e).await;
+                            continue;
+                        }
                     };
                     let gw = Arc::clone(&gw);
                     let prometheus = prometheus.clone();
@@ -390,11 +398,22 @@ impl Server {
         };
 
         tokio::pin!(shutdown);
+        let mut backoff = AcceptBackoff::new("proxy");
+        let mut tls_backoff = AcceptBackoff::new("tls");
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = self.proxy.accept() => {
-                    let Ok((stream, peer)) = accepted else { continue };
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => {
+                            backoff.succeeded();
+                            accepted
+                        }
+                        Err(e) => {
+                            backoff.failed(&e).await;
+                            continue;
+                        }
+                    };
                     let _ = stream.set_nodelay(true);
                     let (stream, svc, cancels) = serve(stream, peer, "http");
                     let builder = Arc::clone(&builder);
@@ -412,7 +431,17 @@ impl Server {
                     });
                 }
                 accepted = accept_tls(&self.tls) => {
-                    let Some((stream, peer, acceptor)) = accepted else { continue };
+                    let (stream, peer, acceptor) = match accepted {
+                        Some(Ok(accepted)) => {
+                            tls_backoff.succeeded();
+                            accepted
+                        }
+                        Some(Err(e)) => {
+                            tls_backoff.failed(&e).await;
+                            continue;
+                        }
+                        None => continue,
+                    };
                     let (stream, svc, cancels) = serve(stream, peer, "https");
                     let builder = Arc::clone(&builder);
                     let watcher = graceful.watcher();
@@ -478,16 +507,74 @@ async fn until_cancel_flood<E>(
 
 async fn accept_tls(
     tls: &Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
-) -> Option<(TcpStream, SocketAddr, TlsAcceptor)> {
+) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
     match tls {
         Some((listener, acceptor)) => {
-            let (stream, peer) = listener.accept().await.ok()?;
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => return Some(Err(e)),
+            };
             let _ = stream.set_nodelay(true);
             // The certificate in force now (a reload may have replaced it).
             let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
-            Some((stream, peer, acceptor))
+            Some(Ok((stream, peer, acceptor)))
         }
         None => std::future::pending().await,
+    }
+}
+
+/// First pause after a failed `accept`.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// Longest pause after failed `accept`s in a row.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one log line per listener per this interval while `accept` keeps failing.
+pub const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Back-off of an accept loop (issue 12 item 9): at the file-descriptor limit `accept`
+/// fails at once (EMFILE), and retrying at once spins a core. Each failure in a row
+/// doubles the pause from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]; failures
+/// are counted in `spillway_accept_errors_total{listener}` and logged once per
+/// [`ACCEPT_LOG_INTERVAL`] with the number suppressed.
+struct AcceptBackoff {
+    listener: &'static str,
+    pause: Duration,
+    last_log: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+impl AcceptBackoff {
+    fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            pause: Duration::ZERO,
+            last_log: None,
+            unlogged: 0,
+        }
+    }
+
+    fn succeeded(&mut self) {
+        self.pause = Duration::ZERO;
+    }
+
+    async fn failed(&mut self, e: &std::io::Error) {
+        crate::telemetry::accept_error(self.listener);
+        self.unlogged += 1;
+        let now = tokio::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|at| now.duration_since(at) >= ACCEPT_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                listener = self.listener,
+                error = %e,
+                failures = self.unlogged,
+                "accept failed; backing off (file-descriptor limit?)"
+            );
+            self.last_log = Some(now);
+            self.unlogged = 0;
+        }
+        self.pause = (self.pause * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+        tokio::time::sleep(self.pause).await;
     }
 }
 

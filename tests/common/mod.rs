@@ -35,10 +35,16 @@ impl Proc {
     /// [`Proc::spawn`] with extra environment variables (e.g. AWS credentials for the
     /// emulator).
     pub fn spawn_env(args: &[&str], env: &[(String, String)]) -> Proc {
-        let mut child = Command::new(exe())
-            .args(args)
+        let mut cmd = Command::new(exe());
+        cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        Proc::spawn_command(cmd)
+    }
+
+    /// Run `cmd` (e.g. the gateway under `sh -c 'ulimit …; exec …'`) with the same
+    /// capture as [`Proc::spawn`].
+    pub fn spawn_command(mut cmd: Command) -> Proc {
+        let mut child = cmd
             .env("RUST_LOG", "info")
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
