@@ -847,3 +847,34 @@ fn item9_accept_at_the_descriptor_limit_backs_off() {
         .unwrap();
     assert!(failures >= 1.0, "{text}");
 }
+
+/// Item 10: during shutdown `/healthz` answers 503 `draining` while in-flight requests
+/// finish.
+#[test]
+fn item10_healthz_reports_draining_during_shutdown() {
+    let hold = Duration::from_millis(1500);
+    let stub = Stub::start(move |req: &StubRequest| {
+        if req.target == "/slow" {
+            std::thread::sleep(hold); // the upstream's own slowness
+        }
+        ok_reply(req)
+    });
+    let gw = Gateway::start(&static_config(&[stub.url()], "  drain_timeout_seconds: 10"));
+    let (code, _, body) = common::http(gw.admin, "GET", "/healthz", &[], b"");
+    assert_eq!((code, body.as_slice()), (200, b"ok\n".as_slice()));
+    let proxy = gw.proxy;
+    let in_flight = std::thread::spawn(move || common::http(proxy, "GET", "/slow", &[], b"").0);
+    stub.wait("the slow request upstream", Duration::from_secs(5), |s| {
+        s.in_flight() == 1
+    });
+    gw.proc.signal("TERM");
+    gw.proc
+        .wait_line("shutting down: draining", Duration::from_secs(5));
+    let (code, _, body) = common::http(gw.admin, "GET", "/healthz", &[], b"");
+    assert_eq!((code, body.as_slice()), (503, b"draining\n".as_slice()));
+    assert_eq!(
+        in_flight.join().unwrap(),
+        200,
+        "the in-flight request finished"
+    );
+}
