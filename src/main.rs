@@ -207,6 +207,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     tls = %server.tls_addr().map_or("-".to_string(), |a| a.to_string()),
                     "spillway listening"
                 );
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                tokio::spawn(trim_heap());
                 server.run(spillway::proxy::server::shutdown_signal()).await;
                 anyhow::Ok(ExitCode::SUCCESS)
             })
@@ -276,5 +278,24 @@ fn bind_hint(e: spillway::proxy::server::ServeError) -> anyhow::Error {
             )
         }
         _ => e.into(),
+    }
+}
+
+/// Every 10 s, give the heap's free pages back to the OS (glibc `malloc_trim`): after
+/// many connections close, glibc keeps their memory otherwise (issue 12 item 13:
+/// RSS stayed at +780 % of its baseline 30 s after 10,000 idle connections closed).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+async fn trim_heap() {
+    unsafe extern "C" {
+        fn malloc_trim(pad: usize) -> i32;
+    }
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        // SAFETY: malloc_trim only releases free memory of glibc's own heap; it takes
+        // glibc's arena locks and may be called from any thread at any time.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
