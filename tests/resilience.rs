@@ -878,3 +878,39 @@ fn item10_healthz_reports_draining_during_shutdown() {
         "the in-flight request finished"
     );
 }
+
+/// Item 10: a reload changes a `static` pool's members live: the old member leaves,
+/// the new one serves, without a restart.
+#[test]
+fn item10_reload_replaces_static_members() {
+    let a = Stub::start(ok_reply);
+    let b = Stub::start(ok_reply);
+    let gw = Gateway::start(&static_config(&[a.url()], ""));
+    let (code, _, _) = common::http(gw.proxy, "GET", "/before", &[], b"");
+    assert_eq!(code, 200);
+    std::fs::write(gw.config_path(), static_config(&[b.url()], "")).unwrap();
+    let (code, _, body) = common::http(gw.admin, "POST", "/reload", &[], b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        report["applied"],
+        serde_json::json!(["vm_pool.urls"]),
+        "{report:#}"
+    );
+    for i in 0..5 {
+        let (code, _, _) = common::http(gw.proxy, "GET", &format!("/after{i}"), &[], b"");
+        assert_eq!(code, 200);
+    }
+    assert_eq!(b.requests().len(), 5, "the new member serves");
+    assert_eq!(a.requests_to("/before").len(), 1);
+    assert!(a.requests().iter().all(|r| !r.target.starts_with("/after")));
+    let s = gw.status();
+    let vms = s["vm_pool"]["vms"].as_array().unwrap();
+    assert_eq!(vms.len(), 1, "{s:#}");
+    assert!(
+        vms[0]["url"]
+            .as_str()
+            .unwrap()
+            .contains(&b.addr.to_string())
+    );
+}

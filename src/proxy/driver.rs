@@ -432,6 +432,49 @@ impl Gateway {
         });
     }
 
+    /// Make the `static` pool exactly `members` (name = URL, base) on reload (issue 12
+    /// item 10): members no longer listed leave the pool (their in-flight requests
+    /// finish), new ones are adopted as ready VMs. Returns (added, removed).
+    pub fn set_static_members(&self, members: &[(String, Uri)]) -> (usize, usize) {
+        let keep: std::collections::HashSet<&str> =
+            members.iter().map(|(name, _)| name.as_str()).collect();
+        self.with_core_state(|st, now| {
+            let gone: Vec<VmId> = st
+                .records
+                .iter()
+                .filter(|(_, r)| r.instance.as_deref().is_some_and(|i| !keep.contains(i)))
+                .map(|(vm, _)| *vm)
+                .collect();
+            let parked_before = st.parked.len();
+            st.parked.retain(|(name, _)| keep.contains(name.as_str()));
+            for vm in &gone {
+                st.core.on_vm_failed(now, *vm);
+                st.records.remove(vm);
+            }
+            let present: std::collections::HashSet<String> = st
+                .records
+                .values()
+                .filter_map(|r| r.instance.clone())
+                .chain(st.parked.iter().map(|(name, _)| name.clone()))
+                .collect();
+            let mut added = 0;
+            for (name, base) in members {
+                if !present.contains(name) {
+                    let vm = st.core.adopt_ready_vm(now);
+                    st.records.insert(
+                        vm,
+                        VmRecord {
+                            instance: Some(name.clone()),
+                            base: Some(base.clone()),
+                        },
+                    );
+                    added += 1;
+                }
+            }
+            (added, gone.len() + parked_before - st.parked.len())
+        })
+    }
+
     /// A parked static member at `base` is healthy again: adopt it as a ready VM.
     fn readopt(&self, base: &Uri) {
         let vm = self.with_core_state(|st, now| {

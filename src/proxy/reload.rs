@@ -5,7 +5,7 @@
 //!
 //! | applied live | restart needed (reported, not applied) |
 //! |---|---|
-//! | `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, the admin token, the TLS certificate and key | `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `libra`, `pricing`, `vm_pool`, `function_tier` |
+//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, the admin token, the TLS certificate and key | `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `libra`, `pricing`, `vm_pool`, `function_tier` |
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -69,6 +69,8 @@ pub struct Reloader {
     pub tls: Option<Arc<RwLock<tokio_rustls::TlsAcceptor>>>,
     /// Serialises reloads (SIGHUP and POST /reload at once).
     busy: tokio::sync::Mutex<()>,
+    /// The running gateway (static pool members are replaced on reload).
+    gateway: Option<Arc<super::driver::Gateway>>,
 }
 
 impl Reloader {
@@ -87,7 +89,13 @@ impl Reloader {
             admin_token,
             tls,
             busy: tokio::sync::Mutex::new(()),
+            gateway: None,
         }
+    }
+
+    /// The running gateway, whose `static` pool a reload may change.
+    pub fn set_gateway(&mut self, gateway: Arc<super::driver::Gateway>) {
+        self.gateway = Some(gateway);
     }
 
     /// Where to re-read the configuration from, and the command-line overrides of the
@@ -142,7 +150,23 @@ impl Reloader {
             ),
             _ => None,
         };
+        // A static pool's `urls` apply live (same pool type).
+        let static_members = match (&old.vm_pool, &new.vm_pool) {
+            (
+                Some(crate::config::VmPoolConfig::Static(_)),
+                Some(crate::config::VmPoolConfig::Static(n)),
+            ) if changed.iter().any(|k| k == "vm_pool.urls") => Some(
+                crate::backends::vm_static::StaticVmPool::new(n)
+                    .map_err(|e| ReloadError::Invalid(e.to_string()))?
+                    .members(),
+            ),
+            _ => None,
+        };
         for key in changed {
+            if key == "vm_pool.urls" && static_members.is_some() && self.gateway.is_some() {
+                report.applied.push(key);
+                continue;
+            }
             let live = key
                 .strip_prefix("gateway.")
                 .is_some_and(|k| LIVE_GATEWAY_KEYS.contains(&k) || k == "admin_token_env")
@@ -159,6 +183,10 @@ impl Reloader {
         let settings = Arc::new(ServiceSettings::from_config(&new.gateway));
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
         self.admin_token.set(token);
+        if let (Some(members), Some(gw)) = (&static_members, &self.gateway) {
+            let (added, removed) = gw.set_static_members(members);
+            tracing::info!(added, removed, "static VM pool changed");
+        }
         if tls_changed && let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
             *slot.write().unwrap_or_else(|p| p.into_inner()) = acceptor;
         }
@@ -182,7 +210,9 @@ impl Reloader {
         }
         kept.libra = old.libra.clone();
         kept.pricing = old.pricing.clone();
-        kept.vm_pool = old.vm_pool.clone();
+        if static_members.is_none() || self.gateway.is_none() {
+            kept.vm_pool = old.vm_pool.clone();
+        }
         kept.function_tier = old.function_tier.clone();
         *self.current.lock().unwrap_or_else(|p| p.into_inner()) = kept;
         tracing::info!(

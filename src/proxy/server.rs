@@ -307,6 +307,7 @@ impl Server {
             );
             let (path, listen, admin_listen) = self.reload_source.clone();
             r.set_source(path, listen, admin_listen);
+            r.set_gateway(Arc::clone(&self.gateway));
             Arc::new(r)
         };
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
