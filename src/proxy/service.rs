@@ -269,16 +269,21 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
+                        let err = ProxyError::from_upstream(e, limit);
+                        if err.fault() != super::error::Fault::Upstream {
+                            // The client's body (too large, malformed, idle): not retried.
+                            return Err(("vm", err));
+                        }
                         // Sent (or partly), no response byte: a bodiless idempotent
                         // request may go once more elsewhere (issue 12 items 3–4, C17).
-                        tracing::warn!(%vm, error = %e, "upstream failed before answering");
+                        tracing::warn!(%vm, error = %err, "upstream failed before answering");
                         let failure = Failure::FailedAfterSend {
                             response_started: false,
                             request_available: replay.is_some(),
                         };
                         match ticket.attempt_failed(failure) {
                             Some((d, t)) => (decision, target) = (d, t),
-                            None => return Err(("vm", ProxyError::from_upstream(e, limit))),
+                            None => return Err(("vm", err)),
                         }
                     }
                     Ok(Ok(mut resp)) => {
