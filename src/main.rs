@@ -159,6 +159,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             admin_listen,
             access_log,
         } => {
+            let reload_path = config.path().map(std::path::Path::to_path_buf);
             let (loaded, name) = match config.path() {
                 Some(path) => (Config::load_for_serve(path), path.display().to_string()),
                 None => (
@@ -176,6 +177,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             if let Some(addr) = admin_listen {
                 config.gateway.admin_listen = addr;
             }
+            if let Some(problem) = config.gateway.admin_exposure_issue() {
+                eprintln!("gateway.admin_listen: {problem}");
+                return Ok(ExitCode::FAILURE);
+            }
             config.gateway.access_log |= access_log;
             init_tracing("info", log_format, config.gateway.access_log);
             tracing::info!(
@@ -191,16 +196,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {
-                let server = match spillway::proxy::server::Server::bind(config, exe).await {
+                let mut server = match spillway::proxy::server::Server::bind(config, exe).await {
                     Ok(s) => s,
                     Err(e) => return Err(bind_hint(e)),
                 };
+                server.set_reload_source(reload_path, listen, admin_listen);
                 tracing::info!(
                     proxy = %server.proxy_addr(),
                     admin = %server.admin_addr(),
                     tls = %server.tls_addr().map_or("-".to_string(), |a| a.to_string()),
                     "spillway listening"
                 );
+                #[cfg(all(target_os = "linux", target_env = "gnu"))]
+                tokio::spawn(trim_heap());
                 server.run(spillway::proxy::server::shutdown_signal()).await;
                 anyhow::Ok(ExitCode::SUCCESS)
             })
@@ -270,5 +278,24 @@ fn bind_hint(e: spillway::proxy::server::ServeError) -> anyhow::Error {
             )
         }
         _ => e.into(),
+    }
+}
+
+/// Every 10 s, give the heap's free pages back to the OS (glibc `malloc_trim`): after
+/// many connections close, glibc keeps their memory otherwise (issue 12 item 13:
+/// RSS stayed at +780 % of its baseline 30 s after 10,000 idle connections closed).
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+async fn trim_heap() {
+    unsafe extern "C" {
+        fn malloc_trim(pad: usize) -> i32;
+    }
+    let mut tick = tokio::time::interval(std::time::Duration::from_secs(10));
+    loop {
+        tick.tick().await;
+        // SAFETY: malloc_trim only releases free memory of glibc's own heap; it takes
+        // glibc's arena locks and may be called from any thread at any time.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }

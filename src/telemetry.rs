@@ -15,6 +15,8 @@
 //! | `spillway_traffic_avg_rps` | gauge | — (EWMA of requests per epoch, per second) |
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
+//! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit; issue 12 item 9) |
+//! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle (issue 12 items 1–2) |
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
@@ -143,6 +145,12 @@ fn zero_counters() {
     for kind in ["connect_failure", "spill_back", "fall_through"] {
         counter!("spillway_retries_total", "kind" => kind).increment(0);
     }
+    for listener in ["proxy", "tls", "admin"] {
+        counter!("spillway_accept_errors_total", "listener" => listener).increment(0);
+    }
+    for kind in TIMEOUT_KINDS {
+        counter!("spillway_timeouts_total", "kind" => kind).increment(0);
+    }
     for direction in ["up", "down", "hold"] {
         counter!("spillway_scale_decisions_total", "direction" => direction).increment(0);
     }
@@ -224,6 +232,14 @@ fn describe() {
     metrics::describe_gauge!(
         "spillway_requests_in_flight",
         "Requests received whose response has not finished yet."
+    );
+    metrics::describe_counter!(
+        "spillway_accept_errors_total",
+        "Failed accept calls per listener (e.g. the file-descriptor limit); the accept loop backs off."
+    );
+    metrics::describe_counter!(
+        "spillway_timeouts_total",
+        "Timeouts: upstream_head (no response head within upstream_timeout_seconds after the request body was sent), request_body (client body idle), response_body (upstream body idle: response aborted), tunnel_idle (Upgrade tunnel closed)."
     );
     metrics::describe_counter!(
         "spillway_retries_total",
@@ -327,6 +343,25 @@ pub fn routing(tier: &'static str, reason: &'static str) {
 /// A retry or spill-back attempt.
 pub fn retry(kind: &'static str) {
     counter!("spillway_retries_total", "kind" => kind).increment(1);
+}
+
+/// `accept` failed on `listener` (proxy, tls, admin).
+pub fn accept_error(listener: &'static str) {
+    counter!("spillway_accept_errors_total", "listener" => listener).increment(1);
+}
+
+/// Labels of `spillway_timeouts_total`.
+pub const TIMEOUT_KINDS: [&str; 4] = [
+    "upstream_head",
+    "request_body",
+    "response_body",
+    "tunnel_idle",
+];
+
+/// A request or tunnel hit one of the gateway's timeouts (`kind`: one of
+/// [`TIMEOUT_KINDS`]).
+pub fn timeout(kind: &'static str) {
+    counter!("spillway_timeouts_total", "kind" => kind).increment(1);
 }
 
 /// A scaling decision.

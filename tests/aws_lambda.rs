@@ -37,6 +37,7 @@ gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
   drain_timeout_seconds: 5
+  allow_loopback_upstreams: true
 libra:
   decision_epochs: 1000
   r_max_rps: 2

@@ -218,6 +218,7 @@ const LOCAL_CONFIG: &str = r#"
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 vm_pool:
   type: static
   urls: ["http://127.0.0.1:9"]

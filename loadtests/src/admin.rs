@@ -69,9 +69,18 @@ pub fn shares(before: &AdminSnapshot, after: &AdminSnapshot) -> Option<Shares> {
 /// The HTTP client type shared by the load and the admin requests.
 pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
-/// Fetch one snapshot from `status_url`, bounded by [`STATUS_TIMEOUT`].
-pub async fn fetch(client: &HttpClient, status_url: &Uri) -> anyhow::Result<AdminSnapshot> {
-    let request = hyper::Request::get(status_url.clone()).body(Full::new(Bytes::new()))?;
+/// Fetch one snapshot from `status_url`, bounded by [`STATUS_TIMEOUT`], with
+/// `Authorization: Bearer TOKEN` when a token is given.
+pub async fn fetch(
+    client: &HttpClient,
+    status_url: &Uri,
+    token: Option<&str>,
+) -> anyhow::Result<AdminSnapshot> {
+    let mut request = hyper::Request::get(status_url.clone());
+    if let Some(token) = token {
+        request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {token}"));
+    }
+    let request = request.body(Full::new(Bytes::new()))?;
     let body = tokio::time::timeout(STATUS_TIMEOUT, async {
         let response = client.request(request).await?;
         let status = response.status();

@@ -64,6 +64,11 @@ struct Cli {
     #[arg(long, value_name = "URL")]
     admin: Option<String>,
 
+    /// Bearer token for the admin endpoint, when the gateway has one
+    /// (`gateway.admin_token_file` / `admin_token_env`).
+    #[arg(long, value_name = "TOKEN", requires = "admin")]
+    admin_token: Option<String>,
+
     /// Profile one VM instead of replaying a trace: step an open-loop constant rate
     /// (exponential, then bisection) and report r_max, the highest rate whose
     /// --percentile stays within --sla-ms.
@@ -302,6 +307,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         timeout: Duration::from_secs_f64(cli.timeout_seconds),
         max_in_flight: usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX),
         status_url,
+        admin_token: cli.admin_token.clone(),
     };
 
     println!("{}", report::header(cli.format));

@@ -49,6 +49,8 @@ pub struct Plan {
     pub max_in_flight: usize,
     /// Admin `/status` URL, if any.
     pub status_url: Option<Uri>,
+    /// Bearer token for the admin endpoint (`--admin-token`).
+    pub admin_token: Option<String>,
 }
 
 /// The result of a completed replay.
@@ -78,6 +80,7 @@ enum Event {
 struct Admin {
     client: HttpClient,
     url: Option<Uri>,
+    token: Option<String>,
     warned: Arc<AtomicBool>,
 }
 
@@ -86,9 +89,10 @@ impl Admin {
         let url = self.url.as_ref()?;
         // A pooled connection the admin listener closed while idle fails once; a second
         // attempt opens a fresh one.
-        let fetched = match admin::fetch(&self.client, url).await {
+        let token = self.token.as_deref();
+        let fetched = match admin::fetch(&self.client, url, token).await {
             Ok(snapshot) => Ok(snapshot),
-            Err(_) => admin::fetch(&self.client, url).await,
+            Err(_) => admin::fetch(&self.client, url, token).await,
         };
         match fetched {
             Ok(snapshot) => Some(snapshot),
@@ -229,6 +233,7 @@ pub async fn run(
     let admin = Admin {
         client: client.clone(),
         url: plan.status_url.clone(),
+        token: plan.admin_token.clone(),
         warned: Arc::default(),
     };
     let initial = admin.snapshot().await;

@@ -43,6 +43,13 @@ impl StaticVmPool {
     }
 }
 
+impl StaticVmPool {
+    /// The members: (name, base URL), in configuration order.
+    pub fn members(&self) -> Vec<(String, Uri)> {
+        self.vms.clone()
+    }
+}
+
 impl VmProvider for StaticVmPool {
     fn kind(&self) -> &'static str {
         "static"

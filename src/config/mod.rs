@@ -19,18 +19,18 @@
 
 mod de;
 mod lambda;
+mod overrides;
 mod queue;
 mod routes;
-mod overrides;
 mod schema;
 pub mod sim;
 mod yaml;
 mod zones;
 
 pub use lambda::*;
+pub use overrides::with_override;
 pub use queue::*;
 pub use routes::*;
-pub use overrides::with_override;
 pub use schema::*;
 pub use yaml::Loc;
 pub use zones::*;

@@ -23,7 +23,7 @@ pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Default admin listen address (loopback: the admin API has no authentication).
+/// Default admin listen address (loopback, so that it may run without an admin token).
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
 /// Default maximum request body, bytes (10 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
@@ -33,6 +33,12 @@ pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
 pub const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 2.0;
 /// Default time to wait for an upstream's response headers, seconds.
 pub const DEFAULT_UPSTREAM_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default longest pause in a client's request body, seconds.
+pub const DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
+/// Default longest pause in an upstream's response body, seconds.
+pub const DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default longest silence of an `Upgrade` tunnel, seconds.
+pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS: f64 = 300.0;
 /// Default idle time before a client or pooled upstream connection is closed, seconds.
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
 /// Default time in-flight requests get to finish on shutdown, seconds.
@@ -117,6 +123,14 @@ pub struct GatewayConfig {
     /// Admin listener (`/healthz`, `/metrics`, `/status`).
     #[serde(deserialize_with = "listen_addr")]
     pub admin_listen: SocketAddr,
+    /// File holding the admin bearer token (surrounding whitespace ignored). With a
+    /// token, `/status`, `/metrics` and `/reload` need `Authorization: Bearer TOKEN`;
+    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token (issue 12
+    /// item 11).
+    pub admin_token_file: Option<std::path::PathBuf>,
+    /// Name of an environment variable holding the admin bearer token (instead of
+    /// `admin_token_file`).
+    pub admin_token_env: Option<String>,
     /// Optional TLS listener (ALPN h2 and http/1.1).
     pub tls: Option<TlsConfig>,
     /// Peers (CIDRs) whose X-Forwarded-* headers are trusted and appended to.
@@ -127,10 +141,35 @@ pub struct GatewayConfig {
     pub header_read_timeout_seconds: f64,
     /// TCP connect timeout to upstreams.
     pub connect_timeout_seconds: f64,
-    /// Time to wait for an upstream's response headers; then 504.
+    /// Time to wait for an upstream's response head after the request body was sent;
+    /// then 504 (issue 12 item 2: a slow upload does not count).
     pub upstream_timeout_seconds: f64,
+    /// Longest pause between two pieces of a client's request body; then 408 and the
+    /// upstream request is aborted (issue 12 item 2).
+    pub request_body_idle_timeout_seconds: f64,
+    /// Longest pause between two pieces of an upstream's response body; then the
+    /// client's response is aborted and the VM slot or function lease freed (issue 12
+    /// item 1).
+    pub response_body_idle_timeout_seconds: f64,
+    /// Longest time an `Upgrade` tunnel (WebSocket) may carry no byte either way; then
+    /// it is closed and its VM slot freed.
+    pub tunnel_idle_timeout_seconds: f64,
     /// Idle time before a pooled upstream connection is closed.
     pub idle_timeout_seconds: f64,
+    /// Retries of failed VM attempts per first attempt in the retry window (0.2 = at
+    /// most 20 % more requests upstream; issue 12 items 3–4). `0` with
+    /// `retry_budget_min_per_second: 0` turns retries off.
+    pub retry_budget_ratio: f64,
+    /// The retry budget's sliding window.
+    pub retry_budget_window_seconds: f64,
+    /// Retries per second of window allowed whatever the traffic (so a quiet gateway can
+    /// still retry).
+    pub retry_budget_min_per_second: f64,
+    /// Interval between health probes of every ready VM (`health_path`) and of parked
+    /// `static` members; a VM failing two in a row is replaced at once (a `static`
+    /// member is parked and re-added when it answers again; issue 12 items 5–6).
+    /// `0` turns the probes off.
+    pub health_check_interval_seconds: f64,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
     pub drain_timeout_seconds: f64,
     /// Largest request header section, bytes: Σ (name + value + 4) over the fields, the
@@ -156,9 +195,57 @@ pub struct GatewayConfig {
     /// A request header naming the caller's edge zone (function zones), honoured only
     /// when the peer is in `trusted_proxies`; otherwise `client_cidrs` decide.
     pub origin_zone_header: Option<String>,
+    /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
+    /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
+    /// Link-local and cloud metadata addresses are refused either way (issue 12 item 12).
+    pub allow_loopback_upstreams: bool,
 }
 
 impl GatewayConfig {
+    /// The admin bearer token, when one is configured (issue 12 item 11).
+    ///
+    /// # Errors
+    /// In words: an unreadable or empty token file, an unset or empty variable.
+    pub fn admin_token(&self) -> Result<Option<String>, String> {
+        let token = match (&self.admin_token_file, &self.admin_token_env) {
+            (Some(path), _) => std::fs::read_to_string(path)
+                .map_err(|e| format!("cannot read {}: {e}", path.display()))?,
+            (None, Some(var)) => {
+                std::env::var(var).map_err(|_| format!("environment variable {var} is not set"))?
+            }
+            (None, None) => return Ok(None),
+        };
+        let token = token.trim().to_string();
+        if token.is_empty() {
+            return Err("the admin token is empty".into());
+        }
+        Ok(Some(token))
+    }
+
+    /// The problem with exposing the admin listener, if any: a non-loopback
+    /// `admin_listen` without a token.
+    pub fn admin_exposure_issue(&self) -> Option<String> {
+        (!self.admin_listen.ip().is_loopback()
+            && self.admin_token_file.is_none()
+            && self.admin_token_env.is_none())
+        .then(|| {
+            format!(
+                "{} is not a loopback address: set gateway.admin_token_file or gateway.admin_token_env (the admin API would be open to the network)",
+                self.admin_listen
+            )
+        })
+    }
+
+    /// The policy core's retry budget ([`crate::policy::retry`]).
+    pub fn retry_budget(&self) -> crate::policy::retry::RetryBudgetParams {
+        crate::policy::retry::RetryBudgetParams {
+            ratio: self.retry_budget_ratio,
+            window: Duration::try_from_secs_f64(self.retry_budget_window_seconds)
+                .unwrap_or(Duration::from_secs(10)),
+            min_per_second: self.retry_budget_min_per_second,
+        }
+    }
+
     /// The request validation settings of this gateway ([`crate::net::validate`]).
     pub fn request_rules(&self) -> RequestRules {
         RequestRules {
@@ -179,13 +266,22 @@ impl Default for GatewayConfig {
         Self {
             listen: DEFAULT_LISTEN.parse().expect("valid"),
             admin_listen: DEFAULT_ADMIN_LISTEN.parse().expect("valid"),
+            admin_token_file: None,
+            admin_token_env: None,
             tls: None,
             trusted_proxies: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
+            request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
+            response_body_idle_timeout_seconds: DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS,
+            tunnel_idle_timeout_seconds: DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT_SECONDS,
+            retry_budget_ratio: 0.2,
+            retry_budget_window_seconds: 10.0,
+            retry_budget_min_per_second: 1.0,
+            health_check_interval_seconds: 5.0,
             drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
             max_header_bytes: validate::DEFAULT_MAX_HEADER_BYTES,
             max_header_count: validate::DEFAULT_MAX_HEADER_COUNT,
@@ -196,6 +292,7 @@ impl Default for GatewayConfig {
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
             access_log: false,
             origin_zone_header: None,
+            allow_loopback_upstreams: false,
         }
     }
 }
@@ -908,6 +1005,16 @@ fn check_url(issues: &mut Issues, path: &str, value: &str) {
     }
 }
 
+/// A user-given upstream URL must pass the address policy ([`crate::net::upstream`]).
+fn check_upstream(issues: &mut Issues, path: &str, value: &str, allow_loopback: bool) {
+    if let Ok(uri) = value.parse::<http::Uri>()
+        && let Some(host) = uri.host()
+        && let Err(e) = crate::net::upstream::check_host(host, allow_loopback)
+    {
+        issues.push(path, e.to_string());
+    }
+}
+
 impl Config {
     /// Semantic validation: every problem, each with its field path. Empty = valid.
     pub fn validate(&self) -> Vec<ConfigIssue> {
@@ -955,6 +1062,44 @@ impl Config {
             g.upstream_timeout_seconds,
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        if let Some(problem) = g.admin_exposure_issue() {
+            is.push("gateway.admin_listen", problem);
+        }
+        if g.admin_token_file.is_some() && g.admin_token_env.is_some() {
+            is.push(
+                "gateway.admin_token_env",
+                "set either admin_token_file or admin_token_env, not both",
+            );
+        }
+        is.within("gateway.retry_budget_ratio", g.retry_budget_ratio, 0.0, 1.0);
+        is.non_negative(
+            "gateway.health_check_interval_seconds",
+            g.health_check_interval_seconds,
+        );
+        is.positive(
+            "gateway.retry_budget_window_seconds",
+            g.retry_budget_window_seconds,
+        );
+        is.non_negative(
+            "gateway.retry_budget_min_per_second",
+            g.retry_budget_min_per_second,
+        );
+        for (field, v) in [
+            (
+                "gateway.request_body_idle_timeout_seconds",
+                g.request_body_idle_timeout_seconds,
+            ),
+            (
+                "gateway.response_body_idle_timeout_seconds",
+                g.response_body_idle_timeout_seconds,
+            ),
+            (
+                "gateway.tunnel_idle_timeout_seconds",
+                g.tunnel_idle_timeout_seconds,
+            ),
+        ] {
+            is.positive(field, v);
+        }
         is.non_negative("gateway.drain_timeout_seconds", g.drain_timeout_seconds);
 
         let l = &self.libra;
@@ -1019,13 +1164,33 @@ impl Config {
             }
             Some(VmPoolConfig::Static(s)) => {
                 for (i, u) in s.urls.iter().enumerate() {
-                    check_url(&mut is, &format!("vm_pool.urls[{i}]"), u);
+                    let field = format!("vm_pool.urls[{i}]");
+                    check_url(&mut is, &field, u);
+                    check_upstream(&mut is, &field, u, g.allow_loopback_upstreams);
                 }
             }
             Some(VmPoolConfig::Ec2(e)) => e.validate(&mut is),
         }
         if let Some(ft) = &self.function_tier {
             ft.validate_at("function_tier", &mut is);
+            if let FunctionTierConfig::Http(h) = ft {
+                check_upstream(
+                    &mut is,
+                    "function_tier.url",
+                    &h.url,
+                    g.allow_loopback_upstreams,
+                );
+            }
+        }
+        for (i, z) in self.function_zones.iter().enumerate() {
+            if let FunctionTierConfig::Http(h) = z.tier() {
+                check_upstream(
+                    &mut is,
+                    &format!("function_zones[{i}].url"),
+                    &h.url,
+                    g.allow_loopback_upstreams,
+                );
+            }
         }
         self.validate_zones(&mut is);
         self.check_invoke_deadlines(&mut is);
@@ -1137,6 +1302,14 @@ impl Config {
             );
         }
         self.zone_gateway_issues(&mut is);
+        if let Err(e) = self.gateway.admin_token() {
+            let field = if self.gateway.admin_token_file.is_some() {
+                "gateway.admin_token_file"
+            } else {
+                "gateway.admin_token_env"
+            };
+            is.push(field, e);
+        }
         if let Some(tls) = &self.gateway.tls
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {

@@ -2,6 +2,7 @@
 //! `http_body::Body` of `Bytes` chunks.
 
 use bytes::Bytes;
+use http_body::Body as _;
 use http_body_util::{BodyExt, Empty, Full, combinators::BoxBody};
 
 /// Error type of boxed bodies.
@@ -76,6 +77,169 @@ impl<G: Unpin> http_body::Body for GuardedBody<G> {
         match &polled {
             std::task::Poll::Ready(None | Some(Err(_))) => this.guard = None,
             std::task::Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.guard = None,
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// A request body read with an idle timeout: when the client sends no byte for `idle`
+/// while the upstream side waits for more, the body fails with [`RequestBodyIdle`]
+/// (`gateway.request_body_idle_timeout_seconds`; the gateway answers 408). A steady slow
+/// upload never trips it, however long it takes (issue 12 item 2).
+pub fn request_idle_timeout(idle: std::time::Duration, body: Body) -> Body {
+    boxed(IdleTimeout::new(idle, body, move || {
+        Box::new(RequestBodyIdle(idle)) as BoxError
+    }))
+}
+
+/// A response body read with an idle timeout: an upstream that stops sending for `idle`
+/// while the client waits for more fails the body with [`ResponseBodyIdle`], which
+/// aborts the client's response and frees whatever the body's guard holds
+/// (`gateway.response_body_idle_timeout_seconds`, issue 12 item 1). `on_timeout` runs
+/// once when it fires (metrics, log).
+pub fn response_idle_timeout<B>(
+    idle: std::time::Duration,
+    body: B,
+    on_timeout: impl Fn() + Send + Sync + 'static,
+) -> Body
+where
+    B: http_body::Body<Data = Bytes> + Send + Sync + 'static,
+    B::Error: Into<BoxError>,
+{
+    boxed(IdleTimeout::new(idle, boxed(body), move || {
+        on_timeout();
+        Box::new(ResponseBodyIdle(idle)) as BoxError
+    }))
+}
+
+/// A body that fails with `expired()` when its inner body yields no frame for `idle`
+/// while it is being read (the timer runs only while the reader waits, so a slow
+/// reader never trips it). Like tower-http's `TimeoutBody`, but it keeps the inner
+/// body's `is_end_stream` and `size_hint`, which hyper and the access log rely on.
+struct IdleTimeout {
+    inner: Body,
+    idle: std::time::Duration,
+    sleep: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+    expired: Box<dyn Fn() -> BoxError + Send + Sync>,
+}
+
+impl IdleTimeout {
+    fn new(
+        idle: std::time::Duration,
+        inner: Body,
+        expired: impl Fn() -> BoxError + Send + Sync + 'static,
+    ) -> Self {
+        Self {
+            inner,
+            idle,
+            sleep: None,
+            expired: Box::new(expired),
+        }
+    }
+}
+
+impl http_body::Body for IdleTimeout {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        use std::future::Future as _;
+        let this = self.get_mut();
+        if let std::task::Poll::Ready(frame) = std::pin::Pin::new(&mut this.inner).poll_frame(cx) {
+            this.sleep = None;
+            return std::task::Poll::Ready(frame);
+        }
+        let idle = this.idle;
+        let sleep = this
+            .sleep
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(idle)));
+        match sleep.as_mut().poll(cx) {
+            std::task::Poll::Ready(()) => {
+                this.sleep = None;
+                std::task::Poll::Ready(Some(Err((this.expired)())))
+            }
+            std::task::Poll::Pending => std::task::Poll::Pending,
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// The client sent no request body byte for this long (see [`request_idle_timeout`]).
+#[derive(Debug, thiserror::Error)]
+#[error("request body idle for {0:?}")]
+pub struct RequestBodyIdle(pub std::time::Duration);
+
+/// The upstream sent no response body byte for this long (see [`response_idle_timeout`]).
+#[derive(Debug, thiserror::Error)]
+#[error("response body idle for {0:?}")]
+pub struct ResponseBodyIdle(pub std::time::Duration);
+
+/// Whether `e` or one of its sources is [`RequestBodyIdle`].
+pub fn is_request_idle(e: &(dyn std::error::Error + 'static)) -> bool {
+    std::iter::successors(Some(e), |err| err.source()).any(|err| err.is::<RequestBodyIdle>())
+}
+
+/// A body that reports, through a oneshot channel, when it has been read to its end (or
+/// failed, or was dropped): the moment the request was sent, from which
+/// `gateway.upstream_timeout_seconds` counts the wait for the response head.
+pub struct EndSignal {
+    inner: Body,
+    done: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl EndSignal {
+    /// Wrap `inner`; the receiver resolves when it ends (at once for an empty body).
+    pub fn new(inner: Body) -> (Self, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let mut me = Self {
+            inner,
+            done: Some(tx),
+        };
+        if me.inner.is_end_stream() {
+            me.fire();
+        }
+        (me, rx)
+    }
+
+    fn fire(&mut self) {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl http_body::Body for EndSignal {
+    type Data = Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Bytes>, BoxError>>> {
+        let this = self.get_mut();
+        let polled = std::pin::Pin::new(&mut this.inner).poll_frame(cx);
+        match &polled {
+            std::task::Poll::Ready(None | Some(Err(_))) => this.fire(),
+            std::task::Poll::Ready(Some(Ok(_))) if this.inner.is_end_stream() => this.fire(),
             _ => {}
         }
         polled

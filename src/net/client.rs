@@ -26,6 +26,8 @@ pub struct ClientSettings {
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
     inner: Client<HttpConnector, Body>,
+    /// No pool: every request on a new connection (retries, issue 12 item 3).
+    fresh: Client<HttpConnector, Body>,
 }
 
 /// Why an upstream call failed.
@@ -58,12 +60,18 @@ impl UpstreamClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
+        // A request hyper never wrote because its pooled connection closed first goes
+        // out again on a new connection (nothing of it was sent; issue 12 item 3).
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.idle_timeout)
             .pool_timer(TokioTimer::new())
+            .retry_canceled_requests(true)
+            .build(connector.clone());
+        let fresh = Client::builder(TokioExecutor::new())
+            .pool_max_idle_per_host(0)
             .retry_canceled_requests(false)
             .build(connector);
-        Self { inner }
+        Self { inner, fresh }
     }
 
     /// Send `req` to `base` (scheme + authority, optional path prefix), keeping the
@@ -75,12 +83,33 @@ impl UpstreamClient {
     pub async fn forward(
         &self,
         base: &Uri,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        Self::send(&self.inner, base, req).await
+    }
+
+    /// [`Self::forward`] on a new connection that is closed afterwards: a retry must not
+    /// meet another stale pooled connection (issue 12 item 3).
+    ///
+    /// # Errors
+    /// As [`Self::forward`].
+    pub async fn forward_fresh(
+        &self,
+        base: &Uri,
+        req: Request<Body>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        Self::send(&self.fresh, base, req).await
+    }
+
+    async fn send(
+        client: &Client<HttpConnector, Body>,
+        base: &Uri,
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let uri = join(base, req.uri())?;
         *req.uri_mut() = uri.clone();
         *req.version_mut() = http::Version::HTTP_11;
-        self.inner.request(req).await.map_err(|source| {
+        client.request(req).await.map_err(|source| {
             let (uri, source) = (uri.to_string(), Box::new(source));
             if source.is_connect() {
                 UpstreamError::Connect { uri, source }
@@ -88,6 +117,22 @@ impl UpstreamClient {
                 UpstreamError::Request { uri, source }
             }
         })
+    }
+
+    /// `GET base+path`; `true` on any HTTP answer (a `static` upstream has no health
+    /// path of its own: any status shows it is up).
+    pub async fn answers(&self, base: &Uri, path: &str) -> bool {
+        let Ok(uri) = path
+            .parse::<Uri>()
+            .map_err(|e| UpstreamError::BadUrl(e.to_string()))
+            .and_then(|p| join(base, &p))
+        else {
+            return false;
+        };
+        let req = Request::get(uri)
+            .body(super::body::empty())
+            .expect("static request parts are valid");
+        self.fresh.request(req).await.is_ok()
     }
 
     /// `GET base+path`; `true` on a 2xx answer. Used by readiness probes.

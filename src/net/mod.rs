@@ -10,12 +10,14 @@
 //! | [`client`] | pooled upstream client |
 //! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
 //! | [`tls`] | rustls server configuration |
+//! | [`upstream`] | which upstream addresses users may configure (issue 12 item 12) |
 //! | [`validate`] | request validation and path normalization before routing (issue 11) |
 
 pub mod body;
 pub mod client;
 pub mod headers;
 pub mod tls;
+pub mod upstream;
 pub mod validate;
 
 use std::net::SocketAddr;

@@ -273,6 +273,25 @@ impl Controller {
         }
     }
 
+    /// A ready VM died (failed its health probes, refused connections): it is forgotten
+    /// and, when scaling is executed, replaced at once up to the target instead of
+    /// waiting for the next scaling decision (issue 12 item 5). A launch or boot failure
+    /// is [`Self::on_vm_failed`] instead, so a failing image does not relaunch in a loop.
+    pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        if self.vms.remove(vm).is_none() {
+            return;
+        }
+        if self.params.execute_scaling {
+            for _ in self.active()..self.target {
+                let vm = self.alloc();
+                self.vms.insert(vm, VmState::Booting);
+                self.actions.push_back(Action::Launch { vm });
+            }
+        }
+        self.publish(now);
+    }
+
     /// The driver measured the mean VM utilisation (0–1) of the epoch that is open; it is
     /// passed to the scaling policy when the epoch closes.
     pub fn set_vm_utilisation(&mut self, utilisation: f64) {
@@ -441,9 +460,16 @@ impl Controller {
         }
     }
 
+    /// Hand the balancer its VM budget: `min(vm_reqs, ready · r_max)` (LIBRA §III-C);
+    /// in a report-only (`static`) pool the always-on VMs' whole capacity, whatever the
+    /// decision — below the CIP too (issue 12 item 8).
     fn publish(&mut self, now: Time) {
         let capacity = f64::from(self.vms.count(VmState::Ready)) * self.params.r_max_rps;
-        let budget = self.vm_reqs.min(capacity);
+        let budget = if self.params.execute_scaling {
+            self.vm_reqs.min(capacity)
+        } else {
+            capacity
+        };
         if budget != self.published {
             self.published = budget;
             self.router.set_vm_budget(now, budget);
@@ -535,6 +561,45 @@ mod tests {
         c.on_vm_ready(Duration::from_millis(2600), launched[1]);
         c.on_vm_ready(Duration::from_millis(2700), launched[2]);
         assert_eq!(c.status().published_vm_reqs_rps, 30.0);
+    }
+
+    #[test]
+    fn a_static_pool_below_the_cip_keeps_its_whole_capacity() {
+        // Report-only pool of 2 adopted VMs, r_max 10, CIP 50 far above the 3 req/s sent.
+        let (r_max, cip, rate) = (10.0, 50.0, 3);
+        let params = ControllerParams {
+            monitor: MonitorParams {
+                epoch: Duration::from_secs(1),
+                alpha: 0.5,
+                beta: 0.5,
+                decision_epochs: 2,
+            },
+            r_max_rps: r_max,
+            execute_scaling: false,
+        };
+        let scaler = LibraScaler::new(LibraScalingParams {
+            phi: 1.0,
+            r_max_rps: r_max,
+            min_vms: 0,
+            max_vms: 8,
+            cip_rps: cip,
+        });
+        let mut c = Controller::new(params, Box::new(scaler), Box::new(VmFirst::new(0.8)));
+        c.adopt_ready_vm(Time::ZERO);
+        c.adopt_ready_vm(Time::ZERO);
+        c.start(Time::ZERO);
+        for second in 0..6 {
+            let routes = send(&mut c, second, rate);
+            if second >= 2 {
+                assert!(
+                    routes.iter().all(|r| matches!(r, Route::Vm { .. })),
+                    "second {second}: {routes:?}"
+                );
+            }
+        }
+        let st = c.status();
+        assert_eq!(st.pool.target, 0, "the decision is below the CIP");
+        assert_eq!(st.published_vm_reqs_rps, 2.0 * r_max);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
+use super::retry::{RetryBudget, RetryBudgetParams, RetryBudgetStatus};
 use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
 use super::routes::{KeyId, RouteDef, RouteKeys};
 use super::scaling::ScalingPolicy;
@@ -133,6 +134,13 @@ pub struct CoreStatus {
     pub r_max: Option<RMaxStatus>,
     /// The gateway queue, when configured.
     pub queue: Option<QueueStatus>,
+    /// The retry budget ([`super::retry`], issue 12 items 3–4).
+    pub retry_budget: RetryBudgetStatus,
+    /// Failed function attempts per zone and reason ([`NotSentReason::as_str`], or
+    /// `failed_after_send`), since start (issue 12 item 7).
+    pub function_failures: Vec<(ZoneId, &'static str, u64)>,
+    /// Requests that fell back to a VM because no function zone could run them.
+    pub fall_backs_to_vm: u64,
 }
 
 /// The policy core. See the [module docs](self).
@@ -150,6 +158,10 @@ pub struct Core {
     sched: Option<Scheduler<QueuedCall>>,
     /// Route keys (the calls' "functions").
     keys: RouteKeys,
+    /// Retries of failed VM attempts stay within this budget.
+    retry_budget: RetryBudget,
+    function_failures: Vec<(ZoneId, &'static str, u64)>,
+    fall_backs_to_vm: u64,
 }
 
 impl Core {
@@ -169,6 +181,9 @@ impl Core {
             r_max: None,
             sched: None,
             keys: RouteKeys::new(Vec::new(), DEFAULT_MAX_ROUTE_KEYS),
+            retry_budget: RetryBudget::new(RetryBudgetParams::default()),
+            function_failures: Vec::new(),
+            fall_backs_to_vm: 0,
         };
         core.refresh();
         core
@@ -257,6 +272,15 @@ impl Core {
         self
     }
 
+    /// Bound retries of failed VM attempts by `params` instead of
+    /// [`RetryBudgetParams::default`] (20 % of the last 10 s's requests plus one per
+    /// second). Call before [`Self::start`].
+    #[must_use]
+    pub fn with_retry_budget(mut self, params: RetryBudgetParams) -> Self {
+        self.retry_budget = RetryBudget::new(params);
+        self
+    }
+
     /// Apply the scaling policy's initial decision and start the pre-warmed instances.
     pub fn start(&mut self, now: Time) {
         self.controller.start(now);
@@ -285,6 +309,7 @@ impl Core {
         if let Some(s) = &mut self.sched {
             ticket.arrival = Some(s.on_arrival(now, ticket.key.unwrap_or(RouteKeys::OTHER)));
         }
+        self.retry_budget.on_request(now);
         let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
@@ -322,7 +347,11 @@ impl Core {
         };
         match holding {
             Some(Holding::Vm(vm)) => self.controller.on_vm_request_finished(now, vm),
-            Some(Holding::Function(lease)) => self.release_failed(now, lease, not_sent),
+            Some(Holding::Function(lease)) => {
+                let label = not_sent.map_or("failed_after_send", NotSentReason::as_str);
+                self.count_function_failure(lease.zone, label);
+                self.release_failed(now, lease, not_sent);
+            }
             None => {}
         }
         let next = match (holding, failure) {
@@ -333,7 +362,9 @@ impl Core {
                     ..
                 },
             ) => None,
-            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. })
+                if !ticket.retried && self.retry_budget.try_retry(now) =>
+            {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -342,7 +373,11 @@ impl Core {
                     response_started: false,
                     request_available: true,
                 },
-            ) if !ticket.retried && ticket.meta.idempotent && !ticket.meta.upgrade => {
+            ) if !ticket.retried
+                && ticket.meta.idempotent
+                && !ticket.meta.upgrade
+                && self.retry_budget.try_retry(now) =>
+            {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -452,6 +487,17 @@ impl Core {
         self.refresh();
     }
 
+    /// A ready VM died (health probes, refused connections): forgotten and replaced at
+    /// once up to the scaling target (issue 12 item 5); the launch comes as an action.
+    pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.booting.retain(|(v, _)| *v != vm);
+        self.controller.on_vm_died(now, vm);
+        self.track_ready(now);
+        self.pump(now);
+        self.refresh();
+    }
+
     /// The mean VM utilisation (0–1) of the open epoch, for AUTO and Spock.
     pub fn set_vm_utilisation(&mut self, utilisation: f64) {
         self.controller.set_vm_utilisation(utilisation);
@@ -546,6 +592,9 @@ impl Core {
                     .map(|(i, k)| (self.keys.name(KeyId(i as u32)).to_string(), k))
                     .collect(),
             }),
+            retry_budget: self.retry_budget.status(),
+            function_failures: self.function_failures.clone(),
+            fall_backs_to_vm: self.fall_backs_to_vm,
         }
     }
 
@@ -605,6 +654,7 @@ impl Core {
         match self.controller.route(now, &ticket.meta, Attempt::SpillBack) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
+                self.fall_backs_to_vm += 1;
                 Decision::Vm {
                     vm,
                     kind: AttemptKind::FallBack,
@@ -699,6 +749,17 @@ impl Core {
             self.actions
                 .push_back(Action::Dequeued { id: w.id, decision });
             head = s.peek().map(|w| w.payload);
+        }
+    }
+
+    fn count_function_failure(&mut self, zone: ZoneId, label: &'static str) {
+        match self
+            .function_failures
+            .iter_mut()
+            .find(|(z, l, _)| *z == zone && *l == label)
+        {
+            Some((_, _, n)) => *n += 1,
+            None => self.function_failures.push((zone, label, 1)),
         }
     }
 
@@ -1110,6 +1171,45 @@ mod tests {
                 "idempotent {idempotent}, response started {response_started}, available {available}: {next:?}"
             );
         }
+    }
+
+    #[test]
+    fn retries_beyond_the_budget_get_no_further_attempt() {
+        // Budget: 25 % of first attempts, no floor; every request fails after send.
+        let (core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 50)]);
+        let ratio = 0.25;
+        let mut core = core.with_retry_budget(crate::policy::retry::RetryBudgetParams {
+            ratio,
+            window: Duration::from_secs(10_000),
+            min_per_second: 0.0,
+        });
+        let failure = Failure::FailedAfterSend {
+            response_started: false,
+            request_available: true,
+        };
+        // One request after another, each failing on the VM: the model grants a retry
+        // while retries + 1 ≤ ratio · first attempts.
+        let (mut expected, mut retried, mut refused) = (0_u32, 0_u32, 0_u32);
+        for i in 1..=12_u32 {
+            let mut t = ticket();
+            // One request per 60 s epoch: the VM has a token each time.
+            let at = secs(60.0 * f64::from(i) + 0.5);
+            if !matches!(core.route(at, &mut t), Decision::Vm { .. }) {
+                continue;
+            }
+            if f64::from(expected + 1) <= ratio * f64::from(i) {
+                expected += 1;
+            }
+            match core.on_attempt_failed(at, &mut t, failure) {
+                Some(d) if d.kind() == Some(AttemptKind::Retry) => retried += 1,
+                _ => refused += 1,
+            }
+            core.finish(at, &mut t);
+        }
+        assert_eq!(retried, expected);
+        assert!(retried >= 1 && refused >= 1, "{retried} {refused}");
+        assert_eq!(core.status().retry_budget.refused_total, u64::from(refused));
+        let _ = vm;
     }
 
     fn faas(pool: FunctionPoolParams) -> Core {

@@ -36,6 +36,7 @@ pub mod cost;
 pub mod functions;
 pub mod monitor;
 pub mod placement;
+pub mod retry;
 pub mod rmax;
 pub mod routes;
 pub mod scaling;

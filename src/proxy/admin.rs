@@ -1,5 +1,8 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text), `GET /status`
-//! (JSON). Bind it to loopback: it has no authentication.
+//! (JSON). With a bearer token configured (`gateway.admin_token_file` or
+//! `admin_token_env`, issue 12 item 11) every path but `/healthz` needs
+//! `Authorization: Bearer TOKEN` (401 otherwise); without one the listener must be on
+//! loopback.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -15,14 +18,103 @@ use crate::policy::placement::ZoneStatus;
 use crate::policy::rmax::{PeriodReport, RMaxStatus};
 use crate::telemetry as m;
 
+/// The admin bearer token in force, shared by the admin connections and replaceable
+/// on reload. Cheap to clone.
+#[derive(Clone, Debug, Default)]
+pub struct AdminToken(Arc<std::sync::RwLock<Option<String>>>);
+
+impl AdminToken {
+    /// A token holder starting with `token` (`None`: no authentication).
+    pub fn new(token: Option<String>) -> Self {
+        Self(Arc::new(std::sync::RwLock::new(token)))
+    }
+
+    /// Replace the token (reload).
+    pub fn set(&self, token: Option<String>) {
+        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token;
+    }
+
+    /// Whether `req` may read protected paths: no token configured, or
+    /// `Authorization: Bearer <token>` (compared in constant time).
+    fn admits<B>(&self, req: &Request<B>) -> bool {
+        let held = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let Some(token) = held.as_deref() else {
+            return true;
+        };
+        let Some(given) = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.strip_prefix("Bearer "))
+        else {
+            return false;
+        };
+        let (a, b) = (given.trim().as_bytes(), token.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    }
+}
+
+/// What the admin listener shares with the rest of the gateway.
+#[derive(Clone)]
+pub struct AdminCtx {
+    /// The bearer token in force.
+    pub token: AdminToken,
+    /// Reloads (`POST /reload`), when the gateway was started from a file.
+    pub reloader: Option<Arc<super::reload::Reloader>>,
+    /// Set once shutdown began: `/healthz` answers 503 `draining`.
+    pub draining: Arc<std::sync::atomic::AtomicBool>,
+}
+
 /// Answer one admin request.
 pub async fn handle(
     gw: Arc<Gateway>,
     prometheus: PrometheusHandle,
+    ctx: AdminCtx,
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
+    let path = req.uri().path();
+    if path != "/healthz" && !ctx.token.admits(&req) {
+        let mut r = text(
+            StatusCode::UNAUTHORIZED,
+            "unauthorized\n".into(),
+            "text/plain",
+        );
+        r.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+        return Ok(r);
+    }
     let resp = match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") if ctx.draining.load(std::sync::atomic::Ordering::Acquire) => {
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "draining\n".into(),
+                "text/plain",
+            )
+        }
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        (&Method::POST, "/reload") => match &ctx.reloader {
+            None => text(
+                StatusCode::CONFLICT,
+                "no configuration file to reload\n".into(),
+                "text/plain",
+            ),
+            Some(r) => match r.reload().await {
+                Ok(report) => text(
+                    StatusCode::OK,
+                    serde_json::to_string_pretty(&report).unwrap_or_default() + "\n",
+                    "application/json",
+                ),
+                Err(e) => text(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    serde_json::to_string_pretty(
+                        &json!({"error": redact_text_long(&e.to_string())}),
+                    )
+                    .unwrap_or_default()
+                        + "\n",
+                    "application/json",
+                ),
+            },
+        },
         (&Method::GET, "/metrics") => {
             scrape_gauges(&gw);
             text(
@@ -36,7 +128,7 @@ pub async fn handle(
             serde_json::to_string_pretty(&status_json(&gw)).unwrap_or_default() + "\n",
             "application/json",
         ),
-        (_, "/healthz" | "/metrics" | "/status") => text(
+        (_, "/healthz" | "/metrics" | "/status" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed\n".into(),
             "text/plain",
@@ -120,6 +212,74 @@ fn error_kinds() -> Vec<&'static str> {
     all.iter().map(|k| k.as_str()).collect()
 }
 
+/// A reload's error for the admin reply: credentials redacted, not shortened (it
+/// lists every problem of the file).
+fn redact_text_long(text: &str) -> String {
+    text.lines()
+        .map(redact_words)
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Longest error text `/status` shows, characters.
+pub const MAX_STATUS_ERROR_CHARS: usize = 200;
+
+/// Provider error stats for `/status`: the last message cut to
+/// [`MAX_STATUS_ERROR_CHARS`] with credentials-looking parts removed (issue 12 item 11).
+fn redacted(
+    mut e: crate::backends::provider_errors::ProviderErrorStats,
+) -> crate::backends::provider_errors::ProviderErrorStats {
+    if let Some(last) = &mut e.last {
+        last.message = redact_text(&last.message);
+    }
+    e
+}
+
+/// `text` without URL userinfo (`//user:pass@` → `//***@`) or `key=value` secrets
+/// (`token=`, `secret=`, `password=`, `signature=`, `credential=`), shortened.
+pub fn redact_text(text: &str) -> String {
+    let out = redact_words(text);
+    if out.chars().count() > MAX_STATUS_ERROR_CHARS {
+        out.chars().take(MAX_STATUS_ERROR_CHARS).collect::<String>() + "…"
+    } else {
+        out
+    }
+}
+
+fn redact_words(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for word in text.split_inclusive(char::is_whitespace) {
+        let lower = word.to_ascii_lowercase();
+        if let Some(at) = word.find('@')
+            && let Some(scheme) = word.find("://")
+            && scheme < at
+        {
+            out.push_str(&word[..scheme + 3]);
+            out.push_str("***");
+            out.push_str(&word[at..]);
+        } else if [
+            "token=",
+            "secret=",
+            "password=",
+            "signature=",
+            "credential=",
+        ]
+        .iter()
+        .any(|k| lower.contains(k))
+        {
+            let cut = word.find('=').map_or(0, |i| i + 1);
+            out.push_str(&word[..cut]);
+            out.push_str("***");
+            if word.ends_with(char::is_whitespace) {
+                out.push(' ');
+            }
+        } else {
+            out.push_str(word);
+        }
+    }
+    out
+}
+
 /// A rate, requests/s, rounded to 2 decimals (`null` when not finite: no budget cap).
 fn rate(x: f64) -> Value {
     if x.is_finite() {
@@ -159,6 +319,8 @@ fn seconds(d: std::time::Duration) -> Value {
 ///  "scaling": {"vm_reqs_rps": 44.3, "vm_budget_before_rho_rps": 40.0, "cip_rps": 2.0,
 ///              "target_vms": 3, "ready_vms": 2, "booting_vms": 1, "draining_vms": 0,
 ///              "executes_scaling": true, "last_decision": {…}},
+///  "retry_budget": {"window_requests": 412, "window_retries": 3, "window_allowed": 92.4,
+///                   "retried_total": 17, "refused_total": 0},
 ///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
 ///  "vm_pool": {"kind": "process", "vms": […], "errors": {…}},
 ///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
@@ -196,6 +358,13 @@ pub fn status_json(gw: &Gateway) -> Value {
             })),
         },
         "r_max": r_max_json(c.r_max_rps, s.core.r_max.as_ref()),
+        "retry_budget": {
+            "window_requests": s.core.retry_budget.requests,
+            "window_retries": s.core.retry_budget.retries,
+            "window_allowed": num(s.core.retry_budget.allowed),
+            "retried_total": s.core.retry_budget.retried_total,
+            "refused_total": s.core.retry_budget.refused_total,
+        },
         "routed": {
             "vm": c.routed.vm,
             "function": c.routed.function,
@@ -204,9 +373,14 @@ pub fn status_json(gw: &Gateway) -> Value {
         "vm_pool": {
             "kind": gw.vm_provider().kind(),
             "vms": s.vms,
-            "errors": gw.vm_provider().errors(),
+            "errors": redacted(gw.vm_provider().errors()),
         },
-        "functions": functions_json(gw, &s.core.zones),
+        "functions": functions_json(
+            gw,
+            &s.core.zones,
+            &s.core.function_failures,
+            s.core.fall_backs_to_vm,
+        ),
         "queue": queue_json(s.core.queue.as_ref()),
     })
 }
@@ -290,7 +464,12 @@ fn r_max_json(r_max_rps: f64, adaptive: Option<&RMaxStatus>) -> Value {
 
 /// The function tier: the first zone's backend kind, its instance or call counts (FaaSim
 /// usage), and provider errors; `zones` lists every zone the same way.
-fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
+fn functions_json(
+    gw: &Gateway,
+    zones: &[ZoneStatus],
+    gw_failures: &[(crate::policy::placement::ZoneId, &'static str, u64)],
+    fall_backs_to_vm: u64,
+) -> Value {
     let zone_json = |i: usize, z: &ZoneStatus| {
         let backend = &gw.zone_backends()[i];
         let (cold, warm, throttled) = match (&z.usage, &z.calls) {
@@ -322,7 +501,14 @@ fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
                     "instances_expired": u.instances_expired,
                 })
             }),
-            "errors": backend.errors(),
+            "errors": redacted(backend.errors()),
+            // Failed calls by reason (issue 12 item 7): unreachable, throttled,
+            // cold_start_failed, instance_gone, never_ran, failed_after_send…
+            "call_failures": gw_failures
+                .iter()
+                .filter(|(zone, _, _)| zone.0 as usize == i)
+                .map(|(_, label, n)| ((*label).to_string(), json!(n)))
+                .collect::<serde_json::Map<String, Value>>(),
         })
     };
     let all: Vec<Value> = zones
@@ -330,12 +516,30 @@ fn functions_json(gw: &Gateway, zones: &[ZoneStatus]) -> Value {
         .enumerate()
         .map(|(i, z)| zone_json(i, z))
         .collect();
-    match all.first() {
+    let mut v = match all.first() {
         Some(first) => {
             let mut v = first.clone();
             v["zones"] = Value::Array(all);
             v
         }
         None => json!({"zones": []}),
+    };
+    v["fall_backs_to_vm"] = json!(fall_backs_to_vm);
+    v
+}
+
+#[cfg(test)]
+mod redact_tests {
+    use super::*;
+
+    #[test]
+    fn status_text_loses_credentials_and_length() {
+        let t = redact_text("GET http://user:pa55@10.0.0.1/x failed token=abc123 done");
+        assert_eq!(t, "GET http://***@10.0.0.1/x failed token=*** done");
+        let long = "e".repeat(MAX_STATUS_ERROR_CHARS * 3);
+        assert_eq!(
+            redact_text(&long).chars().count(),
+            MAX_STATUS_ERROR_CHARS + 1
+        );
     }
 }

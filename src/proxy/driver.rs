@@ -59,6 +59,9 @@ struct State {
     /// Requests waiting in the gateway queue (call scheduling §4), registered in the
     /// same lock as the decision that queued them.
     waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
+    /// Members of a pool the gateway does not scale (`static`) that died: probed by the
+    /// health loop and adopted again once healthy (issue 12 item 6).
+    parked: Vec<(String, Uri)>,
 }
 
 /// How a wait in the gateway queue ended.
@@ -70,6 +73,9 @@ pub enum QueueOutcome {
     /// The call waited `max_queue_wait_seconds`: 503 with `Retry-After`.
     TimedOut,
 }
+
+/// Consecutive failed health probes after which a ready VM counts as dead.
+pub const UNHEALTHY_AFTER: u32 = 2;
 
 /// Shared state of a running gateway: the policy core, the VM address book and the
 /// backends. Cheap to share as `Arc<Gateway>`.
@@ -116,6 +122,7 @@ impl Gateway {
                 last_decision: None,
                 r_max_logged: None,
                 waiters: HashMap::new(),
+                parked: Vec::new(),
             }),
             origin: Instant::now(),
             wake: Notify::new(),
@@ -390,22 +397,176 @@ impl Gateway {
         let me = Arc::clone(self);
         let target = target.clone();
         tokio::spawn(async move {
-            if !me
-                .client
-                .probe(&target.base, &me.readiness.health_path)
-                .await
+            if !me.probe(&target.base).await {
+                me.vm_died(target.vm, "VM failed its probe after a connect failure")
+                    .await;
+            }
+        });
+    }
+
+    /// One health probe of `base`, bounded by the probe timeout: a 2xx from the
+    /// health path, or for a pool the gateway does not scale (`static`, no health path
+    /// of its own) any HTTP answer.
+    async fn probe(&self, base: &Uri) -> bool {
+        let bound = self.readiness.probe_interval.max(Duration::from_secs(1));
+        let path = &self.readiness.health_path;
+        let probe = async {
+            if self.vm_provider.executes_scaling() {
+                self.client.probe(base, path).await
+            } else {
+                self.client.answers(base, path).await
+            }
+        };
+        tokio::time::timeout(bound, probe).await.unwrap_or(false)
+    }
+
+    /// A ready VM is dead: the core forgets it and launches a replacement at once
+    /// (issue 12 item 5); its instance is terminated, or, for a pool the gateway does
+    /// not scale (`static`), parked to be re-adopted when healthy again (item 6).
+    async fn vm_died(&self, vm: VmId, why: &'static str) {
+        let scales = self.vm_provider.executes_scaling();
+        let record = self.with_core_state(|st, now| {
+            st.core.on_vm_died(now, vm);
+            let record = st.records.remove(&vm);
+            if !scales
+                && let Some(VmRecord {
+                    instance: Some(instance),
+                    base: Some(base),
+                }) = &record
             {
-                tracing::warn!(vm = %target.vm, base = %target.base, "VM failed its probe after a connect failure; replacing it");
-                m::vm_failures("unreachable");
-                let instance: Option<String> = me.with_core_state(|st, now| {
-                    st.core.on_vm_failed(now, target.vm);
-                    st.records.remove(&target.vm).and_then(|r| r.instance)
-                });
-                if let Some(instance) = instance {
-                    let _ = me.vm_provider.terminate(&instance).await;
+                st.parked.push((instance.clone(), base.clone()));
+            }
+            record
+        });
+        let Some(record) = record else {
+            return; // Already gone (another probe, a scale-in).
+        };
+        m::vm_failures("unreachable");
+        tracing::warn!(%vm, base = ?record.base.as_ref().map(ToString::to_string), "{why}; {}", if scales { "replacing it" } else { "parked until healthy" });
+        if scales && let Some(instance) = record.instance {
+            let _ = self.vm_provider.terminate(&instance).await;
+        }
+    }
+
+    /// Probe every ready VM and every parked static member each `interval`: a ready VM
+    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies ([`Self::vm_died`]); a parked
+    /// member that answers is adopted again (issue 12 items 5–6).
+    pub fn start_health_checks(self: &Arc<Self>, interval: Duration) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut failures: HashMap<VmId, u32> = HashMap::new();
+            let mut tick = tokio::time::interval(interval);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            tick.tick().await; // the first tick is immediate; the VMs were just probed
+            loop {
+                tick.tick().await;
+                let (ready, parked) = {
+                    let st = me.lock();
+                    let ready: Vec<(VmId, Uri)> = st
+                        .core
+                        .controller()
+                        .vms()
+                        .rows()
+                        .iter()
+                        .filter(|r| r.state == VmState::Ready)
+                        .filter_map(|r| {
+                            let base = st.records.get(&r.id)?.base.clone()?;
+                            Some((r.id, base))
+                        })
+                        .collect();
+                    (ready, st.parked.clone())
+                };
+                let mut probes = tokio::task::JoinSet::new();
+                for (vm, base) in ready {
+                    let me = Arc::clone(&me);
+                    probes.spawn(async move { (Some(vm), base.clone(), me.probe(&base).await) });
+                }
+                for (_, base) in parked {
+                    let me = Arc::clone(&me);
+                    probes.spawn(async move { (None, base.clone(), me.probe(&base).await) });
+                }
+                while let Some(Ok((vm, base, healthy))) = probes.join_next().await {
+                    match (vm, healthy) {
+                        (Some(vm), true) => {
+                            failures.remove(&vm);
+                        }
+                        (Some(vm), false) => {
+                            let n = failures.entry(vm).or_default();
+                            *n += 1;
+                            if *n >= UNHEALTHY_AFTER {
+                                failures.remove(&vm);
+                                me.vm_died(vm, "VM failed its health probes").await;
+                            }
+                        }
+                        (None, true) => me.readopt(&base),
+                        (None, false) => {}
+                    }
                 }
             }
         });
+    }
+
+    /// Make the `static` pool exactly `members` (name = URL, base) on reload (issue 12
+    /// item 10): members no longer listed leave the pool (their in-flight requests
+    /// finish), new ones are adopted as ready VMs. Returns (added, removed).
+    pub fn set_static_members(&self, members: &[(String, Uri)]) -> (usize, usize) {
+        let keep: std::collections::HashSet<&str> =
+            members.iter().map(|(name, _)| name.as_str()).collect();
+        self.with_core_state(|st, now| {
+            let gone: Vec<VmId> = st
+                .records
+                .iter()
+                .filter(|(_, r)| r.instance.as_deref().is_some_and(|i| !keep.contains(i)))
+                .map(|(vm, _)| *vm)
+                .collect();
+            let parked_before = st.parked.len();
+            st.parked.retain(|(name, _)| keep.contains(name.as_str()));
+            for vm in &gone {
+                st.core.on_vm_failed(now, *vm);
+                st.records.remove(vm);
+            }
+            let present: std::collections::HashSet<String> = st
+                .records
+                .values()
+                .filter_map(|r| r.instance.clone())
+                .chain(st.parked.iter().map(|(name, _)| name.clone()))
+                .collect();
+            let mut added = 0;
+            for (name, base) in members {
+                if !present.contains(name) {
+                    let vm = st.core.adopt_ready_vm(now);
+                    st.records.insert(
+                        vm,
+                        VmRecord {
+                            instance: Some(name.clone()),
+                            base: Some(base.clone()),
+                        },
+                    );
+                    added += 1;
+                }
+            }
+            (added, gone.len() + parked_before - st.parked.len())
+        })
+    }
+
+    /// A parked static member at `base` is healthy again: adopt it as a ready VM.
+    fn readopt(&self, base: &Uri) {
+        let vm = self.with_core_state(|st, now| {
+            let i = st.parked.iter().position(|(_, b)| b == base)?;
+            let (instance, base) = st.parked.remove(i);
+            let vm = st.core.adopt_ready_vm(now);
+            st.records.insert(
+                vm,
+                VmRecord {
+                    instance: Some(instance),
+                    base: Some(base),
+                },
+            );
+            Some(vm)
+        });
+        if let Some(vm) = vm {
+            tracing::info!(%vm, %base, "static VM healthy again; back in the pool");
+        }
     }
 
     /// Like [`Self::with_core`], with the address book too.
@@ -442,7 +603,7 @@ impl Gateway {
                 url: st
                     .records
                     .get(&r.id)
-                    .and_then(|x| x.base.as_ref().map(|b| b.to_string())),
+                    .and_then(|x| x.base.as_ref().map(redact_userinfo)),
             })
             .collect();
         GatewayStatus {
@@ -719,6 +880,19 @@ impl Gateway {
     /// How long until the next policy deadline (tests and diagnostics).
     pub fn until_next_deadline(&self) -> Duration {
         self.lock().core.poll_timeout().saturating_sub(self.now())
+    }
+}
+
+/// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
+/// `/status` never shows credentials (issue 12 item 11).
+fn redact_userinfo(uri: &Uri) -> String {
+    let text = uri.to_string();
+    match uri.authority().map(|a| a.as_str()) {
+        Some(auth) if auth.contains('@') => {
+            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
+            text.replacen(auth, &format!("***@{host}"), 1)
+        }
+        _ => text,
     }
 }
 

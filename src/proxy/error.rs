@@ -60,7 +60,12 @@ pub enum ProxyError {
         /// The balancer's reason label.
         reason: &'static str,
     },
-    /// The upstream did not answer within `gateway.upstream_timeout_seconds`.
+    /// The client paused its request body longer than
+    /// `gateway.request_body_idle_timeout_seconds` (client's fault): 408.
+    #[error("request body idle for {0:?}")]
+    RequestBodyTimeout(Duration),
+    /// The upstream did not send its response head within
+    /// `gateway.upstream_timeout_seconds` after the request body was sent.
     #[error("upstream timed out after {0:?}")]
     UpstreamTimeout(Duration),
     /// The upstream (VM, function instance or endpoint) failed.
@@ -95,6 +100,8 @@ impl ProxyError {
     pub fn from_upstream(e: UpstreamError, limit: u64) -> Self {
         if is_length_limit(&e) {
             ProxyError::BodyTooLarge { limit }
+        } else if let Some(idle) = request_idle(&e) {
+            ProxyError::RequestBodyTimeout(idle)
         } else if is_client_body_error(&e) {
             ProxyError::BadRequestBody(e.to_string())
         } else {
@@ -115,6 +122,8 @@ impl ProxyError {
             FunctionError::RequestBody(e) => {
                 if is_length_limit(&*e) {
                     ProxyError::BodyTooLarge { limit }
+                } else if let Some(idle) = request_idle(&*e) {
+                    ProxyError::RequestBodyTimeout(idle)
                 } else {
                     ProxyError::Function(format!("request body: {e}"))
                 }
@@ -140,6 +149,7 @@ impl ProxyError {
         match self {
             ProxyError::BodyTooLarge { .. }
             | ProxyError::BadRequestBody(_)
+            | ProxyError::RequestBodyTimeout(_)
             | ProxyError::FunctionPayloadTooLarge { .. }
             | ProxyError::UpgradeOnFunctionRoute
             | ProxyError::Request(_) => Fault::Client,
@@ -170,6 +180,7 @@ impl ProxyError {
                 StatusCode::SERVICE_UNAVAILABLE
             }
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
+            ProxyError::RequestBodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::Upstream(_) | ProxyError::Function(_) => StatusCode::BAD_GATEWAY,
             ProxyError::Request(e) => match e {
                 RequestError::Connect => StatusCode::METHOD_NOT_ALLOWED,
@@ -215,7 +226,9 @@ impl ProxyError {
         }
         if matches!(
             self,
-            ProxyError::Request(_) | ProxyError::BodyTooLarge { .. }
+            ProxyError::Request(_)
+                | ProxyError::BodyTooLarge { .. }
+                | ProxyError::RequestBodyTimeout(_)
         ) {
             h.insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
@@ -230,6 +243,11 @@ fn is_client_body_error(e: &(dyn std::error::Error + 'static)) -> bool {
         err.downcast_ref::<hyper::Error>()
             .is_some_and(hyper::Error::is_user)
     })
+}
+
+/// The idle time of a [`body::RequestBodyIdle`] in `e`'s chain of sources.
+fn request_idle(e: &(dyn std::error::Error + 'static)) -> Option<Duration> {
+    sources(e).find_map(|err| err.downcast_ref::<body::RequestBodyIdle>().map(|r| r.0))
 }
 
 /// `e` and its chain of sources.

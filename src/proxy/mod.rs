@@ -17,5 +17,6 @@ pub mod access_log;
 pub mod admin;
 pub mod driver;
 pub mod error;
+pub mod reload;
 pub mod server;
 pub mod service;

@@ -27,9 +27,8 @@ use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
 use super::driver::Gateway;
-use super::service::{self, OriginZones, ServiceSettings};
+use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
-use crate::net::headers::TrustedProxies;
 use crate::net::tls::{self, TlsError};
 
 /// h2: most streams a client may reset before the gateway accepted them (the "rapid
@@ -117,6 +116,10 @@ pub enum ServeError {
         "config: {0} needs AWS support, but spillway was built without the `aws` feature (rebuild with `cargo build --release --features aws`)"
     )]
     AwsFeatureDisabled(&'static str),
+    /// The admin listener cannot be served safely: a non-loopback address without a
+    /// token, or a token that cannot be read (issue 12 item 11).
+    #[error("config: gateway.admin_listen: {0}")]
+    Admin(String),
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -126,7 +129,11 @@ pub struct Server {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     proxy: TcpListener,
     admin: TcpListener,
-    tls: Option<(TcpListener, TlsAcceptor)>,
+    tls: Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
+    /// The admin bearer token in force (reloadable).
+    admin_token: super::admin::AdminToken,
+    /// Where a reload re-reads the configuration, and the CLI listen overrides.
+    reload_source: (Option<PathBuf>, Option<SocketAddr>, Option<SocketAddr>),
 }
 
 impl Server {
@@ -136,8 +143,13 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
-        let prometheus = crate::telemetry::install();
         let g = &config.gateway;
+        if let Some(problem) = g.admin_exposure_issue() {
+            return Err(ServeError::Admin(problem));
+        }
+        let admin_token =
+            super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
+        let prometheus = crate::telemetry::install();
         let client = UpstreamClient::new(ClientSettings {
             connect_timeout: secs(g.connect_timeout_seconds),
             idle_timeout: secs(g.idle_timeout_seconds),
@@ -207,7 +219,8 @@ impl Server {
             config.queue_params(),
             config.route_defs(),
             config.max_route_keys(),
-        );
+        )
+        .with_retry_budget(config.gateway.retry_budget());
         let gateway = Gateway::new(
             core,
             vm_provider,
@@ -228,11 +241,17 @@ impl Server {
             Some(t) => {
                 let acceptor =
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
-                Some((bind("tls", t.listen).await?, acceptor))
+                Some((
+                    bind("tls", t.listen).await?,
+                    Arc::new(std::sync::RwLock::new(acceptor)),
+                ))
             }
             None => None,
         };
         gateway.start().await?;
+        if config.gateway.health_check_interval_seconds > 0.0 {
+            gateway.start_health_checks(secs(config.gateway.health_check_interval_seconds));
+        }
         Ok(Server {
             config,
             gateway,
@@ -240,7 +259,20 @@ impl Server {
             proxy,
             admin,
             tls,
+            admin_token,
+            reload_source: (None, None, None),
         })
+    }
+
+    /// Enable reloads (SIGHUP, `POST /reload`) from `path`, keeping the command line's
+    /// `--listen` / `--admin-listen` overrides (issue 12 item 10).
+    pub fn set_reload_source(
+        &mut self,
+        path: Option<PathBuf>,
+        listen: Option<SocketAddr>,
+        admin_listen: Option<SocketAddr>,
+    ) {
+        self.reload_source = (path, listen, admin_listen);
     }
 
     /// The bound proxy address (useful with port 0).
@@ -271,13 +303,23 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
         let rules = g.request_rules();
-        let settings = Arc::new(ServiceSettings {
-            max_body_bytes: g.max_body_bytes,
-            upstream_timeout: secs(g.upstream_timeout_seconds),
-            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
-            request_rules: rules,
-            origins: OriginZones::new(&self.config),
-        });
+        let settings = Arc::new(std::sync::RwLock::new(Arc::new(
+            ServiceSettings::from_config(&self.config),
+        )));
+        let reloader = {
+            let mut r = super::reload::Reloader::new(
+                self.config.clone(),
+                Arc::clone(&settings),
+                self.admin_token.clone(),
+                self.tls.as_ref().map(|(_, a)| Arc::clone(a)),
+            );
+            let (path, listen, admin_listen) = self.reload_source.clone();
+            r.set_source(path, listen, admin_listen);
+            r.set_gateway(Arc::clone(&self.gateway));
+            Arc::new(r)
+        };
+        let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()
@@ -305,16 +347,35 @@ impl Server {
             let gw = Arc::clone(&self.gateway);
             let prometheus = self.prometheus.clone();
             let admin = self.admin;
+            let ctx = super::admin::AdminCtx {
+                token: self.admin_token.clone(),
+                reloader: Some(Arc::clone(&reloader)),
+                draining: Arc::clone(&draining),
+            };
             tokio::spawn(async move {
+                let mut backoff = AcceptBackoff::new("admin");
                 loop {
-                    let Ok((stream, _)) = admin.accept().await else {
-                        continue;
+                    let stream = match admin.accept().await {
+                        Ok((stream, _)) => {
+                            backoff.succeeded();
+                            stream
+                        }
+                        Err(e) => {
+                            backoff.failed(&e).await;
+                            continue;
+                        }
                     };
                     let gw = Arc::clone(&gw);
                     let prometheus = prometheus.clone();
+                    let ctx = ctx.clone();
                     tokio::spawn(async move {
                         let svc = service_fn(move |req| {
-                            super::admin::handle(Arc::clone(&gw), prometheus.clone(), req)
+                            super::admin::handle(
+                                Arc::clone(&gw),
+                                prometheus.clone(),
+                                ctx.clone(),
+                                req,
+                            )
                         });
                         let _ = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
@@ -333,7 +394,8 @@ impl Server {
             let watch = Arc::clone(&cancels);
             let svc = service_fn(move |req| {
                 let gw = Arc::clone(&gw);
-                let settings = Arc::clone(&settings);
+                // A request keeps the settings in force when it arrived (reload).
+                let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
                 let pending = watch.begin();
                 async move {
                     let resp = service::handle(gw, settings, req, peer, scheme).await;
@@ -345,11 +407,22 @@ impl Server {
         };
 
         tokio::pin!(shutdown);
+        let mut backoff = AcceptBackoff::new("proxy");
+        let mut tls_backoff = AcceptBackoff::new("tls");
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 accepted = self.proxy.accept() => {
-                    let Ok((stream, peer)) = accepted else { continue };
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => {
+                            backoff.succeeded();
+                            accepted
+                        }
+                        Err(e) => {
+                            backoff.failed(&e).await;
+                            continue;
+                        }
+                    };
                     let _ = stream.set_nodelay(true);
                     let (stream, svc, cancels) = serve(stream, peer, "http");
                     let builder = Arc::clone(&builder);
@@ -367,7 +440,17 @@ impl Server {
                     });
                 }
                 accepted = accept_tls(&self.tls) => {
-                    let Some((stream, peer, acceptor)) = accepted else { continue };
+                    let (stream, peer, acceptor) = match accepted {
+                        Some(Ok(accepted)) => {
+                            tls_backoff.succeeded();
+                            accepted
+                        }
+                        Some(Err(e)) => {
+                            tls_backoff.failed(&e).await;
+                            continue;
+                        }
+                        None => continue,
+                    };
                     let (stream, svc, cancels) = serve(stream, peer, "https");
                     let builder = Arc::clone(&builder);
                     let watcher = graceful.watcher();
@@ -387,7 +470,9 @@ impl Server {
         }
         drop(self.proxy);
         drop(self.tls);
-        let drain = secs(g.drain_timeout_seconds);
+        sighup_task.abort();
+        draining.store(true, Ordering::Release);
+        let drain = reloader.drain_timeout();
         tracing::info!(
             in_flight_connections = graceful.count(),
             drain_timeout_seconds = drain.as_secs_f64(),
@@ -430,16 +515,95 @@ async fn until_cancel_flood<E>(
 }
 
 async fn accept_tls(
-    tls: &Option<(TcpListener, TlsAcceptor)>,
-) -> Option<(TcpStream, SocketAddr, TlsAcceptor)> {
+    tls: &Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
+) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
     match tls {
         Some((listener, acceptor)) => {
-            let (stream, peer) = listener.accept().await.ok()?;
+            let (stream, peer) = match listener.accept().await {
+                Ok(accepted) => accepted,
+                Err(e) => return Some(Err(e)),
+            };
             let _ = stream.set_nodelay(true);
-            Some((stream, peer, acceptor.clone()))
+            // The certificate in force now (a reload may have replaced it).
+            let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
+            Some(Ok((stream, peer, acceptor)))
         }
         None => std::future::pending().await,
     }
+}
+
+/// First pause after a failed `accept`.
+pub const ACCEPT_BACKOFF_MIN: Duration = Duration::from_millis(5);
+/// Longest pause after failed `accept`s in a row.
+pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
+/// At most one log line per listener per this interval while `accept` keeps failing.
+pub const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
+
+/// Back-off of an accept loop (issue 12 item 9): at the file-descriptor limit `accept`
+/// fails at once (EMFILE), and retrying at once spins a core. Each failure in a row
+/// doubles the pause from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]; failures
+/// are counted in `spillway_accept_errors_total{listener}` and logged once per
+/// [`ACCEPT_LOG_INTERVAL`] with the number suppressed.
+struct AcceptBackoff {
+    listener: &'static str,
+    pause: Duration,
+    last_log: Option<tokio::time::Instant>,
+    unlogged: u64,
+}
+
+impl AcceptBackoff {
+    fn new(listener: &'static str) -> Self {
+        Self {
+            listener,
+            pause: Duration::ZERO,
+            last_log: None,
+            unlogged: 0,
+        }
+    }
+
+    fn succeeded(&mut self) {
+        self.pause = Duration::ZERO;
+    }
+
+    async fn failed(&mut self, e: &std::io::Error) {
+        crate::telemetry::accept_error(self.listener);
+        self.unlogged += 1;
+        let now = tokio::time::Instant::now();
+        if self
+            .last_log
+            .is_none_or(|at| now.duration_since(at) >= ACCEPT_LOG_INTERVAL)
+        {
+            tracing::warn!(
+                listener = self.listener,
+                error = %e,
+                failures = self.unlogged,
+                "accept failed; backing off (file-descriptor limit?)"
+            );
+            self.last_log = Some(now);
+            self.unlogged = 0;
+        }
+        self.pause = (self.pause * 2).clamp(ACCEPT_BACKOFF_MIN, ACCEPT_BACKOFF_MAX);
+        tokio::time::sleep(self.pause).await;
+    }
+}
+
+/// Reload the configuration on every SIGHUP (issue 12 item 10); a failed reload is
+/// logged and changes nothing.
+async fn reload_on_sighup(reloader: Arc<super::reload::Reloader>) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return tracing::warn!("cannot install a SIGHUP handler; reload with POST /reload");
+        };
+        while hup.recv().await.is_some() {
+            if let Err(e) = reloader.reload().await {
+                tracing::warn!(error = %e, "reload refused; the running configuration stays");
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    std::future::pending::<()>().await;
 }
 
 /// Resolves on SIGTERM or SIGINT (Ctrl-C).

@@ -6,9 +6,10 @@
 //! Invariants (LIBRA §III-C, http-cases C7, C8, C17):
 //! * every request gets exactly one final response;
 //! * VM attempts — first, retry or spill-back — take a token from the balancer;
-//! * only idempotent requests without a body are retried, once per failed VM, and only
-//!   after a connect failure (nothing was sent); a request that reached an upstream is
-//!   never sent again;
+//! * only idempotent requests without a body are retried, once, after a connect failure
+//!   or a failure before any response byte (issue 12 items 3–4), over a new connection,
+//!   within the core's retry budget; any other request that reached an upstream is never
+//!   sent again;
 //! * hop-by-hop headers and every header the client named in `Connection` are removed
 //!   before the gateway adds its own `X-Forwarded-*`.
 
@@ -41,8 +42,18 @@ use crate::telemetry as m;
 pub struct ServiceSettings {
     /// Largest request body, bytes.
     pub max_body_bytes: u64,
-    /// Time to the upstream's response headers.
+    /// Wait for the upstream's response head, counted from the moment the request body
+    /// was sent (`gateway.upstream_timeout_seconds`); then 504.
     pub upstream_timeout: Duration,
+    /// Longest pause between two request body frames from the client
+    /// (`gateway.request_body_idle_timeout_seconds`); then 408.
+    pub request_body_idle_timeout: Duration,
+    /// Longest pause between two response body frames from the upstream
+    /// (`gateway.response_body_idle_timeout_seconds`); then the response is aborted.
+    pub response_body_idle_timeout: Duration,
+    /// Longest time an `Upgrade` tunnel may carry no byte either way
+    /// (`gateway.tunnel_idle_timeout_seconds`); then it is closed.
+    pub tunnel_idle_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
     /// Request validation and path normalization (issue 11).
@@ -108,6 +119,24 @@ impl OriginZones {
     }
 }
 
+impl ServiceSettings {
+    /// The request path's settings from `gateway:`.
+    pub fn from_config(c: &crate::config::Config) -> Self {
+        let secs = crate::backends::secs;
+        let g = &c.gateway;
+        Self {
+            max_body_bytes: g.max_body_bytes,
+            upstream_timeout: secs(g.upstream_timeout_seconds),
+            request_body_idle_timeout: secs(g.request_body_idle_timeout_seconds),
+            response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
+            tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
+            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+            request_rules: g.request_rules(),
+            origins: OriginZones::new(c),
+        }
+    }
+}
+
 /// What a request's parts look like before the body goes, so that a bodiless idempotent
 /// request can be rebuilt for a retry.
 struct Replay {
@@ -142,10 +171,14 @@ pub async fn handle(
     let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
+            if matches!(e, ProxyError::RequestBodyTimeout(_)) {
+                m::timeout("request_body");
+            }
             match &e {
                 ProxyError::BodyTooLarge { .. }
                 | ProxyError::NoCapacity { .. }
                 | ProxyError::BadRequestBody(_)
+                | ProxyError::RequestBodyTimeout(_)
                 | ProxyError::FunctionPayloadTooLarge { .. }
                 | ProxyError::UpgradeOnFunctionRoute
                 | ProxyError::Request(_) => {
@@ -229,7 +262,10 @@ async fn dispatch(
         h.insert(header::UPGRADE, value);
     }
     let bodiless = incoming.is_end_stream();
-    *out.body_mut() = body::boxed(http_body_util::Limited::new(incoming, limit as usize));
+    *out.body_mut() = body::request_idle_timeout(
+        settings.request_body_idle_timeout,
+        body::boxed(http_body_util::Limited::new(incoming, limit as usize)),
+    );
     // A bodiless idempotent request can be sent again exactly (http-cases C17).
     let replay = (meta.idempotent && bodiless && !upgrade).then(|| Replay {
         method: out.method().clone(),
@@ -283,18 +319,23 @@ async fn dispatch(
                     },
                 ));
             }
-            Decision::Vm { vm, .. } => {
+            Decision::Vm { vm, kind, .. } => {
                 let Some(vm_target) = target.take() else {
                     return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
                 };
                 let sent_at = Instant::now();
-                let sent = tokio::time::timeout(
-                    settings.upstream_timeout,
-                    gw.client().forward(&vm_target.base, request),
-                )
-                .await;
+                let (request, body_sent) = watch_body(request);
+                let call = async {
+                    if kind == AttemptKind::Retry {
+                        gw.client().forward_fresh(&vm_target.base, request).await
+                    } else {
+                        gw.client().forward(&vm_target.base, request).await
+                    }
+                };
+                let sent = head_timeout(settings.upstream_timeout, body_sent, call).await;
                 match sent {
                     Err(_) => {
+                        m::timeout("upstream_head");
                         // The timeout is this attempt's response time (adaptive r_max).
                         ticket.hand_over();
                         gw.finish_vm_request_sent_at(vm, sent_at);
@@ -318,7 +359,22 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
-                        return Err(("vm", ProxyError::from_upstream(e, limit)));
+                        let err = ProxyError::from_upstream(e, limit);
+                        if err.fault() != super::error::Fault::Upstream {
+                            // The client's body (too large, malformed, idle): not retried.
+                            return Err(("vm", err));
+                        }
+                        // Sent (or partly), no response byte: a bodiless idempotent
+                        // request may go once more elsewhere (issue 12 items 3–4, C17).
+                        tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                        let failure = Failure::FailedAfterSend {
+                            response_started: false,
+                            request_available: replay.is_some(),
+                        };
+                        match ticket.attempt_failed(failure) {
+                            Some((d, t)) => (decision, target) = (d, t),
+                            None => return Err(("vm", err)),
+                        }
                     }
                     Ok(Ok(mut resp)) => {
                         if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
@@ -327,12 +383,14 @@ async fn dispatch(
                                 .take()
                                 .expect("upgrade requests carry OnUpgrade");
                             let gw2 = Arc::clone(gw);
+                            let idle = settings.tunnel_idle_timeout;
                             ticket.hand_over();
                             tokio::spawn(async move {
-                                if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await) {
-                                    let mut up = TokioIo::new(up);
-                                    let mut down = TokioIo::new(down);
-                                    let _ = tokio::io::copy_bidirectional(&mut down, &mut up).await;
+                                if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await)
+                                    && tunnel(TokioIo::new(down), TokioIo::new(up), idle).await
+                                {
+                                    m::timeout("tunnel_idle");
+                                    tracing::info!(%vm, ?idle, "tunnel idle; closed");
                                 }
                                 gw2.finish_vm_request(vm);
                             });
@@ -351,8 +409,9 @@ async fn dispatch(
                             }
                             gw2.finish_vm_request_sent_at(vm, sent_at)
                         });
-                        let mut resp =
-                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        let idle = settings.response_body_idle_timeout;
+                        let mut resp = resp
+                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
                         resp.extensions_mut().insert(served_by_vm(vm));
                         return Ok(("vm", clean_response(resp)));
                     }
@@ -385,13 +444,16 @@ async fn dispatch(
                 let backend = gw.zone_backend(lease.zone);
                 // After the cold start: p excludes it (call scheduling).
                 let sent_at = Instant::now();
-                let called = tokio::time::timeout(
+                let (request, body_sent) = watch_body(request);
+                let called = head_timeout(
                     settings.upstream_timeout,
+                    body_sent,
                     backend.invoke(lease.instance(), request),
                 )
                 .await;
                 match called {
                     Err(_) => {
+                        m::timeout("upstream_head");
                         // Abandoned mid-request: an instance may still be busy with it,
                         // so it is stopped rather than handed to the next call.
                         // (A concurrency zone's slot is released by the guard.)
@@ -416,8 +478,9 @@ async fn dispatch(
                             }
                             gw2.finish_function(lease)
                         });
-                        let mut resp =
-                            resp.map(|b| body::boxed(GuardedBody::new(body::boxed(b), done)));
+                        let idle = settings.response_body_idle_timeout;
+                        let mut resp = resp
+                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
                         resp.extensions_mut().insert(served);
                         return Ok(("function", clean_response(resp)));
                     }
@@ -433,11 +496,138 @@ async fn dispatch(
                         }
                     }
                     Ok(Err(e)) => {
-                        return Err(("function", ProxyError::from_function(e, limit)));
+                        let e = ProxyError::from_function(e, limit);
+                        if e.fault() == super::error::Fault::Upstream {
+                            // The tier's own failure: counted in /status (issue 12 item 7).
+                            let failure = Failure::FailedAfterSend {
+                                response_started: false,
+                                request_available: false,
+                            };
+                            let _ = ticket.attempt_failed(failure);
+                        }
+                        return Err(("function", e));
                     }
                 }
             }
         }
+    }
+}
+
+/// Wrap `req`'s body so that the returned receiver resolves once it has been sent.
+fn watch_body(req: Request<Body>) -> (Request<Body>, tokio::sync::oneshot::Receiver<()>) {
+    let (parts, b) = req.into_parts();
+    let (b, sent) = body::EndSignal::new(b);
+    (Request::from_parts(parts, body::boxed(b)), sent)
+}
+
+/// Run `call` (an upstream attempt) until it returns the response head; give up
+/// `timeout` after the request body was sent (`body_sent`). A slow upload is covered by
+/// the request body idle timeout instead, so it never counts against the head wait
+/// (issue 12 item 2).
+async fn head_timeout<T>(
+    timeout: Duration,
+    body_sent: tokio::sync::oneshot::Receiver<()>,
+    call: impl Future<Output = T>,
+) -> Result<T, ()> {
+    let timer = async {
+        // An error: the body was dropped unsent (the call failed); the call ends first.
+        let _ = body_sent.await;
+        tokio::time::sleep(timeout).await;
+    };
+    tokio::select! {
+        biased;
+        r = call => Ok(r),
+        () = timer => Err(()),
+    }
+}
+
+/// An upstream response body under the response body idle timeout.
+fn response_idle<B>(idle: Duration, b: B) -> Body
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
+    B::Error: Into<body::BoxError>,
+{
+    body::response_idle_timeout(idle, b, move || {
+        m::timeout("response_body");
+        tracing::warn!(?idle, "upstream response body idle; response aborted");
+    })
+}
+
+/// Copy an `Upgrade` tunnel both ways until either side closes (`false`) or no byte
+/// moved either way for `idle` (`true`: closed for idleness).
+async fn tunnel<A, B>(down: A, up: B, idle: Duration) -> bool
+where
+    A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+    B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let last = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let mut down = Touch {
+        io: down,
+        last: Arc::clone(&last),
+    };
+    let mut up = Touch {
+        io: up,
+        last: Arc::clone(&last),
+    };
+    let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
+    tokio::pin!(copy);
+    loop {
+        let deadline = *last.lock().expect("tunnel clock") + idle;
+        tokio::select! {
+            _ = &mut copy => return false,
+            () = tokio::time::sleep_until(deadline) => {
+                if last.lock().expect("tunnel clock").elapsed() >= idle {
+                    return true;
+                }
+            }
+        }
+    }
+}
+
+/// An I/O object that records the time of its last successful read (tunnel idleness;
+/// every write follows a read of the other side).
+struct Touch<T> {
+    io: T,
+    last: Arc<std::sync::Mutex<Instant>>,
+}
+
+impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        let polled = std::pin::Pin::new(&mut this.io).poll_read(cx, buf);
+        if buf.filled().len() > before {
+            *this.last.lock().expect("tunnel clock") = Instant::now();
+        }
+        polled
+    }
+}
+
+impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Touch<T> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
     }
 }
 

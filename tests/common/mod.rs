@@ -35,10 +35,16 @@ impl Proc {
     /// [`Proc::spawn`] with extra environment variables (e.g. AWS credentials for the
     /// emulator).
     pub fn spawn_env(args: &[&str], env: &[(String, String)]) -> Proc {
-        let mut child = Command::new(exe())
-            .args(args)
+        let mut cmd = Command::new(exe());
+        cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
+        Proc::spawn_command(cmd)
+    }
+
+    /// Run `cmd` (e.g. the gateway under `sh -c 'ulimit …; exec …'`) with the same
+    /// capture as [`Proc::spawn`].
+    pub fn spawn_command(mut cmd: Command) -> Proc {
+        let mut child = cmd
             .env("RUST_LOG", "info")
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -173,6 +179,11 @@ impl Gateway {
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.proxy, path)
+    }
+
+    /// The file the gateway was started from (rewrite it, then reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("gateway.yaml")
     }
 
     pub fn status(&self) -> Value {
@@ -405,6 +416,7 @@ pub fn static_config(urls: &[String], extra_gateway: &str) -> String {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 {extra_gateway}
 libra:
   decision_epochs: 1000
@@ -430,6 +442,7 @@ pub fn function_http_config(url: &str, extra_gateway: &str) -> String {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 {extra_gateway}
 libra:
   decision_epochs: 1000

@@ -52,6 +52,9 @@ pub enum Reply {
     Hold,
     /// Write these bytes (a 101), then echo every byte back (a tunnel).
     Upgrade(Vec<u8>),
+    /// Close the connection without answering (an upstream that drops a reused
+    /// keep-alive connection as the request arrives, or dies mid-request).
+    Close,
 }
 
 /// `HTTP/1.1 200` with body `path=<target>` and a Content-Length.
@@ -308,6 +311,11 @@ fn serve(stream: TcpStream, conn: usize, state: &Mutex<State>, handler: &Handler
                     let _ = writer.shutdown(Shutdown::Both);
                     return;
                 }
+            }
+            Reply::Close => {
+                done(state);
+                let _ = writer.shutdown(Shutdown::Both);
+                return;
             }
             Reply::Hold => {
                 while r.more() {}
