@@ -226,6 +226,7 @@ async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
                 alpha: 0.3,
                 beta: 0.2,
                 decision_epochs: 100,
+                first_decision_epoch: None,
             },
             r_max_rps: 10.0,
             execute_scaling: true,

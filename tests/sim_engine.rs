@@ -454,3 +454,81 @@ fn adaptive_r_max_follows_the_modelled_vm_response_times() {
     assert!(max.report.r_max.is_none());
     assert!(max.series.iter().all(|e| e.r_max_rps == 10.0));
 }
+
+/// `config` with extra `libra:` keys (flow-mapping entries, e.g. `balancer: quota`).
+fn config_with(k: u32, libra_extra: &str) -> Config {
+    Config::from_yaml(
+        &format!(
+            "libra: {{epoch_seconds: 1, decision_epochs: {k}, phi: 1.0, rho: 0.8, alpha: 0.2, beta: 0.2, r_max_rps: 16, min_vms: 0, max_vms: 100, {libra_extra}}}\npricing: {{vm_hourly_usd: 0.10, function_memory_mb: 512, function_duration_ms: 1000}}\nsim:\n{BASE_SIM}"
+        ),
+        "quota.yaml",
+    )
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// LIBRA §III-C's quota and the authors' decision phase on a steady 12 req/s for 600 s.
+/// F = 1: the first decision closes epoch 0 (avg 12, std 0 → 1 VM, vm_reqs 12), the VM
+/// launches at 1 s and is ready at 101 s; K = 60 keeps it. From second 101 to 599 (499
+/// seconds) each second sends its first ρ·12 = 9.6 requests to the VM: truncated (the
+/// authors' int(0.8·int(12)) = 9) 499 · 9; real (fraction carried) ⌊499 · 9.6⌋.
+#[test]
+fn the_quota_and_the_first_decision_epoch_match_a_hand_computation() {
+    let t = counts(&"12\n".repeat(600));
+    let on_vm = |r: &PolicyRun| r.report.served - r.stats.function_served;
+    let trunc = run(
+        &config_with(
+            60,
+            "balancer: quota, quota_truncate: true, first_decision_epoch: 1",
+        ),
+        &t,
+        PolicyKind::Libra,
+    );
+    let ready_seconds = 600 - 101;
+    assert_eq!(trunc.stats.vms_launched, 1);
+    assert_eq!(on_vm(&trunc), ready_seconds * 9);
+    // Billed from launch (1 s) to the last VM call's end (599 s + 8/12 s + 1 s → 600.67,
+    // per second rounded up) = 600 s.
+    assert_eq!(trunc.stats.vm_billed_seconds, 600.0);
+    assert_eq!(trunc.report.sla_violations, 0);
+    let ready: Vec<u32> = trunc.series.iter().map(|e| e.vms_ready).collect();
+    assert_eq!((ready[99], ready[101]), (0, 1), "ready at 101 s");
+
+    let real = run(
+        &config_with(60, "balancer: quota, first_decision_epoch: 1"),
+        &t,
+        PolicyKind::Libra,
+    );
+    assert_eq!(on_vm(&real), (ready_seconds as f64 * 9.6).floor() as u64);
+
+    // Without F the first decision waits for K = 60 epochs: the VM is ready at 160 s.
+    let late = run(
+        &config_with(60, "balancer: quota, quota_truncate: true"),
+        &t,
+        PolicyKind::Libra,
+    );
+    assert_eq!(on_vm(&late), (600 - 160) * 9);
+    assert!(late.report.cost_usd.function > trunc.report.cost_usd.function);
+}
+
+#[test]
+fn quota_truncate_without_the_quota_rule_is_one_clear_error() {
+    let e = Config::from_yaml("libra: {quota_truncate: true}\n", "bad.yaml")
+        .expect_err("the token bucket has no quota");
+    let msg = e.to_string();
+    assert!(msg.contains("libra.quota_truncate"), "{msg}");
+    let e = Config::from_yaml("libra: {first_decision_epoch: 0}\n", "bad.yaml").expect_err("F ≥ 1");
+    assert!(e.to_string().contains("libra.first_decision_epoch"), "{e}");
+}
+
+/// `sim.max_fixed_vms` replaces MAX's peak sizing (the authors' fleet of 292).
+#[test]
+fn max_fixed_vms_sets_the_max_fleet() {
+    let t = counts(&"10\n".repeat(100));
+    let sim = format!("{BASE_SIM}  max_fixed_vms: 3\n");
+    let r = run(&config(60, 16.0, &sim), &t, PolicyKind::Max);
+    assert_eq!(r.stats.vms_launched, 3);
+    // Each VM is billed its 60 s minimum or the run, whichever is longer: 100.9 s → 101 s.
+    assert_eq!(r.stats.vm_billed_seconds, 3.0 * 101.0);
+    let peak = run(&config(60, 16.0, BASE_SIM), &t, PolicyKind::Max);
+    assert_eq!(peak.stats.vms_launched, 1, "ceil(10 / 16)");
+}

@@ -24,6 +24,9 @@ pub struct SimSection {
     pub sla_ms: f64,
     /// AUTO and Spock parameters (LIBRA §IV).
     pub auto: AutoConfig,
+    /// MAX runs this many VMs for the whole trace (the LIBRA authors' fixed fleet of
+    /// `max_num_instance`); absent: `ceil(peak second / r_max)`.
+    pub max_fixed_vms: Option<u32>,
 }
 
 impl Default for SimSection {
@@ -34,6 +37,7 @@ impl Default for SimSection {
             function: FunctionModelConfig::default(),
             sla_ms: 1000.0,
             auto: AutoConfig::default(),
+            max_fixed_vms: None,
         }
     }
 }
@@ -314,6 +318,12 @@ impl SimSection {
         }
         if self.vm.slots == 0 {
             is.push("sim.vm.slots", "must be at least 1");
+        }
+        if self.max_fixed_vms == Some(0) {
+            is.push(
+                "sim.max_fixed_vms",
+                "must be at least 1 (or absent to size MAX for the peak)",
+            );
         }
         is.non_negative("sim.vm.boot_seconds", self.vm.boot_seconds);
         is.non_negative(

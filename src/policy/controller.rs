@@ -449,6 +449,7 @@ mod tests {
                 alpha: 0.5,
                 beta: 0.5,
                 decision_epochs: 2,
+                first_decision_epoch: None,
             },
             r_max_rps: 10.0,
             execute_scaling: true,

@@ -84,6 +84,8 @@ pub struct SimParams {
     /// VM request's modelled response time (queue wait + service). The baselines keep
     /// the static r_max.
     pub r_max_adaptive: Option<RMaxParams>,
+    /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
+    pub max_fixed_vms: Option<u32>,
 }
 
 impl SimParams {
@@ -124,12 +126,15 @@ impl SimParams {
             pricing: c.pricing.function_pricing(),
             vm_hourly_usd: c.pricing.vm_hourly_usd,
             r_max_adaptive: c.r_max_adaptive_params(),
+            max_fixed_vms: s.max_fixed_vms,
         })
     }
 
-    /// MAX's pool for `trace`: `ceil(peak / r_max)` VMs.
+    /// MAX's pool for `trace`: `sim.max_fixed_vms` when set, else `ceil(peak / r_max)`
+    /// VMs.
     pub fn max_vms_for(&self, trace: &Trace) -> u32 {
-        (trace.peak_rps() / self.libra.r_max_rps).ceil().max(0.0) as u32
+        self.max_fixed_vms
+            .unwrap_or_else(|| (trace.peak_rps() / self.libra.r_max_rps).ceil().max(0.0) as u32)
     }
 
     /// The policy parameters [`PolicyKind::build`] needs for `trace`.
