@@ -117,6 +117,12 @@ fn one_burst_on_too_few_vms_queues_exactly_the_excess() {
     let r = run(&c, &t, PolicyKind::Max);
     assert_eq!(r.stats.vms_launched, 4);
     assert_eq!(r.report.sla_violations, 36);
+    // Request j arrives at 10 + j/100 s; the queued ones start at 11 + (j − 64)/100 s,
+    // in second 11: all 36 are also "delayed" in the authors' whole-second sense.
+    assert_eq!(r.report.delayed, 36);
+    let row = &r.series[10];
+    assert_eq!((row.load, row.violations, row.delayed), (100, 36, 36));
+    assert!(r.series.iter().map(|e| e.delayed).sum::<u64>() == 36);
     assert_eq!(
         r.report.response_ms.mean,
         (64.0 * 1000.0 + 36.0 * 1360.0) / 100.0
@@ -235,6 +241,7 @@ fn the_report_has_exactly_the_issue_fields() {
         [
             "cold_starts",
             "cost_usd",
+            "delayed",
             "function_gb_seconds",
             "function_share",
             "name",

@@ -257,6 +257,10 @@ struct Engine<'a> {
     served: u64,
     throttled: u64,
     violations: u64,
+    delayed: u64,
+    /// SLA violations and delayed requests of the open epoch (for the series).
+    epoch_violations: u64,
+    epoch_delayed: u64,
     sum_response_ns: u128,
     hist: Histogram<u64>,
     cold_starts: u64,
@@ -358,6 +362,10 @@ impl<'a> Engine<'a> {
         }
         self.core.handle_timeout(dur(end));
         self.open_epoch += 1;
+        let (violations, delayed) = (
+            std::mem::take(&mut self.epoch_violations),
+            std::mem::take(&mut self.epoch_delayed),
+        );
         self.drain_actions(end, false);
         if let Some(series) = self.series.as_mut() {
             let st = self.core.controller().status();
@@ -370,6 +378,8 @@ impl<'a> Engine<'a> {
                 vms_ready: st.pool.ready,
                 function_calls: st.routed.function - self.last_routed_fn,
                 r_max_rps: st.r_max_rps,
+                violations,
+                delayed,
             });
             self.last_routed_fn = st.routed.function;
         }
@@ -391,13 +401,20 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// A request that arrived at `arrival` got its VM slot or function instance at
+    /// `start` and responds at `done` (ns).
     #[inline]
-    fn respond(&mut self, arrival: u64, done: u64) {
+    fn respond(&mut self, arrival: u64, start: u64, done: u64) {
         let r = done - arrival;
         self.served += 1;
         self.sum_response_ns += u128::from(r);
         if r > self.p.sla_ns {
             self.violations += 1;
+            self.epoch_violations += 1;
+        }
+        if start / NS > arrival / NS {
+            self.delayed += 1;
+            self.epoch_delayed += 1;
         }
         self.hist.saturating_record(r / 1000);
     }
@@ -457,7 +474,7 @@ impl<'a> Engine<'a> {
                 }
                 let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
                 self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
-                self.respond(t, end);
+                self.respond(t, start, end);
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
@@ -482,11 +499,14 @@ impl<'a> Engine<'a> {
                 self.stats.function_served += 1;
                 let end = start + service_ns;
                 self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
-                self.respond(t, end);
+                // A function call is dispatched on arrival (its start-up is latency, not
+                // a queue): never delayed.
+                self.respond(t, t, end);
             }
             Decision::Reject { reason } | Decision::Queue { reason } => {
                 self.throttled += 1;
                 self.violations += 1;
+                self.epoch_violations += 1;
                 if reason != RouteReason::SpillBackRejected {
                     self.stats.rejected += 1;
                 }
@@ -552,6 +572,9 @@ pub fn run_policy(
         served: 0,
         throttled: 0,
         violations: 0,
+        delayed: 0,
+        epoch_violations: 0,
+        epoch_delayed: 0,
         sum_response_ns: 0,
         // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
         hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
@@ -673,6 +696,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         } else {
             e.violations as f64 * 100.0 / arrived as f64
         },
+        delayed: e.delayed,
         cost_usd: CostBreakdown {
             total: vm_cost + fn_cost,
             vm: vm_cost,
