@@ -333,3 +333,76 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
         "{err}"
     );
 }
+
+/// Issue 14: an all-zero day is simulated (idle cost is a valid question), every report
+/// starts with the effective model, a model that makes the SLA unreachable is warned
+/// about, an events trace of Unix timestamps runs from its first event, and
+/// `--csv-max-rows` bounds the series by merging epochs.
+#[test]
+fn idle_traces_model_line_sla_warning_offset_and_csv_rows() {
+    let bin = env!("CARGO_BIN_EXE_spillway");
+    let dir = tempfile::tempdir().unwrap();
+    let zero = dir.path().join("zero.txt");
+    std::fs::write(&zero, "0\n".repeat(3600)).unwrap();
+    let csv = dir.path().join("s.csv");
+    let cfg = root("config/sim/libra-paper.yaml");
+    let out = std::process::Command::new(bin)
+        .args(["sim", "--config", cfg.to_str().unwrap(), "--trace"])
+        .arg(&zero)
+        .args(["--policy", "auto", "--json", "-", "--csv"])
+        .arg(&csv)
+        .args(["--csv-max-rows", "100"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let auto = &v["policies"][0];
+    assert_eq!(auto["requests"], 0);
+    // AUTO keeps its 10 initial VMs for the hour: 10 VM-hours at $0.10.
+    assert!(
+        (auto["cost_usd"]["vm"].as_f64().unwrap() - 1.0).abs() < 1e-9,
+        "{auto}"
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("model: service fixed 1000 ms"), "{err}");
+    assert!(
+        !err.contains("warning"),
+        "the paper preset can meet its SLA: {err}"
+    );
+    let rows: Vec<String> = std::fs::read_to_string(&csv)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(str::to_string)
+        .collect();
+    assert!(rows.len() <= 100 && rows.len() >= 50, "{}", rows.len());
+    assert!(rows.last().unwrap().starts_with("auto,3600,"), "{rows:?}");
+
+    // No `sim:` section: 1000 ms service + 5 ms warm start > 1000 ms SLA.
+    let events = dir.path().join("unix.txt");
+    let text: String = (0..50)
+        .map(|i| format!("{}\n", 1_700_000_000 + i))
+        .collect();
+    std::fs::write(&events, text).unwrap();
+    let bare = dir.path().join("bare.yaml");
+    std::fs::write(&bare, "version: 1\n").unwrap();
+    let out = std::process::Command::new(bin)
+        .args(["sim", "--format", "events", "--config"])
+        .arg(&bare)
+        .arg("--trace")
+        .arg(&events)
+        .args(["--policy", "faas"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("warning: every function call misses the SLA"),
+        "{err}"
+    );
+    assert!(
+        stdout.contains("clock 0 = trace second 1700000000"),
+        "{stdout}"
+    );
+}

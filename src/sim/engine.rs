@@ -37,7 +37,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
-use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs};
+use super::report::{CostBreakdown, EpochRow, PolicyReport, RMaxReport, ResponseMs, SeriesBuffer};
 use super::trace::Trace;
 use crate::config::Config;
 use crate::config::sim::{FunctionModelConfig, VmModelConfig};
@@ -267,7 +267,7 @@ struct Engine<'a> {
     /// Σ memory_mb · billed_ms over function calls.
     mb_ms: u128,
     last_done_ns: u64,
-    series: Option<Vec<EpochRow>>,
+    series: Option<SeriesBuffer>,
     last_routed_fn: u64,
 }
 
@@ -543,6 +543,19 @@ pub fn run_policy(
     series: bool,
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
+    run_policy_with(p, trace, kind, seed, series.then_some(usize::MAX), progress)
+}
+
+/// [`run_policy`] recording at most `series_rows` per-epoch rows (`None`: no series);
+/// longer runs merge neighbouring epochs ([`SeriesBuffer`]).
+pub fn run_policy_with(
+    p: &SimParams,
+    trace: &Trace,
+    kind: PolicyKind,
+    seed: u64,
+    series_rows: Option<usize>,
+    progress: &mut dyn FnMut(u64),
+) -> PolicyRun {
     let (scaler, router) = kind.build(&p.policy_params(trace));
     let adaptive = if kind == PolicyKind::Libra {
         p.r_max_adaptive.clone()
@@ -581,7 +594,7 @@ pub fn run_policy(
         cold_starts: 0,
         mb_ms: 0,
         last_done_ns: 0,
-        series: series.then(Vec::new),
+        series: series_rows.map(SeriesBuffer::new),
         last_routed_fn: 0,
     };
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
@@ -725,7 +738,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     PolicyRun {
         report,
         stats: e.stats,
-        series: e.series.unwrap_or_default(),
+        series: e.series.map(SeriesBuffer::finish).unwrap_or_default(),
     }
 }
 

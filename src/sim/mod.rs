@@ -25,7 +25,7 @@ pub mod trace;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use engine::{PolicyKind, PolicyRun, SimParams, run_policy};
+use engine::{PolicyKind, PolicyRun, SimParams, run_policy_with};
 use report::SimReport;
 use trace::Trace;
 
@@ -86,11 +86,37 @@ pub fn simulate(
     series: bool,
     progress: &mut dyn FnMut(usize, u64),
 ) -> Result<(SimReport, Vec<PolicyRun>), SimError> {
+    simulate_with(
+        config,
+        trace,
+        policies,
+        seed,
+        series.then_some(usize::MAX),
+        progress,
+    )
+}
+
+/// [`simulate`] with at most `series_rows` per-epoch rows per policy (`None`: no series).
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_with(
+    config: &Config,
+    trace: &Trace,
+    policies: &[PolicyKind],
+    seed: u64,
+    series_rows: Option<usize>,
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<(SimReport, Vec<PolicyRun>), SimError> {
     let params = SimParams::from_config(config)?;
     let runs: Vec<PolicyRun> = policies
         .iter()
         .enumerate()
-        .map(|(i, &k)| run_policy(&params, trace, k, seed, series, &mut |n| progress(i, n)))
+        .map(|(i, &k)| {
+            run_policy_with(&params, trace, k, seed, series_rows, &mut |n| {
+                progress(i, n)
+            })
+        })
         .collect();
     let report = SimReport {
         policies: runs.iter().map(|r| r.report.clone()).collect(),

@@ -124,6 +124,89 @@ pub struct EpochRow {
     pub delayed: u64,
 }
 
+impl EpochRow {
+    /// This row followed by `later` as one row (a `--csv-max-rows` aggregate): the end
+    /// time and levels (EWMAs, budget, VMs ready, r_max) of `later`, the counts (load,
+    /// function calls, violations, delayed) summed.
+    pub fn merged(&self, later: &EpochRow) -> EpochRow {
+        EpochRow {
+            time_s: later.time_s,
+            load: self.load + later.load,
+            function_calls: self.function_calls + later.function_calls,
+            violations: self.violations + later.violations,
+            delayed: self.delayed + later.delayed,
+            ..later.clone()
+        }
+    }
+}
+
+/// A per-epoch series of at most `max_rows` rows: when full, neighbouring rows are merged
+/// pairwise and every later row covers twice as many epochs, so memory stays bounded on
+/// traces of any length (`--csv-max-rows`).
+#[derive(Clone, Debug)]
+pub struct SeriesBuffer {
+    rows: Vec<EpochRow>,
+    max_rows: usize,
+    /// Epochs per row.
+    group: u64,
+    pending: Option<(EpochRow, u64)>,
+}
+
+impl SeriesBuffer {
+    /// An empty series of at most `max_rows` (≥ 2 is used) rows.
+    pub fn new(max_rows: usize) -> Self {
+        Self {
+            rows: Vec::new(),
+            max_rows: max_rows.max(2),
+            group: 1,
+            pending: None,
+        }
+    }
+
+    /// Append one epoch.
+    pub fn push(&mut self, row: EpochRow) {
+        let (merged, n) = match self.pending.take() {
+            Some((p, n)) => (p.merged(&row), n + 1),
+            None => (row, 1),
+        };
+        if n < self.group {
+            self.pending = Some((merged, n));
+            return;
+        }
+        if self.rows.len() == self.max_rows {
+            let rows = std::mem::take(&mut self.rows);
+            self.rows = rows
+                .chunks(2)
+                .map(|c| match c {
+                    [a, b] => a.merged(b),
+                    [a] => a.clone(),
+                    _ => unreachable!("chunks of two"),
+                })
+                .collect();
+            self.group *= 2;
+            // The row just completed covers half a new group: keep it pending.
+            if n < self.group {
+                self.pending = Some((merged, n));
+                return;
+            }
+        }
+        self.rows.push(merged);
+    }
+
+    /// The rows, the last partial group included.
+    pub fn finish(mut self) -> Vec<EpochRow> {
+        if let Some((p, _)) = self.pending.take() {
+            if self.rows.len() == self.max_rows {
+                let last = self.rows.pop().expect("full");
+                self.rows.push(last.merged(&p));
+            } else {
+                self.rows.push(p);
+            }
+        }
+        self.rows
+    }
+}
+
 fn fmt_f(x: f64) -> String {
     if x.is_finite() {
         format!("{x}")
@@ -220,4 +303,49 @@ pub fn table(reports: &[PolicyReport]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: u64) -> EpochRow {
+        EpochRow {
+            time_s: i as f64,
+            load: i,
+            avg_rps: i as f64 / 2.0,
+            std_rps: 0.0,
+            vm_reqs_rps: 0.0,
+            vms_ready: i as u32,
+            function_calls: 1,
+            r_max_rps: 16.0,
+            violations: i % 2,
+            delayed: 0,
+        }
+    }
+
+    #[test]
+    fn a_full_series_merges_neighbours_and_keeps_totals_and_the_last_levels() {
+        // 11 epochs into 4 rows: groups of 1 → 2 → 4 epochs.
+        let mut s = SeriesBuffer::new(4);
+        for i in 1..=11 {
+            s.push(row(i));
+        }
+        let rows = s.finish();
+        assert!(rows.len() <= 4, "{rows:?}");
+        assert_eq!(
+            rows.iter().map(|r| r.load).sum::<u64>(),
+            (1..=11).sum::<u64>()
+        );
+        assert_eq!(rows.iter().map(|r| r.function_calls).sum::<u64>(), 11);
+        assert_eq!(rows.iter().map(|r| r.violations).sum::<u64>(), 6);
+        let last = rows.last().unwrap();
+        assert_eq!((last.time_s, last.vms_ready, last.avg_rps), (11.0, 11, 5.5));
+        // Row boundaries are increasing times.
+        assert!(rows.windows(2).all(|w| w[0].time_s < w[1].time_s));
+        // Below the cap nothing merges.
+        let mut s = SeriesBuffer::new(100);
+        (1..=11).for_each(|i| s.push(row(i)));
+        assert_eq!(s.finish(), (1..=11).map(row).collect::<Vec<_>>());
+    }
 }
