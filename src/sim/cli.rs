@@ -342,6 +342,11 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     // The run's wall-clock time is reported to the user; it never feeds the simulation.
     #[allow(clippy::disallowed_methods)]
     let wall = std::time::Instant::now();
+    // Without a terminal (CI logs, pipes): one progress line every 10 s instead of a bar.
+    let lines = !args.quiet && !std::io::stderr().is_terminal();
+    let mut last_line = 0u64;
+    let mut done = vec![0u64; policies.len()];
+    let all = total * policies.len() as u64;
     let (report, runs) = super::simulate_with(
         &config,
         &trace,
@@ -349,8 +354,18 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
         args.seed,
         (args.csv.is_some() || args.plot.is_some()).then_some(args.csv_max_rows.max(1)),
         &mut |i, n| {
+            done[i] = n;
+            let sum: u64 = done.iter().sum();
             bar.set_message(policies[i].name());
-            bar.set_position(i as u64 * total + n);
+            bar.set_position(sum);
+            let secs = wall.elapsed().as_secs();
+            if lines && secs >= last_line + 10 {
+                last_line = secs - secs % 10;
+                eprintln!(
+                    "progress: {sum} of {all} requests ({:.0} %) after {secs} s",
+                    sum as f64 * 100.0 / all.max(1) as f64
+                );
+            }
         },
     )?;
     bar.finish_and_clear();
