@@ -57,6 +57,11 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
         ),
         (1.0, 300, 1.0, 0.8, 0.2, 0.2, 16.0)
     );
+    // The authors' balancer and phase (issue 14): the first int(ρ·int(avg+φ·std)) requests
+    // of each second to VMs, decisions after seconds 1, 301, …, no CIP rule.
+    assert_eq!(l.balancer, spillway::config::BalancerRule::Quota);
+    assert!(l.quota_truncate);
+    assert_eq!((l.first_decision_epoch, l.cip_rps), (Some(1), Some(0.0)));
     assert_eq!(c.pricing.vm_hourly_usd, 0.10);
     assert_eq!(
         (c.pricing.function_memory_mb, c.pricing.function_duration_ms),
