@@ -136,7 +136,7 @@ fn run_sim_writes_json_csv_and_plot() {
     assert_eq!(v["policies"][1]["requests"], 13_000);
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     assert!(csv_text.starts_with(
-        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed\nlibra,1,20,"
+        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed,utilisation,cost_usd\nlibra,1,20,"
     ));
     assert_eq!(csv_text.lines().count(), 1 + 2 * 600);
     let svg_text = std::fs::read_to_string(&svg).unwrap();

@@ -630,3 +630,23 @@ fn the_paper_preset_follows_the_authors_rules_on_the_square_wave() {
 fn counts_of(c: &[u64]) -> Trace {
     counts(&c.iter().map(|x| format!("{x}\n")).collect::<String>())
 }
+
+/// The per-epoch series carries the utilisation and the cost so far (issue 14): MAX's one
+/// VM at 10 req/s of 1 s calls on 16 slots is 10/16 busy; FAAS's running cost at the
+/// trace end is every call started so far.
+#[test]
+fn the_series_has_utilisation_and_cost_so_far() {
+    let c = config(60, 16.0, BASE_SIM);
+    let t = counts(&"10\n".repeat(600));
+    let max = run(&c, &t, PolicyKind::Max);
+    let steady = &max.series[300];
+    assert_eq!(steady.vm_utilisation, Some(10.0 / 16.0));
+    // Billed from t = 0 to the epoch end at 301 s.
+    assert!(close(steady.cost_usd, 301.0 / 3600.0 * 0.10), "{steady:?}");
+    let faas = run(&c, &t, PolicyKind::Faas);
+    let last = faas.series.last().unwrap();
+    assert_eq!(last.vm_utilisation, None, "no VM");
+    assert!(close(last.cost_usd, faas.report.cost_usd.total));
+    let costs: Vec<f64> = faas.series.iter().map(|r| r.cost_usd).collect();
+    assert!(costs.windows(2).all(|w| w[0] <= w[1]), "a running total");
+}

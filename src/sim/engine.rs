@@ -248,7 +248,10 @@ struct Engine<'a> {
     busy: VecDeque<f64>,
     epoch_ns: u64,
     open_epoch: u64,
+    /// Measure VM utilisation per epoch (AUTO and Spock need it; the series shows it).
     measure_util: bool,
+    /// Pass it to the scaling policy (AUTO, Spock).
+    feed_util: bool,
     /// Report VM response times to the core (adaptive r_max).
     measure_latency: bool,
     trace_end_ns: u64,
@@ -346,6 +349,7 @@ impl<'a> Engine<'a> {
 
     /// Close the epoch ending at `end` (ns).
     fn close_epoch(&mut self, end: u64) {
+        let mut utilisation = None;
         if self.measure_util {
             self.integrate_cap(end);
             let busy = self.busy.pop_front().unwrap_or(0.0);
@@ -357,7 +361,10 @@ impl<'a> Engine<'a> {
             } else {
                 0.0
             };
-            self.core.set_vm_utilisation(u);
+            if self.feed_util {
+                self.core.set_vm_utilisation(u);
+            }
+            utilisation = (cap > 0.0).then_some(u);
             self.cap_integral = 0.0;
         }
         self.core.handle_timeout(dur(end));
@@ -367,6 +374,11 @@ impl<'a> Engine<'a> {
             std::mem::take(&mut self.epoch_delayed),
         );
         self.drain_actions(end, false);
+        let cost_usd = if self.series.is_some() {
+            self.cost_so_far(end)
+        } else {
+            0.0
+        };
         if let Some(series) = self.series.as_mut() {
             let st = self.core.controller().status();
             series.push(EpochRow {
@@ -380,9 +392,33 @@ impl<'a> Engine<'a> {
                 r_max_rps: st.r_max_rps,
                 violations,
                 delayed,
+                vm_utilisation: utilisation,
+                cost_usd,
             });
             self.last_routed_fn = st.routed.function;
         }
+    }
+
+    /// VM and function cost billed up to `now` (ns), USD: VMs as if stopped at `now`
+    /// (still running ones included), function calls started so far.
+    fn cost_so_far(&self, now: u64) -> f64 {
+        let p = self.p;
+        let vm_s: f64 = self
+            .vms
+            .iter()
+            .map(|v| {
+                vm_billed_seconds(
+                    &p.vm,
+                    v.launch_ns as f64 / 1e9,
+                    v.ready_ns.map(|r| r as f64 / 1e9),
+                    v.stop_ns.unwrap_or(now).min(now) as f64 / 1e9,
+                )
+            })
+            .sum();
+        vm_s / 3600.0 * p.vm_hourly_usd
+            + (self.mb_ms as f64) / 1024.0 / 1000.0 * p.pricing.gb_second_usd
+            + self.stats.function_served as f64
+                * (p.pricing.request_usd + p.pricing.api_gateway_request_usd)
     }
 
     fn add_busy(&mut self, start: u64, end: u64) {
@@ -578,7 +614,8 @@ pub fn run_policy_with(
         busy: VecDeque::new(),
         epoch_ns,
         open_epoch: 0,
-        measure_util: kind.uses_utilisation(),
+        measure_util: kind.uses_utilisation() || series_rows.is_some(),
+        feed_util: kind.uses_utilisation(),
         measure_latency,
         trace_end_ns: (trace.duration_s * 1e9).round() as u64,
         stats: RunStats::default(),

@@ -122,6 +122,11 @@ pub struct EpochRow {
     /// Requests that arrived in the epoch and started in a later second
     /// ([`PolicyReport::delayed`]).
     pub delayed: u64,
+    /// Busy VM slot-time ÷ ready slot-time over the epoch, 0–1 (above 1 when queues
+    /// build); `None` without a ready VM.
+    pub vm_utilisation: Option<f64>,
+    /// Cost billed up to the epoch's end, USD (running VMs as if stopped then).
+    pub cost_usd: f64,
 }
 
 impl EpochRow {
@@ -135,6 +140,11 @@ impl EpochRow {
             function_calls: self.function_calls + later.function_calls,
             violations: self.violations + later.violations,
             delayed: self.delayed + later.delayed,
+            // The utilisation of the merged epochs, weighted equally.
+            vm_utilisation: match (self.vm_utilisation, later.vm_utilisation) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
             ..later.clone()
         }
     }
@@ -216,17 +226,19 @@ fn fmt_f(x: f64) -> String {
 }
 
 /// The per-epoch series as CSV:
-/// `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed`
-/// (`vm_reqs` empty when unlimited).
+/// `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed,
+/// utilisation,cost_usd` (`vm_reqs` empty when unlimited, `utilisation` without a ready
+/// VM).
 pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
     let mut out = String::from(
-        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed\n",
+        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed,\
+         utilisation,cost_usd\n",
     );
     for (name, rows) in series {
         for r in *rows {
             let _ = writeln!(
                 out,
-                "{name},{},{},{},{},{},{},{},{},{},{}",
+                "{name},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.time_s,
                 r.load,
                 r.avg_rps,
@@ -236,7 +248,9 @@ pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
                 r.function_calls,
                 r.r_max_rps,
                 r.violations,
-                r.delayed
+                r.delayed,
+                r.vm_utilisation.map_or(String::new(), fmt_f),
+                r.cost_usd
             );
         }
     }
@@ -321,6 +335,8 @@ mod tests {
             r_max_rps: 16.0,
             violations: i % 2,
             delayed: 0,
+            vm_utilisation: None,
+            cost_usd: i as f64,
         }
     }
 
