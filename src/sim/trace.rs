@@ -136,13 +136,17 @@ fn parse_err(file: &Path, line: usize, message: impl Into<String>) -> SimError {
     }
 }
 
-/// Read a text file: a UTF-8 byte-order mark is skipped; a byte that is not UTF-8 is a
-/// [`SimError::Parse`] naming its line.
+/// Read a text file (a trace or a side file): a UTF-8 byte-order mark is skipped; a byte
+/// that is not UTF-8 is a [`SimError::Parse`] naming its line.
 fn read(path: &Path) -> Result<String, SimError> {
     let bytes = std::fs::read(path).map_err(|source| SimError::Io {
         path: path.to_owned(),
         source,
     })?;
+    let bytes = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
+        Some(rest) => rest.to_vec(),
+        None => bytes,
+    };
     String::from_utf8(bytes).map_err(|e| {
         let bytes = e.as_bytes();
         let at = e.utf8_error().valid_up_to();
