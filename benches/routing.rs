@@ -19,6 +19,7 @@ fn controller(vms: u32) -> Controller {
             alpha: 0.2,
             beta: 0.2,
             decision_epochs: 1_000_000,
+            first_decision_epoch: None,
         },
         r_max_rps: 1000.0,
         execute_scaling: true,

@@ -11,6 +11,7 @@ use std::time::Duration;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use spillway::config::Config;
 use spillway::sim::engine::{PolicyKind, SimParams, run_policy};
+use spillway::sim::simulate;
 use spillway::sim::trace::{Trace, TraceOptions};
 
 fn trace() -> Trace {
@@ -49,6 +50,19 @@ fn bench(c: &mut Criterion) {
             b.iter(|| run_policy(&params, &trace, kind, 1, false, &mut |_| {}))
         });
     }
+    g.finish();
+    // What `spillway sim --policy all` does: the five policies, one per core (issue 14
+    // goal: full WITS in ≤ 2 s wall on 2 cores). Throughput counts every policy's requests.
+    let mut g = c.benchmark_group("sim_all");
+    g.throughput(Throughput::Elements(
+        trace.total_requests() * PolicyKind::ALL.len() as u64,
+    ));
+    g.sample_size(10);
+    g.measurement_time(Duration::from_secs(15));
+    g.warm_up_time(Duration::from_secs(1));
+    g.bench_function("five_policies_parallel", |b| {
+        b.iter(|| simulate(&config, &trace, &PolicyKind::ALL, 1, false, &mut |_, _| {}))
+    });
     g.finish();
 }
 

@@ -27,6 +27,7 @@ fn config(vm: SocketAddr, order: &str) -> String {
 gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
 libra:
   decision_epochs: 1000
   r_max_rps: 1000

@@ -38,6 +38,7 @@ fn controller(rho: f64, r_max: f64, k: u32, min_vms: u32, max_vms: u32, cip: f64
             alpha: 0.3,
             beta: 0.3,
             decision_epochs: k,
+            first_decision_epoch: None,
         },
         r_max_rps: r_max,
         execute_scaling: true,

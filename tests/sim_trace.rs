@@ -308,3 +308,79 @@ proptest! {
         prop_assert_eq!(t.total_requests(), (n as f64 / divisor).round() as u64);
     }
 }
+
+/// Issue 14's trace robustness: a byte-order mark is accepted, a non-UTF-8 byte names its
+/// line, `+5` is not a count, a count above u32 stops at its line, and the wrong
+/// `--format` says which one the file looks like.
+#[test]
+fn bom_non_utf8_signs_huge_counts_and_the_wrong_format_are_handled() {
+    let dir = tempfile::tempdir().unwrap();
+    let bom = dir.path().join("bom.txt");
+    std::fs::write(&bom, b"\xEF\xBB\xBF3\n4\n").unwrap();
+    let t = Trace::load(&bom, &opts(TraceFormat::Counts)).unwrap();
+    assert_eq!((t.total_requests(), t.duration_s), (7, 2.0));
+
+    let latin1 = dir.path().join("latin1.txt");
+    std::fs::write(&latin1, b"3\n4\n5\xE9\n").unwrap();
+    let err = Trace::load(&latin1, &opts(TraceFormat::Counts)).unwrap_err();
+    assert!(
+        matches!(err, SimError::Parse { line: 3, .. }),
+        "{err}: line 3 holds the byte"
+    );
+    assert!(err.to_string().contains("0xE9"), "{err}");
+
+    let (line, msg) = parse_error("3\n+5\n", TraceFormat::Counts);
+    assert_eq!(line, 2, "{msg}");
+    assert!(
+        !msg.contains("--format events"),
+        "+5 is no event time: {msg}"
+    );
+
+    let huge = format!("1\n{}\n", u64::from(u32::MAX) + 1);
+    let (line, msg) = parse_error(&huge, TraceFormat::Counts);
+    assert_eq!(line, 2);
+    assert!(msg.contains("--rate-divisor"), "{msg}");
+    // Divided by 2 it fits.
+    let o = TraceOptions {
+        rate_divisor: 2.0,
+        ..opts(TraceFormat::Counts)
+    };
+    assert!(Trace::parse(&huge, Path::new("x"), &o).is_ok());
+
+    // A counts trace read as events fails at the first decrease, naming the format.
+    let (line, msg) = parse_error("234\n325\n212\n", TraceFormat::Events);
+    assert_eq!(line, 3);
+    assert!(msg.contains("--format counts"), "{msg}");
+    // An events trace read as counts.
+    let (line, msg) = parse_error("0.25 1\n0.5 2\n", TraceFormat::Counts);
+    assert_eq!(line, 1);
+    assert!(msg.contains("--format events"), "{msg}");
+    let (_, msg) = parse_error("app,func,end_timestamp,duration\n", TraceFormat::Counts);
+    assert!(msg.contains("azure2021"), "{msg}");
+}
+
+/// An events trace of Unix timestamps starts its clock at the first event's whole
+/// second (reported as the offset), not at 1970.
+#[test]
+fn an_events_trace_starts_at_its_first_event() {
+    let text: String = (0..1000)
+        .map(|i| format!("{:.1}\n", 1.7e9 + 0.5 + f64::from(i) * 0.1))
+        .collect();
+    let t = Trace::parse(&text, Path::new("unix.txt"), &opts(TraceFormat::Events)).unwrap();
+    assert_eq!(t.offset_s, 1.7e9);
+    let a = arrivals(&t);
+    assert_eq!(a[0].at_ns, 500_000_000, "the sub-second phase is kept");
+    assert!(
+        (t.duration_s - (0.5 + 99.9)).abs() < 1e-6,
+        "{}",
+        t.duration_s
+    );
+    // With --from the window start is the origin, as before.
+    let o = TraceOptions {
+        from_s: Some(1.7e9 + 50.0),
+        ..opts(TraceFormat::Events)
+    };
+    let w = Trace::parse(&text, Path::new("unix.txt"), &o).unwrap();
+    assert_eq!(w.offset_s, 1.7e9 + 50.0);
+    assert_eq!(arrivals(&w)[0].at_ns, 0, "the event at 1.7e9 + 50.0 s");
+}

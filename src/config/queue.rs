@@ -118,7 +118,7 @@ mod tests {
     #[test]
     fn queue_routes_and_slots_are_read_and_mapped() {
         let c = Config::from_yaml(
-            "vm_pool: {type: static, urls: [\"http://127.0.0.1:1\"], slots_per_vm: 3}\n\
+            "vm_pool: {type: static, urls: [\"http://192.0.2.1:1\"], slots_per_vm: 3}\n\
              queue: {order: fair_choice, max_queue_length: 7, max_queue_wait_seconds: 2.5,\n  \
              default_processing_ms: 40, fair_choice_window_seconds: 90}\n\
              routes:\n  - {name: thumb, path_prefix: /api/thumb, methods: [GET]}\n",

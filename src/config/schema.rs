@@ -364,6 +364,15 @@ pub struct LibraConfig {
     pub rho: f64,
     /// K: the scaling manager runs every K epochs.
     pub decision_epochs: u32,
+    /// F: the first scaling decision after F epochs, then every K (absent: K). The LIBRA
+    /// authors' simulator decides after epochs 1, K + 1, … (F = 1).
+    pub first_decision_epoch: Option<u32>,
+    /// The balancer's budget rule (LIBRA §III-C): `quota` (the first ρ·vm_reqs·E requests
+    /// of each epoch go to VMs) or `token_bucket` (ρ·vm_reqs tokens/s, one second deep).
+    pub balancer: BalancerRule,
+    /// `quota` only: truncate the quota to `⌊ρ·⌊vm_reqs·E⌋⌋` as the authors' simulator
+    /// does (`int(ρ·int(avg+φ·std))`); false: the real value, fractions carried.
+    pub quota_truncate: bool,
     /// r_max: requests/s one VM serves within the SLA.
     pub r_max_rps: f64,
     /// Fewest VMs while avg is above the CIP.
@@ -380,6 +389,19 @@ pub struct LibraConfig {
     /// (LIBRA §III-B; `policy::rmax`). Absent: `r_max_rps` is fixed; present: it is the
     /// start value.
     pub r_max_adaptive: Option<RMaxAdaptiveConfig>,
+}
+
+/// `libra.balancer`: the VM budget rule of LIBRA's balancer (LIBRA §III-C).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BalancerRule {
+    /// A bucket refilled at ρ·vm_reqs tokens/s holding one second's budget: smooth, but up
+    /// to two seconds' budget in one second after a quiet one.
+    #[default]
+    TokenBucket,
+    /// The first ρ·vm_reqs·E requests of each epoch go to VMs, the rest spill (the paper's
+    /// rule and the authors' simulator).
+    Quota,
 }
 
 /// `libra.r_max_adaptive:` — the adaptive r_max controller (LIBRA §III-B, Alg. 1
@@ -506,6 +528,9 @@ impl Default for LibraConfig {
             phi: DEFAULT_PHI,
             rho: DEFAULT_RHO,
             decision_epochs: DEFAULT_DECISION_EPOCHS,
+            first_decision_epoch: None,
+            balancer: BalancerRule::TokenBucket,
+            quota_truncate: false,
             r_max_rps: 16.0,
             min_vms: 0,
             max_vms: 10,
@@ -1113,6 +1138,18 @@ impl Config {
         if l.decision_epochs == 0 {
             is.push("libra.decision_epochs", "must be at least 1");
         }
+        if l.first_decision_epoch == Some(0) {
+            is.push(
+                "libra.first_decision_epoch",
+                "must be at least 1 (or absent for decision_epochs)",
+            );
+        }
+        if l.quota_truncate && l.balancer != BalancerRule::Quota {
+            is.push(
+                "libra.quota_truncate",
+                "applies only to `balancer: quota` (the token bucket has no quota)",
+            );
+        }
         is.positive("libra.r_max_rps", l.r_max_rps);
         if l.min_vms > l.max_vms {
             is.push(
@@ -1345,6 +1382,7 @@ impl Config {
             alpha: self.libra.alpha,
             beta: self.libra.beta,
             decision_epochs: self.libra.decision_epochs,
+            first_decision_epoch: self.libra.first_decision_epoch,
         }
     }
 
@@ -1372,6 +1410,17 @@ impl Config {
     pub fn libra_balancer(&self) -> crate::policy::balancer::VmFirst {
         crate::policy::balancer::VmFirst::new(self.libra.rho)
             .with_max_outstanding_per_vm(self.slots_per_vm())
+            .with_budget_rule(self.budget_rule(), self.monitor_params().epoch)
+    }
+
+    /// The balancer's budget rule (`libra.balancer`, `libra.quota_truncate`).
+    pub fn budget_rule(&self) -> crate::policy::balancer::BudgetRule {
+        match self.libra.balancer {
+            BalancerRule::TokenBucket => crate::policy::balancer::BudgetRule::TokenBucket,
+            BalancerRule::Quota => crate::policy::balancer::BudgetRule::Quota {
+                truncate: self.libra.quota_truncate,
+            },
+        }
     }
 
     /// Controller parameters; `static` pools only report their scaling decisions.

@@ -24,6 +24,9 @@ pub struct SimSection {
     pub sla_ms: f64,
     /// AUTO and Spock parameters (LIBRA §IV).
     pub auto: AutoConfig,
+    /// MAX runs this many VMs for the whole trace (the LIBRA authors' fixed fleet of
+    /// `max_num_instance`); absent: `ceil(peak second / r_max)`.
+    pub max_fixed_vms: Option<u32>,
     /// Network round trip between a call's client and the zone that runs it (FaaSim
     /// two-tier edge/cloud): added to the client-side response time of function calls
     /// only. Absent: no network time.
@@ -78,6 +81,7 @@ impl Default for SimSection {
             network: None,
             trace_format: None,
             placements: Vec::new(),
+            max_fixed_vms: None,
         }
     }
 }
@@ -365,6 +369,12 @@ impl SimSection {
         }
         if self.vm.slots == 0 {
             is.push("sim.vm.slots", "must be at least 1");
+        }
+        if self.max_fixed_vms == Some(0) {
+            is.push(
+                "sim.max_fixed_vms",
+                "must be at least 1 (or absent to size MAX for the peak)",
+            );
         }
         is.non_negative("sim.vm.boot_seconds", self.vm.boot_seconds);
         is.non_negative(

@@ -466,7 +466,7 @@ mod tests {
     #[test]
     fn zones_become_placement_zones_with_function_tier_as_the_cloud() {
         let yaml = format!(
-            "placement: warm_first\nfunction_zones:\n  - name: edge-a\n    kind: edge\n    client_cidrs: [10.1.0.0/16]\n    type: process\n    command: {CMD}\n    max_instances: 2\n    keep_alive_seconds: 7.5\n    prewarmed_instances: 1\nfunction_tier:\n  type: http\n  url: http://127.0.0.1:9/fn\n  max_concurrency: 40\n"
+            "placement: warm_first\nfunction_zones:\n  - name: edge-a\n    kind: edge\n    client_cidrs: [10.1.0.0/16]\n    type: process\n    command: {CMD}\n    max_instances: 2\n    keep_alive_seconds: 7.5\n    prewarmed_instances: 1\nfunction_tier:\n  type: http\n  url: http://192.0.2.1:9/fn\n  max_concurrency: 40\n"
         );
         let c = Config::from_yaml(&yaml, "z.yaml").unwrap();
         let p = c.placement_params();
@@ -514,7 +514,7 @@ mod tests {
             zone("a", "edge"),
             zone("a", "cloud"),
             zone("c2", "cloud"),
-            "  - name: c3\n    kind: cloud\n    client_cidrs: [10.0.0.0/8]\n    type: http\n    url: http://127.0.0.1:9/\n    max_concurrency: 0\n",
+            "  - name: c3\n    kind: cloud\n    client_cidrs: [10.0.0.0/8]\n    type: http\n    url: http://192.0.2.1:9/\n    max_concurrency: 0\n",
         );
         let got = problems(&yaml);
         let want = [

@@ -1,14 +1,20 @@
 //! Routing policies: VM or function tier, per request — LIBRA §III-C (Load Balancer).
 //!
-//! LIBRA's balancer ([`VmFirst`]) is VM-first: a request goes to a VM when a token is
-//! available from a bucket filled at ρ·vm_reqs tokens/s whose capacity is one second's
-//! budget, to the ready VM with the fewest outstanding requests; otherwise it spills to
-//! the function tier. The bucket smooths the budget over the epoch instead of sending
-//! "the first N requests of each epoch" to VMs.
+//! LIBRA's balancer ([`VmFirst`]) is VM-first: a request goes to the ready VM with the
+//! fewest outstanding requests while the VM budget allows it; otherwise it spills to the
+//! function tier. Two budget rules ([`BudgetRule`]):
+//! * [`BudgetRule::Quota`] — LIBRA §III-C as written and as the authors' simulator runs
+//!   it: the first ρ·vm_reqs·E requests of each epoch (length E) go to VMs, the rest of
+//!   the epoch spills ([`EpochQuota`]);
+//! * [`BudgetRule::TokenBucket`] — a bucket filled at ρ·vm_reqs tokens/s whose capacity is
+//!   one second's budget: it smooths the budget over the epoch, but after a quiet second
+//!   it can admit up to twice the budget within one second ([`TokenBucket`]).
 //!
 //! Every decision carries a [`RouteReason`] that drivers turn into metric labels and log
 //! fields. The VM table ([`VmTable`]) is owned by the
 //! [`Controller`](super::controller::Controller) and lent to the policy read-only.
+
+use std::collections::BTreeSet;
 
 use super::{Time, VmId};
 
@@ -43,7 +49,8 @@ pub enum Attempt {
 pub enum RouteReason {
     /// A token was available and a VM is ready.
     WithinBudget,
-    /// The VM budget for this second is used up: spilled to functions.
+    /// The VM budget (this epoch's quota, or the token bucket) is used up: spilled to
+    /// functions.
     BudgetExhausted,
     /// No VM is ready (none provisioned, or all booting/draining).
     NoReadyVm,
@@ -148,10 +155,45 @@ pub struct VmEntry {
     pub outstanding: u32,
 }
 
-/// The VM pool as the policy sees it. Rows are kept in launch order.
+/// The VM pool as the policy sees it. Rows are kept in launch order (which is id order:
+/// ids are allocated increasing), so a row is found by binary search; the ready rows are
+/// also indexed by `(outstanding, id)`, so the least-loaded ready VM is found in
+/// O(log n) (a MAX fleet of thousands of VMs routes as fast as one of eight).
 #[derive(Clone, Debug, Default)]
 pub struct VmTable {
     rows: Vec<VmEntry>,
+    ready: BTreeSet<(u32, VmId)>,
+}
+
+/// A row of the [`VmTable`] borrowed for change; the ready index follows the change when
+/// the borrow ends.
+pub(crate) struct RowMut<'a> {
+    table: &'a mut VmTable,
+    index: usize,
+    before: VmEntry,
+}
+
+impl std::ops::Deref for RowMut<'_> {
+    type Target = VmEntry;
+    fn deref(&self) -> &VmEntry {
+        &self.table.rows[self.index]
+    }
+}
+
+impl std::ops::DerefMut for RowMut<'_> {
+    fn deref_mut(&mut self) -> &mut VmEntry {
+        &mut self.table.rows[self.index]
+    }
+}
+
+impl Drop for RowMut<'_> {
+    fn drop(&mut self) {
+        let after = self.table.rows[self.index];
+        if after != self.before {
+            self.table.unindex(&self.before);
+            self.table.index(&after);
+        }
+    }
 }
 
 impl VmTable {
@@ -160,45 +202,80 @@ impl VmTable {
         &self.rows
     }
 
+    fn position(&self, id: VmId) -> Option<usize> {
+        self.rows.binary_search_by_key(&id, |r| r.id).ok()
+    }
+
+    fn index(&mut self, row: &VmEntry) {
+        if row.state == VmState::Ready {
+            self.ready.insert((row.outstanding, row.id));
+        }
+    }
+
+    fn unindex(&mut self, row: &VmEntry) {
+        if row.state == VmState::Ready {
+            self.ready.remove(&(row.outstanding, row.id));
+        }
+    }
+
     /// The row of `id`, if the VM is known.
     pub fn get(&self, id: VmId) -> Option<&VmEntry> {
-        self.rows.iter().find(|r| r.id == id)
+        self.position(id).map(|i| &self.rows[i])
     }
 
-    pub(crate) fn get_mut(&mut self, id: VmId) -> Option<&mut VmEntry> {
-        self.rows.iter_mut().find(|r| r.id == id)
+    pub(crate) fn get_mut(&mut self, id: VmId) -> Option<RowMut<'_>> {
+        let index = self.position(id)?;
+        let before = self.rows[index];
+        Some(RowMut {
+            table: self,
+            index,
+            before,
+        })
     }
 
+    /// Add a row. Ids must increase (the controller allocates them so); a smaller id is
+    /// inserted in its place.
     pub(crate) fn insert(&mut self, id: VmId, state: VmState) {
-        self.rows.push(VmEntry {
+        let row = VmEntry {
             id,
             state,
             outstanding: 0,
-        });
+        };
+        match self.rows.last() {
+            Some(last) if last.id >= id => {
+                let i = self.rows.partition_point(|r| r.id < id);
+                self.rows.insert(i, row);
+            }
+            _ => self.rows.push(row),
+        }
+        self.index(&row);
     }
 
     pub(crate) fn remove(&mut self, id: VmId) -> Option<VmEntry> {
-        let i = self.rows.iter().position(|r| r.id == id)?;
-        Some(self.rows.remove(i))
+        let i = self.position(id)?;
+        let row = self.rows.remove(i);
+        self.unindex(&row);
+        Some(row)
     }
 
     /// Number of VMs in `state`.
     pub fn count(&self, state: VmState) -> u32 {
+        if state == VmState::Ready {
+            return self.ready.len() as u32;
+        }
         self.rows.iter().filter(|r| r.state == state).count() as u32
     }
 
     /// The ready VM with the fewest outstanding requests (ties: the oldest), skipping
-    /// `exclude`.
+    /// `exclude`. O(log n).
     pub fn least_outstanding_ready(&self, exclude: Option<VmId>) -> Option<VmId> {
         self.least_loaded_ready(exclude).map(|r| r.id)
     }
 
     /// Like [`Self::least_outstanding_ready`], returning the whole row.
     pub fn least_loaded_ready(&self, exclude: Option<VmId>) -> Option<&VmEntry> {
-        self.rows
-            .iter()
-            .filter(|r| r.state == VmState::Ready && Some(r.id) != exclude)
-            .min_by_key(|r| r.outstanding)
+        let &(_, id) = self.ready.iter().find(|&&(_, id)| Some(id) != exclude)?;
+        self.get(id)
     }
 }
 
@@ -294,12 +371,133 @@ impl Default for TokenBucket {
     }
 }
 
+/// The VM budget rule of [`VmFirst`] (`libra.balancer`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BudgetRule {
+    /// A per-epoch quota of ρ·vm_reqs·E requests: the first ones of each epoch go to VMs
+    /// (LIBRA §III-C; the authors' simulator). See [`EpochQuota`].
+    Quota {
+        /// The authors' truncation: the quota is `⌊ρ·⌊vm_reqs·E⌋⌋` (their
+        /// `int(ρ·int(avg+φ·std))`) instead of the real value ρ·vm_reqs·E.
+        truncate: bool,
+    },
+    /// A token bucket refilled at ρ·vm_reqs tokens/s, one second's budget deep. See
+    /// [`TokenBucket`].
+    TokenBucket,
+}
+
+/// LIBRA §III-C's budget rule: epoch `i` (`[i·E, (i+1)·E)` on the policy clock) admits
+/// its first `q` requests to VMs, `q = ρ·vm_reqs·E` with the `vm_reqs` in force when the
+/// request arrives (a budget raised mid-epoch raises the open epoch's quota; requests
+/// already admitted stay counted).
+///
+/// The real-valued quota keeps its fraction: an epoch admits while
+/// `admitted + 1 ≤ q + carry`, and `carry` (in `[0, 1)`) is what was left of the
+/// previous epoch's fraction, so that at a steady budget N epochs admit `⌊N·q⌋`
+/// requests (a budget of 0.5 requests/epoch admits one request every other epoch).
+/// With `truncate` the quota is the authors' `⌊ρ·⌊vm_reqs·E⌋⌋` and nothing carries.
+#[derive(Clone, Debug)]
+pub struct EpochQuota {
+    epoch_ns: u128,
+    truncate: bool,
+    per_epoch: f64,
+    /// Index of the epoch `admitted` counts.
+    index: u128,
+    admitted: u64,
+    carry: f64,
+}
+
+impl EpochQuota {
+    /// A quota of zero for epochs of length `epoch` (non-zero; config validation
+    /// guarantees it).
+    pub fn new(epoch: std::time::Duration, truncate: bool) -> Self {
+        Self {
+            epoch_ns: epoch.as_nanos().max(1),
+            truncate,
+            per_epoch: 0.0,
+            index: 0,
+            admitted: 0,
+            carry: 0.0,
+        }
+    }
+
+    /// The quota per epoch, requests (ρ·vm_reqs·E, or `⌊ρ·⌊vm_reqs·E⌋⌋` truncated).
+    pub fn per_epoch(&self) -> f64 {
+        self.per_epoch
+    }
+
+    /// Set the budget at `now`: `vm_reqs_rps` before ρ (truncation applies to vm_reqs·E
+    /// before ρ and again after it).
+    fn set(&mut self, now: Time, rho: f64, vm_reqs_rps: f64) {
+        self.roll(now);
+        let vm_reqs = if vm_reqs_rps.is_finite() {
+            vm_reqs_rps.max(0.0)
+        } else {
+            f64::MAX
+        };
+        let per_epoch_vm_reqs = vm_reqs * self.epoch_ns as f64 / 1e9;
+        self.per_epoch = if self.truncate {
+            (rho * per_epoch_vm_reqs.floor()).floor()
+        } else {
+            rho * per_epoch_vm_reqs
+        };
+    }
+
+    /// The rate the quota amounts to, requests/s.
+    fn rate(&self) -> f64 {
+        self.per_epoch * 1e9 / self.epoch_ns as f64
+    }
+
+    fn quota(&self) -> f64 {
+        let q = self.per_epoch();
+        if self.truncate {
+            q.floor()
+        } else {
+            q + self.carry
+        }
+    }
+
+    #[inline]
+    fn roll(&mut self, now: Time) {
+        let index = now.as_nanos() / self.epoch_ns;
+        if index != self.index {
+            if !self.truncate {
+                // Only fractions carry (the ended epoch's and those of quiet epochs in
+                // between): whole requests not used are not banked (that is the token
+                // bucket's burst).
+                let epochs = (index.saturating_sub(self.index)).max(1) as f64;
+                let mut total = self.per_epoch * epochs + self.carry;
+                // 5 epochs of 9.6 make 48, not 47.999…: snap float noise to the integer.
+                if (total - total.round()).abs() < 1e-9 {
+                    total = total.round();
+                }
+                self.carry = (total - total.floor()).clamp(0.0, 1.0 - f64::EPSILON);
+            }
+            self.index = index;
+            self.admitted = 0;
+        }
+    }
+
+    /// Admit one request at `now` if this epoch's quota allows it.
+    #[inline]
+    pub fn try_take(&mut self, now: Time) -> bool {
+        self.roll(now);
+        if (self.admitted + 1) as f64 <= self.quota() + 1e-9 {
+            self.admitted += 1;
+            true
+        } else {
+            false
+        }
+    }
+}
+
 /// LIBRA's VM-first balancer — LIBRA §III-C.
 ///
 /// * `Upgrade` requests are pinned to the least-loaded ready VM (they take a token when
 ///   one is available but are never spilled) or rejected when no VM is ready.
-/// * First attempts and retries need a token: without one they go to the function tier.
-///   So VM first attempts never exceed the bucket.
+/// * First attempts and retries need a token (room in the epoch's quota, or a token of
+///   the bucket — [`BudgetRule`]): without one they go to the function tier. So VM first
+///   attempts never exceed the budget.
 /// * A fall-back (no function zone could run the call: full, throttled, unreachable, cold
 ///   start failed) goes to the least-loaded ready VM with a free slot, token or not: the
 ///   call is better served late on a VM than refused. It takes a token when one is left
@@ -315,15 +513,46 @@ pub struct VmFirst {
     rho: f64,
     bucket: TokenBucket,
     max_outstanding_per_vm: Option<u32>,
+    quota: Option<EpochQuota>,
 }
 
 impl VmFirst {
-    /// A balancer sending at most `rho`·vm_reqs requests/s to VMs (0 < ρ ≤ 1).
+    /// A balancer sending at most `rho`·vm_reqs requests/s to VMs (0 < ρ ≤ 1), with the
+    /// token-bucket rule ([`Self::with_budget_rule`] chooses the quota).
     pub fn new(rho: f64) -> Self {
         Self {
             rho,
             bucket: TokenBucket::new(),
             max_outstanding_per_vm: None,
+            quota: None,
+        }
+    }
+
+    /// Use `rule` for the VM budget; `epoch` is the traffic monitor's epoch (the quota's
+    /// period, starting at time zero like the monitor's epochs).
+    pub fn with_budget_rule(mut self, rule: BudgetRule, epoch: std::time::Duration) -> Self {
+        self.quota = match rule {
+            BudgetRule::Quota { truncate } => Some(EpochQuota::new(epoch, truncate)),
+            BudgetRule::TokenBucket => None,
+        };
+        self
+    }
+
+    /// The budget rule in use.
+    pub fn budget_rule(&self) -> BudgetRule {
+        match &self.quota {
+            Some(q) => BudgetRule::Quota {
+                truncate: q.truncate,
+            },
+            None => BudgetRule::TokenBucket,
+        }
+    }
+
+    #[inline]
+    fn take(&mut self, now: Time) -> bool {
+        match &mut self.quota {
+            Some(q) => q.try_take(now),
+            None => self.bucket.try_take(now),
         }
     }
 
@@ -333,9 +562,13 @@ impl VmFirst {
         self
     }
 
-    /// The bucket's current fill rate, tokens/s (ρ·vm_reqs).
+    /// The budget's current rate, requests/s after ρ (ρ·vm_reqs; truncated with the
+    /// quota's `truncate`).
     pub fn vm_rate(&self) -> f64 {
-        self.bucket.rate()
+        match &self.quota {
+            Some(q) => q.rate(),
+            None => self.bucket.rate(),
+        }
     }
 }
 
@@ -345,7 +578,10 @@ impl RoutingPolicy for VmFirst {
     }
 
     fn set_vm_budget(&mut self, now: Time, vm_reqs_rps: f64) {
-        self.bucket.set_rate(now, self.rho * vm_reqs_rps);
+        match &mut self.quota {
+            Some(q) => q.set(now, self.rho, vm_reqs_rps),
+            None => self.bucket.set_rate(now, self.rho * vm_reqs_rps),
+        }
     }
 
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {
@@ -358,7 +594,7 @@ impl RoutingPolicy for VmFirst {
         if req.upgrade {
             return match candidate {
                 Some(vm) => {
-                    self.bucket.try_take(now);
+                    self.take(now);
                     Route::Vm {
                         vm,
                         reason: RouteReason::UpgradePinned,
@@ -376,7 +612,7 @@ impl RoutingPolicy for VmFirst {
                         .max_outstanding_per_vm
                         .is_none_or(|cap| row.outstanding < cap) =>
                 {
-                    let reason = if self.bucket.try_take(now) {
+                    let reason = if self.take(now) {
                         RouteReason::WithinBudget
                     } else {
                         RouteReason::FallBackOverBudget
@@ -399,7 +635,7 @@ impl RoutingPolicy for VmFirst {
                 spill(RouteReason::VmsSaturated)
             }
             Some(&VmEntry { id: vm, .. }) => {
-                if self.bucket.try_take(now) {
+                if self.take(now) {
                     Route::Vm {
                         vm,
                         reason: RouteReason::WithinBudget,
@@ -449,6 +685,166 @@ mod tests {
             }
         }
         assert_eq!(later, 10);
+    }
+
+    /// Requests admitted to VMs per epoch when `per_epoch[i]` requests arrive evenly in
+    /// epoch `i` (epoch 1 s, VM budget `vm_reqs` req/s before ρ).
+    fn admitted(b: &mut VmFirst, per_epoch: &[u64]) -> Vec<u64> {
+        let vms = table(1);
+        let plain = RequestMeta::default();
+        per_epoch
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                (0..n)
+                    .filter(|j| {
+                        let now = Duration::from_secs(i as u64)
+                            + Duration::from_nanos(j * 1_000_000_000 / n);
+                        matches!(b.route(now, &plain, Attempt::First, &vms), Route::Vm { .. })
+                    })
+                    .count() as u64
+            })
+            .collect()
+    }
+
+    fn quota(rho: f64, truncate: bool) -> VmFirst {
+        VmFirst::new(rho).with_budget_rule(BudgetRule::Quota { truncate }, Duration::from_secs(1))
+    }
+
+    #[test]
+    fn the_quota_sends_the_first_rho_vm_reqs_of_each_epoch_and_banks_nothing() {
+        // ρ = 0.75, vm_reqs = 12 req/s → 9 per epoch, whatever came before: a quiet epoch
+        // does not let the next one take 18 (the token bucket would).
+        let mut b = quota(0.75, false);
+        b.set_vm_budget(Time::ZERO, 12.0);
+        assert_eq!(b.vm_rate(), 9.0);
+        assert_eq!(
+            admitted(&mut b, &[20, 0, 30, 5, 9]),
+            vec![9, 0, 9, 5, 9],
+            "min(arrivals, 9) per epoch"
+        );
+        // The token bucket on the same load: the quiet epoch banks a full second's budget.
+        let mut tb = VmFirst::new(0.75);
+        tb.set_vm_budget(Time::ZERO, 12.0);
+        let bucket = admitted(&mut tb, &[20, 0, 30]);
+        assert!(bucket[2] > 9, "{bucket:?}");
+    }
+
+    #[test]
+    fn the_real_quota_carries_its_fraction_and_truncation_drops_it() {
+        // ρ = 0.8, vm_reqs = 12 → 9.6 per epoch. Real: epochs admit 9, 10, 9, 10, 10 (the
+        // cumulative floor(n·9.6): 9, 19, 28, 38, 48). Truncated (the authors'
+        // int(0.8·int(12))): 9 every epoch.
+        let load = [50u64; 5];
+        let mut real = quota(0.8, false);
+        real.set_vm_budget(Time::ZERO, 12.0);
+        let got = admitted(&mut real, &load);
+        let mut cum = 0.0;
+        let expected: Vec<u64> = (1..=5)
+            .map(|n| {
+                let prev = cum;
+                cum = (f64::from(n) * 0.8 * 12.0_f64).floor();
+                (cum - prev) as u64
+            })
+            .collect();
+        assert_eq!(got, expected);
+        assert_eq!(got.iter().sum::<u64>(), 48);
+        let mut trunc = quota(0.8, true);
+        trunc.set_vm_budget(Time::ZERO, 12.9);
+        // int(0.8 · int(12.9)) = int(9.6) = 9.
+        assert_eq!(admitted(&mut trunc, &load), vec![9; 5]);
+        // A budget below one request per epoch still admits, every other epoch.
+        let mut slow = quota(0.5, false);
+        slow.set_vm_budget(Time::ZERO, 1.0);
+        assert_eq!(admitted(&mut slow, &[3, 3, 3, 3]), vec![0, 1, 0, 1]);
+    }
+
+    #[test]
+    fn a_budget_raised_mid_epoch_raises_the_open_epochs_quota() {
+        let mut b = quota(0.5, false);
+        let vms = table(1);
+        let plain = RequestMeta::default();
+        b.set_vm_budget(Time::ZERO, 4.0); // 2 per epoch
+        let at = |ms| Duration::from_millis(ms);
+        let vm = |b: &mut VmFirst, ms| {
+            matches!(
+                b.route(at(ms), &plain, Attempt::First, &vms),
+                Route::Vm { .. }
+            )
+        };
+        assert!(vm(&mut b, 100) && vm(&mut b, 200) && !vm(&mut b, 300));
+        b.set_vm_budget(at(400), 10.0); // 5 per epoch: 3 more in this one
+        let more = (0..5).filter(|i| vm(&mut b, 500 + i * 10)).count();
+        assert_eq!(more, 3);
+        b.set_vm_budget(at(700), 0.0);
+        assert!(!vm(&mut b, 800), "a lowered budget applies at once");
+        assert_eq!(
+            b.budget_rule(),
+            BudgetRule::Quota { truncate: false },
+            "reported as configured"
+        );
+    }
+
+    #[test]
+    fn the_ready_index_agrees_with_a_scan_of_the_rows_after_any_change() {
+        // A deterministic walk of inserts, state changes, load changes and removals; after
+        // each step the indexed choice equals the linear scan it replaced.
+        let scan = |t: &VmTable, exclude: Option<VmId>| {
+            t.rows()
+                .iter()
+                .filter(|r| r.state == VmState::Ready && Some(r.id) != exclude)
+                .min_by_key(|r| r.outstanding)
+                .map(|r| r.id)
+        };
+        let mut t = VmTable::default();
+        let mut next = 0u64;
+        let mut x = 12_345u64;
+        for step in 0..5_000u32 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            let pick = (x >> 33) % 7;
+            let any = t
+                .rows()
+                .get(((x >> 20) as usize) % t.rows().len().max(1))
+                .map(|r| r.id);
+            match (pick, any) {
+                (0 | 1, _) | (_, None) => {
+                    t.insert(
+                        VmId(next),
+                        if pick == 0 {
+                            VmState::Booting
+                        } else {
+                            VmState::Ready
+                        },
+                    );
+                    next += 1;
+                }
+                (2, Some(id)) => t.get_mut(id).unwrap().state = VmState::Ready,
+                (3, Some(id)) => t.get_mut(id).unwrap().state = VmState::Draining,
+                (4, Some(id)) => t.get_mut(id).unwrap().outstanding += 1,
+                (5, Some(id)) => {
+                    let mut r = t.get_mut(id).unwrap();
+                    r.outstanding = r.outstanding.saturating_sub(1);
+                }
+                (_, Some(id)) => {
+                    t.remove(id);
+                }
+            }
+            let exclude = any.filter(|_| step % 3 == 0);
+            assert_eq!(
+                t.least_outstanding_ready(exclude),
+                scan(&t, exclude),
+                "step {step}"
+            );
+            assert_eq!(
+                t.count(VmState::Ready),
+                t.rows()
+                    .iter()
+                    .filter(|r| r.state == VmState::Ready)
+                    .count() as u32
+            );
+        }
     }
 
     #[test]

@@ -200,7 +200,7 @@ impl Controller {
         let route = self.router.route(now, req, attempt, &self.vms);
         match route {
             Route::Vm { vm, .. } => {
-                if let Some(row) = self.vms.get_mut(vm) {
+                if let Some(mut row) = self.vms.get_mut(vm) {
                     row.outstanding += 1;
                 }
                 self.routed.vm += 1;
@@ -243,11 +243,13 @@ impl Controller {
     /// draining VM becomes idle.
     pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
         self.advance(now);
-        let Some(row) = self.vms.get_mut(vm) else {
+        let Some(mut row) = self.vms.get_mut(vm) else {
             return;
         };
         row.outstanding = row.outstanding.saturating_sub(1);
-        if row.state == VmState::Draining && row.outstanding == 0 {
+        let (state, outstanding) = (row.state, row.outstanding);
+        drop(row);
+        if state == VmState::Draining && outstanding == 0 {
             self.vms.remove(vm);
             self.actions.push_back(Action::Stop { vm });
         }
@@ -256,10 +258,14 @@ impl Controller {
     /// A launched VM passed its readiness check.
     pub fn on_vm_ready(&mut self, now: Time, vm: VmId) {
         self.advance(now);
-        if let Some(row) = self.vms.get_mut(vm)
-            && row.state == VmState::Booting
-        {
-            row.state = VmState::Ready;
+        let became_ready = match self.vms.get_mut(vm) {
+            Some(mut row) if row.state == VmState::Booting => {
+                row.state = VmState::Ready;
+                true
+            }
+            _ => false,
+        };
+        if became_ready {
             self.publish(now);
         }
     }
@@ -447,10 +453,12 @@ impl Controller {
                 let Some(vm) = self.vms.least_outstanding_ready(None) else {
                     break;
                 };
-                let row = self.vms.get_mut(vm).expect("row exists");
+                let mut row = self.vms.get_mut(vm).expect("row exists");
                 row.state = VmState::Draining;
+                let outstanding = row.outstanding;
+                drop(row);
                 self.actions.push_back(Action::Drain { vm });
-                if row.outstanding == 0 {
+                if outstanding == 0 {
                     self.vms.remove(vm);
                     self.actions.push_back(Action::Stop { vm });
                 }
@@ -491,6 +499,7 @@ mod tests {
                 alpha: 0.5,
                 beta: 0.5,
                 decision_epochs: 2,
+                first_decision_epoch: None,
             },
             r_max_rps: 10.0,
             execute_scaling: true,
@@ -573,6 +582,7 @@ mod tests {
                 alpha: 0.5,
                 beta: 0.5,
                 decision_epochs: 2,
+                first_decision_epoch: None,
             },
             r_max_rps: r_max,
             execute_scaling: false,

@@ -14,7 +14,9 @@
 //! simulator computes it; we keep their name because the paper and its equations use it.
 //!
 //! Every `decision_epochs` (K) completed epochs the monitor produces a [`TrafficReport`]
-//! for the scaling manager. Internally the EWMAs are in requests per epoch; everything the
+//! for the scaling manager: after `first_decision_epoch` (F, default K) completed
+//! epochs, then after F + K, F + 2K, … The LIBRA authors' simulator decides after
+//! epochs 1, K + 1, 2K + 1, … (F = 1): its first VMs boot while the first K epochs run. Internally the EWMAs are in requests per epoch; everything the
 //! monitor reports is converted to **requests per second**.
 //!
 //! Epoch `i` covers `[i·E, (i+1)·E)` on the driver's clock. Epochs with no request count as
@@ -36,6 +38,8 @@ pub struct MonitorParams {
     pub beta: f64,
     /// K: a report is produced every K completed epochs (K ≥ 1).
     pub decision_epochs: u32,
+    /// F: the first report after F completed epochs (F ≥ 1), then every K. `None`: K.
+    pub first_decision_epoch: Option<u32>,
 }
 
 /// What the monitor tells the scaling manager every K epochs — LIBRA §III-A.
@@ -81,7 +85,7 @@ impl TrafficMonitor {
     ///
     /// # Panics
     /// If `params.epoch` is zero or `params.decision_epochs` is zero (config validation
-    /// rejects both before a monitor is built).
+    /// rejects both before a monitor is built). A `first_decision_epoch` of 0 counts as 1.
     pub fn new(params: MonitorParams) -> Self {
         assert!(!params.epoch.is_zero(), "epoch must be non-zero");
         assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
@@ -142,13 +146,20 @@ impl TrafficMonitor {
         self.ewma = Some((avg, std));
         let secs = self.params.epoch.as_secs_f64();
         let index = self.current;
-        let report = (index + 1)
-            .is_multiple_of(u64::from(self.params.decision_epochs))
-            .then(|| TrafficReport {
-                epoch: index,
-                avg_rps: avg / secs,
-                std_rps: std / secs,
-            });
+        let completed = index + 1;
+        let first = u64::from(
+            self.params
+                .first_decision_epoch
+                .unwrap_or(self.params.decision_epochs)
+                .max(1),
+        );
+        let report = (completed >= first
+            && (completed - first).is_multiple_of(u64::from(self.params.decision_epochs)))
+        .then(|| TrafficReport {
+            epoch: index,
+            avg_rps: avg / secs,
+            std_rps: std / secs,
+        });
         let closed = EpochClosed {
             epoch: index,
             requests: self.count,
@@ -188,6 +199,7 @@ mod tests {
             alpha: 0.5,
             beta: 0.25,
             decision_epochs: k,
+            first_decision_epoch: None,
         })
     }
 
@@ -230,6 +242,31 @@ mod tests {
         assert_eq!(closed[1].avg_rps, 1.0);
         assert!(m.handle_timeout(now).is_none());
         assert_eq!(m.poll_timeout(), Duration::from_secs(8));
+    }
+
+    #[test]
+    fn the_first_report_comes_after_first_decision_epoch_then_every_k() {
+        // K = 3, F = 1: reports after epochs 1, 4, 7 (indices 0, 3, 6) — the LIBRA
+        // authors' phase. F absent: after 3, 6 (indices 2, 5).
+        let mut m = monitor(3);
+        m.params.first_decision_epoch = Some(1);
+        let reported: Vec<u64> = (0..7)
+            .filter_map(|e| feed(&mut m, e, e + 1).report.map(|r| r.epoch))
+            .collect();
+        assert_eq!(reported, vec![0, 3, 6]);
+        let first = feed(&mut monitor(3), 0, 5);
+        assert!(first.report.is_none(), "default F = K");
+        let mut m = monitor(3);
+        let reported: Vec<u64> = (0..7)
+            .filter_map(|e| feed(&mut m, e, 1).report.map(|r| r.epoch))
+            .collect();
+        assert_eq!(reported, vec![2, 5]);
+        // The first report carries the EWMA of what was seen so far: one epoch of 4
+        // requests over 2 s.
+        let mut m = monitor(3);
+        m.params.first_decision_epoch = Some(1);
+        let r = feed(&mut m, 0, 4).report.expect("F = 1 reports at once");
+        assert_eq!((r.avg_rps, r.std_rps), (2.0, 0.0));
     }
 
     #[test]

@@ -116,6 +116,10 @@ pub struct SimArgs {
     /// Draw load vs VM capacity, function share and costs into this SVG.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+    /// Most rows per policy in the `--csv` series: longer runs merge consecutive epochs
+    /// into one row (counts summed, levels at the row's last epoch).
+    #[arg(long, default_value_t = 100_000, value_name = "ROWS")]
+    pub csv_max_rows: usize,
     /// No table and no progress bar.
     #[arg(long)]
     pub quiet: bool,
@@ -135,6 +139,74 @@ fn split_assignment<'a>(option: &str, text: &'a str) -> Result<(&'a str, &'a str
     text.split_once('=')
         .filter(|(p, _)| !p.is_empty())
         .ok_or_else(|| invalid(option, format!("expected PATH=VALUE, got {text:?}")))
+}
+
+/// One line describing the models a run uses (printed above every report, so that a
+/// config without `sim:` shows that it runs the defaults), and the warnings when they
+/// make the SLA unreachable.
+pub fn model_summary(config: &Config) -> (String, Vec<String>) {
+    use crate::config::sim::{ServiceTimeConfig, VmBilling};
+    let s = &config.sim;
+    let (service, min_ms) = match &s.request.service_time {
+        ServiceTimeConfig::Fixed { ms } => (format!("fixed {ms} ms"), *ms),
+        ServiceTimeConfig::Normal { mean_ms, std_ms } => {
+            (format!("normal {mean_ms} ± {std_ms} ms"), 0.0)
+        }
+        ServiceTimeConfig::Lognormal { mean_ms, std_ms } => {
+            (format!("lognormal {mean_ms} ± {std_ms} ms"), 0.0)
+        }
+        ServiceTimeConfig::Empirical { percentiles } => (
+            format!(
+                "empirical {}–{} ms",
+                percentiles.first().map_or(0.0, |p| p[1]),
+                percentiles.last().map_or(0.0, |p| p[1])
+            ),
+            percentiles.first().map_or(0.0, |p| p[1]),
+        ),
+    };
+    let memory = s
+        .request
+        .memory_mb
+        .unwrap_or(config.pricing.function_memory_mb);
+    let billing = match s.vm.billing {
+        VmBilling::PerSecond => format!("per second, min {} s", s.vm.minimum_billed_seconds),
+        VmBilling::PerHour => "per started hour".to_string(),
+    };
+    let f = &s.function;
+    let line = format!(
+        "model: service {service}, {memory} MB; VM {} slots, boot {} s, billed {billing}{}; \
+         function cold start {} ms, warm start {} ms, keep-alive {} s, max {} instances; \
+         SLA {} ms",
+        s.vm.slots,
+        s.vm.boot_seconds,
+        if s.vm.bill_boot {
+            " from launch"
+        } else {
+            " from ready"
+        },
+        f.cold_start_ms,
+        f.warm_start_ms,
+        f.keep_alive_seconds,
+        f.max_concurrency,
+        s.sla_ms
+    );
+    let mut warnings = Vec::new();
+    if min_ms > s.sla_ms {
+        warnings.push(format!(
+            "warning: every request misses the SLA: the shortest service time ({min_ms} ms) \
+             exceeds sim.sla_ms ({} ms)",
+            s.sla_ms
+        ));
+    } else if min_ms + f.warm_start_ms > s.sla_ms {
+        warnings.push(format!(
+            "warning: every function call misses the SLA: the shortest service time \
+             ({min_ms} ms) + sim.function.warm_start_ms ({} ms) exceeds sim.sla_ms ({} ms); \
+             set the `sim:` models for your workload (config/sim/libra-paper.yaml has the \
+             LIBRA authors' values)",
+            f.warm_start_ms, s.sla_ms
+        ));
+    }
+    (line, warnings)
 }
 
 /// `--arch` values.
@@ -335,7 +407,9 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
         });
     }
     let trace = Trace::load(&args.trace, &opts)?;
-    if trace.total_requests() == 0 {
+    // An all-zero trace is a valid question (what does idling cost?); a trace or window
+    // with no time in it is not.
+    if trace.total_requests() == 0 && trace.duration_s <= 0.0 {
         let window = match (args.from, args.to) {
             (None, None) => String::new(),
             (f, t) => format!(
@@ -357,6 +431,10 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
         vec![PolicyKind::Faas; placements.len()]
     };
     let total = trace.total_requests();
+    let (model, warnings) = model_summary(&config);
+    for w in &warnings {
+        eprintln!("{w}");
+    }
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
         let bar = ProgressBar::with_draw_target(
             Some(total * policies.len() as u64),
@@ -376,18 +454,39 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
     // The run's wall-clock time is reported to the user; it never feeds the simulation.
     #[allow(clippy::disallowed_methods)]
     let wall = std::time::Instant::now();
-    let series = args.csv.is_some() || args.plot.is_some();
+    // Without a terminal (CI logs, pipes): one progress line every 10 s instead of a bar.
+    let lines = !args.quiet && !std::io::stderr().is_terminal();
+    let mut last_line = 0u64;
+    let runs_n = if placements.is_empty() {
+        policies.len()
+    } else {
+        placements.len()
+    };
+    let mut done = vec![0u64; runs_n];
+    let all = total * runs_n as u64;
+    let series = (args.csv.is_some() || args.plot.is_some()).then_some(args.csv_max_rows.max(1));
+    let mut progress = |i: usize, n: u64, name: &str| {
+        done[i] = n;
+        let sum: u64 = done.iter().sum();
+        bar.set_message(name.to_string());
+        bar.set_position(sum);
+        let secs = wall.elapsed().as_secs();
+        if lines && secs >= last_line + 10 {
+            last_line = secs - secs % 10;
+            eprintln!(
+                "progress: {sum} of {all} requests ({:.0} %) after {secs} s",
+                sum as f64 * 100.0 / all.max(1) as f64
+            );
+        }
+    };
     let (report, runs) = if placements.is_empty() {
-        super::simulate(
+        super::simulate_with(
             &config,
             &trace,
             &policies,
             args.seed,
             series,
-            &mut |i, n| {
-                bar.set_message(policies[i].name());
-                bar.set_position(i as u64 * total + n);
-            },
+            &mut |i, n| progress(i, n, policies[i].name()),
         )?
     } else {
         let mut all: Option<(super::report::SimReport, Vec<super::engine::PolicyRun>)> = None;
@@ -395,14 +494,13 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
             let mut c = config.clone();
             c.placement = *placement;
             let name = crate::policy::placement::PlacementPolicy::from(*placement).as_str();
-            bar.set_message(name);
-            let (mut rep, mut runs) = super::simulate(
+            let (mut rep, mut runs) = super::simulate_with(
                 &c,
                 &trace,
                 &[PolicyKind::Faas],
                 args.seed,
                 series,
-                &mut |_, n| bar.set_position(i as u64 * total + n),
+                &mut |_, n| progress(i, n, name),
             )?;
             for r in rep.policies.iter_mut() {
                 r.name = name.to_string();
@@ -438,8 +536,13 @@ fn run_one(args: &SimArgs, mut config: Config) -> Result<super::report::SimRepor
         plot_sim(&runs, path)?;
     }
     if !args.quiet {
+        let offset = if trace.offset_s > 0.0 {
+            format!(", clock 0 = trace second {}", trace.offset_s)
+        } else {
+            String::new()
+        };
         let text = format!(
-            "trace {} ({} requests, {:.0} s), seed {}\n{}",
+            "trace {} ({} requests, {:.0} s{offset}), seed {}\n{model}\n{}",
             report.trace,
             total,
             trace.duration_s,

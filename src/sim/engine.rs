@@ -43,7 +43,7 @@ use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
     CostBreakdown, EpochRow, FunctionSpread, PolicyReport, QueueReport, RMaxReport, ResponseMs,
-    ResponseStats, Spread, ZoneReport,
+    ResponseStats, SeriesBuffer, Spread, ZoneReport,
 };
 use super::trace::Trace;
 use crate::config::Config;
@@ -111,6 +111,8 @@ pub struct SimParams {
     pub edge_zones: Vec<ZoneId>,
     /// FaaSim's network model (`sim.network`): client-side round trips.
     pub network: Option<NetworkModelConfig>,
+    /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
+    pub max_fixed_vms: Option<u32>,
 }
 
 impl SimParams {
@@ -162,12 +164,15 @@ impl SimParams {
                 .map(|(i, _)| ZoneId(i as u16))
                 .collect(),
             network: s.network.clone(),
+            max_fixed_vms: s.max_fixed_vms,
         })
     }
 
-    /// MAX's pool for `trace`: `ceil(peak / r_max)` VMs.
+    /// MAX's pool for `trace`: `sim.max_fixed_vms` when set, else `ceil(peak / r_max)`
+    /// VMs.
     pub fn max_vms_for(&self, trace: &Trace) -> u32 {
-        (trace.peak_rps() / self.libra.r_max_rps).ceil().max(0.0) as u32
+        self.max_fixed_vms
+            .unwrap_or_else(|| (trace.peak_rps() / self.libra.r_max_rps).ceil().max(0.0) as u32)
     }
 
     /// The policy parameters [`PolicyKind::build`] needs for `trace`.
@@ -288,7 +293,10 @@ struct Engine<'a> {
     busy: VecDeque<f64>,
     epoch_ns: u64,
     open_epoch: u64,
+    /// Measure VM utilisation per epoch (AUTO and Spock need it; the series shows it).
     measure_util: bool,
+    /// Pass it to the scaling policy (AUTO, Spock).
+    feed_util: bool,
     /// Report VM response times to the core (adaptive r_max).
     measure_latency: bool,
     trace_end_ns: u64,
@@ -297,13 +305,17 @@ struct Engine<'a> {
     served: u64,
     throttled: u64,
     violations: u64,
+    delayed: u64,
+    /// SLA violations and delayed requests of the open epoch (for the series).
+    epoch_violations: u64,
+    epoch_delayed: u64,
     sum_response_ns: u128,
     hist: Histogram<u64>,
     cold_starts: u64,
     /// Σ memory_mb · billed_ms over function calls.
     mb_ms: u128,
     last_done_ns: u64,
-    series: Option<Vec<EpochRow>>,
+    series: Option<SeriesBuffer>,
     last_routed_fn: u64,
     /// Call scheduling (with `queue:`): waiting calls, route key per request class, the
     /// calls in service (by event sequence number) and per-key measures.
@@ -384,7 +396,7 @@ impl<'a> Engine<'a> {
     }
 
     /// A served response: platform time `done - arrival`, client time plus `rtt`.
-    fn respond_client(&mut self, arrival: u64, done: u64, rtt: u64) {
+    fn respond_client(&mut self, arrival: u64, start: u64, done: u64, rtt: u64) {
         let r = done - arrival;
         let c = r + rtt;
         let x = &mut self.extremes;
@@ -394,7 +406,7 @@ impl<'a> Engine<'a> {
         x.3 = x.3.max(c);
         x.4 += u128::from(c);
         self.client_hist.saturating_record(c / 1000);
-        self.respond(arrival, done);
+        self.respond(arrival, start, done);
     }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
@@ -469,6 +481,7 @@ impl<'a> Engine<'a> {
                     }
                     self.throttled += 1;
                     self.violations += 1;
+                    self.epoch_violations += 1;
                 }
             }
         }
@@ -487,6 +500,7 @@ impl<'a> Engine<'a> {
 
     /// Close the epoch ending at `end` (ns).
     fn close_epoch(&mut self, end: u64) {
+        let mut utilisation = None;
         if self.measure_util {
             self.integrate_cap(end);
             let busy = self.busy.pop_front().unwrap_or(0.0);
@@ -498,12 +512,24 @@ impl<'a> Engine<'a> {
             } else {
                 0.0
             };
-            self.core.set_vm_utilisation(u);
+            if self.feed_util {
+                self.core.set_vm_utilisation(u);
+            }
+            utilisation = (cap > 0.0).then_some(u);
             self.cap_integral = 0.0;
         }
         self.core.handle_timeout(dur(end));
         self.open_epoch += 1;
+        let (violations, delayed) = (
+            std::mem::take(&mut self.epoch_violations),
+            std::mem::take(&mut self.epoch_delayed),
+        );
         self.drain_actions(end, false);
+        let cost_usd = if self.series.is_some() {
+            self.cost_so_far(end)
+        } else {
+            0.0
+        };
         if let Some(series) = self.series.as_mut() {
             let st = self.core.controller().status();
             series.push(EpochRow {
@@ -515,9 +541,35 @@ impl<'a> Engine<'a> {
                 vms_ready: st.pool.ready,
                 function_calls: st.routed.function - self.last_routed_fn,
                 r_max_rps: st.r_max_rps,
+                violations,
+                delayed,
+                vm_utilisation: utilisation,
+                cost_usd,
             });
             self.last_routed_fn = st.routed.function;
         }
+    }
+
+    /// VM and function cost billed up to `now` (ns), USD: VMs as if stopped at `now`
+    /// (still running ones included), function calls started so far.
+    fn cost_so_far(&self, now: u64) -> f64 {
+        let p = self.p;
+        let vm_s: f64 = self
+            .vms
+            .iter()
+            .map(|v| {
+                vm_billed_seconds(
+                    &p.vm,
+                    v.launch_ns as f64 / 1e9,
+                    v.ready_ns.map(|r| r as f64 / 1e9),
+                    v.stop_ns.unwrap_or(now).min(now) as f64 / 1e9,
+                )
+            })
+            .sum();
+        vm_s / 3600.0 * p.vm_hourly_usd
+            + (self.mb_ms as f64) / 1024.0 / 1000.0 * p.pricing.gb_second_usd
+            + self.stats.function_served as f64
+                * (p.pricing.request_usd + p.pricing.api_gateway_request_usd)
     }
 
     fn add_busy(&mut self, start: u64, end: u64) {
@@ -536,13 +588,20 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// A request that arrived at `arrival` got its VM slot or function instance at
+    /// `start` and responds at `done` (ns).
     #[inline]
-    fn respond(&mut self, arrival: u64, done: u64) {
+    fn respond(&mut self, arrival: u64, start: u64, done: u64) {
         let r = done - arrival;
         self.served += 1;
         self.sum_response_ns += u128::from(r);
         if r > self.p.sla_ns {
             self.violations += 1;
+            self.epoch_violations += 1;
+        }
+        if start / NS > arrival / NS {
+            self.delayed += 1;
+            self.epoch_delayed += 1;
         }
         self.hist.saturating_record(r / 1000);
     }
@@ -629,6 +688,7 @@ impl<'a> Engine<'a> {
             Decision::Reject { reason } => {
                 self.throttled += 1;
                 self.violations += 1;
+                self.epoch_violations += 1;
                 if reason != RouteReason::SpillBackRejected {
                     self.stats.rejected += 1;
                 }
@@ -645,7 +705,7 @@ impl<'a> Engine<'a> {
             memory_mb,
             ..
         } = call;
-        let (end, seq, rtt) = match decision {
+        let (end, seq, rtt, start) = match decision {
             Decision::Vm { vm, kind, .. } => {
                 if kind == AttemptKind::FallBack {
                     self.stats.fell_back += 1;
@@ -661,7 +721,7 @@ impl<'a> Engine<'a> {
                 }
                 let latency_us = u32::try_from((end - t) / 1000).unwrap_or(u32::MAX);
                 let seq = self.schedule(end, EvKind::VmDone(vm.0 as u32, latency_us));
-                (end, seq, 0)
+                (end, seq, 0, start)
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
@@ -690,13 +750,15 @@ impl<'a> Engine<'a> {
                 self.stats.function_served += 1;
                 let end = start + service_ns;
                 let seq = self.schedule(end, EvKind::FnDone(zone, id.0 as u32));
-                (end, seq, self.rtt_ns(lease.zone, call.origin))
+                // A function call is dispatched when it is placed (its start-up is
+                // latency, not a queue): delayed only by a wait in the gateway queue.
+                (end, seq, self.rtt_ns(lease.zone, call.origin), now)
             }
             Decision::Queue { .. } | Decision::Reject { .. } => {
                 unreachable!("only Vm and Function decisions start a call")
             }
         };
-        self.respond_client(t, end, rtt);
+        self.respond_client(t, start, end, rtt);
         if let Some(c) = self.calls.as_mut() {
             c.running.insert(seq, call);
             c.record(call.key, end - t, service_ns);
@@ -730,6 +792,19 @@ pub fn run_policy(
     kind: PolicyKind,
     seed: u64,
     series: bool,
+    progress: &mut dyn FnMut(u64),
+) -> PolicyRun {
+    run_policy_with(p, trace, kind, seed, series.then_some(usize::MAX), progress)
+}
+
+/// [`run_policy`] recording at most `series_rows` per-epoch rows (`None`: no series);
+/// longer runs merge neighbouring epochs ([`SeriesBuffer`]).
+pub fn run_policy_with(
+    p: &SimParams,
+    trace: &Trace,
+    kind: PolicyKind,
+    seed: u64,
+    series_rows: Option<usize>,
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
     let (scaler, router) = kind.build(&p.policy_params(trace));
@@ -770,20 +845,24 @@ pub fn run_policy(
         busy: VecDeque::new(),
         epoch_ns,
         open_epoch: 0,
-        measure_util: kind.uses_utilisation(),
+        measure_util: kind.uses_utilisation() || series_rows.is_some(),
+        feed_util: kind.uses_utilisation(),
         measure_latency,
         trace_end_ns: (trace.duration_s * 1e9).round() as u64,
         stats: RunStats::default(),
         served: 0,
         throttled: 0,
         violations: 0,
+        delayed: 0,
+        epoch_violations: 0,
+        epoch_delayed: 0,
         sum_response_ns: 0,
         // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
         hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
         cold_starts: 0,
         mb_ms: 0,
         last_done_ns: 0,
-        series: series.then(Vec::new),
+        series: series_rows.map(SeriesBuffer::new),
         last_routed_fn: 0,
         calls,
         client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
@@ -929,6 +1008,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
         } else {
             e.violations as f64 * 100.0 / arrived as f64
         },
+        delayed: e.delayed,
         cost_usd: CostBreakdown {
             total: vm_cost + fn_cost,
             vm: vm_cost,
@@ -970,7 +1050,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     PolicyRun {
         report,
         stats: e.stats,
-        series: e.series.unwrap_or_default(),
+        series: e.series.map(SeriesBuffer::finish).unwrap_or_default(),
     }
 }
 

@@ -27,7 +27,7 @@ pub mod trace;
 use std::path::PathBuf;
 
 use crate::config::Config;
-use engine::{PolicyKind, PolicyRun, SimParams, run_policy};
+use engine::{PolicyKind, PolicyRun, SimParams, run_policy_with};
 use report::SimReport;
 use trace::Trace;
 
@@ -76,7 +76,8 @@ pub enum SimError {
 
 /// Run `policies` over `trace` with the configuration `config` and `seed`; each policy
 /// starts from the same seed (common random numbers: the same arrivals and service times).
-/// `progress` receives `(policy index, arrivals processed)`.
+/// The policies run in parallel, one per core; the results do not depend on it.
+/// `progress` receives `(policy index, arrivals processed)` on the calling thread.
 ///
 /// # Errors
 /// [`SimError::Invalid`] if the configuration's models cannot be built.
@@ -88,11 +89,67 @@ pub fn simulate(
     series: bool,
     progress: &mut dyn FnMut(usize, u64),
 ) -> Result<(SimReport, Vec<PolicyRun>), SimError> {
+    simulate_with(
+        config,
+        trace,
+        policies,
+        seed,
+        series.then_some(usize::MAX),
+        progress,
+    )
+}
+
+/// [`simulate`] with at most `series_rows` per-epoch rows per policy (`None`: no series).
+///
+/// # Errors
+/// As [`simulate`].
+pub fn simulate_with(
+    config: &Config,
+    trace: &Trace,
+    policies: &[PolicyKind],
+    seed: u64,
+    series_rows: Option<usize>,
+    progress: &mut dyn FnMut(usize, u64),
+) -> Result<(SimReport, Vec<PolicyRun>), SimError> {
     let params = SimParams::from_config(config)?;
-    let runs: Vec<PolicyRun> = policies
-        .iter()
-        .enumerate()
-        .map(|(i, &k)| run_policy(&params, trace, k, seed, series, &mut |n| progress(i, n)))
+    // One worker per core, each taking the next policy; the runs share nothing, so the
+    // results are those of a sequential run. Progress reaches `progress` on this thread.
+    enum Msg {
+        Progress(usize, u64),
+        Done(usize, Box<PolicyRun>),
+    }
+    let workers = std::thread::available_parallelism()
+        .map_or(1, std::num::NonZero::get)
+        .min(policies.len())
+        .max(1);
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let mut runs: Vec<Option<PolicyRun>> = policies.iter().map(|_| None).collect();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<Msg>();
+        for _ in 0..workers {
+            let (tx, params, next) = (tx.clone(), &params, &next);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(&kind) = policies.get(i) else { break };
+                    let run = run_policy_with(params, trace, kind, seed, series_rows, &mut |n| {
+                        let _ = tx.send(Msg::Progress(i, n));
+                    });
+                    let _ = tx.send(Msg::Done(i, Box::new(run)));
+                }
+            });
+        }
+        drop(tx);
+        for msg in rx {
+            match msg {
+                Msg::Progress(i, n) => progress(i, n),
+                Msg::Done(i, run) => runs[i] = Some(*run),
+            }
+        }
+    });
+    let runs: Vec<PolicyRun> = runs
+        .into_iter()
+        .map(|r| r.expect("every policy ran (a worker panic propagates from the scope)"))
         .collect();
     let report = SimReport {
         policies: runs.iter().map(|r| r.report.clone()).collect(),

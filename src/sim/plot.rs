@@ -2,10 +2,13 @@
 //! out with plotters' built-in size estimate (no `ttf` feature), so no system font is
 //! needed to draw; the viewer picks a sans-serif font.
 //!
-//! * [`plot_sim`] — per policy: load vs VM capacity (ready VMs · r_max) and the function
-//!   share over time, and a cost comparison (LIBRA §IV, Fig. 5–7 style).
-//! * [`plot_cost`] — FaaS-only, IaaS-only and hybrid cost per hour over the request rate,
-//!   with the CIP (LIBRA §II, Fig. 1b/1d).
+//! * [`plot_sim`] — per policy: load (bucket mean, and each bucket's min–max band so that
+//!   averaging hides no peak) vs VM capacity (ready VMs · r_max) and the function share
+//!   over time, and a cost comparison (LIBRA §IV, Fig. 5–7 style).
+//! * [`plot_cost`] — FaaS-only, IaaS-only (as steps: whole VMs) and hybrid cost per hour
+//!   over the request rate, with the CIP (LIBRA §II, Fig. 1b/1d).
+//!
+//! Legends sit in the upper left, above the data (the y axes have headroom for them).
 
 use std::path::Path;
 
@@ -48,6 +51,49 @@ fn downsample(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64)> {
         .collect()
 }
 
+/// Per bucket of at most `n` buckets of consecutive points: `(last x, min y, max y)` —
+/// the band that shows what averaging hides (a one-second peak of 1,168 req/s in a
+/// 30-second bucket averaging 488).
+fn min_max_bands(points: &[(f64, f64)], n: usize) -> Vec<(f64, f64, f64)> {
+    let per = points.len().div_ceil(n.max(1)).max(1);
+    points
+        .chunks(per)
+        .map(|c| {
+            let lo = c.iter().map(|p| p.1).fold(f64::INFINITY, f64::min);
+            let hi = c.iter().map(|p| p.1).fold(f64::NEG_INFINITY, f64::max);
+            (c[c.len() - 1].0, lo, hi)
+        })
+        .collect()
+}
+
+/// The closed outline of a band: its upper edge left to right, its lower edge back.
+fn band_polygon(bands: &[(f64, f64, f64)]) -> Vec<(f64, f64)> {
+    bands
+        .iter()
+        .map(|&(x, _, hi)| (x, hi))
+        .chain(bands.iter().rev().map(|&(x, lo, _)| (x, lo)))
+        .collect()
+}
+
+/// IaaS-only cost per hour as the step function it is: `ceil(rate / r_max)` VMs, each new
+/// VM paid from just above a multiple of r_max (LIBRA §II), up to `x_max`.
+fn iaas_steps(r_max: f64, vm_hourly: f64, x_max: f64) -> Vec<(f64, f64)> {
+    let mut points = vec![(0.0, 0.0)];
+    if !(r_max.is_finite() && r_max > 0.0) {
+        return points;
+    }
+    let mut k = 0.0_f64;
+    while k * r_max < x_max && k < 100_000.0 {
+        let x0 = k * r_max;
+        let x1 = ((k + 1.0) * r_max).min(x_max);
+        let y = (k + 1.0) * vm_hourly;
+        points.push((x0, y));
+        points.push((x1, y));
+        k += 1.0;
+    }
+    points
+}
+
 /// Draw the simulation plot for `runs` into `path` (SVG). Capacity is ready VMs × the
 /// r_max in force at each epoch's end (it moves with `libra.r_max_adaptive`).
 ///
@@ -62,12 +108,9 @@ pub fn plot_sim(runs: &[PolicyRun], path: &Path) -> Result<(), SimError> {
     let rows = top.split_evenly((n, 1));
     for (run, area) in runs.iter().zip(rows.iter()) {
         let s = &run.series;
-        let load: Vec<(f64, f64)> = downsample(
-            &s.iter()
-                .map(|r| (r.time_s, r.load as f64))
-                .collect::<Vec<_>>(),
-            1500,
-        );
+        let load_points: Vec<(f64, f64)> = s.iter().map(|r| (r.time_s, r.load as f64)).collect();
+        let load = downsample(&load_points, 1500);
+        let load_band = min_max_bands(&load_points, 1500);
         let cap: Vec<(f64, f64)> = downsample(
             &s.iter()
                 .map(|r| (r.time_s, f64::from(r.vms_ready) * r.r_max_rps))
@@ -88,12 +131,14 @@ pub fn plot_sim(runs: &[PolicyRun], path: &Path) -> Result<(), SimError> {
             1500,
         );
         let x_max = s.last().map_or(1.0, |r| r.time_s).max(1.0);
-        let y_max = load
+        // Headroom above the highest point (the band's peak, not the bucket mean) keeps
+        // the legend in the upper left off the data.
+        let y_max = load_band
             .iter()
-            .chain(cap.iter())
-            .map(|p| p.1)
+            .map(|b| b.2)
+            .chain(cap.iter().map(|p| p.1))
             .fold(1.0, f64::max)
-            * 1.1;
+            * 1.4;
         let mut chart = ChartBuilder::on(area)
             .caption(
                 format!(
@@ -121,9 +166,19 @@ pub fn plot_sim(runs: &[PolicyRun], path: &Path) -> Result<(), SimError> {
             .draw()
             .map_err(|e| err(path, e))?;
         chart
+            .draw_series(std::iter::once(Polygon::new(
+                band_polygon(&load_band),
+                COLORS[0].mix(0.25).filled(),
+            )))
+            .map_err(|e| err(path, e))?
+            .label("load, min–max per bucket")
+            .legend(|(x, y)| {
+                Rectangle::new([(x, y - 4), (x + 20, y + 4)], COLORS[0].mix(0.25).filled())
+            });
+        chart
             .draw_series(LineSeries::new(load, &COLORS[0]))
             .map_err(|e| err(path, e))?
-            .label("load")
+            .label("load, bucket mean")
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], COLORS[0]));
         chart
             .draw_series(LineSeries::new(cap, &COLORS[1]))
@@ -137,6 +192,7 @@ pub fn plot_sim(runs: &[PolicyRun], path: &Path) -> Result<(), SimError> {
             .legend(|(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], COLORS[2]));
         chart
             .configure_series_labels()
+            .position(SeriesLabelPosition::UpperLeft)
             .background_style(WHITE.mix(0.8))
             .border_style(BLACK)
             .draw()
@@ -206,6 +262,7 @@ pub fn plot_cost(report: &CostReport, path: &Path) -> Result<(), SimError> {
     let root = SVGBackend::new(path, (900, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| err(path, e))?;
     let x_max = report.rows.last().map_or(1.0, |r| r.rate_rps).max(1.0);
+    // Headroom keeps the legend (upper left) above the curves, which start at zero.
     let y_max = report
         .rows
         .iter()
@@ -218,7 +275,7 @@ pub fn plot_cost(report: &CostReport, path: &Path) -> Result<(), SimError> {
         })
         .fold(0.0, f64::max)
         .max(1e-9)
-        * 1.1;
+        * 1.3;
     let caption = match report.cip_rps {
         Some(c) => format!("cost per hour vs request rate (CIP = {c:.2} req/s)"),
         None => "cost per hour vs request rate (no CIP)".to_string(),
@@ -243,11 +300,13 @@ pub fn plot_cost(report: &CostReport, path: &Path) -> Result<(), SimError> {
     ];
     for (i, (name, f)) in series.iter().enumerate() {
         let color = COLORS[i];
+        let points: Vec<(f64, f64)> = if i == 1 {
+            iaas_steps(report.inputs.r_max_rps, report.inputs.vm_hourly_usd, x_max)
+        } else {
+            report.rows.iter().map(|r| (r.rate_rps, f(r))).collect()
+        };
         chart
-            .draw_series(LineSeries::new(
-                report.rows.iter().map(|r| (r.rate_rps, f(r))),
-                color.stroke_width(2),
-            ))
+            .draw_series(LineSeries::new(points, color.stroke_width(2)))
             .map_err(|e| err(path, e))?
             .label(*name)
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color));
@@ -271,4 +330,41 @@ pub fn plot_cost(report: &CostReport, path: &Path) -> Result<(), SimError> {
         .map_err(|e| err(path, e))?;
     root.present().map_err(|e| err(path, e))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bands_keep_the_peak_the_mean_hides() {
+        // 30 points of 488 with one of 1,168: one bucket; the mean is ~511, the band's top
+        // is the peak.
+        let mut pts: Vec<(f64, f64)> = (0..30).map(|i| (f64::from(i), 488.0)).collect();
+        pts[7].1 = 1168.0;
+        let mean = downsample(&pts, 1)[0].1;
+        let band = min_max_bands(&pts, 1);
+        assert!(mean < 520.0, "{mean}");
+        assert_eq!(band, vec![(29.0, 488.0, 1168.0)]);
+        let poly = band_polygon(&min_max_bands(&pts, 3));
+        assert_eq!(poly.len(), 6);
+    }
+
+    #[test]
+    fn iaas_cost_is_drawn_as_whole_vm_steps() {
+        // r_max 16, $0.10/h, up to 40 req/s: 1 VM on (0, 16], 2 on (16, 32], 3 above.
+        let s = iaas_steps(16.0, 0.10, 40.0);
+        assert_eq!(
+            s,
+            vec![
+                (0.0, 0.0),
+                (0.0, 0.1),
+                (16.0, 0.1),
+                (16.0, 0.2),
+                (32.0, 0.2),
+                (32.0, 0.30000000000000004),
+                (40.0, 0.30000000000000004)
+            ]
+        );
+    }
 }

@@ -65,6 +65,12 @@ pub struct PolicyReport {
     pub sla_violations: u64,
     /// `sla_violations` as a percentage of `requests` (0–100).
     pub sla_violation_pct: f64,
+    /// Served requests whose service started in a later second than they arrived (they
+    /// waited in a VM queue across a second boundary): the LIBRA authors' simulator's
+    /// count of "delayed" requests, which works in whole seconds. `sla_violations` is the
+    /// continuous-time count (response slower than the SLA); a request can be one, both
+    /// or neither.
+    pub delayed: u64,
     /// Cost, USD.
     pub cost_usd: CostBreakdown,
     /// Billed VM time, hours (after the billing rule's rounding and minimum).
@@ -214,6 +220,105 @@ pub struct EpochRow {
     /// r_max in force at the end of the epoch, requests/s (LIBRA §III-B; moves only with
     /// `libra.r_max_adaptive`).
     pub r_max_rps: f64,
+    /// SLA violations among the requests that arrived in the epoch (served too slowly,
+    /// throttled or rejected).
+    pub violations: u64,
+    /// Requests that arrived in the epoch and started in a later second
+    /// ([`PolicyReport::delayed`]).
+    pub delayed: u64,
+    /// Busy VM slot-time ÷ ready slot-time over the epoch, 0–1 (above 1 when queues
+    /// build); `None` without a ready VM.
+    pub vm_utilisation: Option<f64>,
+    /// Cost billed up to the epoch's end, USD (running VMs as if stopped then).
+    pub cost_usd: f64,
+}
+
+impl EpochRow {
+    /// This row followed by `later` as one row (a `--csv-max-rows` aggregate): the end
+    /// time and levels (EWMAs, budget, VMs ready, r_max) of `later`, the counts (load,
+    /// function calls, violations, delayed) summed.
+    pub fn merged(&self, later: &EpochRow) -> EpochRow {
+        EpochRow {
+            time_s: later.time_s,
+            load: self.load + later.load,
+            function_calls: self.function_calls + later.function_calls,
+            violations: self.violations + later.violations,
+            delayed: self.delayed + later.delayed,
+            // The utilisation of the merged epochs, weighted equally.
+            vm_utilisation: match (self.vm_utilisation, later.vm_utilisation) {
+                (Some(a), Some(b)) => Some((a + b) / 2.0),
+                (a, b) => a.or(b),
+            },
+            ..later.clone()
+        }
+    }
+}
+
+/// A per-epoch series of at most `max_rows` rows: when full, neighbouring rows are merged
+/// pairwise and every later row covers twice as many epochs, so memory stays bounded on
+/// traces of any length (`--csv-max-rows`).
+#[derive(Clone, Debug)]
+pub struct SeriesBuffer {
+    rows: Vec<EpochRow>,
+    max_rows: usize,
+    /// Epochs per row.
+    group: u64,
+    pending: Option<(EpochRow, u64)>,
+}
+
+impl SeriesBuffer {
+    /// An empty series of at most `max_rows` (≥ 2 is used) rows.
+    pub fn new(max_rows: usize) -> Self {
+        Self {
+            rows: Vec::new(),
+            max_rows: max_rows.max(2),
+            group: 1,
+            pending: None,
+        }
+    }
+
+    /// Append one epoch.
+    pub fn push(&mut self, row: EpochRow) {
+        let (merged, n) = match self.pending.take() {
+            Some((p, n)) => (p.merged(&row), n + 1),
+            None => (row, 1),
+        };
+        if n < self.group {
+            self.pending = Some((merged, n));
+            return;
+        }
+        if self.rows.len() == self.max_rows {
+            let rows = std::mem::take(&mut self.rows);
+            self.rows = rows
+                .chunks(2)
+                .map(|c| match c {
+                    [a, b] => a.merged(b),
+                    [a] => a.clone(),
+                    _ => unreachable!("chunks of two"),
+                })
+                .collect();
+            self.group *= 2;
+            // The row just completed covers half a new group: keep it pending.
+            if n < self.group {
+                self.pending = Some((merged, n));
+                return;
+            }
+        }
+        self.rows.push(merged);
+    }
+
+    /// The rows, the last partial group included.
+    pub fn finish(mut self) -> Vec<EpochRow> {
+        if let Some((p, _)) = self.pending.take() {
+            if self.rows.len() == self.max_rows {
+                let last = self.rows.pop().expect("full");
+                self.rows.push(last.merged(&p));
+            } else {
+                self.rows.push(p);
+            }
+        }
+        self.rows
+    }
 }
 
 fn fmt_f(x: f64) -> String {
@@ -225,15 +330,19 @@ fn fmt_f(x: f64) -> String {
 }
 
 /// The per-epoch series as CSV:
-/// `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max` (`vm_reqs` empty
-/// when unlimited).
+/// `policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed,
+/// utilisation,cost_usd` (`vm_reqs` empty when unlimited, `utilisation` without a ready
+/// VM).
 pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
-    let mut out = String::from("policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max\n");
+    let mut out = String::from(
+        "policy,time,load,avg,std,vm_reqs,vms_ready,function_calls,r_max,violations,delayed,\
+         utilisation,cost_usd\n",
+    );
     for (name, rows) in series {
         for r in *rows {
             let _ = writeln!(
                 out,
-                "{name},{},{},{},{},{},{},{},{}",
+                "{name},{},{},{},{},{},{},{},{},{},{},{},{}",
                 r.time_s,
                 r.load,
                 r.avg_rps,
@@ -241,7 +350,11 @@ pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
                 fmt_f(r.vm_reqs_rps),
                 r.vms_ready,
                 r.function_calls,
-                r.r_max_rps
+                r.r_max_rps,
+                r.violations,
+                r.delayed,
+                r.vm_utilisation.map_or(String::new(), fmt_f),
+                r.cost_usd
             );
         }
     }
@@ -253,13 +366,14 @@ pub fn table(reports: &[PolicyReport]) -> String {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7} {:>10} {:>9} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}",
+        "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7} {:>9} {:>10} {:>9} {:>10} {:>9} {:>7} {:>8} {:>8} {:>8} {:>8}",
         "policy",
         "requests",
         "served",
         "throttled",
         "sla_viol",
         "viol_%",
+        "delayed",
         "cost_usd",
         "vm_usd",
         "fn_usd",
@@ -273,13 +387,14 @@ pub fn table(reports: &[PolicyReport]) -> String {
     for r in reports {
         let _ = writeln!(
             out,
-            "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7.3} {:>10.2} {:>9.2} {:>10.2} {:>9.1} {:>7.2} {:>8} {:>8.1} {:>8.1} {:>8.1}",
+            "{:<6} {:>10} {:>10} {:>9} {:>10} {:>7.3} {:>9} {:>10.2} {:>9.2} {:>10.2} {:>9.1} {:>7.2} {:>8} {:>8.1} {:>8.1} {:>8.1}",
             r.name,
             r.requests,
             r.served,
             r.throttled,
             r.sla_violations,
             r.sla_violation_pct,
+            r.delayed,
             r.cost_usd.total,
             r.cost_usd.vm,
             r.cost_usd.function,
@@ -306,4 +421,51 @@ pub fn table(reports: &[PolicyReport]) -> String {
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(i: u64) -> EpochRow {
+        EpochRow {
+            time_s: i as f64,
+            load: i,
+            avg_rps: i as f64 / 2.0,
+            std_rps: 0.0,
+            vm_reqs_rps: 0.0,
+            vms_ready: i as u32,
+            function_calls: 1,
+            r_max_rps: 16.0,
+            violations: i % 2,
+            delayed: 0,
+            vm_utilisation: None,
+            cost_usd: i as f64,
+        }
+    }
+
+    #[test]
+    fn a_full_series_merges_neighbours_and_keeps_totals_and_the_last_levels() {
+        // 11 epochs into 4 rows: groups of 1 → 2 → 4 epochs.
+        let mut s = SeriesBuffer::new(4);
+        for i in 1..=11 {
+            s.push(row(i));
+        }
+        let rows = s.finish();
+        assert!(rows.len() <= 4, "{rows:?}");
+        assert_eq!(
+            rows.iter().map(|r| r.load).sum::<u64>(),
+            (1..=11).sum::<u64>()
+        );
+        assert_eq!(rows.iter().map(|r| r.function_calls).sum::<u64>(), 11);
+        assert_eq!(rows.iter().map(|r| r.violations).sum::<u64>(), 6);
+        let last = rows.last().unwrap();
+        assert_eq!((last.time_s, last.vms_ready, last.avg_rps), (11.0, 11, 5.5));
+        // Row boundaries are increasing times.
+        assert!(rows.windows(2).all(|w| w[0].time_s < w[1].time_s));
+        // Below the cap nothing merges.
+        let mut s = SeriesBuffer::new(100);
+        (1..=11).for_each(|i| s.push(row(i)));
+        assert_eq!(s.finish(), (1..=11).map(row).collect::<Vec<_>>());
+    }
 }

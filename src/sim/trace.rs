@@ -126,6 +126,10 @@ pub struct Trace {
     /// Length of the trace, seconds (counts: lines, azure2019: minutes · 60, events: the
     /// last arrival).
     pub duration_s: f64,
+    /// Trace time of the simulated clock's zero, seconds: the window start (`--from`), or
+    /// for `events` traces without one the whole second of the first event (a trace of
+    /// Unix timestamps starts at its first event, not at 1970).
+    pub offset_s: f64,
 }
 
 const NS: u64 = 1_000_000_000;
@@ -138,11 +142,57 @@ fn parse_err(file: &Path, line: usize, message: impl Into<String>) -> SimError {
     }
 }
 
+/// Read a text file (a trace or a side file): a UTF-8 byte-order mark is skipped; a byte
+/// that is not UTF-8 is a [`SimError::Parse`] naming its line.
 fn read(path: &Path) -> Result<String, SimError> {
-    std::fs::read_to_string(path).map_err(|source| SimError::Io {
+    let bytes = std::fs::read(path).map_err(|source| SimError::Io {
         path: path.to_owned(),
         source,
+    })?;
+    let bytes = match bytes.strip_prefix(b"\xEF\xBB\xBF") {
+        Some(rest) => rest.to_vec(),
+        None => bytes,
+    };
+    String::from_utf8(bytes).map_err(|e| {
+        let bytes = e.as_bytes();
+        let at = e.utf8_error().valid_up_to();
+        let line = 1 + bytes[..at].iter().filter(|&&b| b == b'\n').count();
+        let col = at
+            - bytes[..at]
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |i| i + 1);
+        parse_err(
+            path,
+            line,
+            format!(
+                "not UTF-8 text: byte 0x{:02X} at column {} (traces are plain text)",
+                bytes[at],
+                col + 1
+            ),
+        )
     })
+}
+
+/// The hint appended to a parse error when a line looks like another `--format`.
+fn format_hint(line: &str, current: TraceFormat) -> &'static str {
+    let l = line.trim();
+    if l.contains(',') {
+        return " (this looks like CSV: --format azure2019 or --format azure2021)";
+    }
+    let mut fields = l.split_whitespace();
+    let looks_events = fields
+        .next()
+        .is_some_and(|t| t.starts_with(|c: char| c.is_ascii_digit()) && t.parse::<f64>().is_ok())
+        && fields.next().is_none_or(|z| z.parse::<u32>().is_ok())
+        && fields.next().is_none();
+    match current {
+        TraceFormat::Counts if looks_events => {
+            " (this looks like an `events` trace, `<arrival seconds> [<zone>]` a line: \
+             --format events)"
+        }
+        _ => "",
+    }
 }
 
 /// The lines of `text`, 1-based numbers, right-trimmed, trailing blank lines dropped;
@@ -199,6 +249,7 @@ impl Trace {
     /// # Errors
     /// As [`Trace::load`].
     pub fn parse(text: &str, file: &Path, opts: &TraceOptions) -> Result<Trace, SimError> {
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
         if !(opts.rate_divisor.is_finite() && opts.rate_divisor > 0.0) {
             return Err(SimError::Invalid {
                 field: "--rate-divisor".into(),
@@ -283,32 +334,55 @@ impl Trace {
 
 fn parse_counts(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
     let mut counts = Vec::new();
+    let mut lines_of = Vec::new();
     let mut first = None;
     for (n, l) in lines(text, file)? {
-        let c: u64 = l.trim_start().parse().map_err(|_| {
-            parse_err(
-                file,
-                n,
-                format!(
-                    "expected a non-negative integer (requests in second {}), got {l:?}",
-                    n - 1
-                ),
-            )
-        })?;
+        let digits = l.trim_start();
+        let c: u64 = digits
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+            .then(|| digits.parse().ok())
+            .flatten()
+            .ok_or_else(|| {
+                parse_err(
+                    file,
+                    n,
+                    format!(
+                        "expected a non-negative integer (requests in second {}), got {l:?}{}",
+                        n - 1,
+                        format_hint(l, TraceFormat::Counts)
+                    ),
+                )
+            })?;
         let second = (n - 1) as f64;
         if in_window(second, o) {
             first.get_or_insert(n - 1);
             counts.push(c);
+            lines_of.push(n);
         }
     }
     let scaled = scale_counts(counts, o.rate_divisor);
     let scaled = scaled
         .into_iter()
-        .map(|c| u32::try_from(c).unwrap_or(u32::MAX))
-        .collect::<Vec<_>>();
+        .zip(&lines_of)
+        .map(|(c, &n)| {
+            u32::try_from(c).map_err(|_| {
+                parse_err(
+                    file,
+                    n,
+                    format!(
+                        "{c} requests in one second (after --rate-divisor): the simulator \
+                         takes at most {} (use --rate-divisor)",
+                        u32::MAX
+                    ),
+                )
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     Ok(Trace {
         path: String::new(),
         duration_s: scaled.len() as f64,
+        offset_s: first.unwrap_or(0) as f64,
         data: TraceData::Counts(scaled),
         classes: vec![RequestClass::default()],
     })
@@ -334,8 +408,19 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
     let mut classes = vec![RequestClass::default()];
     let mut by_name: HashMap<String, u32> = HashMap::new();
     let mut last = f64::NEG_INFINITY;
-    let origin = o.from_s.unwrap_or(0.0);
     let lines = lines(text, file)?;
+    // The clock starts at the window start, or at the whole second of the first event:
+    // a trace of Unix timestamps does not simulate 1.7·10⁹ idle seconds first.
+    let origin = match o.from_s {
+        Some(f) => f,
+        None => lines
+            .first()
+            .and_then(|(_, l)| l.split_whitespace().next())
+            .and_then(|t| t.parse::<f64>().ok())
+            .filter(|t| t.is_finite() && *t >= 0.0)
+            .map_or(0.0, f64::floor),
+    };
+    let mut all_integers = true;
     let mut copies = copies_of_next(o.rate_divisor);
     for (n, l) in lines {
         let mut it = l.split_whitespace().peekable();
@@ -343,7 +428,17 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
             .next()
             .and_then(|x| x.parse().ok())
             .filter(|t: &f64| t.is_finite() && *t >= 0.0)
-            .ok_or_else(|| parse_err(file, n, format!("expected {SHAPE}, got {l:?}")))?;
+            .ok_or_else(|| {
+                parse_err(
+                    file,
+                    n,
+                    format!(
+                        "expected {SHAPE}, got {l:?}{}",
+                        format_hint(l, TraceFormat::Events)
+                    ),
+                )
+            })?;
+        all_integers &= l.bytes().all(|b| b.is_ascii_digit());
         let zone = match it.next_if(|x| !x.contains('=')) {
             None => 0,
             Some(z) => z.parse::<u32>().map_err(|_| {
@@ -394,7 +489,15 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
             return Err(parse_err(
                 file,
                 n,
-                format!("arrivals must be time-ordered: {t} after {last}"),
+                format!(
+                    "arrivals must be time-ordered: {t} after {last}{}",
+                    if all_integers {
+                        " (every line so far is one integer: this looks like a `counts` \
+                         trace, requests per second — --format counts)"
+                    } else {
+                        ""
+                    }
+                ),
             ));
         }
         last = t;
@@ -411,6 +514,7 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
     Ok(Trace {
         path: String::new(),
         duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
+        offset_s: origin,
         data: TraceData::Events(arrivals),
         classes,
     })
@@ -492,6 +596,7 @@ fn parse_azure2019(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     Ok(Trace {
         path: String::new(),
         duration_s: data.len() as f64 * 60.0,
+        offset_s: selected.first().map_or(0.0, |&m| m as f64 * 60.0),
         data: TraceData::PerMinute(data),
         classes,
     })
@@ -640,7 +745,12 @@ fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     // Rows are ordered by end time; arrivals are start times. Stable sort keeps ties in
     // file order.
     rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let origin = o.from_s.unwrap_or(0.0);
+    // As for `events`: the window start, or the whole second of the first arrival.
+    let origin = o.from_s.unwrap_or_else(|| {
+        rows.iter()
+            .find(|r| in_window(r.0, o))
+            .map_or(0.0, |r| r.0.floor())
+    });
     let mut copies = copies_of_next(o.rate_divisor);
     let arrivals: Vec<Arrival> = rows
         .into_iter()
@@ -658,6 +768,7 @@ fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
     Ok(Trace {
         path: String::new(),
         duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
+        offset_s: origin,
         data: TraceData::Events(arrivals),
         classes,
     })

@@ -61,6 +61,7 @@ pub fn faas_core(epoch: Duration, pool: FunctionPoolParams) -> Core {
                 alpha: 0.3,
                 beta: 0.2,
                 decision_epochs: 1,
+                first_decision_epoch: None,
             },
             r_max_rps: 10.0,
             execute_scaling: true,
