@@ -86,6 +86,12 @@ pub struct Config {
     /// Simulator-only settings (ignored by `spillway serve`).
     #[serde(default)]
     pub sim: crate::config::sim::SimSection,
+    /// Asynchronous calls and their delay queue (ProFaaStinate §3).
+    #[serde(default, rename = "async")]
+    pub async_calls: crate::config::delay::AsyncConfig,
+    /// Per-path rules (stand-in: asynchronous routes and their deadlines).
+    #[serde(default)]
+    pub routes: Vec<crate::config::delay::RouteConfig>,
 }
 
 fn one() -> u32 {
@@ -1016,6 +1022,8 @@ impl Config {
             Some(FunctionTierConfig::Lambda(l)) => l.validate(&mut is),
         }
         self.sim.validate(&mut is);
+        self.async_calls.validate(&mut is);
+        crate::config::delay::validate_routes(&self.routes, &self.async_calls, &mut is);
         is.0
     }
 

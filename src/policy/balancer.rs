@@ -66,6 +66,9 @@ pub enum RouteReason {
     /// A token was available but every ready VM already has `max_outstanding_per_vm`
     /// requests in flight: spilled (no token taken).
     VmsSaturated,
+    /// A deferred asynchronous call reached `deadline − (E[p] + margin)`: sent to the
+    /// function tier rather than missed (ProFaaStinate §3).
+    AsyncDeadline,
 }
 
 impl RouteReason {
@@ -83,6 +86,7 @@ impl RouteReason {
             RouteReason::FunctionOnly => "function_only",
             RouteReason::ScalingOut => "scaling_out",
             RouteReason::VmsSaturated => "vms_saturated",
+            RouteReason::AsyncDeadline => "async_deadline",
         }
     }
 }
@@ -207,6 +211,13 @@ pub trait RoutingPolicy: Send {
 
     /// Decide where one attempt of a request goes.
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route;
+
+    /// An idle-mode release of a deferred asynchronous call asks for one VM admission
+    /// (ProFaaStinate §3): `true` takes it. LIBRA's balancer takes a token; policies
+    /// without a budget always admit.
+    fn take_deferred_token(&mut self, _now: Time) -> bool {
+        true
+    }
 }
 
 /// A token bucket refilled continuously at `rate` tokens/s, holding at most one second's
@@ -340,6 +351,10 @@ impl RoutingPolicy for VmFirst {
 
     fn set_vm_budget(&mut self, now: Time, vm_reqs_rps: f64) {
         self.bucket.set_rate(now, self.rho * vm_reqs_rps);
+    }
+
+    fn take_deferred_token(&mut self, now: Time) -> bool {
+        self.bucket.try_take(now)
     }
 
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {

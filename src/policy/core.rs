@@ -23,14 +23,15 @@ use std::time::Duration;
 use super::attempt::{
     AttemptKind, Decision, Failure, Holding, MAX_INSTANCE_GONE, NotSentReason, Ticket,
 };
-use super::balancer::{Attempt, Route, RouteReason, RoutingPolicy};
+use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
+use super::delay::{CallId, DelayParams, DelayQueue, DelayStatus, ReleaseKind};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
 use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
 use super::scaling::ScalingPolicy;
 use super::timers::{Timer, TimerTable};
-use super::{Time, VmId};
+use super::{Tier, Time, VmId};
 
 /// Parameters of the whole core.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,6 +71,28 @@ pub enum Action {
         /// The instance.
         instance: InstanceId,
     },
+    /// Measure the delay queue's CPU signal (0–1) and report it with
+    /// [`Core::on_cpu_sample`] (ProFaaStinate §3; every `sample_interval`).
+    SampleCpu,
+}
+
+/// A deferred asynchronous call leaving the delay queue (ProFaaStinate §3), from
+/// [`Core::poll_release`]: run it like a request whose first decision is `decision`
+/// (failures go to [`Core::on_attempt_failed`] with `ticket`), then report
+/// [`Core::on_async_finished`]. A [`Decision::Reject`] (no capacity anywhere) is the
+/// driver's to queue again ([`Core::enqueue_async`]) a little later.
+#[derive(Clone, Debug)]
+pub struct Release {
+    /// The call.
+    pub id: CallId,
+    /// Why it left the queue.
+    pub kind: ReleaseKind,
+    /// Its deadline.
+    pub deadline: Time,
+    /// The attempt protocol state of its first attempt.
+    pub ticket: Ticket,
+    /// The first attempt.
+    pub decision: Decision,
 }
 
 /// A snapshot for `/status`, logs and reports.
@@ -84,6 +107,8 @@ pub struct CoreStatus {
     /// The adaptive r_max controller, when configured (the value in force is
     /// `controller.r_max_rps` either way).
     pub r_max: Option<RMaxStatus>,
+    /// The delay queue for asynchronous calls, when configured (ProFaaStinate §3).
+    pub delay: Option<DelayStatus>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -97,6 +122,9 @@ pub struct Core {
     timers: TimerTable,
     /// Adaptive r_max (LIBRA §III-B), when configured.
     r_max: Option<RMaxController>,
+    /// The delay queue for asynchronous calls (ProFaaStinate §3), when configured.
+    delay: Option<DelayQueue>,
+    releases: VecDeque<Release>,
 }
 
 impl Core {
@@ -114,6 +142,8 @@ impl Core {
             actions: VecDeque::new(),
             timers: TimerTable::new(),
             r_max: None,
+            delay: None,
+            releases: VecDeque::new(),
         };
         core.refresh();
         core
@@ -132,6 +162,69 @@ impl Core {
         }
         self.refresh();
         self
+    }
+
+    /// Hold asynchronous calls in a delay queue released by a CPU-aware scheduler
+    /// (`policy::delay`, ProFaaStinate §3); `None`: no delay queue. Call before
+    /// [`Self::start`]. The queue owns a timer row ([`Timer::DelayQueue`]) and asks for
+    /// a CPU sample every `sample_interval` ([`Action::SampleCpu`]).
+    #[must_use]
+    pub fn with_delay_queue(mut self, params: Option<DelayParams>) -> Self {
+        self.delay = params.map(DelayQueue::new);
+        self.refresh();
+        self
+    }
+
+    /// Queue asynchronous call `id` (accepted at `accepted_at`, due by `deadline`);
+    /// calls may leave at once ([`Self::poll_release`]). `false`: no delay queue is
+    /// configured.
+    pub fn enqueue_async(
+        &mut self,
+        now: Time,
+        id: CallId,
+        deadline: Time,
+        accepted_at: Time,
+    ) -> bool {
+        self.advance(now);
+        let Some(q) = &mut self.delay else {
+            return false;
+        };
+        q.push(id, deadline, accepted_at);
+        self.release_delayed(now);
+        self.pump(now);
+        self.refresh();
+        true
+    }
+
+    /// The CPU signal (0–1) measured after [`Action::SampleCpu`]: may switch the
+    /// scheduler's mode and release calls.
+    pub fn on_cpu_sample(&mut self, now: Time, utilisation: f64) {
+        self.advance(now);
+        if let Some(q) = &mut self.delay {
+            q.on_cpu_sample(now, utilisation);
+        }
+        self.release_delayed(now);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// A released asynchronous call with `deadline` finished after running for
+    /// `processing`: a deadline miss when `now > deadline`; updates `E[p]`.
+    pub fn on_async_finished(&mut self, now: Time, deadline: Time, processing: Duration) {
+        if let Some(q) = &mut self.delay {
+            q.on_finished(now, deadline, processing);
+        }
+        self.refresh();
+    }
+
+    /// The next call released from the delay queue, in release order.
+    pub fn poll_release(&mut self) -> Option<Release> {
+        self.releases.pop_front()
+    }
+
+    /// The delay queue (read-only), when configured.
+    pub fn delay_queue(&self) -> Option<&DelayQueue> {
+        self.delay.as_ref()
     }
 
     /// Apply the scaling policy's initial decision and start the pre-warmed instances.
@@ -158,7 +251,14 @@ impl Core {
     /// The first decision for a request (counted by the traffic monitor).
     pub fn route(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
         self.advance(now);
-        let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
+        let d = self.route_first(now, ticket);
+        self.pump(now);
+        self.refresh();
+        d
+    }
+
+    fn route_first(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
+        match self.controller.route(now, &ticket.meta, Attempt::First) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
                 Decision::Vm {
@@ -172,10 +272,7 @@ impl Core {
                 self.place(now, ticket, AttemptKind::First, reason)
             }
             Route::Reject { reason } => Decision::Reject { reason },
-        };
-        self.pump(now);
-        self.refresh();
-        d
+        }
     }
 
     /// The current attempt of `ticket` failed: release what it held and decide the next
@@ -243,6 +340,7 @@ impl Core {
     pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
         self.advance(now);
         self.controller.on_vm_request_finished(now, vm);
+        self.release_delayed(now);
         self.pump(now);
         self.refresh();
     }
@@ -363,6 +461,13 @@ impl Core {
             self.actions
                 .push_back(Action::StopInstance { zone, instance });
         }
+        if let Some(q) = &mut self.delay
+            && q.sample_due(now)
+        {
+            self.actions.push_back(Action::SampleCpu);
+        }
+        self.release_delayed(now);
+        self.pump(now);
         self.track_ready(now);
         self.refresh();
     }
@@ -394,6 +499,7 @@ impl Core {
             placement: self.placement.policy(),
             zones: self.placement.status(),
             r_max: self.r_max.as_ref().map(RMaxController::status),
+            delay: self.delay.as_ref().map(DelayQueue::status),
         }
     }
 
@@ -484,6 +590,66 @@ impl Core {
         }
     }
 
+    /// Release every call the delay queue says is due (ProFaaStinate §3): forced ones to
+    /// the function tier, urgent ones through the balancer, idle ones to a VM with a free
+    /// slot and a token — or to the function tier when no VM is ready at all. Stops at the
+    /// first idle call no VM can take.
+    fn release_delayed(&mut self, now: Time) {
+        loop {
+            let Some(q) = &self.delay else { return };
+            let Some(due) = q.peek_due(now) else { return };
+            let slots = q.params().vm_slots;
+            let meta = RequestMeta {
+                upgrade: false,
+                idempotent: false,
+            };
+            let mut ticket = Ticket::new(meta, None);
+            let decision = match due.kind {
+                ReleaseKind::Forced => {
+                    self.controller.count_deferred_function(now);
+                    ticket.reason = RouteReason::AsyncDeadline;
+                    self.place(
+                        now,
+                        &mut ticket,
+                        AttemptKind::First,
+                        RouteReason::AsyncDeadline,
+                    )
+                }
+                ReleaseKind::Urgent => self.route_first(now, &mut ticket),
+                ReleaseKind::Idle => {
+                    if let Some(vm) = self.controller.admit_deferred(now, slots) {
+                        ticket.holding = Some(Holding::Vm(vm));
+                        Decision::Vm {
+                            vm,
+                            kind: AttemptKind::First,
+                            reason: RouteReason::WithinBudget,
+                        }
+                    } else if self.controller.pool().ready == 0 {
+                        self.controller.count_deferred_function(now);
+                        ticket.reason = RouteReason::NoReadyVm;
+                        self.place(now, &mut ticket, AttemptKind::First, RouteReason::NoReadyVm)
+                    } else {
+                        return;
+                    }
+                }
+            };
+            let tier = match decision {
+                Decision::Vm { .. } => Tier::Vm,
+                _ => Tier::Function,
+            };
+            if let Some(q) = &mut self.delay {
+                q.released(due.id, due.kind, tier);
+            }
+            self.releases.push_back(Release {
+                id: due.id,
+                kind: due.kind,
+                deadline: due.deadline,
+                ticket,
+                decision,
+            });
+        }
+    }
+
     /// The gateway queue (call scheduling) is not configured: 503.
     fn queue_or_reject(&mut self, reason: RouteReason) -> Decision {
         Decision::Reject { reason }
@@ -550,6 +716,10 @@ impl Core {
         self.timers.set(
             Timer::RMax,
             self.r_max.as_ref().map(RMaxController::poll_timeout),
+        );
+        self.timers.set(
+            Timer::DelayQueue,
+            self.delay.as_ref().and_then(DelayQueue::poll_timeout),
         );
     }
 }

@@ -21,6 +21,7 @@
 //! | [`rmax`] | LIBRA §III-B, Alg. 1 line 3 | r_max adapted by a PID controller on the VM latency percentile |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
+//! | [`delay`] | ProFaaStinate §3 | asynchronous calls: deadline-ordered queue, CPU-aware busy/idle release |
 //!
 //! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
@@ -31,6 +32,7 @@ pub mod baselines;
 pub mod controller;
 pub mod core;
 pub mod cost;
+pub mod delay;
 pub mod functions;
 pub mod monitor;
 pub mod placement;

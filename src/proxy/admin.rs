@@ -200,6 +200,19 @@ pub fn status_json(gw: &Gateway) -> Value {
             "errors": gw.vm_provider().errors(),
         },
         "functions": functions_json(gw, &s.core.zones),
+        "async": s.core.delay.as_ref().map(|d| json!({
+            "queued": d.queued,
+            "oldest_wait_seconds": d.oldest_accepted.map(|t| seconds(gw.now().saturating_sub(t))),
+            "mode": d.mode.as_str(),
+            "cpu_utilisation": d.cpu.map(m::round2),
+            "mode_switches": d.switches,
+            "released": d.released.iter().map(|r| json!({
+                "kind": r.kind, "tier": r.tier, "calls": r.count,
+            })).collect::<Vec<_>>(),
+            "finished": d.finished,
+            "deadline_misses": d.deadline_misses,
+            "expected_processing_seconds": seconds(d.expected_processing),
+        })),
     })
 }
 

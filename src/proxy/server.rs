@@ -26,6 +26,8 @@ use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
 use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
+use super::async_calls::AsyncCalls;
+use super::async_store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
@@ -117,6 +119,26 @@ pub enum ServeError {
         "config: {0} needs AWS support, but spillway was built without the `aws` feature (rebuild with `cargo build --release --features aws`)"
     )]
     AwsFeatureDisabled(&'static str),
+    /// The asynchronous-call store could not be opened or read (the file is named).
+    #[error("{0}")]
+    AsyncStore(String),
+}
+
+impl From<super::async_store::StoreError> for ServeError {
+    fn from(e: super::async_store::StoreError) -> Self {
+        ServeError::AsyncStore(e.to_string())
+    }
+}
+
+/// The request path's settings from the configuration.
+fn service_settings(config: &Config) -> ServiceSettings {
+    let g = &config.gateway;
+    ServiceSettings {
+        max_body_bytes: g.max_body_bytes,
+        upstream_timeout: secs(g.upstream_timeout_seconds),
+        trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+        request_rules: g.request_rules(),
+    }
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -136,6 +158,19 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
+        Self::bind_with_store(config, spillway_exe, None).await
+    }
+
+    /// [`Self::bind`] with the asynchronous calls kept in `store` instead of the embedded
+    /// redb file (tests put a failing store here).
+    ///
+    /// # Errors
+    /// As [`Self::bind`].
+    pub async fn bind_with_store(
+        config: Config,
+        spillway_exe: PathBuf,
+        store: Option<Arc<dyn CallStore>>,
+    ) -> Result<Server, ServeError> {
         let prometheus = crate::telemetry::install();
         let g = &config.gateway;
         let client = UpstreamClient::new(ClientSettings {
@@ -199,7 +234,12 @@ impl Server {
             Box::new(LibraScaler::new(config.libra_scaling_params())),
             Box::new(config.libra_balancer()),
         )
-        .with_adaptive_r_max(config.r_max_adaptive_params());
+        .with_adaptive_r_max(config.r_max_adaptive_params())
+        .with_delay_queue(config.async_calls.enabled.then(|| {
+            config
+                .async_calls
+                .delay_params(config.libra.max_outstanding_per_vm)
+        }));
         let gateway = Gateway::new(
             core,
             vm_provider,
@@ -224,7 +264,31 @@ impl Server {
             }
             None => None,
         };
-        gateway.start().await?;
+        if config.async_calls.enabled {
+            let store: Arc<dyn CallStore> = match store {
+                Some(s) => s,
+                None => Arc::new(RedbStore::open(std::path::Path::new(
+                    &config.async_calls.store_dir,
+                ))?),
+            };
+            let a = AsyncCalls::new(
+                config.async_calls.clone(),
+                config.routes.clone(),
+                store,
+                Arc::new(service_settings(&config)),
+                config.libra.max_outstanding_per_vm,
+            );
+            gateway.set_async_calls(Arc::clone(&a));
+            gateway.start().await?;
+            let n = a
+                .recover(&gateway)
+                .map_err(|e| ServeError::AsyncStore(e.to_string()))?;
+            if n > 0 {
+                tracing::info!(calls = n, "asynchronous calls recovered from the store");
+            }
+        } else {
+            gateway.start().await?;
+        }
         Ok(Server {
             config,
             gateway,
@@ -263,12 +327,8 @@ impl Server {
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
         let rules = g.request_rules();
-        let settings = Arc::new(ServiceSettings {
-            max_body_bytes: g.max_body_bytes,
-            upstream_timeout: secs(g.upstream_timeout_seconds),
-            trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
-            request_rules: rules,
-        });
+        let _ = rules;
+        let settings = Arc::new(service_settings(&self.config));
         let mut builder = auto::Builder::new(TokioExecutor::new());
         builder
             .http1()

@@ -320,6 +320,8 @@ impl<'a> Engine<'a> {
                 )
                 | Action::StopInstance { .. }
                 | Action::VmBootTimedOut { .. } => {}
+                // No delay queue in this engine yet: nothing asks for CPU samples.
+                Action::SampleCpu => self.core.on_cpu_sample(dur(now), 0.0),
             }
         }
     }
