@@ -162,3 +162,104 @@ fn a_result_is_gone_after_its_retention() {
     }
     assert_eq!(get_json(&gw, &location).1["state"], "done");
 }
+
+/// A store that fails every write (behind the store trait: CI runs as root, so file
+/// permissions cannot make a real one fail).
+struct FailingStore;
+
+impl spillway::proxy::async_store::CallStore for FailingStore {
+    fn insert(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+        _: &[u8],
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn update(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn finish(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+        _: &spillway::proxy::async_store::CallResult,
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn get(
+        &self,
+        _: &str,
+    ) -> Result<
+        Option<spillway::proxy::async_store::CallRecord>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(None)
+    }
+    fn body(&self, _: &str) -> Result<Option<Vec<u8>>, spillway::proxy::async_store::StoreError> {
+        Ok(None)
+    }
+    fn result(
+        &self,
+        _: &str,
+    ) -> Result<
+        Option<spillway::proxy::async_store::CallResult>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(None)
+    }
+    fn pending(
+        &self,
+    ) -> Result<
+        Vec<spillway::proxy::async_store::CallRecord>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(vec![])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() {
+    let stub = Stub::start(ok_reply);
+    let yaml = format!(
+        "{}\nasync:\n  retry_after_seconds: 11\n",
+        function_http_config(&stub.url(), "")
+    );
+    let config = spillway::config::Config::from_yaml(&yaml, "t.yaml").unwrap();
+    let server = spillway::proxy::server::Server::bind_with_store(
+        config,
+        common::exe().into(),
+        Some(std::sync::Arc::new(FailingStore)),
+    )
+    .await
+    .unwrap();
+    let addr = server.proxy_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let (a, s) = tokio::task::spawn_blocking(move || {
+        (
+            http(addr, "POST", "/echo", &[("Prefer", "respond-async")], b"x"),
+            http(addr, "POST", "/echo", &[], b"x"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(a.0, 503, "not stored, not accepted");
+    assert_eq!(header(&a.1, "retry-after"), Some("11"));
+    assert_eq!(s.0, 200, "synchronous traffic is unaffected");
+    assert!(
+        stub.requests_to("/echo").len() == 1,
+        "only the synchronous call ran"
+    );
+    let _ = stop.send(());
+    let _ = run.await;
+}
