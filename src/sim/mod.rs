@@ -16,6 +16,7 @@
 
 pub mod cli;
 pub mod costmodel;
+pub mod delay;
 pub mod engine;
 pub mod model;
 pub mod plot;
