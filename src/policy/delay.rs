@@ -178,6 +178,9 @@ pub struct DelayStatus {
     pub deadline_misses: u64,
     /// Calls that finished.
     pub finished: u64,
+    /// Calls queued so far (accepted, recovered after a restart, or queued again after
+    /// a release found no capacity).
+    pub queued_total: u64,
     /// Current `E[p]`.
     pub expected_processing: Duration,
 }
@@ -203,6 +206,7 @@ pub struct DelayQueue {
     released: [[u64; 2]; 3],
     misses: u64,
     finished: u64,
+    pushed: u64,
 }
 
 impl DelayQueue {
@@ -223,6 +227,7 @@ impl DelayQueue {
             released: [[0; 2]; 3],
             misses: 0,
             finished: 0,
+            pushed: 0,
         }
     }
 
@@ -235,6 +240,7 @@ impl DelayQueue {
     /// calls recovered from the store after a restart). A known id is replaced.
     pub fn push(&mut self, id: CallId, deadline: Time, accepted_at: Time) {
         self.remove(id);
+        self.pushed += 1;
         self.calls.insert(id, (deadline, accepted_at));
         self.by_deadline.insert((deadline, id));
         self.by_accept.insert((accepted_at, id));
@@ -402,6 +408,7 @@ impl DelayQueue {
             released,
             deadline_misses: self.misses,
             finished: self.finished,
+            queued_total: self.pushed,
             expected_processing: self.expected,
         }
     }

@@ -202,6 +202,7 @@ pub fn status_json(gw: &Gateway) -> Value {
         "functions": functions_json(gw, &s.core.zones),
         "async": s.core.delay.as_ref().map(|d| json!({
             "queued": d.queued,
+            "queued_total": d.queued_total,
             "oldest_wait_seconds": d.oldest_accepted.map(|t| seconds(gw.now().saturating_sub(t))),
             "mode": d.mode.as_str(),
             "cpu_utilisation": d.cpu.map(m::round2),
