@@ -784,6 +784,93 @@ mod tests {
         (core, vm)
     }
 
+    /// ProFaaStinate §3 through the core: a call too close to its deadline goes to the
+    /// function tier at once; idle releases take a VM slot and a token each (counted by
+    /// the traffic monitor at release) and stop when no token is left; busy mode holds
+    /// calls until their urgency window.
+    #[test]
+    fn deferred_calls_are_released_by_deadline_capacity_and_mode() {
+        use crate::policy::delay::{CallId, DelayParams, Mode, ReleaseKind};
+        let params = CoreParams {
+            controller: ControllerParams {
+                execute_scaling: false,
+                ..controller_params(60)
+            },
+            placement: PlacementParams {
+                zones: vec![concurrency("fn", ZoneKind::Cloud, 5)],
+                policy: PlacementPolicy::EdgeFirst,
+            },
+            vm_boot_timeout: None,
+        };
+        let delay = DelayParams {
+            busy_utilisation: 0.6,
+            sample_interval: secs(1.0),
+            window: secs(3.0),
+            min_switch: secs(0.0),
+            urgency_window: secs(8.0),
+            release_batch: 3,
+            deadline_margin: secs(2.0),
+            expected_processing: secs(1.5),
+            vm_slots: Some(2),
+        };
+        // ρ = 0.5 of r_max 2: one token, then one a second.
+        let mut core = Core::new(params, libra(1), Box::new(VmFirst::new(0.5)))
+            .with_delay_queue(Some(delay.clone()));
+        let vm = core.adopt_ready_vm(Time::ZERO);
+        core.start(Time::ZERO);
+        while core.poll_action().is_some() {}
+        let t0 = secs(0.01);
+        let soon = t0 + delay.expected_processing + delay.deadline_margin - secs(0.5);
+        core.enqueue_async(t0, CallId(9), soon, t0);
+        for (i, d) in [100.0, 101.0, 102.0].into_iter().enumerate() {
+            core.enqueue_async(t0, CallId(i as u128), secs(d), t0);
+        }
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(9), ReleaseKind::Forced));
+        assert!(
+            matches!(
+                r.decision,
+                Decision::Function {
+                    reason: RouteReason::AsyncDeadline,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.decision
+        );
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(0), ReleaseKind::Idle));
+        assert_eq!(r.decision.kind(), Some(AttemptKind::First));
+        assert!(matches!(r.decision, Decision::Vm { vm: v, .. } if v == vm));
+        assert!(core.poll_release().is_none(), "no token left");
+        assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 1);
+        // The next sample tick: a refilled token releases one more.
+        assert_eq!(core.next_timer(), (Timer::DelayQueue, secs(1.0)));
+        core.handle_timeout(secs(1.0));
+        assert!(std::iter::from_fn(|| core.poll_action()).any(|a| a == Action::SampleCpu));
+        assert!(
+            core.poll_release().is_none(),
+            "0.99 tokens: one a second since the token taken at 0.01 s"
+        );
+        core.handle_timeout(secs(2.0));
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(1), ReleaseKind::Idle));
+        // Busy: nothing until the last call's urgency window opens.
+        core.on_cpu_sample(secs(2.0), 0.9);
+        let st = core.status().delay.unwrap();
+        assert_eq!((st.mode, st.queued), (Mode::Busy, 1));
+        core.finish(secs(2.5), &mut r.ticket.clone());
+        let urgent = secs(102.0) - delay.urgency_window;
+        core.handle_timeout(urgent - secs(0.5));
+        assert!(core.poll_release().is_none());
+        core.handle_timeout(urgent);
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(2), ReleaseKind::Urgent));
+        let st = core.status();
+        assert_eq!(st.delay.unwrap().queued, 0);
+        assert_eq!(st.controller.routed.function, 1, "the forced call");
+    }
+
     fn concurrency(name: &str, kind: ZoneKind, max: u32) -> ZoneParams {
         ZoneParams {
             name: name.into(),
