@@ -158,6 +158,39 @@ pub fn zero_provider_errors(
 /// Describe every metric (the HELP lines).
 fn describe() {
     metrics::describe_counter!(
+        "spillway_async_accepted_total",
+        "Asynchronous calls accepted (stored, 202; ProFaaStinate delay queue)."
+    );
+    metrics::describe_counter!(
+        "spillway_async_released_total",
+        "Asynchronous calls released from the delay queue, by kind (idle, urgent, forced) and tier of the first attempt."
+    );
+    metrics::describe_counter!(
+        "spillway_async_finished_total",
+        "Asynchronous calls finished: done (an upstream answered) or failed."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_queued",
+        "Asynchronous calls waiting in the delay queue."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_oldest_wait_seconds",
+        metrics::Unit::Seconds,
+        "How long the longest-waiting asynchronous call has waited."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_busy",
+        "Delay-queue scheduler mode: 1 busy, 0 idle."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_cpu_utilisation",
+        "The delay-queue scheduler's CPU signal averaged over its window, 0-1."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_deadline_misses",
+        "Asynchronous calls that finished after their deadline."
+    );
+    metrics::describe_counter!(
         "spillway_requests_total",
         "Requests answered, by tier and status class."
     );
