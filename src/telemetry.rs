@@ -102,9 +102,10 @@ fn gateway_tier(reason: RouteReason) -> Option<&'static str> {
         RouteReason::WithinBudget
         | RouteReason::UpgradePinned
         | RouteReason::FallBackOverBudget => Some("vm"),
-        RouteReason::BudgetExhausted | RouteReason::NoReadyVm | RouteReason::VmsSaturated => {
-            Some("function")
-        }
+        RouteReason::BudgetExhausted
+        | RouteReason::NoReadyVm
+        | RouteReason::VmsSaturated
+        | RouteReason::AsyncDeadline => Some("function"),
         RouteReason::UpgradeNoReadyVm
         | RouteReason::SpillBackRejected
         | RouteReason::QueueFull
@@ -113,7 +114,8 @@ fn gateway_tier(reason: RouteReason) -> Option<&'static str> {
     }
 }
 
-const ROUTE_REASONS: [RouteReason; 13] = [
+const ROUTE_REASONS: [RouteReason; 14] = [
+    RouteReason::AsyncDeadline,
     RouteReason::WithinBudget,
     RouteReason::BudgetExhausted,
     RouteReason::NoReadyVm,
@@ -211,6 +213,39 @@ fn describe() {
     metrics::describe_counter!(
         "spillway_queue_calls_total",
         "Calls through the gateway queue, by outcome."
+    );
+    metrics::describe_counter!(
+        "spillway_async_accepted_total",
+        "Asynchronous calls accepted (stored, 202; ProFaaStinate delay queue)."
+    );
+    metrics::describe_counter!(
+        "spillway_async_released_total",
+        "Asynchronous calls released from the delay queue, by kind (idle, urgent, forced) and tier of the first attempt."
+    );
+    metrics::describe_counter!(
+        "spillway_async_finished_total",
+        "Asynchronous calls finished: done (an upstream answered) or failed."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_queued",
+        "Asynchronous calls waiting in the delay queue."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_oldest_wait_seconds",
+        metrics::Unit::Seconds,
+        "How long the longest-waiting asynchronous call has waited."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_busy",
+        "Delay-queue scheduler mode: 1 busy, 0 idle."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_cpu_utilisation",
+        "The delay-queue scheduler's CPU signal averaged over its window, 0-1."
+    );
+    metrics::describe_gauge!(
+        "spillway_async_deadline_misses",
+        "Asynchronous calls that finished after their deadline."
     );
     metrics::describe_counter!(
         "spillway_requests_total",
@@ -514,4 +549,42 @@ pub fn round2(x: f64) -> f64 {
 
 fn finite_or_zero(x: f64) -> f64 {
     if x.is_finite() { x } else { 0.0 }
+}
+
+/// An asynchronous call was accepted (stored, 202) — ProFaaStinate §3.
+pub fn async_accepted() {
+    counter!("spillway_async_accepted_total").increment(1);
+}
+
+/// An asynchronous call left the delay queue: `kind` (`idle`, `urgent`, `forced`) and the
+/// tier of its first attempt (`vm`, `function`, `rejected`).
+pub fn async_released(kind: &'static str, d: crate::policy::attempt::Decision) {
+    use crate::policy::attempt::Decision;
+    let tier = match d {
+        Decision::Vm { .. } => "vm",
+        Decision::Function { .. } => "function",
+        Decision::Queue { .. } | Decision::Reject { .. } => "rejected",
+    };
+    counter!("spillway_async_released_total", "kind" => kind, "tier" => tier).increment(1);
+}
+
+/// An asynchronous call finished: `done` (an upstream answered) or `failed`.
+pub fn async_finished(done: bool) {
+    let state = if done { "done" } else { "failed" };
+    counter!("spillway_async_finished_total", "state" => state).increment(1);
+}
+
+/// Delay-queue gauges: depth, oldest wait (s), mode (1 = busy), windowed CPU, deadline
+/// misses.
+pub fn delay_gauges(s: &crate::policy::delay::DelayStatus, now: crate::policy::Time) {
+    gauge!("spillway_async_queued").set(s.queued as f64);
+    gauge!("spillway_async_oldest_wait_seconds").set(
+        s.oldest_accepted
+            .map_or(0.0, |t| now.saturating_sub(t).as_secs_f64()),
+    );
+    gauge!("spillway_async_busy").set(f64::from(u8::from(
+        s.mode == crate::policy::delay::Mode::Busy,
+    )));
+    gauge!("spillway_async_cpu_utilisation").set(s.cpu.unwrap_or(0.0));
+    gauge!("spillway_async_deadline_misses").set(s.deadline_misses as f64);
 }

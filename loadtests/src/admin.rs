@@ -27,6 +27,9 @@ pub struct AdminSnapshot {
     pub routed_function: u64,
     /// VMs ready at the time of the snapshot, if reported.
     pub ready_vms: Option<u64>,
+    /// Asynchronous calls (`async` in `/status`, ProFaaStinate): calls queued so far,
+    /// calls released so far, calls waiting now.
+    pub async_calls: Option<(u64, u64, u64)>,
 }
 
 impl AdminSnapshot {
@@ -41,6 +44,23 @@ impl AdminSnapshot {
             routed_vm: counter("/routed/vm")?,
             routed_function: counter("/routed/function")?,
             ready_vms: doc.pointer("/scaling/ready_vms").and_then(Value::as_u64),
+            async_calls: doc.pointer("/async").filter(|a| !a.is_null()).map(|a| {
+                let released = a
+                    .pointer("/released")
+                    .and_then(Value::as_array)
+                    .map_or(0, |rows| {
+                        rows.iter()
+                            .filter_map(|r| r.pointer("/calls").and_then(Value::as_u64))
+                            .sum()
+                    });
+                (
+                    a.pointer("/queued_total")
+                        .and_then(Value::as_u64)
+                        .unwrap_or(0),
+                    released,
+                    a.pointer("/queued").and_then(Value::as_u64).unwrap_or(0),
+                )
+            }),
         })
     }
 }
@@ -119,7 +139,8 @@ mod tests {
             AdminSnapshot {
                 routed_vm: 30,
                 routed_function: 10,
-                ready_vms: Some(2)
+                ready_vms: Some(2),
+                async_calls: None,
             }
         );
     }
@@ -128,6 +149,14 @@ mod tests {
     fn ready_vms_is_optional_but_routed_is_not() {
         let snap = AdminSnapshot::from_json(&json!({"routed": {"vm": 1, "function": 2}})).unwrap();
         assert_eq!(snap.ready_vms, None);
+        let snap = AdminSnapshot::from_json(&json!({
+            "routed": {"vm": 1, "function": 2},
+            "async": {"queued": 4, "queued_total": 9, "released": [
+                {"kind": "idle", "tier": "vm", "calls": 3},
+                {"kind": "forced", "tier": "function", "calls": 2}]}
+        }))
+        .unwrap();
+        assert_eq!(snap.async_calls, Some((9, 5, 4)));
         let err = AdminSnapshot::from_json(&json!({"routed": {"vm": 1}})).unwrap_err();
         assert!(err.to_string().contains("/routed/function"), "{err}");
     }

@@ -160,6 +160,12 @@ struct Cli {
           value_parser = clap::value_parser!(u64).range(1..))]
     max_in_flight: u64,
 
+    /// Share of requests sent as asynchronous calls (`Prefer: respond-async`), 0–1,
+    /// spread evenly; with `--admin` the table adds the gateway's asynchronous calls
+    /// queued and released per interval and waiting at its end.
+    #[arg(long, value_name = "S", default_value_t = 0.0)]
+    async_share: f64,
+
     /// HTTP method.
     #[arg(long, default_value = "GET")]
     method: String,
@@ -261,6 +267,11 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         return run_profile(cli).await;
     }
     let trace_path = cli.trace.clone().context("--trace is required")?;
+    anyhow::ensure!(
+        (0.0..=1.0).contains(&cli.async_share),
+        "--async-share must be in [0, 1], got {}",
+        cli.async_share
+    );
     let url = target::parse_loopback_url(&cli.url, "--url")?;
     let status_url = match &cli.admin {
         Some(admin) => Some(target::status_url(&target::parse_loopback_url(
@@ -308,9 +319,14 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         max_in_flight: usize::try_from(cli.max_in_flight).unwrap_or(usize::MAX),
         status_url,
         admin_token: cli.admin_token.clone(),
+        async_share: cli.async_share,
     };
 
-    println!("{}", report::header(cli.format));
+    if cli.async_share > 0.0 {
+        println!("{}", report::header_async(cli.format));
+    } else {
+        println!("{}", report::header(cli.format));
+    }
     let mut rows: Vec<Row> = Vec::new();
     let summary = runner::run(plan, client, |row| {
         let mut out = std::io::stdout().lock();

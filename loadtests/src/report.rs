@@ -34,10 +34,13 @@ pub struct Row {
     pub shares: Option<Shares>,
     /// VMs ready at the end of the row's time span, if available.
     pub ready_vms: Option<u64>,
+    /// With `--async-share`: asynchronous calls queued and released during the row's
+    /// span and waiting at its end (ProFaaStinate delay queue), from the admin endpoint.
+    pub async_calls: Option<(u64, u64, u64)>,
 }
 
 /// Column headers and minimum widths.
-const COLUMNS: [(&str, usize); 10] = [
+const COLUMNS: [(&str, usize); 13] = [
     ("interval (s)", 13),
     ("requests", 8),
     ("errors", 6),
@@ -48,7 +51,13 @@ const COLUMNS: [(&str, usize); 10] = [
     ("to VMs", 6),
     ("to functions", 12),
     ("VMs ready", 9),
+    ("async queued", 12),
+    ("released", 8),
+    ("waiting", 7),
 ];
+
+/// Columns without the asynchronous-call ones.
+const SYNC_COLUMNS: usize = 10;
 
 fn fmt_ms(ms: Option<f64>) -> String {
     match ms {
@@ -115,6 +124,9 @@ impl Row {
             "vm_share": self.shares.map(|s| s.vm),
             "function_share": self.shares.map(|s| s.function),
             "ready_vms": self.ready_vms,
+            "async_queued": self.async_calls.map(|a| a.0),
+            "async_released": self.async_calls.map(|a| a.1),
+            "async_waiting": self.async_calls.map(|a| a.2),
         })
     }
 }
@@ -140,8 +152,17 @@ fn render(cells: &[String], format: Format) -> String {
 
 /// The header line(s) of the table.
 pub fn header(format: Format) -> String {
-    let names: Vec<String> = COLUMNS.iter().map(|(name, _)| (*name).to_owned()).collect();
-    let rule: Vec<String> = COLUMNS
+    header_of(&COLUMNS[..SYNC_COLUMNS], format)
+}
+
+/// The header with the asynchronous-call columns (`--async-share`).
+pub fn header_async(format: Format) -> String {
+    header_of(&COLUMNS, format)
+}
+
+fn header_of(columns: &[(&str, usize)], format: Format) -> String {
+    let names: Vec<String> = columns.iter().map(|(name, _)| (*name).to_owned()).collect();
+    let rule: Vec<String> = columns
         .iter()
         .enumerate()
         .map(|(i, (_, width))| {
@@ -159,7 +180,15 @@ pub fn header(format: Format) -> String {
 
 /// One row of the table.
 pub fn line(row: &Row, format: Format) -> String {
-    render(&row.cells(), format)
+    let mut cells = row.cells().to_vec();
+    if let Some((queued, released, waiting)) = row.async_calls {
+        cells.extend([
+            queued.to_string(),
+            released.to_string(),
+            waiting.to_string(),
+        ]);
+    }
+    render(&cells, format)
 }
 
 #[cfg(test)]
@@ -191,6 +220,7 @@ mod tests {
                 function: 0.25,
             }),
             ready_vms: Some(3),
+            async_calls: None,
         }
     }
 
@@ -227,6 +257,7 @@ mod tests {
             label: Some("TOTAL"),
             shares: None,
             ready_vms: None,
+            async_calls: None,
             ..sample()
         };
         let cells = row.cells();

@@ -51,6 +51,9 @@ pub struct Plan {
     pub status_url: Option<Uri>,
     /// Bearer token for the admin endpoint (`--admin-token`).
     pub admin_token: Option<String>,
+    /// Share of requests sent with `Prefer: respond-async` (asynchronous calls,
+    /// ProFaaStinate), 0–1, spread evenly; 0: none.
+    pub async_share: f64,
 }
 
 /// The result of a completed replay.
@@ -161,6 +164,8 @@ async fn schedule(
     let total_seconds = plan.counts.len() as u64;
     let mut dispatched = 0u64;
     let mut max_lag = Duration::ZERO;
+    // Error-diffusion: every request adds the share; crossing 1 makes it asynchronous.
+    let mut async_acc = 0.0f64;
 
     // Close interval `interval` at its end boundary `end` (relative trace second).
     let close = |interval: usize, end: u64, dispatched: u64| {
@@ -199,7 +204,16 @@ async fn schedule(
                 });
                 continue;
             };
-            let request = hyper::Request::builder()
+            async_acc += plan.async_share;
+            let is_async = async_acc >= 1.0 - 1e-9;
+            if is_async {
+                async_acc -= 1.0;
+            }
+            let mut builder = hyper::Request::builder();
+            if is_async {
+                builder = builder.header("prefer", "respond-async");
+            }
+            let request = builder
                 .method(plan.method.clone())
                 .uri(plan.url.clone())
                 .body(Full::new(plan.body.clone()))
@@ -291,6 +305,7 @@ pub async fn run(
                     .zip(snapshot)
                     .and_then(|(a, b)| admin::shares(&a, &b)),
                 ready_vms: snapshot.and_then(|s| s.ready_vms),
+                async_calls: async_delta(plan.async_share, previous, snapshot),
             };
             on_row(&row);
             total.merge(&row.stats);
@@ -310,9 +325,25 @@ pub async fn run(
         stats: total,
         shares: initial.zip(latest).and_then(|(a, b)| admin::shares(&a, &b)),
         ready_vms: last.closed.and_then(|(_, s)| s).and_then(|s| s.ready_vms),
+        async_calls: async_delta(plan.async_share, initial, latest),
     };
     Ok(Summary {
         total,
         max_dispatch_lag,
     })
+}
+
+/// Asynchronous calls queued and released between two snapshots, and waiting at the
+/// second (`--async-share` only; `None` without the admin endpoint's `async` section).
+fn async_delta(
+    share: f64,
+    before: Option<AdminSnapshot>,
+    after: Option<AdminSnapshot>,
+) -> Option<(u64, u64, u64)> {
+    if share <= 0.0 {
+        return None;
+    }
+    let (q1, r1, _) = before?.async_calls?;
+    let (q2, r2, waiting) = after?.async_calls?;
+    Some((q2.saturating_sub(q1), r2.saturating_sub(r1), waiting))
 }

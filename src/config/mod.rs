@@ -18,6 +18,7 @@
 //! `DEFAULT_*` constants of this module.
 
 mod de;
+pub mod delay;
 mod lambda;
 mod overrides;
 mod queue;
@@ -142,7 +143,18 @@ impl Config {
     /// column) or [`ConfigError::Invalid`] (every type and semantic problem at once).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let text = read(path)?;
-        Self::from_yaml(&text, &path.display().to_string())
+        Self::from_yaml(&text, &path.display().to_string()).map(|c| c.relative_to(path))
+    }
+
+    /// Relative file paths of the configuration (`async.store_dir`) are relative to the
+    /// directory of the file that names them.
+    fn relative_to(mut self, file: &Path) -> Self {
+        let dir = file.parent().unwrap_or(Path::new(""));
+        let store = Path::new(&self.async_calls.store_dir);
+        if store.is_relative() && !dir.as_os_str().is_empty() {
+            self.async_calls.store_dir = dir.join(store).display().to_string();
+        }
+        self
     }
 
     /// [`Config::load`] plus what `spillway serve` needs ([`Config::gateway_issues`]:
@@ -152,7 +164,7 @@ impl Config {
     /// As [`Config::load`].
     pub fn load_for_serve(path: &Path) -> Result<Config, ConfigError> {
         let text = read(path)?;
-        Self::from_yaml_for_serve(&text, &path.display().to_string())
+        Self::from_yaml_for_serve(&text, &path.display().to_string()).map(|c| c.relative_to(path))
     }
 
     /// The embedded quickstart configuration.

@@ -10,7 +10,7 @@ use super::schema::Issues;
 use crate::policy::routes::RouteDef;
 
 /// One `routes:` entry.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteConfig {
     /// The key's name (metrics label `route`, `/status`); unique, not `other`.
@@ -20,6 +20,14 @@ pub struct RouteConfig {
     /// HTTP methods (upper case); empty: every method.
     #[serde(default)]
     pub methods: Vec<String>,
+    /// Every request of the route is an asynchronous call (ProFaaStinate §3), with
+    /// `Prefer: respond-async` or without.
+    #[serde(default, rename = "async")]
+    pub is_async: bool,
+    /// The deadline of the route's asynchronous calls without a deadline header,
+    /// seconds; absent: `async.default_deadline_seconds`.
+    #[serde(default)]
+    pub default_deadline_seconds: Option<f64>,
 }
 
 impl RouteConfig {

@@ -106,6 +106,9 @@ pub struct Config {
     /// Named route keys (a call's "function" for the queue's per-key history).
     #[serde(default)]
     pub routes: Vec<super::routes::RouteConfig>,
+    /// Asynchronous calls and their delay queue (ProFaaStinate §3).
+    #[serde(default, rename = "async")]
+    pub async_calls: crate::config::delay::AsyncConfig,
 }
 
 fn one() -> u32 {
@@ -1252,6 +1255,8 @@ impl Config {
         }
         super::routes::validate_routes(&self.routes, &mut is);
         self.sim.validate(&mut is);
+        self.async_calls.validate(&mut is);
+        crate::config::delay::validate_routes(&self.routes, &self.async_calls, &mut is);
         is.0
     }
 

@@ -36,6 +36,9 @@ pub struct SimSection {
     /// With `function_zones`: one report row per placement policy listed here (the FAAS
     /// policy, the row named after the placement) instead of one per `--policy`.
     pub placements: Vec<super::zones::PlacementConfig>,
+    /// Other load on every VM (ProFaaStinate §3's CPU peak): `cores` held from
+    /// `from_seconds` to `to_seconds`; absent: none. Used by the delay-queue model.
+    pub cpu_load: Option<CpuLoadConfig>,
 }
 
 /// `sim.trace_format` — the trace formats of `spillway sim --format`.
@@ -70,6 +73,19 @@ pub struct NetworkModelConfig {
     pub cloud_rtt_jitter: f64,
 }
 
+/// `sim.cpu_load:` — other load holding `cores` of every VM in `[from_seconds,
+/// to_seconds)`; running calls then progress at rate `min(1, (cores − c) ÷ running)`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CpuLoadConfig {
+    /// Cores held (fractions allowed).
+    pub cores: f64,
+    /// Start, trace seconds.
+    pub from_seconds: f64,
+    /// End, trace seconds.
+    pub to_seconds: f64,
+}
+
 impl Default for SimSection {
     fn default() -> Self {
         Self {
@@ -82,6 +98,7 @@ impl Default for SimSection {
             trace_format: None,
             placements: Vec::new(),
             max_fixed_vms: None,
+            cpu_load: None,
         }
     }
 }
@@ -221,6 +238,8 @@ pub struct VmModelConfig {
     /// Whether the boot time is billed (EC2 bills from launch: true). `false` bills from
     /// ready to stop.
     pub bill_boot: bool,
+    /// CPU cores per VM for the delay-queue model (calls share them); absent: `slots`.
+    pub cores: Option<u32>,
 }
 
 impl Default for VmModelConfig {
@@ -231,6 +250,7 @@ impl Default for VmModelConfig {
             billing: VmBilling::PerSecond,
             minimum_billed_seconds: 60.0,
             bill_boot: true,
+            cores: None,
         }
     }
 }
@@ -375,6 +395,20 @@ impl SimSection {
                 "sim.max_fixed_vms",
                 "must be at least 1 (or absent to size MAX for the peak)",
             );
+        }
+        if self.vm.cores == Some(0) {
+            is.push(
+                "sim.vm.cores",
+                "must be at least 1 (or absent: sim.vm.slots)",
+            );
+        }
+        if let Some(l) = &self.cpu_load {
+            is.non_negative("sim.cpu_load.cores", l.cores);
+            is.non_negative("sim.cpu_load.from_seconds", l.from_seconds);
+            is.non_negative("sim.cpu_load.to_seconds", l.to_seconds);
+            if l.to_seconds < l.from_seconds {
+                is.push("sim.cpu_load.to_seconds", "must not be before from_seconds");
+            }
         }
         is.non_negative("sim.vm.boot_seconds", self.vm.boot_seconds);
         is.non_negative(

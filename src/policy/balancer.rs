@@ -77,6 +77,9 @@ pub enum RouteReason {
     QueueFull,
     /// The call waited `max_queue_wait_seconds` in the gateway queue: rejected (503).
     QueueTimeout,
+    /// A deferred asynchronous call reached `deadline − (E[p] + margin)`: sent to the
+    /// function tier rather than missed (ProFaaStinate §3).
+    AsyncDeadline,
 }
 
 impl RouteReason {
@@ -96,6 +99,7 @@ impl RouteReason {
             RouteReason::VmsSaturated => "vms_saturated",
             RouteReason::QueueFull => "queue_full",
             RouteReason::QueueTimeout => "queue_timeout",
+            RouteReason::AsyncDeadline => "async_deadline",
         }
     }
 }
@@ -290,6 +294,13 @@ pub trait RoutingPolicy: Send {
 
     /// Decide where one attempt of a request goes.
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route;
+
+    /// An idle-mode release of a deferred asynchronous call asks for one VM admission
+    /// (ProFaaStinate §3): `true` takes it. LIBRA's balancer takes a token; policies
+    /// without a budget always admit.
+    fn take_deferred_token(&mut self, _now: Time) -> bool {
+        true
+    }
 }
 
 /// A token bucket refilled continuously at `rate` tokens/s, holding at most one second's
@@ -582,6 +593,10 @@ impl RoutingPolicy for VmFirst {
             Some(q) => q.set(now, self.rho, vm_reqs_rps),
             None => self.bucket.set_rate(now, self.rho * vm_reqs_rps),
         }
+    }
+
+    fn take_deferred_token(&mut self, now: Time) -> bool {
+        self.bucket.try_take(now)
     }
 
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {

@@ -233,6 +233,40 @@ impl Controller {
         }
     }
 
+    /// An idle-mode release of a deferred asynchronous call (ProFaaStinate §3): the
+    /// least-loaded ready VM if it has a free slot (below `slots`, when given) and the
+    /// routing policy gives a token. Admitted calls are counted by the traffic monitor
+    /// (async calls count at release: that is when they load the pool) and as outstanding
+    /// on the VM like [`Self::route`]'s VM decisions. `None`: no VM may take it now.
+    pub fn admit_deferred(&mut self, now: Time, slots: Option<u32>) -> Option<VmId> {
+        self.advance(now);
+        let row = self.vms.least_loaded_ready(None)?;
+        let vm = row.id;
+        if slots.is_some_and(|cap| row.outstanding >= cap) {
+            return None;
+        }
+        if !self.router.take_deferred_token(now) {
+            return None;
+        }
+        self.monitor.on_request(now);
+        if let Some(mut row) = self.vms.get_mut(vm) {
+            row.outstanding += 1;
+        }
+        self.routed.vm += 1;
+        self.epoch_vm += 1;
+        Some(vm)
+    }
+
+    /// A released asynchronous call goes to the function tier without a balancer
+    /// decision (forced by its deadline, or no VM is ready): counted by the traffic
+    /// monitor and as a function request.
+    pub fn count_deferred_function(&mut self, now: Time) {
+        self.advance(now);
+        self.monitor.on_request(now);
+        self.routed.function += 1;
+        self.epoch_function += 1;
+    }
+
     /// Count one more function attempt that did not come from [`Self::route`] (a call
     /// falling through to another function zone).
     pub fn count_function_attempt(&mut self) {

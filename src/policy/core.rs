@@ -29,6 +29,7 @@ use super::attempt::{
 };
 use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
 use super::controller::{self, Controller, ControllerParams, ControllerStatus};
+use super::delay::{CallId, DelayParams, DelayQueue, DelayStatus, ReleaseKind};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
 use super::retry::{RetryBudget, RetryBudgetParams, RetryBudgetStatus};
@@ -37,7 +38,7 @@ use super::routes::{KeyId, RouteDef, RouteKeys};
 use super::scaling::ScalingPolicy;
 use super::sched::{KeyStatus, QueueId, SchedParams, Scheduler};
 use super::timers::{Timer, TimerTable};
-use super::{Time, VmId};
+use super::{Tier, Time, VmId};
 
 /// Default bound on the number of route keys (configured routes, derived keys and
 /// `other`).
@@ -97,6 +98,9 @@ pub enum Action {
         /// The queued call.
         id: QueueId,
     },
+    /// Measure the delay queue's CPU signal (0–1) and report it with
+    /// [`Core::on_cpu_sample`] (ProFaaStinate §3; every `sample_interval`).
+    SampleCpu,
 }
 
 /// What the core keeps of a queued call to decide its attempt when capacity frees.
@@ -120,6 +124,25 @@ pub struct QueueStatus {
     pub keys: Vec<(String, KeyStatus)>,
 }
 
+/// A deferred asynchronous call leaving the delay queue (ProFaaStinate §3), from
+/// [`Core::poll_release`]: run it like a request whose first decision is `decision`
+/// (failures go to [`Core::on_attempt_failed`] with `ticket`), then report
+/// [`Core::on_async_finished`]. A [`Decision::Reject`] (no capacity anywhere) is the
+/// driver's to queue again ([`Core::enqueue_async`]) a little later.
+#[derive(Clone, Debug)]
+pub struct Release {
+    /// The call.
+    pub id: CallId,
+    /// Why it left the queue.
+    pub kind: ReleaseKind,
+    /// Its deadline.
+    pub deadline: Time,
+    /// The attempt protocol state of its first attempt.
+    pub ticket: Ticket,
+    /// The first attempt.
+    pub decision: Decision,
+}
+
 /// A snapshot for `/status`, logs and reports.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CoreStatus {
@@ -141,6 +164,8 @@ pub struct CoreStatus {
     pub function_failures: Vec<(ZoneId, &'static str, u64)>,
     /// Requests that fell back to a VM because no function zone could run them.
     pub fall_backs_to_vm: u64,
+    /// The delay queue for asynchronous calls, when configured (ProFaaStinate §3).
+    pub delay: Option<DelayStatus>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -162,6 +187,9 @@ pub struct Core {
     retry_budget: RetryBudget,
     function_failures: Vec<(ZoneId, &'static str, u64)>,
     fall_backs_to_vm: u64,
+    /// The delay queue for asynchronous calls (ProFaaStinate §3), when configured.
+    delay: Option<DelayQueue>,
+    releases: VecDeque<Release>,
 }
 
 impl Core {
@@ -184,6 +212,8 @@ impl Core {
             retry_budget: RetryBudget::new(RetryBudgetParams::default()),
             function_failures: Vec::new(),
             fall_backs_to_vm: 0,
+            delay: None,
+            releases: VecDeque::new(),
         };
         core.refresh();
         core
@@ -281,6 +311,69 @@ impl Core {
         self
     }
 
+    /// Hold asynchronous calls in a delay queue released by a CPU-aware scheduler
+    /// (`policy::delay`, ProFaaStinate §3); `None`: no delay queue. Call before
+    /// [`Self::start`]. The queue owns a timer row ([`Timer::DelayQueue`]) and asks for
+    /// a CPU sample every `sample_interval` ([`Action::SampleCpu`]).
+    #[must_use]
+    pub fn with_delay_queue(mut self, params: Option<DelayParams>) -> Self {
+        self.delay = params.map(DelayQueue::new);
+        self.refresh();
+        self
+    }
+
+    /// Queue asynchronous call `id` (accepted at `accepted_at`, due by `deadline`);
+    /// calls may leave at once ([`Self::poll_release`]). `false`: no delay queue is
+    /// configured.
+    pub fn enqueue_async(
+        &mut self,
+        now: Time,
+        id: CallId,
+        deadline: Time,
+        accepted_at: Time,
+    ) -> bool {
+        self.advance(now);
+        let Some(q) = &mut self.delay else {
+            return false;
+        };
+        q.push(id, deadline, accepted_at);
+        self.release_delayed(now);
+        self.pump(now);
+        self.refresh();
+        true
+    }
+
+    /// The CPU signal (0–1) measured after [`Action::SampleCpu`]: may switch the
+    /// scheduler's mode and release calls.
+    pub fn on_cpu_sample(&mut self, now: Time, utilisation: f64) {
+        self.advance(now);
+        if let Some(q) = &mut self.delay {
+            q.on_cpu_sample(now, utilisation);
+        }
+        self.release_delayed(now);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// A released asynchronous call with `deadline` finished after running for
+    /// `processing`: a deadline miss when `now > deadline`; updates `E[p]`.
+    pub fn on_async_finished(&mut self, now: Time, deadline: Time, processing: Duration) {
+        if let Some(q) = &mut self.delay {
+            q.on_finished(now, deadline, processing);
+        }
+        self.refresh();
+    }
+
+    /// The next call released from the delay queue, in release order.
+    pub fn poll_release(&mut self) -> Option<Release> {
+        self.releases.pop_front()
+    }
+
+    /// The delay queue (read-only), when configured.
+    pub fn delay_queue(&self) -> Option<&DelayQueue> {
+        self.delay.as_ref()
+    }
+
     /// Apply the scaling policy's initial decision and start the pre-warmed instances.
     pub fn start(&mut self, now: Time) {
         self.controller.start(now);
@@ -310,7 +403,14 @@ impl Core {
             ticket.arrival = Some(s.on_arrival(now, ticket.key.unwrap_or(RouteKeys::OTHER)));
         }
         self.retry_budget.on_request(now);
-        let d = match self.controller.route(now, &ticket.meta, Attempt::First) {
+        let d = self.route_first(now, ticket);
+        self.pump(now);
+        self.refresh();
+        d
+    }
+
+    fn route_first(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
+        match self.controller.route(now, &ticket.meta, Attempt::First) {
             Route::Vm { vm, reason } => {
                 ticket.holding = Some(Holding::Vm(vm));
                 Decision::Vm {
@@ -324,10 +424,7 @@ impl Core {
                 self.place(now, ticket, AttemptKind::First, reason)
             }
             Route::Reject { reason } => Decision::Reject { reason },
-        };
-        self.pump(now);
-        self.refresh();
-        d
+        }
     }
 
     /// The current attempt of `ticket` failed: release what it held and decide the next
@@ -407,6 +504,7 @@ impl Core {
         self.advance(now);
         self.controller.on_vm_request_finished(now, vm);
         self.serve_queue(now);
+        self.release_delayed(now);
         self.pump(now);
         self.refresh();
     }
@@ -548,6 +646,13 @@ impl Core {
                 self.actions.push_back(Action::QueueTimedOut { id: w.id });
             }
         }
+        if let Some(q) = &mut self.delay
+            && q.sample_due(now)
+        {
+            self.actions.push_back(Action::SampleCpu);
+        }
+        self.release_delayed(now);
+        self.pump(now);
         self.track_ready(now);
         self.serve_queue(now);
         self.pump(now);
@@ -595,6 +700,7 @@ impl Core {
             retry_budget: self.retry_budget.status(),
             function_failures: self.function_failures.clone(),
             fall_backs_to_vm: self.fall_backs_to_vm,
+            delay: self.delay.as_ref().map(DelayQueue::status),
         }
     }
 
@@ -763,6 +869,76 @@ impl Core {
         }
     }
 
+    /// Release every call the delay queue says is due (ProFaaStinate §3): forced ones to
+    /// the function tier, urgent ones through the balancer, idle ones to a VM with a free
+    /// slot and a token — or to the function tier when no VM is ready at all. Stops at the
+    /// first idle call no VM can take.
+    fn release_delayed(&mut self, now: Time) {
+        loop {
+            let Some(q) = &self.delay else { return };
+            let Some(due) = q.peek_due(now) else { return };
+            let slots = q.params().vm_slots;
+            let meta = RequestMeta {
+                upgrade: false,
+                idempotent: false,
+            };
+            let mut ticket = Ticket::new(meta, None);
+            let decision = match due.kind {
+                ReleaseKind::Forced => {
+                    self.controller.count_deferred_function(now);
+                    ticket.reason = RouteReason::AsyncDeadline;
+                    self.place(
+                        now,
+                        &mut ticket,
+                        AttemptKind::First,
+                        RouteReason::AsyncDeadline,
+                    )
+                }
+                ReleaseKind::Urgent => self.route_first(now, &mut ticket),
+                ReleaseKind::Idle => {
+                    if let Some(vm) = self.controller.admit_deferred(now, slots) {
+                        ticket.holding = Some(Holding::Vm(vm));
+                        Decision::Vm {
+                            vm,
+                            kind: AttemptKind::First,
+                            reason: RouteReason::WithinBudget,
+                        }
+                    } else if self.controller.pool().ready == 0 {
+                        self.controller.count_deferred_function(now);
+                        ticket.reason = RouteReason::NoReadyVm;
+                        self.place(now, &mut ticket, AttemptKind::First, RouteReason::NoReadyVm)
+                    } else {
+                        return;
+                    }
+                }
+            };
+            // A released call never waits in the synchronous gateway queue (call
+            // scheduling): no capacity anywhere is a Reject, which the driver queues
+            // again in the delay queue.
+            let decision = match decision {
+                Decision::Queue { reason } => {
+                    self.cancel_queued(now, &mut ticket);
+                    Decision::Reject { reason }
+                }
+                d => d,
+            };
+            let tier = match decision {
+                Decision::Vm { .. } => Tier::Vm,
+                _ => Tier::Function,
+            };
+            if let Some(q) = &mut self.delay {
+                q.released(due.id, due.kind, tier);
+            }
+            self.releases.push_back(Release {
+                id: due.id,
+                kind: due.kind,
+                deadline: due.deadline,
+                ticket,
+                decision,
+            });
+        }
+    }
+
     fn release_failed(&mut self, now: Time, lease: Lease, not_sent: Option<NotSentReason>) {
         match (not_sent, lease.instance()) {
             (Some(NotSentReason::Throttled), _) => self.placement.refuse(now, lease),
@@ -829,6 +1005,10 @@ impl Core {
             Timer::QueueWait,
             self.sched.as_ref().and_then(Scheduler::poll_timeout),
         );
+        self.timers.set(
+            Timer::DelayQueue,
+            self.delay.as_ref().and_then(DelayQueue::poll_timeout),
+        );
     }
 }
 
@@ -891,6 +1071,93 @@ mod tests {
         core.start(Time::ZERO);
         while core.poll_action().is_some() {}
         (core, vm)
+    }
+
+    /// ProFaaStinate §3 through the core: a call too close to its deadline goes to the
+    /// function tier at once; idle releases take a VM slot and a token each (counted by
+    /// the traffic monitor at release) and stop when no token is left; busy mode holds
+    /// calls until their urgency window.
+    #[test]
+    fn deferred_calls_are_released_by_deadline_capacity_and_mode() {
+        use crate::policy::delay::{CallId, DelayParams, Mode, ReleaseKind};
+        let params = CoreParams {
+            controller: ControllerParams {
+                execute_scaling: false,
+                ..controller_params(60)
+            },
+            placement: PlacementParams {
+                zones: vec![concurrency("fn", ZoneKind::Cloud, 5)],
+                policy: PlacementPolicy::EdgeFirst,
+            },
+            vm_boot_timeout: None,
+        };
+        let delay = DelayParams {
+            busy_utilisation: 0.6,
+            sample_interval: secs(1.0),
+            window: secs(3.0),
+            min_switch: secs(0.0),
+            urgency_window: secs(8.0),
+            release_batch: 3,
+            deadline_margin: secs(2.0),
+            expected_processing: secs(1.5),
+            vm_slots: Some(2),
+        };
+        // ρ = 0.5 of r_max 2: one token, then one a second.
+        let mut core = Core::new(params, libra(1), Box::new(VmFirst::new(0.5)))
+            .with_delay_queue(Some(delay.clone()));
+        let vm = core.adopt_ready_vm(Time::ZERO);
+        core.start(Time::ZERO);
+        while core.poll_action().is_some() {}
+        let t0 = secs(0.01);
+        let soon = t0 + delay.expected_processing + delay.deadline_margin - secs(0.5);
+        core.enqueue_async(t0, CallId(9), soon, t0);
+        for (i, d) in [100.0, 101.0, 102.0].into_iter().enumerate() {
+            core.enqueue_async(t0, CallId(i as u128), secs(d), t0);
+        }
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(9), ReleaseKind::Forced));
+        assert!(
+            matches!(
+                r.decision,
+                Decision::Function {
+                    reason: RouteReason::AsyncDeadline,
+                    ..
+                }
+            ),
+            "{:?}",
+            r.decision
+        );
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(0), ReleaseKind::Idle));
+        assert_eq!(r.decision.kind(), Some(AttemptKind::First));
+        assert!(matches!(r.decision, Decision::Vm { vm: v, .. } if v == vm));
+        assert!(core.poll_release().is_none(), "no token left");
+        assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 1);
+        // The next sample tick: a refilled token releases one more.
+        assert_eq!(core.next_timer(), (Timer::DelayQueue, secs(1.0)));
+        core.handle_timeout(secs(1.0));
+        assert!(std::iter::from_fn(|| core.poll_action()).any(|a| a == Action::SampleCpu));
+        assert!(
+            core.poll_release().is_none(),
+            "0.99 tokens: one a second since the token taken at 0.01 s"
+        );
+        core.handle_timeout(secs(2.0));
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(1), ReleaseKind::Idle));
+        // Busy: nothing until the last call's urgency window opens.
+        core.on_cpu_sample(secs(2.0), 0.9);
+        let st = core.status().delay.unwrap();
+        assert_eq!((st.mode, st.queued), (Mode::Busy, 1));
+        core.finish(secs(2.5), &mut r.ticket.clone());
+        let urgent = secs(102.0) - delay.urgency_window;
+        core.handle_timeout(urgent - secs(0.5));
+        assert!(core.poll_release().is_none());
+        core.handle_timeout(urgent);
+        let r = core.poll_release().unwrap();
+        assert_eq!((r.id, r.kind), (CallId(2), ReleaseKind::Urgent));
+        let st = core.status();
+        assert_eq!(st.delay.unwrap().queued, 0);
+        assert_eq!(st.controller.routed.function, 1, "the forced call");
     }
 
     fn concurrency(name: &str, kind: ZoneKind, max: u32) -> ZoneParams {

@@ -23,6 +23,7 @@
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
 //! | [`sched`] | call scheduling §4 | the gateway queue: FIFO, SEPT, EECT, RECT, fair choice; per-key E[p] |
 //! | [`routes`] | call scheduling §4 (f(i)) | the route key ("function") of a call |
+//! | [`delay`] | ProFaaStinate §3 | asynchronous calls: deadline-ordered queue, CPU-aware busy/idle release |
 //!
 //! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
@@ -33,6 +34,7 @@ pub mod baselines;
 pub mod controller;
 pub mod core;
 pub mod cost;
+pub mod delay;
 pub mod functions;
 pub mod monitor;
 pub mod placement;

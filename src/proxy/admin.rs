@@ -382,6 +382,20 @@ pub fn status_json(gw: &Gateway) -> Value {
             s.core.fall_backs_to_vm,
         ),
         "queue": queue_json(s.core.queue.as_ref()),
+        "async": s.core.delay.as_ref().map(|d| json!({
+            "queued": d.queued,
+            "queued_total": d.queued_total,
+            "oldest_wait_seconds": d.oldest_accepted.map(|t| seconds(gw.now().saturating_sub(t))),
+            "mode": d.mode.as_str(),
+            "cpu_utilisation": d.cpu.map(m::round2),
+            "mode_switches": d.switches,
+            "released": d.released.iter().map(|r| json!({
+                "kind": r.kind, "tier": r.tier, "calls": r.count,
+            })).collect::<Vec<_>>(),
+            "finished": d.finished,
+            "deadline_misses": d.deadline_misses,
+            "expected_processing_seconds": seconds(d.expected_processing),
+        })),
     })
 }
 

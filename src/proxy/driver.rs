@@ -28,13 +28,15 @@ use http::Uri;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use super::async_calls::AsyncCalls;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
 use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
-use crate::policy::core::{Action, Core, CoreStatus};
+use crate::policy::core::{Action, Core, CoreStatus, Release};
+use crate::policy::delay::CallId;
 use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
 use crate::policy::routes::KeyId;
@@ -92,6 +94,8 @@ pub struct Gateway {
     client: UpstreamClient,
     readiness: ReadinessSettings,
     cip_rps: f64,
+    /// Asynchronous calls (ProFaaStinate §3), when enabled.
+    async_calls: std::sync::OnceLock<Arc<AsyncCalls>>,
 }
 
 /// A VM chosen for a request: its id and base URL.
@@ -132,7 +136,73 @@ impl Gateway {
             client,
             readiness,
             cip_rps,
+            async_calls: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Serve asynchronous calls through `a` (set once, before [`Self::start`]).
+    pub fn set_async_calls(&self, a: Arc<AsyncCalls>) {
+        let _ = self.async_calls.set(a);
+    }
+
+    /// The asynchronous-call front end, when enabled.
+    pub fn async_calls(&self) -> Option<&Arc<AsyncCalls>> {
+        self.async_calls.get()
+    }
+
+    /// Calls waiting in the delay queue.
+    pub fn async_queued(&self) -> usize {
+        self.lock().core.delay_queue().map_or(0, |q| q.len())
+    }
+
+    /// Queue an accepted asynchronous call in the core's delay queue.
+    pub fn enqueue_async(&self, id: CallId, deadline: Time, accepted_at: Time) {
+        self.with_core(|core, now| {
+            core.enqueue_async(now, id, deadline, accepted_at);
+        });
+    }
+
+    /// A released asynchronous call finished (deadline misses, `E[p]`).
+    pub fn async_finished(&self, deadline: Time, processing: Duration) {
+        self.with_core(|core, now| core.on_async_finished(now, deadline, processing));
+    }
+
+    /// Requests in flight on ready VMs ÷ (ready VMs × `slots`), 0–1: the `outstanding`
+    /// CPU signal (0 with no ready VM).
+    pub fn outstanding_share(&self, slots: u32) -> f64 {
+        let st = self.lock();
+        let (n, busy) = st
+            .core
+            .controller()
+            .vms()
+            .rows()
+            .iter()
+            .filter(|r| r.state == VmState::Ready)
+            .fold((0u64, 0u64), |(n, b), r| {
+                (n + 1, b + u64::from(r.outstanding))
+            });
+        if n == 0 {
+            return 0.0;
+        }
+        (busy as f64 / (n * u64::from(slots.max(1))) as f64).min(1.0)
+    }
+
+    /// The VM address of a released call's VM decision.
+    pub fn vm_target(&self, vm: VmId) -> Option<VmTarget> {
+        self.lock()
+            .records
+            .get(&vm)
+            .and_then(|r| r.base.clone())
+            .map(|base| VmTarget { vm, base })
+    }
+
+    /// [`Action::SampleCpu`]: measure and report the delay queue's CPU signal.
+    fn sample_cpu(&self) {
+        let u = match self.async_calls() {
+            Some(a) => a.cpu_signal(self),
+            None => self.outstanding_share(1),
+        };
+        self.with_core(|core, now| core.on_cpu_sample(now, u));
     }
 
     /// Time since the gateway's origin: the policy clock.
@@ -622,6 +692,24 @@ impl Gateway {
         for action in actions {
             self.execute(action);
         }
+        let releases: Vec<Release> = {
+            let mut st = self.lock();
+            std::iter::from_fn(|| st.core.poll_release()).collect()
+        };
+        for rel in releases {
+            crate::telemetry::async_released(rel.kind.as_str(), rel.decision);
+            match self.async_calls() {
+                Some(a) => {
+                    let a = Arc::clone(a);
+                    let gw = self.self_arc();
+                    tokio::spawn(async move { a.run(gw, rel).await });
+                }
+                None => {
+                    let mut t = rel.ticket;
+                    self.with_core(|core, now| core.finish(now, &mut t));
+                }
+            }
+        }
     }
 
     fn execute(&self, action: Action) {
@@ -680,6 +768,7 @@ impl Gateway {
                     let _ = tx.send(QueueOutcome::TimedOut);
                 }
             }
+            Action::SampleCpu => self.sample_cpu(),
             Action::StopInstance { zone, instance } => {
                 tracing::debug!(
                     zone = zone.0,
@@ -866,6 +955,9 @@ impl Gateway {
         m::controller_gauges(&s.controller);
         if let Some(r) = &s.r_max {
             m::r_max_gauges(r);
+        }
+        if let Some(d) = &s.delay {
+            m::delay_gauges(d, self.now());
         }
     }
 

@@ -77,6 +77,25 @@ pub enum ProxyError {
     /// The gateway is shutting down.
     #[error("shutting down")]
     ShuttingDown,
+    /// An asynchronous call was refused (ProFaaStinate §3): bad deadline header or an
+    /// `Upgrade` request (client's fault, 400).
+    #[error("asynchronous call refused: {0}")]
+    AsyncRefused(String),
+    /// The delay queue is at `async.max_queued`, or the store failed: 503 with
+    /// `Retry-After: seconds`; synchronous traffic is unaffected.
+    #[error("asynchronous call not accepted: {reason}")]
+    AsyncUnavailable {
+        /// Why (`queue full`, the store's error).
+        reason: String,
+        /// `Retry-After`, seconds.
+        retry_after: u64,
+    },
+    /// No asynchronous call (or no result yet) under this status URL: 404.
+    #[error("no such call or result")]
+    CallNotFound,
+    /// The call's result passed `async.result_retention_seconds`: 410.
+    #[error("result expired")]
+    CallResultGone,
     /// The request is too large for the function tier it was routed to (Lambda: the
     /// event would exceed the 6 MiB Invoke payload limit); nothing was sent (issue 4).
     #[error("request over the function tier's {limit}-byte payload limit")]
@@ -152,8 +171,13 @@ impl ProxyError {
             | ProxyError::RequestBodyTimeout(_)
             | ProxyError::FunctionPayloadTooLarge { .. }
             | ProxyError::UpgradeOnFunctionRoute
+            | ProxyError::AsyncRefused(_)
+            | ProxyError::CallNotFound
+            | ProxyError::CallResultGone
             | ProxyError::Request(_) => Fault::Client,
-            ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => Fault::Capacity,
+            ProxyError::NoCapacity { .. }
+            | ProxyError::ShuttingDown
+            | ProxyError::AsyncUnavailable { .. } => Fault::Capacity,
             ProxyError::UpstreamTimeout(_) | ProxyError::Upstream(_) | ProxyError::Function(_) => {
                 Fault::Upstream
             }
@@ -173,12 +197,14 @@ impl ProxyError {
             ProxyError::BodyTooLarge { .. } | ProxyError::FunctionPayloadTooLarge { .. } => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ProxyError::BadRequestBody(_) | ProxyError::UpgradeOnFunctionRoute => {
-                StatusCode::BAD_REQUEST
-            }
-            ProxyError::NoCapacity { .. } | ProxyError::ShuttingDown => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ProxyError::BadRequestBody(_)
+            | ProxyError::UpgradeOnFunctionRoute
+            | ProxyError::AsyncRefused(_) => StatusCode::BAD_REQUEST,
+            ProxyError::NoCapacity { .. }
+            | ProxyError::ShuttingDown
+            | ProxyError::AsyncUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::CallNotFound => StatusCode::NOT_FOUND,
+            ProxyError::CallResultGone => StatusCode::GONE,
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::RequestBodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ProxyError::Upstream(_) | ProxyError::Function(_) => StatusCode::BAD_GATEWAY,
@@ -219,7 +245,11 @@ impl ProxyError {
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
         if status == StatusCode::SERVICE_UNAVAILABLE {
-            h.insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECONDS));
+            let secs = match &self {
+                ProxyError::AsyncUnavailable { retry_after, .. } => *retry_after,
+                _ => RETRY_AFTER_SECONDS,
+            };
+            h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if status == StatusCode::METHOD_NOT_ALLOWED {
             h.insert(header::ALLOW, HeaderValue::from_static(validate::ALLOW));

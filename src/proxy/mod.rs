@@ -15,6 +15,8 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod async_calls;
+pub mod async_store;
 pub mod driver;
 pub mod error;
 pub mod reload;

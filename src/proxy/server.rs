@@ -26,6 +26,8 @@ use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
 use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
+use super::async_calls::AsyncCalls;
+use super::async_store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
@@ -120,6 +122,9 @@ pub enum ServeError {
     /// token, or a token that cannot be read (issue 12 item 11).
     #[error("config: gateway.admin_listen: {0}")]
     Admin(String),
+    /// The asynchronous-call store could not be opened or read (the file is named).
+    #[error("{0}")]
+    AsyncStore(String),
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -143,6 +148,19 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
+        Self::bind_with_store(config, spillway_exe, None).await
+    }
+
+    /// [`Self::bind`] with the asynchronous calls kept in `store` instead of the embedded
+    /// redb file (tests put a failing store here).
+    ///
+    /// # Errors
+    /// As [`Self::bind`].
+    pub async fn bind_with_store(
+        config: Config,
+        spillway_exe: PathBuf,
+        store: Option<Arc<dyn CallStore>>,
+    ) -> Result<Server, ServeError> {
         let g = &config.gateway;
         if let Some(problem) = g.admin_exposure_issue() {
             return Err(ServeError::Admin(problem));
@@ -220,7 +238,13 @@ impl Server {
             config.route_defs(),
             config.max_route_keys(),
         )
-        .with_retry_budget(config.gateway.retry_budget());
+        .with_retry_budget(config.gateway.retry_budget())
+        .with_delay_queue(
+            config
+                .async_calls
+                .enabled
+                .then(|| config.async_calls.delay_params(config.slots_per_vm())),
+        );
         let gateway = Gateway::new(
             core,
             vm_provider,
@@ -248,7 +272,31 @@ impl Server {
             }
             None => None,
         };
-        gateway.start().await?;
+        if config.async_calls.enabled {
+            let store: Arc<dyn CallStore> = match store {
+                Some(s) => s,
+                None => Arc::new(RedbStore::open(std::path::Path::new(
+                    &config.async_calls.store_dir,
+                ))?),
+            };
+            let a = AsyncCalls::new(
+                config.async_calls.clone(),
+                config.routes.clone(),
+                store,
+                Arc::new(ServiceSettings::from_config(&config)),
+                config.slots_per_vm(),
+            );
+            gateway.set_async_calls(Arc::clone(&a));
+            gateway.start().await?;
+            let n = a
+                .recover(&gateway)
+                .map_err(|e| ServeError::AsyncStore(e.to_string()))?;
+            if n > 0 {
+                tracing::info!(calls = n, "asynchronous calls recovered from the store");
+            }
+        } else {
+            gateway.start().await?;
+        }
         if config.gateway.health_check_interval_seconds > 0.0 {
             gateway.start_health_checks(secs(config.gateway.health_check_interval_seconds));
         }
@@ -620,5 +668,11 @@ pub async fn shutdown_signal() {
     #[cfg(not(unix))]
     {
         let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+impl From<super::async_store::StoreError> for ServeError {
+    fn from(e: super::async_store::StoreError) -> Self {
+        ServeError::AsyncStore(e.to_string())
     }
 }

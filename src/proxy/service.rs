@@ -29,6 +29,7 @@ use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Tick
 use crate::policy::balancer::{RequestMeta, RouteReason};
 use crate::policy::placement::{Start, ZoneId, ZoneKind};
 
+use super::async_calls::Kind;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
@@ -143,11 +144,17 @@ struct Replay {
     method: http::Method,
     uri: http::Uri,
     headers: http::HeaderMap,
+    /// The whole body (empty for a bodiless request; a stored asynchronous call's body).
+    body: bytes::Bytes,
 }
 
 impl Replay {
     fn rebuild(&self) -> Request<Body> {
-        let mut req = Request::new(body::empty());
+        let mut req = Request::new(if self.body.is_empty() {
+            body::empty()
+        } else {
+            body::full(self.body.clone())
+        });
         *req.method_mut() = self.method.clone();
         *req.uri_mut() = self.uri.clone();
         *req.headers_mut() = self.headers.clone();
@@ -203,11 +210,31 @@ async fn dispatch(
     scheme: &'static str,
 ) -> Outcome {
     // Host, target form, header limits, path normalization, cookies (issue 11).
-    let mut req = match validate::check(req, &settings.request_rules) {
+    let req = match validate::check(req, &settings.request_rules) {
         Checked::Forward(req) => req,
         Checked::Answer(resp) => return Ok(("local", resp)),
         Checked::Refuse(e) => return Err(("local", e.into())),
     };
+    // Asynchronous calls and their status URLs (ProFaaStinate §3).
+    if let Some(a) = gw.async_calls() {
+        let answered = match a.classify(&req) {
+            Kind::Status => a.status(&req).await,
+            Kind::Async => a.accept(gw, req, peer, scheme).await,
+            Kind::Sync => return dispatch_sync(gw, settings, req, peer, scheme).await,
+        };
+        return answered.map(|r| ("local", r)).map_err(|e| ("local", e));
+    }
+    dispatch_sync(gw, settings, req, peer, scheme).await
+}
+
+/// The synchronous request path after the local checks.
+async fn dispatch_sync(
+    gw: &Arc<Gateway>,
+    settings: &ServiceSettings,
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    scheme: &'static str,
+) -> Outcome {
     let limit = settings.max_body_bytes;
     if req
         .headers()
@@ -227,7 +254,7 @@ async fn dispatch(
     let origin = settings
         .origins
         .origin(peer.ip(), req.headers(), &settings.trusted_proxies);
-    let mut client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
 
     // Hygiene: strip hop-by-hop and Connection-named headers, then add our own.
     let host = req
@@ -271,6 +298,7 @@ async fn dispatch(
         method: out.method().clone(),
         uri: out.uri().clone(),
         headers: out.headers().clone(),
+        body: bytes::Bytes::new(),
     });
 
     // The attempt protocol (policy::attempt): route, then one decision per failed attempt.
@@ -282,7 +310,113 @@ async fn dispatch(
         new_ticket = new_ticket.with_key(gw.route_key(out.method().as_str(), out.uri().path()));
     }
     let mut ticket = TicketGuard::new(gw, new_ticket);
-    let (mut decision, mut target) = ticket.route();
+    let first = ticket.route();
+    let path = Path {
+        upgrade,
+        client_upgrade,
+        peer,
+        scheme,
+    };
+    attempts(gw, settings, ticket, first, out, replay, path).await
+}
+
+/// A released asynchronous call (ProFaaStinate §3): its first decision came from the
+/// delay queue; it runs the same attempt protocol as a synchronous request, with the
+/// stored request (which can always be sent again: its body is kept).
+pub(crate) async fn run_released(
+    gw: &Arc<Gateway>,
+    settings: &ServiceSettings,
+    ticket: TicketGuard,
+    decision: Decision,
+    parts: http::request::Parts,
+    body: bytes::Bytes,
+) -> Outcome {
+    let target = match decision {
+        Decision::Vm { vm, .. } => gw.vm_target(vm),
+        _ => None,
+    };
+    let replay = Replay {
+        method: parts.method.clone(),
+        uri: parts.uri.clone(),
+        headers: parts.headers.clone(),
+        body: body.clone(),
+    };
+    let out = replay.rebuild();
+    let path = Path {
+        upgrade: false,
+        client_upgrade: None,
+        peer: SocketAddr::from(([127, 0, 0, 1], 0)),
+        scheme: "http",
+    };
+    attempts(
+        gw,
+        settings,
+        ticket,
+        (decision, target),
+        out,
+        Some(replay),
+        path,
+    )
+    .await
+}
+
+/// Hygiene of a forwarded request (http-cases C7): hop-by-hop and `Connection`-named
+/// headers removed, `X-Forwarded-*` added, `Host` kept. Used for stored asynchronous
+/// calls; the synchronous path does the same inline.
+pub(crate) fn forward_headers(
+    parts: &mut http::request::Parts,
+    peer: SocketAddr,
+    scheme: &'static str,
+    settings: &ServiceSettings,
+) {
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+    let h = &mut parts.headers;
+    headers::strip_hop_by_hop(h, parts.version == http::Version::HTTP_2);
+    headers::set_forwarded(
+        h,
+        peer.ip(),
+        scheme,
+        host.as_deref(),
+        &settings.trusted_proxies,
+    );
+    if let Some(host) = &host
+        && !h.contains_key(header::HOST)
+        && let Ok(v) = HeaderValue::from_str(host)
+    {
+        h.insert(header::HOST, v);
+    }
+}
+
+/// What the attempt loop needs to know about the client side.
+struct Path {
+    upgrade: bool,
+    client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    peer: SocketAddr,
+    scheme: &'static str,
+}
+
+async fn attempts(
+    gw: &Arc<Gateway>,
+    settings: &ServiceSettings,
+    mut ticket: TicketGuard,
+    first: (Decision, Option<super::driver::VmTarget>),
+    out: Request<Body>,
+    replay: Option<Replay>,
+    path: Path,
+) -> Outcome {
+    let Path {
+        upgrade,
+        mut client_upgrade,
+        peer,
+        scheme,
+    } = path;
+    let limit = settings.max_body_bytes;
+    let (mut decision, mut target) = first;
     // Reports a completed call's processing and response time (per route key).
     let completion = ticket
         .ticket()

@@ -483,6 +483,8 @@ impl<'a> Engine<'a> {
                     self.violations += 1;
                     self.epoch_violations += 1;
                 }
+                // No delay queue in this engine yet: nothing asks for CPU samples.
+                Action::SampleCpu => self.core.on_cpu_sample(dur(now), 0.0),
             }
         }
     }

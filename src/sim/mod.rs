@@ -17,6 +17,7 @@
 
 pub mod cli;
 pub mod costmodel;
+pub mod delay;
 pub mod engine;
 pub mod faasim;
 pub mod model;

@@ -8,6 +8,9 @@
 //!   the optional `key=value` columns (extensible: unknown keys are errors) name the
 //!   call's function (its route key, call scheduling §4; one request class each) and its
 //!   processing time (otherwise sampled from the class's model).
+//!   With a header line naming its columns (`time_s kind deadline_s processing_ms zone`,
+//!   trailing ones may be omitted per row) each call also has a kind (`sync` | `async`), a
+//!   deadline and a processing time (ProFaaStinate §3). `#` lines are comments.
 //! * `azure2019` — an Azure Functions 2019 `invocations_per_function_md` file: one row per
 //!   function, per-minute counts; arrivals uniformly random within the minute. Optional
 //!   durations-percentiles (`--durations`) and app-memory (`--memory`) files give each
@@ -130,7 +133,32 @@ pub struct Trace {
     /// for `events` traces without one the whole second of the first event (a trace of
     /// Unix timestamps starts at its first event, not at 1970).
     pub offset_s: f64,
+    /// `events` traces with a header of named columns: every call with its kind,
+    /// deadline and processing time, time-ordered (ProFaaStinate §3); empty otherwise.
+    pub calls: Vec<CallEvent>,
 }
+
+/// One call of an `events` trace with named columns (`time_s kind deadline_s
+/// processing_ms zone`).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct CallEvent {
+    /// Arrival, ns since the window start.
+    pub at_ns: u64,
+    /// `async` (may wait in the delay queue) or `sync`.
+    pub is_async: bool,
+    /// Deadline, seconds after arrival (`async` only; absent: 180).
+    pub deadline_s: f64,
+    /// CPU time the call needs, ms (absent: 0 — the configured service-time model).
+    pub processing_ms: f64,
+    /// Zone of origin.
+    pub zone: u32,
+}
+
+/// Deadline of an `async` event without a `deadline_s` column, seconds (ProFaaStinate
+/// §3's default).
+pub const DEFAULT_EVENT_DEADLINE_S: f64 = 180.0;
+
+const EVENT_COLUMNS: [&str; 5] = ["time_s", "kind", "deadline_s", "processing_ms", "zone"];
 
 const NS: u64 = 1_000_000_000;
 
@@ -385,6 +413,7 @@ fn parse_counts(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
         offset_s: first.unwrap_or(0) as f64,
         data: TraceData::Counts(scaled),
         classes: vec![RequestClass::default()],
+        calls: Vec::new(),
     })
 }
 
@@ -403,12 +432,151 @@ fn secs_to_ns(s: f64) -> u64 {
 }
 
 fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
+    let all = lines(text, file)?;
+    let body: Vec<(usize, &str)> = all
+        .into_iter()
+        .filter(|(_, l)| !l.trim_start().starts_with('#'))
+        .collect();
+    if let Some(&(n, head)) = body.first()
+        && head
+            .split_whitespace()
+            .next()
+            .is_some_and(|t| t.parse::<f64>().is_err())
+    {
+        return parse_named_events(&body[1..], head, n, file, o);
+    }
+    parse_plain_events(&body, file, o)
+}
+
+/// `events` with a header line naming its columns, among `time_s` (required), `kind`
+/// (`sync` | `async`), `deadline_s`, `processing_ms`, `zone`; rows may omit trailing
+/// columns (their defaults: `sync`, 180 s, 0 = the service-time model, zone 0).
+fn parse_named_events(
+    rows: &[(usize, &str)],
+    head: &str,
+    head_line: usize,
+    file: &Path,
+    o: &TraceOptions,
+) -> Result<Trace, SimError> {
+    let names: Vec<&str> = head.split_whitespace().collect();
+    for name in &names {
+        if !EVENT_COLUMNS.contains(name) {
+            return Err(parse_err(
+                file,
+                head_line,
+                format!(
+                    "unknown column {name:?}; columns: {}",
+                    EVENT_COLUMNS.join(" ")
+                ),
+            ));
+        }
+    }
+    let col = |name: &str| names.iter().position(|n| *n == name);
+    let Some(t_col) = col("time_s") else {
+        return Err(parse_err(
+            file,
+            head_line,
+            "the header needs a time_s column",
+        ));
+    };
+    let origin = o.from_s.unwrap_or(0.0);
+    let mut last = f64::NEG_INFINITY;
+    let mut arrivals = Vec::new();
+    let mut calls = Vec::new();
+    let mut copies = copies_of_next(o.rate_divisor);
+    for &(n, l) in rows {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if f.len() > names.len() {
+            return Err(parse_err(
+                file,
+                n,
+                format!("{} fields, the header names {}", f.len(), names.len()),
+            ));
+        }
+        let num = |name: &str, default: f64| -> Result<f64, SimError> {
+            match col(name).and_then(|i| f.get(i)) {
+                None => Ok(default),
+                Some(x) => x
+                    .parse::<f64>()
+                    .ok()
+                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .ok_or_else(|| {
+                        parse_err(file, n, format!("{name} must be a number ≥ 0, got {x:?}"))
+                    }),
+            }
+        };
+        let Some(t) = f
+            .get(t_col)
+            .and_then(|x| x.parse::<f64>().ok())
+            .filter(|t| t.is_finite() && *t >= 0.0)
+        else {
+            return Err(parse_err(
+                file,
+                n,
+                format!("time_s must be a number ≥ 0 in {l:?}"),
+            ));
+        };
+        let is_async = match col("kind").and_then(|i| f.get(i)) {
+            None | Some(&"sync") => false,
+            Some(&"async") => true,
+            Some(k) => {
+                return Err(parse_err(
+                    file,
+                    n,
+                    format!("kind must be sync or async, got {k:?}"),
+                ));
+            }
+        };
+        let deadline_s = num("deadline_s", DEFAULT_EVENT_DEADLINE_S)?;
+        let processing_ms = num("processing_ms", 0.0)?;
+        let zone = num("zone", 0.0)? as u32;
+        if t < last {
+            return Err(parse_err(
+                file,
+                n,
+                format!("arrivals must be time-ordered: {t} after {last}"),
+            ));
+        }
+        last = t;
+        if in_window(t, o) {
+            let at_ns = secs_to_ns(t - origin);
+            for _ in 0..copies() {
+                arrivals.push(Arrival {
+                    at_ns,
+                    class: 0,
+                    zone,
+                    service_ns: (processing_ms * 1e6).round() as u64,
+                });
+                calls.push(CallEvent {
+                    at_ns,
+                    is_async,
+                    deadline_s,
+                    processing_ms,
+                    zone,
+                });
+            }
+        }
+    }
+    Ok(Trace {
+        path: String::new(),
+        duration_s: arrivals.last().map_or(0.0, |a| a.at_ns as f64 / NS as f64),
+        data: TraceData::Events(arrivals),
+        classes: vec![RequestClass::default()],
+        offset_s: origin,
+        calls,
+    })
+}
+
+fn parse_plain_events(
+    lines: &[(usize, &str)],
+    file: &Path,
+    o: &TraceOptions,
+) -> Result<Trace, SimError> {
     const SHAPE: &str = "`<arrival seconds> [<zone>] [fn=<name>] [p_ms=<ms>]`";
     let mut arrivals = Vec::new();
     let mut classes = vec![RequestClass::default()];
     let mut by_name: HashMap<String, u32> = HashMap::new();
     let mut last = f64::NEG_INFINITY;
-    let lines = lines(text, file)?;
     // The clock starts at the window start, or at the whole second of the first event:
     // a trace of Unix timestamps does not simulate 1.7·10⁹ idle seconds first.
     let origin = match o.from_s {
@@ -422,7 +590,7 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
     };
     let mut all_integers = true;
     let mut copies = copies_of_next(o.rate_divisor);
-    for (n, l) in lines {
+    for &(n, l) in lines {
         let mut it = l.split_whitespace().peekable();
         let t: f64 = it
             .next()
@@ -517,6 +685,7 @@ fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimE
         offset_s: origin,
         data: TraceData::Events(arrivals),
         classes,
+        calls: Vec::new(),
     })
 }
 
@@ -599,6 +768,7 @@ fn parse_azure2019(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
         offset_s: selected.first().map_or(0.0, |&m| m as f64 * 60.0),
         data: TraceData::PerMinute(data),
         classes,
+        calls: Vec::new(),
     })
 }
 
@@ -771,6 +941,7 @@ fn parse_azure2021(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, S
         offset_s: origin,
         data: TraceData::Events(arrivals),
         classes,
+        calls: Vec::new(),
     })
 }
 

@@ -1,0 +1,210 @@
+//! `async:` and `routes:` — asynchronous calls and their delay queue (ProFaaStinate §3).
+//!
+//! A `routes:` entry (call scheduling's route keys, [`super::routes::RouteConfig`]) may
+//! make its calls asynchronous: `async: true` and `default_deadline_seconds`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Issues;
+use crate::policy::delay::DelayParams;
+use std::time::Duration;
+
+/// Where the CPU signal of the delay queue's scheduler comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuSignal {
+    /// Requests in flight on ready VMs ÷ their slots (`libra.max_outstanding_per_vm`,
+    /// else 1 per VM).
+    #[default]
+    Outstanding,
+    /// The host's non-idle CPU share from procfs (`/proc/stat`): with the `process` VM
+    /// pool, the local VM processes' load (and everything else on the host).
+    Process,
+}
+
+/// `async:` — asynchronous calls (`Prefer: respond-async`) held in a durable,
+/// deadline-ordered delay queue and released by a CPU-aware scheduler (ProFaaStinate §3).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AsyncConfig {
+    /// Accept asynchronous calls at all (off: `Prefer: respond-async` is ignored).
+    pub enabled: bool,
+    /// Directory of the embedded store (redb file `calls.redb` inside); a relative path
+    /// is relative to the configuration file's directory (the working directory for the
+    /// embedded quickstart).
+    pub store_dir: String,
+    /// Status URLs live under this path prefix on the proxy listener.
+    pub status_prefix: String,
+    /// Request header carrying the deadline, milliseconds from now.
+    pub deadline_header: String,
+    /// Deadline when neither the header nor the route gives one, seconds.
+    pub default_deadline_seconds: f64,
+    /// Largest deadline accepted, seconds (a larger header value is 400).
+    pub max_deadline_seconds: f64,
+    /// Largest asynchronous request body, bytes (over it: 413).
+    pub max_body_bytes: u64,
+    /// Most calls waiting; more are refused with 503 + `Retry-After`.
+    pub max_queued: usize,
+    /// Largest stored response body, bytes (longer ones are cut).
+    pub result_max_bytes: u64,
+    /// A finished call's result is kept this long, then `410 Gone`.
+    pub result_retention_seconds: f64,
+    /// `Retry-After` of a 503 for a full queue or a failing store, seconds.
+    pub retry_after_seconds: u64,
+    /// Busy above this windowed CPU utilisation, 0–1.
+    pub busy_utilisation: f64,
+    /// CPU sample period, seconds (paper: 1).
+    pub sample_interval_seconds: f64,
+    /// CPU averaging window, seconds (paper: 10).
+    pub window_seconds: f64,
+    /// The mode switches at most once per this many seconds (paper: 10).
+    pub switch_interval_seconds: f64,
+    /// Busy mode releases calls due within this many seconds (paper: 10).
+    pub urgency_window_seconds: f64,
+    /// Most idle-mode releases per sample tick.
+    pub release_batch: u32,
+    /// A call goes to the function tier at `deadline − (E[p] + this)`, seconds.
+    pub deadline_margin_seconds: f64,
+    /// `E[p]` before any call finished, seconds.
+    pub expected_processing_seconds: f64,
+    /// The CPU signal: `outstanding` or `process`.
+    pub cpu_signal: CpuSignal,
+}
+
+impl Default for AsyncConfig {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            store_dir: ".spillway/async".into(),
+            status_prefix: "/_spillway/calls".into(),
+            deadline_header: "Spillway-Deadline-Ms".into(),
+            default_deadline_seconds: 180.0,
+            max_deadline_seconds: 86_400.0,
+            max_body_bytes: 1_048_576,
+            max_queued: 10_000,
+            result_max_bytes: 1_048_576,
+            result_retention_seconds: 3600.0,
+            retry_after_seconds: 5,
+            busy_utilisation: 0.8,
+            sample_interval_seconds: 1.0,
+            window_seconds: 10.0,
+            switch_interval_seconds: 10.0,
+            urgency_window_seconds: 10.0,
+            release_batch: 10,
+            deadline_margin_seconds: 5.0,
+            expected_processing_seconds: 1.0,
+            cpu_signal: CpuSignal::Outstanding,
+        }
+    }
+}
+
+impl AsyncConfig {
+    /// Semantic checks, each naming its field path.
+    pub(crate) fn validate(&self, is: &mut Issues) {
+        is.positive(
+            "async.default_deadline_seconds",
+            self.default_deadline_seconds,
+        );
+        is.positive("async.max_deadline_seconds", self.max_deadline_seconds);
+        if self.default_deadline_seconds > self.max_deadline_seconds {
+            is.push(
+                "async.default_deadline_seconds",
+                format!(
+                    "must not exceed async.max_deadline_seconds ({} > {})",
+                    self.default_deadline_seconds, self.max_deadline_seconds
+                ),
+            );
+        }
+        if !self.status_prefix.starts_with('/') || self.status_prefix.ends_with('/') {
+            is.push(
+                "async.status_prefix",
+                format!(
+                    "must start with / and not end with /, got {:?}",
+                    self.status_prefix
+                ),
+            );
+        }
+        if http::HeaderName::from_bytes(self.deadline_header.as_bytes()).is_err() {
+            is.push(
+                "async.deadline_header",
+                format!("not a header name: {:?}", self.deadline_header),
+            );
+        }
+        if self.store_dir.is_empty() {
+            is.push("async.store_dir", "must not be empty");
+        }
+        if self.max_body_bytes == 0 {
+            is.push("async.max_body_bytes", "must be at least 1");
+        }
+        if self.max_queued == 0 {
+            is.push("async.max_queued", "must be at least 1");
+        }
+        is.positive(
+            "async.result_retention_seconds",
+            self.result_retention_seconds,
+        );
+        is.within("async.busy_utilisation", self.busy_utilisation, 0.0, 1.0);
+        is.positive(
+            "async.sample_interval_seconds",
+            self.sample_interval_seconds,
+        );
+        is.positive("async.window_seconds", self.window_seconds);
+        is.non_negative(
+            "async.switch_interval_seconds",
+            self.switch_interval_seconds,
+        );
+        is.non_negative("async.urgency_window_seconds", self.urgency_window_seconds);
+        if self.release_batch == 0 {
+            is.push("async.release_batch", "must be at least 1");
+        }
+        is.non_negative(
+            "async.deadline_margin_seconds",
+            self.deadline_margin_seconds,
+        );
+        is.non_negative(
+            "async.expected_processing_seconds",
+            self.expected_processing_seconds,
+        );
+    }
+
+    /// The policy core's delay-queue parameters; `vm_slots` is
+    /// `libra.max_outstanding_per_vm` (stand-in for the VM slot count of call scheduling).
+    pub fn delay_params(&self, vm_slots: Option<u32>) -> DelayParams {
+        let s = Duration::from_secs_f64;
+        DelayParams {
+            busy_utilisation: self.busy_utilisation,
+            sample_interval: s(self.sample_interval_seconds),
+            window: s(self.window_seconds),
+            min_switch: s(self.switch_interval_seconds),
+            urgency_window: s(self.urgency_window_seconds),
+            release_batch: self.release_batch,
+            deadline_margin: s(self.deadline_margin_seconds),
+            expected_processing: s(self.expected_processing_seconds),
+            vm_slots,
+        }
+    }
+}
+
+/// The asynchronous-call checks of `routes:` (their deadlines); the route keys are
+/// checked by [`super::routes::validate_routes`].
+pub(crate) fn validate_routes(
+    routes: &[super::routes::RouteConfig],
+    a: &AsyncConfig,
+    is: &mut Issues,
+) {
+    for (i, r) in routes.iter().enumerate() {
+        if let Some(d) = r.default_deadline_seconds {
+            let path = format!("routes[{i}].default_deadline_seconds");
+            is.positive(&path, d);
+            if d > a.max_deadline_seconds {
+                is.push(
+                    path,
+                    format!(
+                        "must not exceed async.max_deadline_seconds ({d} > {})",
+                        a.max_deadline_seconds
+                    ),
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,532 @@
+//! Asynchronous calls in the gateway (ProFaaStinate §3): accept, store, status, release.
+//!
+//! * A request is asynchronous when it carries `Prefer: respond-async` (RFC 7240) or
+//!   matches a `routes:` entry with `async: true`. Its deadline is the
+//!   `async.deadline_header` (milliseconds from now), else the route's
+//!   `default_deadline_seconds`, else `async.default_deadline_seconds`.
+//! * Refusals: a bad deadline (0, negative, not a number, above
+//!   `async.max_deadline_seconds`) or an `Upgrade` → 400; a body over
+//!   `async.max_body_bytes` → 413; the queue at `async.max_queued` or the store failing →
+//!   503 with `Retry-After` (synchronous traffic is unaffected).
+//! * Otherwise the call (method, target, headers after hygiene, body) is committed to the
+//!   [`CallStore`] and only then answered `202 Accepted` with
+//!   `Preference-Applied: respond-async` and `Location: <status_prefix>/<id>` (128-bit
+//!   random id).
+//! * `GET <status URL>` → JSON `{id, state, deadline, accepted_at, started_at,
+//!   finished_at, attempts}` (times in Unix milliseconds); `GET <status URL>/result` →
+//!   the stored response once done or failed, 404 before, 410 after
+//!   `async.result_retention_seconds`.
+//! * The policy core's delay queue decides when a call runs; a released call runs the
+//!   attempt protocol like a synchronous request, with `Spillway-Call-Id: <id>` added so
+//!   that upstreams can deduplicate: delivery is **at least once** — a call running when
+//!   the gateway is killed runs again after the restart.
+//!
+//! The traffic monitor counts an asynchronous call at **release**, not at accept: it
+//! loads the pool only when it runs, and counting a deferred burst at accept would make
+//! LIBRA scale the pool for load the delay queue has just moved out of the peak.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue, Request, Response, StatusCode, header};
+use http_body::Body as _;
+use http_body_util::BodyExt as _;
+use hyper::body::Incoming;
+use tokio::time::Instant;
+
+use super::async_store::{CallRecord, CallResult, CallState, CallStore};
+use super::driver::{Gateway, TicketGuard};
+use super::error::ProxyError;
+use super::service::{self, ServiceSettings};
+use crate::config::RouteConfig;
+use crate::config::delay::{AsyncConfig, CpuSignal};
+use crate::net::body::{self, Body};
+use crate::net::headers;
+use crate::policy::Time;
+use crate::policy::attempt::Decision;
+use crate::policy::core::Release;
+use crate::policy::delay::CallId;
+
+/// Header carrying the call id to the upstream.
+pub const CALL_ID_HEADER: &str = "spillway-call-id";
+
+/// The gateway's asynchronous-call front end and release runner. See the
+/// [module docs](self).
+pub struct AsyncCalls {
+    cfg: AsyncConfig,
+    routes: Vec<RouteConfig>,
+    store: Arc<dyn CallStore>,
+    settings: Arc<ServiceSettings>,
+    deadline_header: HeaderName,
+    /// VM slots for the `outstanding` CPU signal.
+    vm_slots: u32,
+    /// Wall clock (Unix ms) at `origin`, the tokio instant the gateway's clock starts.
+    unix_origin_ms: u64,
+    origin: Instant,
+    /// The previous `/proc/stat` reading (busy, total jiffies), `process` signal.
+    last_stat: Mutex<Option<(u64, u64)>>,
+}
+
+/// A status URL request or an asynchronous request, as [`AsyncCalls::classify`] sees it.
+pub enum Kind {
+    /// `GET <prefix>/<id>[/result]`.
+    Status,
+    /// An asynchronous call to accept.
+    Async,
+    /// Neither.
+    Sync,
+}
+
+impl AsyncCalls {
+    /// The front end over `store`. `vm_slots` is `libra.max_outstanding_per_vm` (the VM
+    /// slot count stand-in).
+    pub fn new(
+        cfg: AsyncConfig,
+        routes: Vec<RouteConfig>,
+        store: Arc<dyn CallStore>,
+        settings: Arc<ServiceSettings>,
+        vm_slots: Option<u32>,
+    ) -> Arc<Self> {
+        // Wall-clock time is needed once: stored timestamps outlive the process. Every
+        // later timestamp is this plus the tokio clock's elapsed time.
+        #[allow(clippy::disallowed_methods)]
+        let unix_origin_ms = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as u64);
+        Arc::new(Self {
+            deadline_header: HeaderName::from_bytes(cfg.deadline_header.as_bytes())
+                .unwrap_or_else(|_| HeaderName::from_static("spillway-deadline-ms")),
+            cfg,
+            routes,
+            store,
+            settings,
+            vm_slots: vm_slots.unwrap_or(1).max(1),
+            unix_origin_ms,
+            origin: Instant::now(),
+            last_stat: Mutex::new(None),
+        })
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.unix_origin_ms + self.origin.elapsed().as_millis() as u64
+    }
+
+    /// Policy time of Unix ms `t` on `gw`'s clock (clamped at zero).
+    fn policy_time(&self, gw: &Gateway, t: u64) -> Time {
+        let now = gw.now();
+        let now_ms = self.now_ms();
+        if t >= now_ms {
+            now + Duration::from_millis(t - now_ms)
+        } else {
+            now.saturating_sub(Duration::from_millis(now_ms - t))
+        }
+    }
+
+    /// The `routes:` entry of a request, as the gateway queue's route keys choose it:
+    /// the first whose `path_prefix` matches at a segment boundary and whose `methods`
+    /// (empty: all) name `method`.
+    fn route_for(&self, method: &str, path: &str) -> Option<&RouteConfig> {
+        self.routes.iter().find(|r| r.def().matches(method, path))
+    }
+
+    /// Whether `req` is a status URL request, an asynchronous call, or neither.
+    pub fn classify<B>(&self, req: &Request<B>) -> Kind {
+        let path = req.uri().path();
+        if let Some(rest) = path.strip_prefix(self.cfg.status_prefix.as_str())
+            && rest.starts_with('/')
+            && (req.method() == http::Method::GET || req.method() == http::Method::HEAD)
+        {
+            return Kind::Status;
+        }
+        let prefer = req
+            .headers()
+            .get_all("prefer")
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|p| {
+                p.split(';')
+                    .next()
+                    .is_some_and(|t| t.trim().eq_ignore_ascii_case("respond-async"))
+            });
+        if prefer
+            || self
+                .route_for(req.method().as_str(), path)
+                .is_some_and(|r| r.is_async)
+        {
+            Kind::Async
+        } else {
+            Kind::Sync
+        }
+    }
+
+    /// The deadline of an asynchronous request, ms from now.
+    fn deadline_ms<B>(&self, req: &Request<B>) -> Result<u64, ProxyError> {
+        let max_ms = (self.cfg.max_deadline_seconds * 1000.0) as u64;
+        if let Some(v) = req.headers().get(&self.deadline_header) {
+            let text = v.to_str().unwrap_or("").trim();
+            let ms: i128 = text.parse().map_err(|_| {
+                ProxyError::AsyncRefused(format!(
+                    "{}: not a number of milliseconds: {text:?}",
+                    self.cfg.deadline_header
+                ))
+            })?;
+            if ms <= 0 || ms > i128::from(max_ms) {
+                return Err(ProxyError::AsyncRefused(format!(
+                    "{}: must be in [1, {max_ms}] ms, got {ms}",
+                    self.cfg.deadline_header
+                )));
+            }
+            return Ok(ms as u64);
+        }
+        let secs = self
+            .route_for(req.method().as_str(), req.uri().path())
+            .and_then(|r| r.default_deadline_seconds)
+            .unwrap_or(self.cfg.default_deadline_seconds);
+        Ok((secs * 1000.0) as u64)
+    }
+
+    /// Accept an asynchronous request: validate, store durably, queue, answer 202.
+    ///
+    /// # Errors
+    /// 400 (deadline, `Upgrade`), 413 (body), 503 (queue full, store failure).
+    pub async fn accept(
+        self: &Arc<Self>,
+        gw: &Arc<Gateway>,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+        scheme: &'static str,
+    ) -> Result<Response<Body>, ProxyError> {
+        if headers::wants_upgrade(req.headers()) {
+            return Err(ProxyError::AsyncRefused(
+                "an Upgrade request cannot be asynchronous".into(),
+            ));
+        }
+        let deadline_in = self.deadline_ms(&req)?;
+        let limit = self.cfg.max_body_bytes;
+        if req
+            .headers()
+            .get(header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
+            .is_some_and(|n| n > limit)
+        {
+            return Err(ProxyError::BodyTooLarge { limit });
+        }
+        if gw.async_queued() >= self.cfg.max_queued {
+            return Err(self.unavailable("queue full".into()));
+        }
+        let (mut parts, incoming) = req.into_parts();
+        service::forward_headers(&mut parts, peer, scheme, &self.settings);
+        parts.headers.remove(&self.deadline_header);
+        let body = match http_body_util::Limited::new(incoming, limit as usize)
+            .collect()
+            .await
+        {
+            Ok(c) => c.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Err(ProxyError::BodyTooLarge { limit });
+            }
+            Err(e) => return Err(ProxyError::BadRequestBody(e.to_string())),
+        };
+        let id = CallId(rand::random::<u128>());
+        let now_ms = self.now_ms();
+        let rec = CallRecord {
+            id: id.to_string(),
+            state: CallState::Queued,
+            method: parts.method.as_str().to_owned(),
+            target: parts
+                .uri
+                .path_and_query()
+                .map_or_else(|| "/".to_owned(), |p| p.as_str().to_owned()),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            deadline_ms: now_ms + deadline_in,
+            accepted_at_ms: now_ms,
+            started_at_ms: None,
+            finished_at_ms: None,
+            attempts: 0,
+        };
+        let store = Arc::clone(&self.store);
+        let r2 = rec.clone();
+        let stored = tokio::task::spawn_blocking(move || store.insert(&r2, &body))
+            .await
+            .map_err(|e| self.unavailable(e.to_string()))?;
+        if let Err(e) = stored {
+            tracing::warn!(error = %e, "async call not stored");
+            return Err(self.unavailable(e.to_string()));
+        }
+        crate::telemetry::async_accepted();
+        self.enqueue(gw, &rec);
+        let mut resp = Response::new(body::full(format!(
+            "{{\"id\":\"{}\",\"status\":\"{}/{}\"}}\n",
+            rec.id, self.cfg.status_prefix, rec.id
+        )));
+        *resp.status_mut() = StatusCode::ACCEPTED;
+        let h = resp.headers_mut();
+        h.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        );
+        h.insert(
+            "preference-applied",
+            HeaderValue::from_static("respond-async"),
+        );
+        if let Ok(v) = HeaderValue::from_str(&format!("{}/{}", self.cfg.status_prefix, rec.id)) {
+            h.insert(header::LOCATION, v);
+        }
+        Ok(resp)
+    }
+
+    fn unavailable(&self, reason: String) -> ProxyError {
+        ProxyError::AsyncUnavailable {
+            reason,
+            retry_after: self.cfg.retry_after_seconds,
+        }
+    }
+
+    fn enqueue(&self, gw: &Arc<Gateway>, rec: &CallRecord) {
+        let Ok(id) = rec.id.parse::<CallId>() else {
+            return;
+        };
+        let deadline = self.policy_time(gw, rec.deadline_ms);
+        let accepted = self.policy_time(gw, rec.accepted_at_ms);
+        gw.enqueue_async(id, deadline, accepted);
+    }
+
+    /// Queue every call the store still holds (queued, or running at a crash: run
+    /// again, at least once).
+    ///
+    /// # Errors
+    /// The store's read error.
+    pub fn recover(self: &Arc<Self>, gw: &Arc<Gateway>) -> Result<usize, ProxyError> {
+        let pending = self
+            .store
+            .pending()
+            .map_err(|e| self.unavailable(e.to_string()))?;
+        for rec in &pending {
+            self.enqueue(gw, rec);
+        }
+        Ok(pending.len())
+    }
+
+    /// Answer `GET <prefix>/<id>` and `GET <prefix>/<id>/result`.
+    ///
+    /// # Errors
+    /// 404 (unknown call, no result yet), 410 (result expired), 503 (store failure).
+    pub async fn status<B>(&self, req: &Request<B>) -> Result<Response<Body>, ProxyError> {
+        let rest = req
+            .uri()
+            .path()
+            .strip_prefix(self.cfg.status_prefix.as_str())
+            .unwrap_or("")
+            .trim_start_matches('/');
+        let (id, want_result) = match rest.strip_suffix("/result") {
+            Some(id) => (id.to_owned(), true),
+            None => (rest.to_owned(), false),
+        };
+        if id.len() != 32 || id.parse::<CallId>().is_err() {
+            return Err(ProxyError::CallNotFound);
+        }
+        let store = Arc::clone(&self.store);
+        let id2 = id.clone();
+        let found = tokio::task::spawn_blocking(move || -> Result<_, _> {
+            let rec = store.get(&id2)?;
+            let res = if want_result {
+                store.result(&id2)?
+            } else {
+                None
+            };
+            Ok::<_, super::async_store::StoreError>((rec, res))
+        })
+        .await
+        .map_err(|e| self.unavailable(e.to_string()))?
+        .map_err(|e| self.unavailable(e.to_string()))?;
+        let (Some(rec), res) = found else {
+            return Err(ProxyError::CallNotFound);
+        };
+        if !want_result {
+            let v = serde_json::json!({
+                "id": rec.id,
+                "state": rec.state,
+                "deadline": rec.deadline_ms,
+                "accepted_at": rec.accepted_at_ms,
+                "started_at": rec.started_at_ms,
+                "finished_at": rec.finished_at_ms,
+                "attempts": rec.attempts,
+            });
+            let mut resp = Response::new(body::full(format!("{v}\n")));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            return Ok(resp);
+        }
+        let Some(res) = res else {
+            return Err(ProxyError::CallNotFound);
+        };
+        let retention = (self.cfg.result_retention_seconds * 1000.0) as u64;
+        if rec
+            .finished_at_ms
+            .is_some_and(|f| self.now_ms() > f + retention)
+        {
+            return Err(ProxyError::CallResultGone);
+        }
+        let mut resp = Response::new(body::full(res.body));
+        *resp.status_mut() = StatusCode::from_u16(res.status).unwrap_or(StatusCode::BAD_GATEWAY);
+        for (k, v) in res.headers {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_bytes(&v),
+            ) && k != header::CONTENT_LENGTH
+                && k != header::TRANSFER_ENCODING
+            {
+                resp.headers_mut().append(k, v);
+            }
+        }
+        Ok(resp)
+    }
+
+    /// The CPU signal (0–1) for the delay queue's scheduler.
+    pub fn cpu_signal(&self, gw: &Gateway) -> f64 {
+        match self.cfg.cpu_signal {
+            CpuSignal::Outstanding => gw.outstanding_share(self.vm_slots),
+            CpuSignal::Process => self.proc_stat_share().unwrap_or(0.0),
+        }
+    }
+
+    /// Non-idle share of the host CPU since the previous reading (`/proc/stat`).
+    fn proc_stat_share(&self) -> Option<f64> {
+        let text = std::fs::read_to_string("/proc/stat").ok()?;
+        let line = text.lines().next()?;
+        let v: Vec<u64> = line
+            .split_whitespace()
+            .skip(1)
+            .filter_map(|x| x.parse().ok())
+            .collect();
+        let total: u64 = v.iter().sum();
+        let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
+        let busy = total.saturating_sub(idle);
+        let mut last = self.last_stat.lock().unwrap_or_else(|p| p.into_inner());
+        let prev = last.replace((busy, total));
+        let (pb, pt) = prev?;
+        let dt = total.saturating_sub(pt);
+        (dt > 0).then(|| busy.saturating_sub(pb) as f64 / dt as f64)
+    }
+
+    /// Run one released call to its end and store the outcome.
+    pub async fn run(self: Arc<Self>, gw: Arc<Gateway>, rel: Release) {
+        let id = rel.id.to_string();
+        let ticket = TicketGuard::new(&gw, rel.ticket);
+        let store = Arc::clone(&self.store);
+        let id2 = id.clone();
+        let loaded = tokio::task::spawn_blocking(move || {
+            Ok::<_, super::async_store::StoreError>((store.get(&id2)?, store.body(&id2)?))
+        })
+        .await;
+        let (mut rec, body) = match loaded {
+            Ok(Ok((Some(rec), Some(body)))) => (rec, body),
+            other => {
+                tracing::warn!(call = %id, outcome = ?other.map(|r| r.map(|_| ())), "released call not in the store");
+                return;
+            }
+        };
+        if let Decision::Reject { .. } = rel.decision {
+            drop(ticket);
+            if self.now_ms() > rec.deadline_ms {
+                rec.state = CallState::Expired;
+                rec.finished_at_ms = Some(self.now_ms());
+                let result = CallResult {
+                    status: 503,
+                    headers: vec![],
+                    body: b"deadline passed with no capacity\n".to_vec(),
+                };
+                self.persist_finish(rec, result).await;
+            } else {
+                // No capacity anywhere: queue it again after a sample period.
+                tokio::time::sleep(Duration::from_secs_f64(self.cfg.sample_interval_seconds)).await;
+                self.enqueue(&gw, &rec);
+            }
+            return;
+        }
+        rec.state = CallState::Running;
+        rec.attempts += 1;
+        rec.started_at_ms = Some(self.now_ms());
+        let store = Arc::clone(&self.store);
+        let r2 = rec.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.update(&r2)).await {
+            tracing::warn!(call = %id, error = %e, "async call state not stored");
+        }
+        let mut parts = Request::new(()).into_parts().0;
+        parts.method = rec.method.parse().unwrap_or(http::Method::POST);
+        parts.uri = rec
+            .target
+            .parse()
+            .unwrap_or_else(|_| http::Uri::from_static("/"));
+        for (k, v) in &rec.headers {
+            if let (Ok(k), Ok(v)) = (
+                HeaderName::from_bytes(k.as_bytes()),
+                HeaderValue::from_bytes(v),
+            ) {
+                parts.headers.append(k, v);
+            }
+        }
+        if let Ok(v) = HeaderValue::from_str(&id) {
+            parts.headers.insert(CALL_ID_HEADER, v);
+        }
+        let body = Bytes::from(body);
+        let started = Instant::now();
+        let outcome =
+            service::run_released(&gw, &self.settings, ticket, rel.decision, parts, body).await;
+        let (state, resp) = match outcome {
+            Ok((_, resp)) => (CallState::Done, resp),
+            Err((_, e)) => {
+                tracing::warn!(call = %id, error = %e, "async call failed");
+                (CallState::Failed, e.into_response())
+            }
+        };
+        let (rp, rbody) = resp.into_parts();
+        let mut bytes = Vec::new();
+        let mut b = rbody;
+        let max = self.cfg.result_max_bytes as usize;
+        while !b.is_end_stream() {
+            match b.frame().await {
+                Some(Ok(f)) => {
+                    if let Ok(d) = f.into_data() {
+                        let room = max.saturating_sub(bytes.len());
+                        bytes.extend_from_slice(&d[..d.len().min(room)]);
+                    }
+                }
+                _ => break,
+            }
+        }
+        drop(b);
+        let processing = started.elapsed();
+        let deadline = self.policy_time(&gw, rec.deadline_ms);
+        gw.async_finished(deadline, processing);
+        crate::telemetry::async_finished(state == CallState::Done);
+        rec.state = state;
+        rec.finished_at_ms = Some(self.now_ms());
+        let result = CallResult {
+            status: rp.status.as_u16(),
+            headers: rp
+                .headers
+                .iter()
+                .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
+                .collect(),
+            body: bytes,
+        };
+        self.persist_finish(rec, result).await;
+    }
+
+    async fn persist_finish(&self, rec: CallRecord, result: CallResult) {
+        let store = Arc::clone(&self.store);
+        let id = rec.id.clone();
+        if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.finish(&rec, &result)).await {
+            tracing::warn!(call = %id, error = %e, "async call result not stored");
+        }
+    }
+}

@@ -1,0 +1,265 @@
+//! Asynchronous calls over HTTP (ProFaaStinate §3, issue 10): `Prefer: respond-async` →
+//! 202 + `Location` + `Preference-Applied`, the status URL through a call's life, the
+//! stored result and its expiry, and every refusal (400, 413, 503 + `Retry-After`) —
+//! against the real binary and a stub upstream on loopback.
+// Real processes: wall-clock polling deadlines.
+#![allow(clippy::disallowed_methods)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::stub::{Stub, ok_reply};
+use common::{Gateway, function_http_config, header, http};
+use serde_json::Value;
+
+fn gateway(stub: &Stub, async_yaml: &str) -> Gateway {
+    let yaml = format!(
+        "{}\nasync:\n{async_yaml}\n",
+        function_http_config(&stub.url(), "")
+    );
+    Gateway::start(&yaml)
+}
+
+fn get_json(gw: &Gateway, path: &str) -> (u16, Value) {
+    let (code, _, body) = http(gw.proxy, "GET", path, &[], b"");
+    (code, serde_json::from_slice(&body).unwrap_or(Value::Null))
+}
+
+/// Poll the status URL until `state`.
+fn wait_state(gw: &Gateway, location: &str, state: &str, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        let (code, v) = get_json(gw, location);
+        assert_eq!(code, 200, "{v}");
+        if v["state"] == state {
+            return v;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{location} never reached {state}: {v}\n{}",
+            gw.proc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}
+
+#[test]
+fn an_async_call_is_accepted_runs_once_and_its_result_can_be_fetched() {
+    let stub = Stub::start(ok_reply);
+    let gw = gateway(&stub, "  deadline_header: X-Deadline-Ms");
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo?n=7",
+        &[("Prefer", "respond-async"), ("X-Deadline-Ms", "45000")],
+        b"payload",
+    );
+    assert_eq!(code, 202);
+    assert_eq!(header(&h, "preference-applied"), Some("respond-async"));
+    let location = header(&h, "location").expect("Location").to_owned();
+    let id = location.rsplit('/').next().unwrap().to_owned();
+    assert!(location.starts_with("/_spillway/calls/"), "{location}");
+    assert_eq!(id.len(), 32, "128-bit id as hex");
+    let done = wait_state(&gw, &location, "done", Duration::from_secs(20));
+    assert_eq!(done["attempts"], 1);
+    let accepted = done["accepted_at"].as_u64().unwrap();
+    let deadline = done["deadline"].as_u64().unwrap();
+    assert_eq!(deadline - accepted, 45_000, "the header's deadline");
+    assert!(done["finished_at"].as_u64().unwrap() >= done["started_at"].as_u64().unwrap());
+    // The upstream got the call once, with its id and without the deadline header.
+    let seen = stub.requests_to("/echo?n=7");
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].get("spillway-call-id"), Some(id.as_str()));
+    assert_eq!(seen[0].get("x-deadline-ms"), None);
+    assert_eq!(seen[0].body, b"payload");
+    let (code, _, body) = http(gw.proxy, "GET", &format!("{location}/result"), &[], b"");
+    assert_eq!(code, 200);
+    assert_eq!(body, b"path=/echo?n=7");
+    // Unknown ids are 404.
+    let other = format!("/_spillway/calls/{}", "0".repeat(32));
+    assert_eq!(get_json(&gw, &other).0, 404);
+    assert_eq!(get_json(&gw, "/_spillway/calls/not-an-id").0, 404);
+}
+
+#[test]
+fn refusals_are_400_413_and_503_and_sync_traffic_is_unaffected() {
+    let stub = Stub::start(ok_reply);
+    // One idle release per sample, one sample an hour: the first call runs, the
+    // second waits, the third finds the queue full.
+    let gw = gateway(
+        &stub,
+        "  max_queued: 1\n  release_batch: 1\n  sample_interval_seconds: 3600\n  max_deadline_seconds: 600\n  max_body_bytes: 64\n  retry_after_seconds: 7",
+    );
+    let prefer = ("Prefer", "respond-async");
+    for bad in ["0", "-5", "soon", "600001"] {
+        let (code, _, _) = http(
+            gw.proxy,
+            "POST",
+            "/echo",
+            &[prefer, ("Spillway-Deadline-Ms", bad)],
+            b"x",
+        );
+        assert_eq!(code, 400, "deadline {bad:?}");
+    }
+    let (code, _, _) = http(
+        gw.proxy,
+        "GET",
+        "/ws",
+        &[prefer, ("Connection", "Upgrade"), ("Upgrade", "websocket")],
+        b"",
+    );
+    assert_eq!(code, 400, "Upgrade cannot be asynchronous");
+    let (code, _, _) = http(gw.proxy, "POST", "/echo", &[prefer], &[b'a'; 65]);
+    assert_eq!(code, 413);
+
+    let (code, h1, _) = http(gw.proxy, "POST", "/first", &[prefer], b"1");
+    assert_eq!(code, 202);
+    let first = header(&h1, "location").unwrap().to_owned();
+    wait_state(&gw, &first, "done", Duration::from_secs(20));
+    let (code, h2, _) = http(gw.proxy, "POST", "/second", &[prefer], b"2");
+    assert_eq!(code, 202);
+    let second = header(&h2, "location").unwrap().to_owned();
+    let v = wait_state(&gw, &second, "queued", Duration::from_secs(5));
+    assert!(v["started_at"].is_null());
+    assert_eq!(
+        http(gw.proxy, "GET", &format!("{second}/result"), &[], b"").0,
+        404,
+        "no result before the call ran"
+    );
+    let (code, h3, _) = http(gw.proxy, "POST", "/third", &[prefer], b"3");
+    assert_eq!(code, 503, "queue at async.max_queued");
+    assert_eq!(header(&h3, "retry-after"), Some("7"));
+    let (code, _, body) = http(gw.proxy, "POST", "/sync", &[], b"s");
+    assert_eq!((code, body.as_slice()), (200, b"path=/sync".as_slice()));
+    let st = gw.status();
+    assert_eq!(st["async"]["queued"], 1, "{st:#}");
+}
+
+#[test]
+fn a_result_is_gone_after_its_retention() {
+    let stub = Stub::start(ok_reply);
+    let gw = gateway(&stub, "  result_retention_seconds: 0.3");
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[("Prefer", "wait=5, respond-async")],
+        b"x",
+    );
+    assert_eq!(code, 202);
+    let location = header(&h, "location").unwrap().to_owned();
+    wait_state(&gw, &location, "done", Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let code = http(gw.proxy, "GET", &format!("{location}/result"), &[], b"").0;
+        assert!(code == 200 || code == 410, "{code}");
+        if code == 410 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "never 410");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(get_json(&gw, &location).1["state"], "done");
+}
+
+/// A store that fails every write (behind the store trait: CI runs as root, so file
+/// permissions cannot make a real one fail).
+struct FailingStore;
+
+impl spillway::proxy::async_store::CallStore for FailingStore {
+    fn insert(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+        _: &[u8],
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn update(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn finish(
+        &self,
+        _: &spillway::proxy::async_store::CallRecord,
+        _: &spillway::proxy::async_store::CallResult,
+    ) -> Result<(), spillway::proxy::async_store::StoreError> {
+        Err(spillway::proxy::async_store::StoreError::Io(
+            "disk full".into(),
+        ))
+    }
+    fn get(
+        &self,
+        _: &str,
+    ) -> Result<
+        Option<spillway::proxy::async_store::CallRecord>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(None)
+    }
+    fn body(&self, _: &str) -> Result<Option<Vec<u8>>, spillway::proxy::async_store::StoreError> {
+        Ok(None)
+    }
+    fn result(
+        &self,
+        _: &str,
+    ) -> Result<
+        Option<spillway::proxy::async_store::CallResult>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(None)
+    }
+    fn pending(
+        &self,
+    ) -> Result<
+        Vec<spillway::proxy::async_store::CallRecord>,
+        spillway::proxy::async_store::StoreError,
+    > {
+        Ok(vec![])
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() {
+    let stub = Stub::start(ok_reply);
+    let yaml = format!(
+        "{}\nasync:\n  retry_after_seconds: 11\n",
+        function_http_config(&stub.url(), "")
+    );
+    let config = spillway::config::Config::from_yaml(&yaml, "t.yaml").unwrap();
+    let server = spillway::proxy::server::Server::bind_with_store(
+        config,
+        common::exe().into(),
+        Some(std::sync::Arc::new(FailingStore)),
+    )
+    .await
+    .unwrap();
+    let addr = server.proxy_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let run = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let (a, s) = tokio::task::spawn_blocking(move || {
+        (
+            http(addr, "POST", "/echo", &[("Prefer", "respond-async")], b"x"),
+            http(addr, "POST", "/echo", &[], b"x"),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(a.0, 503, "not stored, not accepted");
+    assert_eq!(header(&a.1, "retry-after"), Some("11"));
+    assert_eq!(s.0, 200, "synchronous traffic is unaffected");
+    assert!(
+        stub.requests_to("/echo").len() == 1,
+        "only the synchronous call ran"
+    );
+    let _ = stop.send(());
+    let _ = run.await;
+}
