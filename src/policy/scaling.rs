@@ -410,4 +410,29 @@ mod tests {
             }
         );
     }
+
+    /// The reason labels are the values `/status` and the metrics document (README,
+    /// "Admin API and metrics"); the pool counts booting + ready VMs as active.
+    #[test]
+    fn reason_labels_and_the_active_pool() {
+        let labels = [
+            (ScaleReason::Provision, "provision"),
+            (ScaleReason::ClampedToMin, "clamped_min"),
+            (ScaleReason::ClampedToMax, "clamped_max"),
+            (ScaleReason::BelowCostIndifferencePoint, "below_cip"),
+            (ScaleReason::AwaitingTraffic, "awaiting_traffic"),
+            (ScaleReason::Baseline, "baseline"),
+        ];
+        for (reason, label) in labels {
+            assert_eq!(reason.as_str(), label);
+        }
+        let pool = PoolSnapshot {
+            booting: 2,
+            ready: 5,
+            draining: 3,
+            target: 9,
+        };
+        assert_eq!(pool.active(), 7, "booting + ready, not draining");
+        assert_eq!(scaler().name(), "libra");
+    }
 }
