@@ -12,7 +12,8 @@
 # Tests run: the library's policy tests and tests/policy_props.rs (`cargo test --lib
 # --test policy_props -- policy:: decisions_follow routing_respects`): the unit tests
 # of the module under test and the properties over it, not the slow end-to-end tests.
-# Timeouts: 120 s per test run (the policy tests take ~5 s), 900 s per build.
+# Timeouts: 30 s per test run (the policy tests take ~5 s; a mutant that loops forever
+# is a timeout), 900 s per build. MUTANTS_BASELINE=skip skips the unmutated run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || {
@@ -20,16 +21,17 @@ command -v cargo-mutants >/dev/null || {
 
 CORE=(monitor scaling controller balancer cost functions placement timers attempt core)
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
-common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-120}"
+common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
         --build-timeout "${MUTANTS_BUILD_TIMEOUT:-900}" --no-shuffle)
 test_args=(-- --lib --test policy_props -- policy:: decisions_follow routing_respects)
 
 status=0
 summary() { # dir label
-  local d=$1/mutants.out n
+  local d=$1/mutants.out n c
   printf '%-34s' "$2"
   for n in caught missed timeout unviable; do
-    printf ' %s %3d' "$n" "$( [ -f "$d/$n.txt" ] && grep -c . "$d/$n.txt" || echo 0)"
+    c=$(grep -c . "$d/$n.txt" 2>/dev/null || true)
+    printf ' %s %3d' "$n" "${c:-0}"
   done
   echo
 }
@@ -51,7 +53,7 @@ files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
   for f in "${CORE[@]}"; do files+=("src/policy/$f.rs"); done
 fi
-baseline=run
+baseline=${MUTANTS_BASELINE:-run}
 for f in "${files[@]}"; do
   name=$(basename "$f" .rs)
   mkdir -p "$out_root/$name"
