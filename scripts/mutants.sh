@@ -23,6 +23,10 @@ CORE=(monitor scaling controller balancer cost functions placement timers attemp
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
 common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
         --build-timeout "${MUTANTS_BUILD_TIMEOUT:-900}" --no-shuffle)
+# Extra cargo-mutants options, e.g. MUTANTS_EXTRA='-E monitor.rs:(99|109):' to leave
+# out mutants already tested.
+# shellcheck disable=SC2206
+common+=(${MUTANTS_EXTRA:-})
 test_args=(-- --lib --test policy_props -- policy:: decisions_follow routing_respects)
 
 status=0
