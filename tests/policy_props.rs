@@ -181,3 +181,139 @@ proptest! {
         }
     }
 }
+
+/// A controller with every Algorithm 1 parameter drawn (issue 19: φ ≠ 1, α ≠ β ≠ 0.5, a
+/// `min_vms` that binds).
+#[derive(Clone, Debug)]
+struct Alg1 {
+    alpha: f64,
+    beta: f64,
+    phi: f64,
+    r_max: f64,
+    k: u32,
+    min_vms: u32,
+    max_vms: u32,
+    cip: f64,
+}
+
+fn alg1() -> impl Strategy<Value = Alg1> {
+    (
+        (0.05f64..0.95, 0.05f64..0.95, 0.0f64..3.0, 2.0f64..60.0),
+        (1u32..4, 0u32..5, 0u32..10, 0.0f64..40.0),
+    )
+        .prop_map(
+            |((alpha, beta, phi, r_max), (k, min_vms, extra, cip))| Alg1 {
+                alpha,
+                beta,
+                phi,
+                r_max,
+                k,
+                min_vms,
+                max_vms: min_vms + extra,
+                cip,
+            },
+        )
+}
+
+/// The expected target for one value that may sit on a rounding boundary: every answer
+/// the reference allows within 1e-9 (the controller evaluates the same formula in another
+/// order).
+fn alg1_targets(p: &Alg1, avg_rps: f64, std_rps: f64) -> Vec<u32> {
+    let mut out = Vec::new();
+    for eps in [-1e-9, 0.0, 1e-9] {
+        let t = if avg_rps + eps < p.cip {
+            0
+        } else {
+            let n = ((avg_rps + p.phi * std_rps) / p.r_max + eps)
+                .ceil()
+                .max(0.0) as u32;
+            n.clamp(p.min_vms, p.max_vms)
+        };
+        if !out.contains(&t) {
+            out.push(t);
+        }
+    }
+    out
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(300))]
+
+    /// Algorithm 1 against an EWMA and a ceil computed here, not read from the
+    /// controller's status: after each report (every K epochs) the target is `min_vms`
+    /// until the first request, then 0 below the CIP, else
+    /// clamp(ceil((avg + φ·std) / r_max), min_vms, max_vms), and that many VMs boot.
+    #[test]
+    fn decisions_follow_algorithm_1_with_drawn_parameters(
+        counts in proptest::collection::vec(prop_oneof![1 => Just(0u32), 4 => 0u32..150], 1..30),
+        p in alg1(),
+    ) {
+        let epoch_s = 0.5;
+        let params = ControllerParams {
+            monitor: MonitorParams {
+                epoch: Duration::from_secs_f64(epoch_s),
+                alpha: p.alpha,
+                beta: p.beta,
+                decision_epochs: p.k,
+            },
+            r_max_rps: p.r_max,
+            execute_scaling: true,
+        };
+        let scaler = LibraScaler::new(LibraScalingParams {
+            phi: p.phi,
+            r_max_rps: p.r_max,
+            min_vms: p.min_vms,
+            max_vms: p.max_vms,
+            cip_rps: p.cip,
+        });
+        let mut c = Controller::new(params, Box::new(scaler), Box::new(VmFirst::new(0.8)));
+        c.start(Duration::ZERO);
+        let launched = std::iter::from_fn(|| c.poll_action())
+            .filter(|a| matches!(a, Action::Launch { .. }))
+            .count();
+        prop_assert_eq!(launched, p.min_vms as usize, "min_vms boot at start");
+        let mut ewma: Option<(f64, f64)> = None;
+        let mut seen = false;
+        for (i, &n) in counts.iter().enumerate() {
+            let start = Duration::from_millis(500 * i as u64);
+            for j in 0..n {
+                c.route(start + Duration::from_micros(u64::from(j)), &RequestMeta::default(), Attempt::First);
+            }
+            c.handle_timeout(start + Duration::from_millis(500));
+            let x = f64::from(n);
+            seen |= n > 0;
+            ewma = Some(match ewma {
+                None => (x, 0.0),
+                Some((a, d)) => (a + p.alpha * (x - a), d + p.beta * ((x - a).abs() - d)),
+            });
+            let (avg, std) = ewma.unwrap();
+            let (avg_rps, std_rps) = (avg / epoch_s, std / epoch_s);
+            let decided: Vec<_> = std::iter::from_fn(|| c.poll_action())
+                .filter_map(|a| match a {
+                    Action::Decided { decision, epoch, .. } => Some((epoch, decision)),
+                    _ => None,
+                })
+                .collect();
+            let report = (i + 1) % p.k as usize == 0;
+            prop_assert_eq!(decided.len(), usize::from(report), "epoch {}", i);
+            let Some(&(epoch, decision)) = decided.first() else { continue };
+            prop_assert_eq!(epoch, i as u64);
+            let expected = if seen {
+                alg1_targets(&p, avg_rps, std_rps)
+            } else {
+                vec![p.min_vms]
+            };
+            prop_assert!(
+                expected.contains(&decision.target_vms),
+                "epoch {}: avg {} std {} → {:?}, expected {:?}", i, avg_rps, std_rps, decision, expected
+            );
+            if seen && decision.target_vms > 0 {
+                let vm_reqs = avg_rps + p.phi * std_rps;
+                prop_assert!((decision.vm_reqs_rps - vm_reqs).abs() <= 1e-9 * vm_reqs.max(1.0), "{:?} vs {}", decision, vm_reqs);
+            }
+            let pool = c.pool();
+            prop_assert_eq!(pool.target, decision.target_vms);
+            prop_assert_eq!(pool.booting, decision.target_vms, "no VM became ready: all boot");
+        }
+    }
+}

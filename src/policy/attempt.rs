@@ -289,3 +289,104 @@ impl Ticket {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::functions::InstanceId;
+    use crate::policy::placement::Start;
+
+    #[test]
+    fn labels_are_the_documented_ones() {
+        let kinds = [
+            (AttemptKind::First, "first"),
+            (AttemptKind::Retry, "retry"),
+            (AttemptKind::FallThrough, "fall_through"),
+            (AttemptKind::FallBack, "fall_back"),
+        ];
+        for (k, label) in kinds {
+            assert_eq!(k.as_str(), label);
+        }
+        let reasons = [
+            (NotSentReason::ConnectFailed, "connect_failed"),
+            (NotSentReason::Throttled, "throttled"),
+            (NotSentReason::ColdStartFailed, "cold_start_failed"),
+            (NotSentReason::InstanceGone, "instance_gone"),
+            (NotSentReason::Unreachable, "unreachable"),
+            (NotSentReason::NeverRan, "never_ran"),
+            (NotSentReason::ShuttingDown, "shutting_down"),
+        ];
+        for (r, label) in reasons {
+            assert_eq!(r.as_str(), label);
+        }
+    }
+
+    #[test]
+    fn decisions_report_their_reason_and_kind() {
+        let lease = Lease {
+            zone: ZoneId(1),
+            start: Start::Warm(InstanceId(4)),
+        };
+        let cases = [
+            (
+                Decision::Vm {
+                    vm: VmId(3),
+                    kind: AttemptKind::Retry,
+                    reason: RouteReason::WithinBudget,
+                },
+                RouteReason::WithinBudget,
+                Some(AttemptKind::Retry),
+            ),
+            (
+                Decision::Function {
+                    lease,
+                    kind: AttemptKind::FallThrough,
+                    reason: RouteReason::NoReadyVm,
+                },
+                RouteReason::NoReadyVm,
+                Some(AttemptKind::FallThrough),
+            ),
+            (
+                Decision::Queue {
+                    reason: RouteReason::BudgetExhausted,
+                },
+                RouteReason::BudgetExhausted,
+                None,
+            ),
+            (
+                Decision::Reject {
+                    reason: RouteReason::SpillBackRejected,
+                },
+                RouteReason::SpillBackRejected,
+                None,
+            ),
+        ];
+        for (d, reason, kind) in cases {
+            assert_eq!((d.reason(), d.kind()), (reason, kind), "{d:?}");
+        }
+    }
+
+    #[test]
+    fn a_ticket_tells_what_its_attempt_holds_until_handed_over() {
+        let meta = RequestMeta {
+            upgrade: true,
+            idempotent: false,
+        };
+        let mut t = Ticket::new(meta, Some(ZoneId(2)));
+        assert_eq!(*t.meta(), meta);
+        assert!(!t.holds());
+        assert_eq!((t.vm(), t.lease()), (None, None));
+        t.holding = Some(Holding::Vm(VmId(7)));
+        assert!(t.holds());
+        assert_eq!((t.vm(), t.lease()), (Some(VmId(7)), None));
+        let lease = Lease {
+            zone: ZoneId(0),
+            start: Start::Untracked,
+        };
+        t.holding = Some(Holding::Function(lease));
+        assert_eq!((t.vm(), t.lease()), (None, Some(lease)));
+        t.hand_over();
+        assert!(!t.holds());
+        assert_eq!(t.lease(), None);
+    }
+}

@@ -986,4 +986,99 @@ mod tests {
             }
         );
     }
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        /// A new budget (requests/s before ρ); 0 empties the bucket.
+        Budget(f64),
+        /// One attempt after `gap_us`: 0 = first, 1 = fall-back, 2 = upgrade.
+        Route { gap_us: u32, kind: u8 },
+    }
+
+    fn op() -> impl proptest::strategy::Strategy<Value = Op> {
+        use proptest::prelude::*;
+        prop_oneof![
+            1 => prop_oneof![Just(0.0), 0.2f64..40.0].prop_map(Op::Budget),
+            12 => (0u32..150_000, 0u8..3).prop_map(|(gap_us, kind)| Op::Route { gap_us, kind }),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
+
+        /// The bucket's tight bound (issue 19): between any two token-taking VM routes at
+        /// `a` ≤ `b` (both counted), at most the capacity in force at `a` (one second of
+        /// ρ·budget, at least 1) plus the refill ∫ρ·budget dt over `[a, b]` plus one full
+        /// bucket per raise from a zero rate. A bucket holding two seconds, refilling at
+        /// budget instead of ρ·budget, or keeping tokens past a lower capacity fails it.
+        #[test]
+        fn token_routes_never_exceed_capacity_plus_refill(
+            ops in proptest::collection::vec(op(), 1..300),
+            rho in 0.1f64..1.0,
+        ) {
+            let vms = table(2);
+            let mut b = VmFirst::new(rho);
+            let mut now = Time::ZERO;
+            // (time, rate, capacity) from each change on; a raise from zero is a bonus.
+            let mut rates: Vec<(f64, f64, f64, bool)> = vec![(0.0, 0.0, 0.0, false)];
+            let mut takes: Vec<f64> = Vec::new();
+            for o in ops {
+                match o {
+                    Op::Budget(budget) => {
+                        b.set_vm_budget(now, budget);
+                        let rate = rho * budget;
+                        let prev = rates.last().unwrap().1;
+                        let cap = if rate > 0.0 { rate.max(1.0) } else { 0.0 };
+                        rates.push((now.as_secs_f64(), rate, cap, prev == 0.0 && rate > 0.0));
+                        proptest::prop_assert_eq!(b.vm_rate(), rate);
+                    }
+                    Op::Route { gap_us, kind } => {
+                        now += Duration::from_micros(u64::from(gap_us));
+                        let (req, attempt) = match kind {
+                            0 => (RequestMeta::default(), Attempt::First),
+                            1 => (RequestMeta::default(), Attempt::SpillBack),
+                            _ => (RequestMeta { upgrade: true, idempotent: false }, Attempt::First),
+                        };
+                        let r = b.route(now, &req, attempt, &vms);
+                        if r.reason() == RouteReason::WithinBudget {
+                            takes.push(now.as_secs_f64());
+                        }
+                        match (kind, r) {
+                            (0, Route::Vm { reason, .. }) => proptest::prop_assert_eq!(reason, RouteReason::WithinBudget),
+                            (0, Route::Function { reason }) => proptest::prop_assert_eq!(reason, RouteReason::BudgetExhausted),
+                            (1, Route::Vm { .. }) => {}
+                            (2, Route::Vm { reason, .. }) => proptest::prop_assert_eq!(reason, RouteReason::UpgradePinned),
+                            other => proptest::prop_assert!(false, "{:?}", other),
+                        }
+                    }
+                }
+            }
+            // Refill over [a, b] and the bonuses of raises from zero in (a, b].
+            let bound = |a: f64, bt: f64| {
+                let mut total = 0.0;
+                for (i, &(t, rate, cap, bonus)) in rates.iter().enumerate() {
+                    let end = rates.get(i + 1).map_or(f64::INFINITY, |r| r.0);
+                    let (lo, hi) = (t.max(a), end.min(bt));
+                    if hi > lo {
+                        total += rate * (hi - lo);
+                    }
+                    // A raise at the very instant of `a` may follow the take at `a`.
+                    if bonus && t >= a && t <= bt {
+                        total += cap;
+                    }
+                }
+                // The capacity in force at `a`: set before it, or at the same instant.
+                let before = rates.iter().rev().find(|r| r.0 < a).map_or(0.0, |r| r.2);
+                let cap_at_a = rates.iter().filter(|r| r.0 == a).fold(before, |m, r| m.max(r.2));
+                cap_at_a + total
+            };
+            for i in 0..takes.len() {
+                for j in i..takes.len() {
+                    let n = (j - i + 1) as f64;
+                    let limit = bound(takes[i], takes[j]);
+                    proptest::prop_assert!(n <= limit + 1e-6, "{} token routes in [{}, {}] s, bound {}", n, takes[i], takes[j], limit);
+                }
+            }
+        }
+    }
 }

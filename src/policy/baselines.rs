@@ -468,4 +468,97 @@ mod tests {
             }
         );
     }
+
+    /// AUTO scales in (issue 19): out to `max_vms`, then, past the grace period, below
+    /// `scale_in_utilisation` it removes `step_vms` but never goes under `min_vms`.
+    #[test]
+    fn auto_scales_in_after_the_grace_period_and_stops_at_min_vms() {
+        let p = AutoParams {
+            scale_out_utilisation: 0.8,
+            scale_in_utilisation: 0.35,
+            window_epochs: 2,
+            step_vms: 3,
+            grace: Duration::from_secs(4),
+            min_vms: 2,
+            max_vms: 7,
+            r_max_rps: 10.0,
+        };
+        let mut a = AutoScaler::auto(p.clone());
+        assert_eq!(a.initial().target_vms, p.min_vms);
+        let s = Duration::from_secs;
+        assert!(a.on_epoch(s(1), &obs(0.95, 2)).is_none());
+        let d = a.on_epoch(s(2), &obs(0.9, 2)).expect("mean 0.925 > 0.8");
+        assert_eq!(d.target_vms, p.min_vms + p.step_vms);
+        assert_eq!(
+            (d.vm_reqs_rps, d.reason),
+            (f64::INFINITY, ScaleReason::Baseline)
+        );
+        // Grace until 6 s.
+        assert!(a.on_epoch(s(3), &obs(0.1, 5)).is_none());
+        assert!(a.on_epoch(s(5), &obs(0.1, 5)).is_none(), "still in grace");
+        let d = a.on_epoch(s(6), &obs(0.1, 5)).expect("mean 0.1 < 0.35");
+        assert_eq!(d.target_vms, 5 - p.step_vms, "5 − 3 = 2 = min");
+        // Out again (5), out again capped at 7, then in: 7 − 3 = 4, 4 − 3 → min 2.
+        let mut t = 6;
+        let mut step = |u: f64| {
+            let mut last = None;
+            for _ in 0..2 {
+                t += 4;
+                last = a.on_epoch(s(t), &obs(u, 0));
+            }
+            last.map(|d| d.target_vms)
+        };
+        assert_eq!(step(0.85), Some(5));
+        assert_eq!(step(0.85), Some(7));
+        assert_eq!(step(0.85), None, "at max_vms: no decision");
+        assert_eq!(step(0.3), Some(4));
+        assert_eq!(
+            step(0.3),
+            Some(p.min_vms),
+            "4 − 3 = 1 is clamped to min_vms = 2"
+        );
+        // Exactly at the scale-in threshold (a fresh window, exact sums): hold.
+        assert_eq!(step(0.35), None);
+        assert_eq!(step(0.0), None, "at min_vms: no decision");
+        // Exactly at the scale-out threshold: hold.
+        let mut b = AutoScaler::auto(p);
+        assert!(b.on_epoch(s(1), &obs(0.8, 2)).is_none());
+        assert!(b.on_epoch(s(2), &obs(0.8, 2)).is_none());
+    }
+
+    /// Without a measured utilisation AUTO estimates it as VM requests ÷ (ready · r_max ·
+    /// epoch) and the window mean is over the last `window_epochs` only.
+    #[test]
+    fn auto_estimates_utilisation_from_vm_requests_over_a_sliding_window() {
+        let p = AutoParams {
+            scale_out_utilisation: 0.75,
+            scale_in_utilisation: 0.25,
+            window_epochs: 2,
+            step_vms: 1,
+            grace: Duration::ZERO,
+            min_vms: 1,
+            max_vms: 4,
+            r_max_rps: 8.0,
+        };
+        let mut a = AutoScaler::auto(p);
+        let est = |vm_requests: u64, ready: u32, epoch_seconds: f64| {
+            let mut o = obs(0.0, ready);
+            o.vm_utilisation = None;
+            o.vm_requests = vm_requests;
+            o.epoch_seconds = epoch_seconds;
+            o
+        };
+        let s = Duration::from_secs;
+        // 2 ready VMs, 2 s epochs: capacity 32 requests. 28 → 0.875, then 20 → 0.625:
+        // mean 0.75 is not above 0.75 (binary fractions: the sums are exact).
+        assert!(a.on_epoch(s(2), &est(28, 2, 2.0)).is_none());
+        assert!(a.on_epoch(s(4), &est(20, 2, 2.0)).is_none());
+        // The 0.875 leaves the window: 0.625 and 0.9375 → mean 0.78125 > 0.75.
+        let d = a.on_epoch(s(6), &est(30, 2, 2.0)).expect("scale out");
+        assert_eq!(d.target_vms, 2);
+        // No ready VM: utilisation 0, not a division by zero.
+        assert!(a.on_epoch(s(8), &est(5, 0, 2.0)).is_none());
+        let d = a.on_epoch(s(10), &est(5, 0, 2.0)).expect("mean 0 < 0.25");
+        assert_eq!(d.target_vms, 1);
+    }
 }

@@ -276,4 +276,66 @@ mod tests {
         assert!(m.handle_timeout(Duration::from_millis(1999)).is_none());
         assert_eq!(m.current_epoch_requests(), 1);
     }
+
+    /// α ≠ β ≠ 0.5 (issue 19): the expectation is an EWMA computed here, so swapping α
+    /// and 1 − α, or α and β, or using the new average in the deviation, all fail.
+    #[test]
+    fn asymmetric_weights_match_an_independent_ewma() {
+        let (alpha, beta, epoch_s, k) = (0.3, 0.15, 4.0, 2);
+        let mut m = TrafficMonitor::new(MonitorParams {
+            epoch: Duration::from_secs_f64(epoch_s),
+            alpha,
+            beta,
+            decision_epochs: k,
+        });
+        let counts = [12u64, 40, 0, 7, 33, 33];
+        let mut reference: Option<(f64, f64)> = None;
+        for (i, &n) in counts.iter().enumerate() {
+            let x = n as f64;
+            let (avg, std) = match reference {
+                None => (x, 0.0),
+                Some((a, d)) => (a + alpha * (x - a), d + beta * ((x - a).abs() - d)),
+            };
+            reference = Some((avg, std));
+            let e = feed(&mut m, i as u64, n);
+            assert_eq!(e.requests, n);
+            assert!(
+                (e.avg_rps - avg / epoch_s).abs() < 1e-12,
+                "epoch {i}: {e:?}"
+            );
+            assert!(
+                (e.std_rps - std / epoch_s).abs() < 1e-12,
+                "epoch {i}: {e:?}"
+            );
+            assert_eq!(e.report.is_some(), (i + 1) % k as usize == 0, "epoch {i}");
+            if let Some(r) = e.report {
+                assert_eq!(
+                    (r.epoch, r.avg_rps, r.std_rps),
+                    (i as u64, e.avg_rps, e.std_rps)
+                );
+            }
+            assert_eq!(m.last_closed(), Some(&e));
+            assert_eq!(m.current_epoch(), i as u64 + 1);
+        }
+        // After epoch 1 by hand: avg = 0.7·12 + 0.3·40 = 20.4, std = 0.15·28 = 4.2.
+        let mut m2 = TrafficMonitor::new(m.params().clone());
+        feed(&mut m2, 0, 12);
+        let e = feed(&mut m2, 1, 40);
+        assert!((e.avg_rps * epoch_s - 20.4).abs() < 1e-12);
+        assert!((e.std_rps * epoch_s - 4.2).abs() < 1e-12);
+    }
+
+    #[test]
+    fn epochs_start_at_multiples_of_the_epoch_and_requests_count_in_the_open_one() {
+        let mut m = monitor(1);
+        assert_eq!(m.poll_timeout(), Duration::from_secs(2));
+        assert_eq!(m.epoch_start(3), Duration::from_secs(6));
+        m.on_request(Duration::ZERO);
+        m.on_request(Duration::from_millis(1));
+        assert_eq!(m.current_epoch_requests(), 2);
+        assert!(m.last_closed().is_none());
+        let e = m.handle_timeout(Duration::from_secs(2)).unwrap();
+        assert_eq!((e.epoch, e.requests), (0, 2));
+        assert_eq!(m.current_epoch_requests(), 0);
+    }
 }

@@ -334,4 +334,105 @@ mod tests {
             "the balancer caps the budget at ready capacity"
         );
     }
+
+    /// φ ≠ 1 (issue 19): a scaler that ignored φ (49) or squared it (60.25) gives another
+    /// `vm_reqs`; the expectation is Alg. 1's formula evaluated here, not by `decide`.
+    #[test]
+    fn phi_weights_the_deviation_once() {
+        let (phi, r_max, avg, std) = (1.5, 16.0, 40.0, 9.0);
+        let s = LibraScaler::new(LibraScalingParams {
+            phi,
+            r_max_rps: r_max,
+            min_vms: 0,
+            max_vms: 50,
+            cip_rps: 3.3,
+        });
+        let d = s.decide(avg, std);
+        let vm_reqs = avg + phi * std; // 53.5
+        assert_eq!(d.vm_reqs_rps, vm_reqs);
+        assert_eq!(d.target_vms, (vm_reqs / r_max).ceil() as u32);
+        assert_eq!(d.reason, ScaleReason::Provision);
+        // Points where the VM count itself tells the variants apart (φ ignored / φ²):
+        // 40 + 1.5·16 = 64 → 4 (φ² → 76 → 5); 30 + 1.5·12 = 48 → 3 (φ² → 57 → 4);
+        // 30 + 1.5·14 = 51 → 4 (φ ignored → 44 → 3).
+        for (avg, std) in [(40.0, 16.0), (30.0, 12.0), (30.0, 14.0)] {
+            let n = ((avg + phi * std) / r_max).ceil() as u32;
+            assert_eq!(s.decide(avg, std).target_vms, n, "avg {avg}, std {std}");
+        }
+        assert_eq!(s.decide(30.0, 14.0).target_vms, 4);
+    }
+
+    /// `min_vms` binds (issue 19): Alg. 1 asks for fewer VMs than the floor.
+    #[test]
+    fn a_binding_min_vms_raises_the_count_but_not_the_budget() {
+        let (phi, r_max, min_vms) = (0.75, 16.0, 3);
+        let s = LibraScaler::new(LibraScalingParams {
+            phi,
+            r_max_rps: r_max,
+            min_vms,
+            max_vms: 7,
+            cip_rps: 3.3,
+        });
+        let (avg, std) = (20.0, 8.0);
+        let vm_reqs = avg + phi * std; // 26 → ceil(26/16) = 2 < 3
+        assert!(
+            ((vm_reqs / r_max).ceil() as u32) < min_vms,
+            "the floor binds"
+        );
+        let d = s.decide(avg, std);
+        assert_eq!(
+            (d.target_vms, d.vm_reqs_rps, d.reason),
+            (min_vms, vm_reqs, ScaleReason::ClampedToMin)
+        );
+        // Exactly the floor's capacity (3 · 16 = 48): the floor itself, not a clamp.
+        let d = s.decide(48.0 - phi * 8.0, 8.0);
+        assert_eq!((d.target_vms, d.reason), (min_vms, ScaleReason::Provision));
+        // One request/s above the floor's capacity: 4 VMs, not clamped.
+        let d = s.decide(49.0 - phi * 8.0, 8.0);
+        assert_eq!(
+            (d.target_vms, d.reason),
+            (min_vms + 1, ScaleReason::Provision)
+        );
+        // Exactly at max: Provision; above: ClampedToMax.
+        let d = s.decide(7.0 * r_max, 0.0);
+        assert_eq!((d.target_vms, d.reason), (7, ScaleReason::Provision));
+        let d = s.decide(7.0 * r_max + 0.5, 0.0);
+        assert_eq!((d.target_vms, d.reason), (7, ScaleReason::ClampedToMax));
+        // Exactly at the CIP: VMs are kept (line 2 is a strict `<`).
+        assert_eq!(s.decide(3.3, 0.0).reason, ScaleReason::ClampedToMin);
+        // The initial pool is the floor, its budget the floor's capacity.
+        assert_eq!(
+            s.initial(),
+            ScaleDecision {
+                target_vms: min_vms,
+                vm_reqs_rps: f64::from(min_vms) * r_max,
+                reason: ScaleReason::ClampedToMin
+            }
+        );
+    }
+
+    /// The reason labels are the values `/status` and the metrics document (README,
+    /// "Admin API and metrics"); the pool counts booting + ready VMs as active.
+    #[test]
+    fn reason_labels_and_the_active_pool() {
+        let labels = [
+            (ScaleReason::Provision, "provision"),
+            (ScaleReason::ClampedToMin, "clamped_min"),
+            (ScaleReason::ClampedToMax, "clamped_max"),
+            (ScaleReason::BelowCostIndifferencePoint, "below_cip"),
+            (ScaleReason::AwaitingTraffic, "awaiting_traffic"),
+            (ScaleReason::Baseline, "baseline"),
+        ];
+        for (reason, label) in labels {
+            assert_eq!(reason.as_str(), label);
+        }
+        let pool = PoolSnapshot {
+            booting: 2,
+            ready: 5,
+            draining: 3,
+            target: 9,
+        };
+        assert_eq!(pool.active(), 7, "booting + ready, not draining");
+        assert_eq!(scaler().name(), "libra");
+    }
 }

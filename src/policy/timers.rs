@@ -108,4 +108,34 @@ mod tests {
         assert_eq!(t.next(), Some((Timer::EpochEnd, Duration::from_secs(9))));
         assert_eq!(t.get(Timer::KeepAlive), None);
     }
+
+    #[test]
+    fn labels_and_table_order() {
+        let labels: Vec<_> = Timer::ALL.iter().map(|t| t.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "epoch_end",
+                "vm_boot",
+                "keep_alive",
+                "queue_wait",
+                "delay_queue",
+                "r_max"
+            ]
+        );
+        // Every row is its own: setting one leaves the others empty.
+        for t in Timer::ALL {
+            let mut table = TimerTable::new();
+            table.set(t, Some(Duration::from_millis(5)));
+            for u in Timer::ALL {
+                assert_eq!(table.get(u).is_some(), u == t, "{t:?} / {u:?}");
+            }
+            assert_eq!(table.next(), Some((t, Duration::from_millis(5))));
+        }
+        // The last row wins when it is the earliest.
+        let mut table = TimerTable::new();
+        table.set(Timer::EpochEnd, Some(Duration::from_secs(3)));
+        table.set(Timer::RMax, Some(Duration::from_secs(2)));
+        assert_eq!(table.next(), Some((Timer::RMax, Duration::from_secs(2))));
+    }
 }
