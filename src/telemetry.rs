@@ -15,6 +15,7 @@
 //! | `spillway_traffic_avg_rps` | gauge | — (EWMA of requests per epoch, per second) |
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
+//! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
@@ -200,6 +201,10 @@ fn describe() {
         "spillway_vm_budget_rps",
         "VM budget the balancer uses (before rho), requests/s."
     );
+    metrics::describe_gauge!(
+        "spillway_cip_rps",
+        "Cost-indifference point in force, requests/s: below it every VM is released (libra.cip_rps, or computed from pricing)."
+    );
     metrics::describe_counter!(
         "spillway_scale_decisions_total",
         "Scaling decisions, by direction."
@@ -302,6 +307,13 @@ pub fn controller_gauges(s: &ControllerStatus) {
     gauge!("spillway_traffic_mean_abs_deviation_rps").set(s.std_rps);
     gauge!("spillway_vm_budget_rps").set(finite_or_zero(s.published_vm_reqs_rps));
     gauge!("spillway_r_max_rps").set(finite_or_zero(s.r_max_rps));
+}
+
+/// Export the cost-indifference point in force, requests/s (LIBRA §III-A: below it the
+/// scaler releases every VM). The admin listener sets it at every scrape, so that alerts
+/// can compare the traffic with it (deploy/observability/spillway-rules.yaml).
+pub fn cip_gauge(cip_rps: f64) {
+    gauge!("spillway_cip_rps").set(finite_or_zero(cip_rps));
 }
 
 /// Export the adaptive r_max controller's gauges (LIBRA §III-B).
