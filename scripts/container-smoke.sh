@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Build the container image (deploy/container/Containerfile) from the host-built binary and
-# check that it serves: `/healthz` on the admin port answers `ok`, and the proxy port
-# answers a request (the embedded quickstart's sample API), as the non-root user.
+# check that it serves: `/healthz` on the admin port answers `ok`, the proxy port answers
+# a request (the embedded quickstart's sample API), the process is not root, the store
+# directory is writable, and `podman stop` (SIGTERM) ends it with exit status 0.
 #
 #   scripts/container-smoke.sh [BINARY]   # default: $CARGO_TARGET_DIR/debug/spillway
 #                                         # (built with `cargo build --locked` when missing)
@@ -120,4 +121,10 @@ podman exec "$name" sh -c 'test -w /var/lib/spillway' \
 status=$(curl -sS --max-time 20 -o /dev/null -w '%{http_code}' "http://$proxy/") || status=000
 [ "$status" = 200 ] || { podman logs "$name" 2>&1 | tail -20 >&2; fail "GET / through the proxy on $proxy answered $status, not 200"; }
 echo "GET / through the proxy on $proxy: $status"
+
+# SIGTERM (podman stop) drains and exits 0, as PID 1 of the container.
+podman stop -t 30 "$name" >/dev/null
+code=$(podman inspect -f '{{.State.ExitCode}}' "$name")
+[ "$code" = 0 ] || { podman logs "$name" 2>&1 | tail -20 >&2; fail "after podman stop the gateway exited with $code, not 0"; }
+echo "podman stop: exit status 0"
 echo "container smoke test passed ($image on $base)"
