@@ -63,24 +63,11 @@ if [ -z "$base" ]; then
   fi
 fi
 
-# Can this host run a container at all? Some sandboxes refuse podman's default rlimits
-# (above the host's hard limits) or crun's cgroup handling (hybrid cgroup v1/v2): try the
-# defaults, then modest limits within the host's, then runc; skip with the last error when none runs.
-min() { if [ "$1" = unlimited ] || [ "$1" -gt "$2" ]; then echo "$2"; else echo "$1"; fi; }
-hn=$(min "$(ulimit -Hn)" 16384); hu=$(min "$(ulimit -Hu)" 4096)
-ulimits=(--ulimit "nofile=$hn:$hn" --ulimit "nproc=$hu:$hu")
-runtime=()
-run_flags=()
-probe() { podman "${runtime[@]}" run --rm --network none "${run_flags[@]}" "$base" true 2>&1; }
-if ! err=$(probe); then
-  run_flags=("${ulimits[@]}")
-  if ! err=$(probe) && command -v runc >/dev/null; then
-    runtime=(--runtime runc)
-    err=$(probe) || true
-  fi
-  probe >/dev/null || skip "podman cannot start a container here: $(printf '%s\n' "$err" | grep -v '^\s*$' | tail -1)"
-  echo "== containers run here with: podman ${runtime[*]} ... ${run_flags[*]}"
-fi
+# Can this host run a container at all (scripts/podman-probe.sh)?
+. scripts/podman-probe.sh
+podman_probe "$base" || skip "podman cannot start a container here: $podman_error"
+[ ${#podman_global[@]} -eq 0 ] && [ ${#podman_run[@]} -eq 0 ] \
+  || echo "== containers run here with: podman ${podman_global[*]} ... ${podman_run[*]}"
 
 image=localhost/spillway:smoke
 ctx=$(mktemp -d)
@@ -89,11 +76,11 @@ cleanup() { podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$ctx"; }
 trap cleanup EXIT
 cp "$bin" "$ctx/spillway"
 echo "== podman build --build-arg BASE=$base -f deploy/container/Containerfile"
-podman "${runtime[@]}" build -q "${run_flags[@]}" --build-arg "BASE=$base" -f deploy/container/Containerfile -t "$image" "$ctx" >/dev/null
+podman "${podman_global[@]}" build -q "${podman_run[@]}" --build-arg "BASE=$base" -f deploy/container/Containerfile -t "$image" "$ctx" >/dev/null
 
 # Published on loopback only, on ports podman picks.
 echo "== podman run $image (admin and proxy published on 127.0.0.1)"
-podman "${runtime[@]}" run -d "${run_flags[@]}" --name "$name" -p 127.0.0.1::9090 -p 127.0.0.1::8080 "$image" >/dev/null
+podman "${podman_global[@]}" run -d "${podman_run[@]}" --name "$name" -p 127.0.0.1::9090 -p 127.0.0.1::8080 "$image" >/dev/null
 admin=$(podman port "$name" 9090/tcp | head -1)
 proxy=$(podman port "$name" 8080/tcp | head -1)
 [ -n "$admin" ] && [ -n "$proxy" ] || fail "podman published no ports"
