@@ -72,15 +72,20 @@ podman_probe "$base" || skip "podman cannot start a container here: $podman_erro
 image=localhost/spillway:smoke
 ctx=$(mktemp -d)
 name="spillway-smoke-$$"
-cleanup() { podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$ctx"; }
+cleanup() { podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$ctx"; }
 trap cleanup EXIT
 cp "$bin" "$ctx/spillway"
 echo "== podman build --build-arg BASE=$base -f deploy/container/Containerfile"
 podman "${podman_global[@]}" build -q "${podman_run[@]}" --build-arg "BASE=$base" -f deploy/container/Containerfile -t "$image" "$ctx" >/dev/null
 
-# Published on loopback only, on ports podman picks.
-echo "== podman run $image (admin and proxy published on 127.0.0.1)"
-podman "${podman_global[@]}" run -d "${podman_run[@]}" --name "$name" -p 127.0.0.1::9090 -p 127.0.0.1::8080 "$image" >/dev/null
+# Published on loopback only, on ports podman picks; confined as the Kubernetes
+# StatefulSet confines it (read-only root, no capabilities, no privilege escalation, a
+# volume for the store and a tmpfs for /tmp).
+echo "== podman run $image (admin and proxy published on 127.0.0.1, read-only, no capabilities)"
+podman "${podman_global[@]}" run -d "${podman_run[@]}" --name "$name" \
+  --read-only --cap-drop ALL --security-opt no-new-privileges \
+  -v /var/lib/spillway --tmpfs /tmp \
+  -p 127.0.0.1::9090 -p 127.0.0.1::8080 "$image" >/dev/null
 admin=$(podman port "$name" 9090/tcp | head -1)
 proxy=$(podman port "$name" 8080/tcp | head -1)
 [ -n "$admin" ] && [ -n "$proxy" ] || fail "podman published no ports"
