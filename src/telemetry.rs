@@ -17,6 +17,7 @@
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
 //! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit; issue 12 item 9) |
 //! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle (issue 12 items 1–2) |
+//! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
@@ -300,6 +301,10 @@ fn describe() {
         "spillway_vm_budget_rps",
         "VM budget the balancer uses (before rho), requests/s."
     );
+    metrics::describe_gauge!(
+        "spillway_cip_rps",
+        "Cost-indifference point in force, requests/s: below it every VM is released (libra.cip_rps, or computed from pricing)."
+    );
     metrics::describe_counter!(
         "spillway_scale_decisions_total",
         "Scaling decisions, by direction."
@@ -460,6 +465,13 @@ pub fn controller_gauges(s: &ControllerStatus) {
     gauge!("spillway_traffic_mean_abs_deviation_rps").set(s.std_rps);
     gauge!("spillway_vm_budget_rps").set(finite_or_zero(s.published_vm_reqs_rps));
     gauge!("spillway_r_max_rps").set(finite_or_zero(s.r_max_rps));
+}
+
+/// Export the cost-indifference point in force, requests/s (LIBRA §III-A: below it the
+/// scaler releases every VM). The admin listener sets it at every scrape, so that alerts
+/// can compare the traffic with it (deploy/observability/spillway-rules.yaml).
+pub fn cip_gauge(cip_rps: f64) {
+    gauge!("spillway_cip_rps").set(finite_or_zero(cip_rps));
 }
 
 /// Export the adaptive r_max controller's gauges (LIBRA §III-B).

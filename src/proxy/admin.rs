@@ -146,10 +146,11 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
     r
 }
 
-/// Gauges read at scrape time (function instances per zone and state), and the
-/// provider-error series of the providers this gateway runs, registered at zero on the
-/// first scrape.
+/// Gauges read at scrape time (the CIP in force, function instances per zone and
+/// state), and the provider-error series of the providers this gateway runs, registered
+/// at zero on the first scrape.
 fn scrape_gauges(gw: &Gateway) {
+    m::cip_gauge(gw.cip_rps());
     let st = gw.status();
     for z in &st.core.zones {
         m::function_instances(&z.name, z.starting, z.busy, z.idle);
