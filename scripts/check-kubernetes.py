@@ -228,6 +228,8 @@ def check_config(binary, refs):
             for name, value in list(env.items()):
                 if value == path:
                     env[name] = str(local)
+            # ... and so are the config's own references to them (admin_token_file).
+            text = text.replace(path, str(local))
         cfg = pathlib.Path(tmp) / "spillway.yaml"
         cfg.write_text(text)
         run = subprocess.run([binary, "check", str(cfg)], capture_output=True, text=True, env=env)

@@ -244,8 +244,8 @@ fn describe() {
         "spillway_async_cpu_utilisation",
         "The delay-queue scheduler's CPU signal averaged over its window, 0-1."
     );
-    metrics::describe_gauge!(
-        "spillway_async_deadline_misses",
+    metrics::describe_counter!(
+        "spillway_async_deadline_misses_total",
         "Asynchronous calls that finished after their deadline."
     );
     metrics::describe_counter!(
@@ -598,5 +598,5 @@ pub fn delay_gauges(s: &crate::policy::delay::DelayStatus, now: crate::policy::T
         s.mode == crate::policy::delay::Mode::Busy,
     )));
     gauge!("spillway_async_cpu_utilisation").set(s.cpu.unwrap_or(0.0));
-    gauge!("spillway_async_deadline_misses").set(s.deadline_misses as f64);
+    counter!("spillway_async_deadline_misses_total").absolute(s.deadline_misses);
 }

@@ -25,10 +25,6 @@ const EXEMPT: &[(&str, &str)] = &[
         "spillway_provider_errors_total",
         "EC2 and Lambda gateways only (tests/aws_ec2.rs and tests/aws_lambda.rs check its series)",
     ),
-    (
-        "spillway_async_deadline_misses_total",
-        "comes with the delay queue (issue 10)",
-    ),
 ];
 
 /// A histogram label whose values a counter shows from startup: (histogram family,
