@@ -20,12 +20,10 @@ const RULES: &str = include_str!("../deploy/observability/spillway-rules.yaml");
 const TELEMETRY: &str = include_str!("../src/telemetry.rs");
 
 /// Names the files may use although a quickstart gateway does not export them, and why.
-const EXEMPT: &[(&str, &str)] = &[
-    (
-        "spillway_provider_errors_total",
-        "EC2 and Lambda gateways only (tests/aws_ec2.rs and tests/aws_lambda.rs check its series)",
-    ),
-];
+const EXEMPT: &[(&str, &str)] = &[(
+    "spillway_provider_errors_total",
+    "EC2 and Lambda gateways only (tests/aws_ec2.rs and tests/aws_lambda.rs check its series)",
+)];
 
 /// A histogram label whose values a counter shows from startup: (histogram family,
 /// label, counter). `telemetry::request` records `spillway_request_duration_seconds` and

@@ -255,6 +255,7 @@ proptest! {
                 alpha: p.alpha,
                 beta: p.beta,
                 decision_epochs: p.k,
+                first_decision_epoch: None,
             },
             r_max_rps: p.r_max,
             execute_scaling: true,

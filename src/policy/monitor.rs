@@ -287,6 +287,7 @@ mod tests {
             alpha,
             beta,
             decision_epochs: k,
+            first_decision_epoch: None,
         });
         let counts = [12u64, 40, 0, 7, 33, 33];
         let mut reference: Option<(f64, f64)> = None;
