@@ -18,6 +18,7 @@
 //! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit; issue 12 item 9) |
 //! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle (issue 12 items 1–2) |
 //! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
+//! | `spillway_async_deadline_misses_total` | counter | — (asynchronous calls that finished after their deadline, ProFaaStinate §3; set at every scrape from the delay queue)
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
 //! | `spillway_vm_boot_seconds` | histogram | — |
