@@ -66,27 +66,14 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// FaaSim's burst pattern (issue 8): `../shared/traces/faasim/burst.txt` when present,
-/// else the seeded generator's (`sim::faasim::burst`). Events format; parsing is outside
+/// FaaSim's burst pattern (issue 8) from the seeded generator (`sim::faasim::burst`, whose
+/// shape a test checks against FaaSim's original file). Events format; parsing is outside
 /// the measurement.
 fn burst_trace() -> Trace {
     let opts = TraceOptions {
         format: spillway::sim::trace::TraceFormat::Events,
         ..TraceOptions::default()
     };
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let original = ["../shared", "../../shared"]
-        .iter()
-        .map(|d| root.join(format!("{d}/traces/faasim/burst.txt")))
-        .find(|p| p.exists())
-        .unwrap_or_else(|| root.join("../shared/traces/faasim/burst.txt"));
-    if original.exists() {
-        return Trace::load(&original, &opts).expect("the FaaSim burst trace parses");
-    }
-    eprintln!(
-        "{} is missing: using spillway::sim::faasim::burst(1)",
-        original.display()
-    );
     let text = spillway::sim::faasim::events_text(&spillway::sim::faasim::burst(1));
     Trace::parse(&text, Path::new("synthetic-burst"), &opts).expect("parses")
 }

@@ -1,7 +1,7 @@
 //! FaaSim's synthetic workloads (FaaSim, JoCC 2023; papers.md §2), made by a seeded
 //! generator: `events` traces (`<arrival seconds> <zone>` lines) of the same shape as the
-//! FaaSim simulator's `burst` and `stream` files (`../shared/traces/faasim/` holds the
-//! originals, `tests/data/faasim/` excerpts):
+//! FaaSim simulator's `burst` and `stream` files (`tests/data/faasim/` holds excerpts of
+//! the originals):
 //! * [`burst`]: one burst of 100 calls — 20 per zone at uniform times within 2 s — played
 //!   every 30 s, 100 times (10 000 calls over 5 zones);
 //! * [`stream`]: 100 calls/s for 100 s — 2000 per zone at uniform times — merged in time
