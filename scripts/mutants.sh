@@ -9,9 +9,10 @@
 #   scripts/mutants.sh src/policy/monitor.rs    # one file
 #   scripts/mutants.sh --in-diff changes.diff   # only mutants in changed policy lines
 #
-# Tests run: the library's policy tests and tests/policy_props.rs (`cargo test --lib
-# --test policy_props -- policy:: decisions_follow routing_respects`): the unit tests
-# of the module under test and the properties over it, not the slow end-to-end tests.
+# Tests run: the library's policy tests, tests/policy_props.rs and tests/policy_units.rs
+# (`cargo test --lib --test policy_props --test policy_units -- policy:: decisions_follow
+# routing_respects`): the unit tests of the module under test, the properties over it
+# and the unit tests written against missed mutants, not the slow end-to-end tests.
 # Timeouts: 30 s per test run (the policy tests take ~5 s; a mutant that loops forever
 # is a timeout), 900 s per build. MUTANTS_BASELINE=skip skips the unmutated run.
 set -euo pipefail
@@ -27,7 +28,7 @@ common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
 # out mutants already tested.
 # shellcheck disable=SC2206
 common+=(${MUTANTS_EXTRA:-})
-test_args=(-- --lib --test policy_props -- policy:: decisions_follow routing_respects)
+test_args=(-- --lib --test policy_props --test policy_units -- policy:: decisions_follow routing_respects)
 
 status=0
 summary() { # dir label
