@@ -28,7 +28,11 @@ common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
 # out mutants already tested.
 # shellcheck disable=SC2206
 common+=(${MUTANTS_EXTRA:-})
-test_args=(-- --lib --test policy_props --test policy_units -- policy:: decisions_follow routing_respects)
+# Only these three test targets are built and run for each mutant (`-C`: every cargo
+# call, the build included; without it `cargo test --no-run` links every integration
+# test and the binary for each mutant).
+common+=(-C --lib -C --test=policy_props -C --test=policy_units)
+test_args=(-- -- policy:: decisions_follow routing_respects)
 
 status=0
 summary() { # dir label

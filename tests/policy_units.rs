@@ -88,4 +88,620 @@ mod policy {
             assert!(close(c, 3.0 * 2e-6), "{c}");
         }
     }
+
+    mod controller {
+        //! The controller's bookkeeping, observed through a scripted scaling policy and
+        //! router that record what the controller hands them (LIBRA §III, Fig. 2).
+
+        use std::collections::VecDeque;
+        use std::sync::{Arc, Mutex};
+        use std::time::Duration;
+
+        use spillway::policy::VmId;
+        use spillway::policy::balancer::{
+            Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmState, VmTable,
+        };
+        use spillway::policy::controller::{
+            Action, Controller, ControllerParams, RoutedTotals, ScaleDirection,
+        };
+        use spillway::policy::monitor::MonitorParams;
+        use spillway::policy::scaling::{
+            EpochObservation, PoolSnapshot, ScaleDecision, ScaleReason, ScalingPolicy,
+        };
+
+        /// An asymmetric epoch (0.7 s) so that an epoch end is not a whole second.
+        const EPOCH: Duration = Duration::from_millis(700);
+        const R_MAX: f64 = 7.5;
+
+        /// What the scripted policies saw, shared with the test.
+        #[derive(Default)]
+        struct Log {
+            /// Every `set_vm_budget` call: (time, budget).
+            budgets: Vec<(Duration, f64)>,
+            /// Every `on_epoch` call: (time, observation).
+            epochs: Vec<(Duration, EpochObservation)>,
+            /// Every `set_r_max` the scaler received.
+            r_max: Vec<f64>,
+            /// What the router answers next (default: a function).
+            route: Option<Route>,
+            /// Whether the router gives a deferred call a token.
+            deny_deferred: bool,
+            /// The scaler's decisions, one per epoch (`None`: no decision).
+            decisions: VecDeque<Option<ScaleDecision>>,
+        }
+
+        type Shared = Arc<Mutex<Log>>;
+
+        struct Scaler(Shared, ScaleDecision);
+
+        impl ScalingPolicy for Scaler {
+            fn name(&self) -> &'static str {
+                "scripted"
+            }
+            fn initial(&self) -> ScaleDecision {
+                self.1
+            }
+            fn on_epoch(&mut self, now: Duration, obs: &EpochObservation) -> Option<ScaleDecision> {
+                let mut log = self.0.lock().unwrap();
+                log.epochs.push((now, *obs));
+                log.decisions.pop_front().flatten()
+            }
+            fn set_r_max(&mut self, r_max_rps: f64) {
+                self.0.lock().unwrap().r_max.push(r_max_rps);
+            }
+        }
+
+        struct Router(Shared);
+
+        impl RoutingPolicy for Router {
+            fn name(&self) -> &'static str {
+                "scripted"
+            }
+            fn set_vm_budget(&mut self, now: Duration, vm_reqs_rps: f64) {
+                self.0.lock().unwrap().budgets.push((now, vm_reqs_rps));
+            }
+            fn route(&mut self, _: Duration, _: &RequestMeta, _: Attempt, _: &VmTable) -> Route {
+                self.0.lock().unwrap().route.unwrap_or(Route::Function {
+                    reason: RouteReason::BudgetExhausted,
+                })
+            }
+            fn take_deferred_token(&mut self, _: Duration) -> bool {
+                !self.0.lock().unwrap().deny_deferred
+            }
+        }
+
+        fn decision(target_vms: u32, vm_reqs_rps: f64) -> ScaleDecision {
+            ScaleDecision {
+                target_vms,
+                vm_reqs_rps,
+                reason: ScaleReason::Provision,
+            }
+        }
+
+        /// A controller whose scaler starts with `initial` (not started yet).
+        fn controller(initial: ScaleDecision, execute_scaling: bool) -> (Controller, Shared) {
+            let log = Shared::default();
+            let params = ControllerParams {
+                monitor: MonitorParams {
+                    epoch: EPOCH,
+                    alpha: 0.3,
+                    beta: 0.2,
+                    decision_epochs: 1,
+                    first_decision_epoch: None,
+                },
+                r_max_rps: R_MAX,
+                execute_scaling,
+            };
+            let c = Controller::new(
+                params,
+                Box::new(Scaler(log.clone(), initial)),
+                Box::new(Router(log.clone())),
+            );
+            (c, log)
+        }
+
+        fn actions(c: &mut Controller) -> Vec<Action> {
+            std::iter::from_fn(|| c.poll_action()).collect()
+        }
+
+        fn launched(a: &[Action]) -> Vec<VmId> {
+            a.iter()
+                .filter_map(|a| match a {
+                    Action::Launch { vm } => Some(*vm),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        fn set_route(log: &Shared, route: Route) {
+            log.lock().unwrap().route = Some(route);
+        }
+
+        fn last_budget(log: &Shared) -> Option<f64> {
+            log.lock().unwrap().budgets.last().map(|b| b.1)
+        }
+
+        const PLAIN: RequestMeta = RequestMeta {
+            upgrade: false,
+            idempotent: true,
+        };
+
+        #[test]
+        fn direction_labels() {
+            assert_eq!(ScaleDirection::Up.as_str(), "up");
+            assert_eq!(ScaleDirection::Down.as_str(), "down");
+            assert_eq!(ScaleDirection::Hold.as_str(), "hold");
+        }
+
+        /// Start launches the initial target and publishes min(vm_reqs, ready · r_max);
+        /// a report-only pool publishes the adopted VMs' whole capacity instead.
+        #[test]
+        fn start_launches_the_initial_target_and_a_static_pool_publishes_its_capacity() {
+            let (mut c, log) = controller(decision(3, 11.0), true);
+            c.start(Duration::ZERO);
+            let a = actions(&mut c);
+            let ids = launched(&a);
+            assert_eq!(ids.len(), 3, "{a:?}");
+            assert_eq!(ids, vec![VmId(0), VmId(1), VmId(2)], "ids increase from 0");
+            assert!(
+                !a.iter().any(|a| matches!(a, Action::Decided { .. })),
+                "start is not a recorded decision"
+            );
+            let st = c.status();
+            assert_eq!(st.vm_reqs_rps, 11.0);
+            assert_eq!(st.pool.target, 3);
+            // Nothing ready: the budget stays 0 (no call, since it did not change).
+            assert_eq!(st.published_vm_reqs_rps, 0.0);
+            c.on_vm_ready(Duration::from_millis(10), ids[0]);
+            assert_eq!(last_budget(&log), Some(R_MAX), "min(11, 1 · 7.5)");
+            c.on_vm_ready(Duration::from_millis(20), ids[1]);
+            assert_eq!(last_budget(&log), Some(11.0), "min(11, 2 · 7.5)");
+            assert_eq!(c.status().published_vm_reqs_rps, 11.0);
+
+            // Report-only: two adopted VMs, a decision of 0 VMs and 1 req/s.
+            let (mut s, slog) = controller(decision(0, 1.0), false);
+            let a = s.adopt_ready_vm(Duration::ZERO);
+            let b = s.adopt_ready_vm(Duration::ZERO);
+            assert_ne!(a, b, "each adopted VM gets its own id");
+            s.start(Duration::ZERO);
+            assert!(actions(&mut s).is_empty(), "a static pool launches nothing");
+            assert_eq!(last_budget(&slog), Some(2.0 * R_MAX));
+            assert_eq!(s.status().vm_reqs_rps, f64::INFINITY);
+            assert_eq!(
+                s.pool().target,
+                0,
+                "adopting does not raise a report-only target"
+            );
+        }
+
+        /// Adopting ready VMs raises an executing pool's target to the active count.
+        #[test]
+        fn adopted_vms_raise_the_target_of_an_executing_pool() {
+            let (mut c, log) = controller(decision(0, 100.0), true);
+            c.start(Duration::ZERO);
+            let a = c.adopt_ready_vm(Duration::ZERO);
+            let b = c.adopt_ready_vm(Duration::ZERO);
+            assert_eq!((a, b), (VmId(0), VmId(1)));
+            assert_eq!(
+                c.pool(),
+                PoolSnapshot {
+                    booting: 0,
+                    ready: 2,
+                    draining: 0,
+                    target: 2
+                }
+            );
+            assert_eq!(last_budget(&log), Some(2.0 * R_MAX), "min(100, 2 · 7.5)");
+            assert_eq!(c.vms().rows().len(), 2);
+            assert_eq!(c.r_max(), R_MAX);
+        }
+
+        /// Every route kind is counted once in the totals; only first attempts count in
+        /// the traffic monitor and in the epoch's VM requests; the epoch observation
+        /// carries the epoch length, the utilisation the driver set (for that epoch
+        /// only) and is taken at the epoch's end, not at the late event that closed it.
+        #[test]
+        fn routes_are_counted_by_kind_and_attempt_in_totals_and_epoch_observations() {
+            let (mut c, log) = controller(decision(0, 100.0), true);
+            c.start(Duration::ZERO);
+            let vm = c.adopt_ready_vm(Duration::ZERO);
+            let t = Duration::from_millis(100);
+            set_route(
+                &log,
+                Route::Vm {
+                    vm,
+                    reason: RouteReason::WithinBudget,
+                },
+            );
+            for _ in 0..3 {
+                c.route(t, &PLAIN, Attempt::First);
+            }
+            for _ in 0..2 {
+                c.route(
+                    t,
+                    &PLAIN,
+                    Attempt::RetryAfterConnectFailure { failed: VmId(9) },
+                );
+            }
+            set_route(
+                &log,
+                Route::Function {
+                    reason: RouteReason::BudgetExhausted,
+                },
+            );
+            for _ in 0..4 {
+                c.route(t, &PLAIN, Attempt::First);
+            }
+            set_route(
+                &log,
+                Route::Reject {
+                    reason: RouteReason::SpillBackRejected,
+                },
+            );
+            c.route(t, &PLAIN, Attempt::First);
+            c.count_function_attempt();
+            c.count_deferred_function(t);
+            assert_eq!(c.vms().get(vm).unwrap().outstanding, 5);
+            assert_eq!(
+                c.status().routed,
+                RoutedTotals {
+                    vm: 5,
+                    function: 4 + 1 + 1,
+                    rejected: 1
+                }
+            );
+            c.set_vm_utilisation(0.37);
+            assert_eq!(c.poll_timeout(), EPOCH);
+            // Closed late: the observation is still stamped with the epoch's end.
+            c.handle_timeout(EPOCH + Duration::from_millis(150));
+            {
+                let log = log.lock().unwrap();
+                assert_eq!(log.epochs.len(), 1);
+                let (at, obs) = log.epochs[0];
+                assert_eq!(at, EPOCH);
+                // 3 + 4 + 1 first attempts and one deferred function call.
+                assert_eq!(obs.traffic.requests, 9);
+                assert_eq!(obs.traffic.epoch, 0);
+                assert_eq!(obs.vm_requests, 3);
+                assert_eq!(obs.function_requests, 5);
+                assert_eq!(obs.vm_utilisation, Some(0.37));
+                assert_eq!(obs.epoch_seconds, EPOCH.as_secs_f64());
+                assert_eq!(
+                    obs.pool,
+                    PoolSnapshot {
+                        booting: 0,
+                        ready: 1,
+                        draining: 0,
+                        target: 1
+                    }
+                );
+            }
+            let st = c.status();
+            assert_eq!(st.epoch, Some(0));
+            assert_eq!(st.last_epoch_requests, 9);
+            // The first epoch sets avg to its rate (9 / 0.7 s) and std to 0.
+            assert!(
+                (st.avg_rps - 9.0 / EPOCH.as_secs_f64()).abs() < 1e-9,
+                "{st:?}"
+            );
+            assert_eq!(st.std_rps, 0.0);
+            assert_eq!(st.r_max_rps, R_MAX);
+            assert_eq!(c.monitor().current_epoch(), 1);
+            assert_eq!(c.poll_timeout(), EPOCH * 2);
+            // The next epoch starts from zero and without a utilisation.
+            c.handle_timeout(EPOCH * 2);
+            let log = log.lock().unwrap();
+            let (at, obs) = log.epochs[1];
+            assert_eq!(at, EPOCH * 2);
+            assert_eq!(
+                (obs.traffic.requests, obs.vm_requests, obs.function_requests),
+                (0, 0, 0)
+            );
+            assert_eq!(obs.vm_utilisation, None);
+        }
+
+        /// A request arriving exactly at the epoch end belongs to the next epoch: the
+        /// epoch closes first.
+        #[test]
+        fn an_event_at_the_epoch_end_closes_the_epoch_first() {
+            let (mut c, log) = controller(decision(0, 0.0), true);
+            c.start(Duration::ZERO);
+            c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
+            c.route(EPOCH, &PLAIN, Attempt::First);
+            let log = log.lock().unwrap();
+            assert_eq!(log.epochs.len(), 1);
+            assert_eq!(log.epochs[0].1.traffic.requests, 1);
+            assert_eq!(c.monitor().current_epoch_requests(), 1);
+        }
+
+        /// A slot for a queued call: granted like a VM route (outstanding and total), but
+        /// it is no new request (monitor and epoch VM count unchanged); refused: nothing
+        /// counted.
+        #[test]
+        fn a_granted_vm_slot_counts_as_outstanding_but_not_as_a_new_request() {
+            let (mut c, log) = controller(decision(0, 100.0), true);
+            c.start(Duration::ZERO);
+            let vm = c.adopt_ready_vm(Duration::ZERO);
+            let t = Duration::from_millis(50);
+            assert_eq!(
+                c.try_vm_slot(t, &PLAIN),
+                None,
+                "the router answers a function"
+            );
+            assert_eq!(c.status().routed, RoutedTotals::default());
+            set_route(
+                &log,
+                Route::Vm {
+                    vm,
+                    reason: RouteReason::FallBackOverBudget,
+                },
+            );
+            assert_eq!(c.try_vm_slot(t, &PLAIN), Some(vm));
+            assert_eq!(c.try_vm_slot(t, &PLAIN), Some(vm));
+            assert_eq!(c.vms().get(vm).unwrap().outstanding, 2);
+            assert_eq!(
+                c.status().routed,
+                RoutedTotals {
+                    vm: 2,
+                    function: 0,
+                    rejected: 0
+                }
+            );
+            assert_eq!(c.monitor().current_epoch_requests(), 0);
+            c.handle_timeout(EPOCH);
+            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 0);
+        }
+
+        /// An idle-mode release takes the least-loaded ready VM while it is below `slots`
+        /// and the router gives a token; admitted calls count as requests and VM routes.
+        #[test]
+        fn deferred_calls_are_admitted_to_the_least_loaded_vm_below_its_slots() {
+            let (mut c, log) = controller(decision(0, 100.0), true);
+            c.start(Duration::ZERO);
+            let a = c.adopt_ready_vm(Duration::ZERO);
+            let b = c.adopt_ready_vm(Duration::ZERO);
+            let t = Duration::from_millis(30);
+            assert_eq!(c.admit_deferred(t, Some(2)), Some(a), "ties: the oldest");
+            assert_eq!(c.admit_deferred(t, Some(2)), Some(b));
+            assert_eq!(c.admit_deferred(t, Some(2)), Some(a));
+            assert_eq!(c.admit_deferred(t, Some(2)), Some(b));
+            // Both at 2 outstanding = slots: no admission.
+            assert_eq!(c.admit_deferred(t, Some(2)), None);
+            // Without a slot cap the least-loaded one still takes it.
+            assert_eq!(c.admit_deferred(t, None), Some(a));
+            log.lock().unwrap().deny_deferred = true;
+            assert_eq!(c.admit_deferred(t, None), None, "no token");
+            let (oa, ob) = (
+                c.vms().get(a).unwrap().outstanding,
+                c.vms().get(b).unwrap().outstanding,
+            );
+            assert_eq!((oa, ob), (3, 2));
+            assert_eq!(
+                c.status().routed,
+                RoutedTotals {
+                    vm: 5,
+                    function: 0,
+                    rejected: 0
+                }
+            );
+            assert_eq!(c.monitor().current_epoch_requests(), 5);
+            c.handle_timeout(EPOCH);
+            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 5);
+            // No ready VM: nothing to admit.
+            let (mut e, _) = controller(decision(0, 100.0), true);
+            e.start(Duration::ZERO);
+            assert_eq!(e.admit_deferred(t, None), None);
+        }
+
+        /// Scaling in cancels booting VMs first (newest first), then drains the ready VMs
+        /// with the fewest outstanding requests; an idle drained VM stops at once, a busy
+        /// one when its last request finishes. Each decision is recorded with its
+        /// direction, and the budget is republished.
+        #[test]
+        fn scaling_in_cancels_booting_vms_first_then_drains_the_least_loaded() {
+            let (mut c, log) = controller(decision(5, 100.0), true);
+            c.start(Duration::ZERO);
+            let ids = launched(&actions(&mut c));
+            assert_eq!(ids.len(), 5);
+            // 0, 1, 2 ready; 3, 4 still booting. VM 0 gets 2 requests, VM 1 one.
+            for vm in &ids[..3] {
+                c.on_vm_ready(Duration::from_millis(5), *vm);
+            }
+            let t = Duration::from_millis(10);
+            for (vm, n) in [(ids[0], 2), (ids[1], 1)] {
+                set_route(
+                    &log,
+                    Route::Vm {
+                        vm,
+                        reason: RouteReason::WithinBudget,
+                    },
+                );
+                for _ in 0..n {
+                    c.route(t, &PLAIN, Attempt::First);
+                }
+            }
+            assert_eq!(last_budget(&log), Some(3.0 * R_MAX));
+            {
+                let mut l = log.lock().unwrap();
+                l.decisions.push_back(Some(decision(4, 9.0))); // epoch 0: −1
+                l.decisions.push_back(Some(decision(1, 6.0))); // epoch 1: −3
+                l.decisions.push_back(Some(decision(1, 6.0))); // epoch 2: hold
+                l.decisions.push_back(Some(decision(2, 6.0))); // epoch 3: +1
+            }
+            c.handle_timeout(EPOCH);
+            // One too many: the newest booting VM is cancelled, no ready VM drains.
+            assert_eq!(
+                actions(&mut c),
+                vec![
+                    Action::Decided {
+                        epoch: 0,
+                        decision: decision(4, 9.0),
+                        direction: ScaleDirection::Down
+                    },
+                    Action::Stop { vm: ids[4] },
+                ]
+            );
+            assert_eq!(last_budget(&log), Some(9.0), "min(9, 3 · 7.5)");
+            c.handle_timeout(EPOCH * 2);
+            // Three too many: the last booting VM, then the idle ready VM 2 (stops at
+            // once), then VM 1 (one outstanding: drains).
+            assert_eq!(
+                actions(&mut c),
+                vec![
+                    Action::Decided {
+                        epoch: 1,
+                        decision: decision(1, 6.0),
+                        direction: ScaleDirection::Down
+                    },
+                    Action::Stop { vm: ids[3] },
+                    Action::Drain { vm: ids[2] },
+                    Action::Stop { vm: ids[2] },
+                    Action::Drain { vm: ids[1] },
+                ]
+            );
+            assert_eq!(
+                c.pool(),
+                PoolSnapshot {
+                    booting: 0,
+                    ready: 1,
+                    draining: 1,
+                    target: 1
+                }
+            );
+            assert_eq!(last_budget(&log), Some(6.0), "min(6, 1 · 7.5)");
+            // A draining VM does not become ready again.
+            c.on_vm_ready(Duration::from_millis(1500), ids[1]);
+            assert_eq!(c.vms().get(ids[1]).unwrap().state, VmState::Draining);
+            c.handle_timeout(EPOCH * 3);
+            assert_eq!(
+                actions(&mut c),
+                vec![Action::Decided {
+                    epoch: 2,
+                    decision: decision(1, 6.0),
+                    direction: ScaleDirection::Hold
+                }]
+            );
+            c.on_vm_request_finished(Duration::from_millis(2200), ids[1]);
+            assert_eq!(actions(&mut c), vec![Action::Stop { vm: ids[1] }]);
+            assert!(c.vms().get(ids[1]).is_none());
+            c.handle_timeout(EPOCH * 4);
+            let a = actions(&mut c);
+            assert_eq!(
+                a,
+                vec![
+                    Action::Decided {
+                        epoch: 3,
+                        decision: decision(2, 6.0),
+                        direction: ScaleDirection::Up
+                    },
+                    Action::Launch { vm: VmId(5) },
+                ]
+            );
+            // A finished request on a ready VM stops nothing.
+            c.on_vm_request_finished(Duration::from_millis(2900), ids[0]);
+            assert!(actions(&mut c).is_empty());
+            assert_eq!(c.vms().get(ids[0]).unwrap().outstanding, 1);
+        }
+
+        /// A draining VM with two requests stops after the second finishes, not the first.
+        #[test]
+        fn a_draining_vm_stops_after_its_last_request() {
+            let (mut c, log) = controller(decision(1, 100.0), true);
+            c.start(Duration::ZERO);
+            let vm = launched(&actions(&mut c))[0];
+            c.on_vm_ready(Duration::ZERO, vm);
+            set_route(
+                &log,
+                Route::Vm {
+                    vm,
+                    reason: RouteReason::WithinBudget,
+                },
+            );
+            c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
+            c.route(Duration::from_millis(2), &PLAIN, Attempt::First);
+            log.lock()
+                .unwrap()
+                .decisions
+                .push_back(Some(decision(0, 0.0)));
+            c.handle_timeout(EPOCH);
+            let a = actions(&mut c);
+            assert_eq!(a.last(), Some(&Action::Drain { vm }), "{a:?}");
+            c.on_vm_request_finished(EPOCH, vm);
+            assert!(actions(&mut c).is_empty());
+            c.on_vm_request_finished(EPOCH, vm);
+            assert_eq!(actions(&mut c), vec![Action::Stop { vm }]);
+        }
+
+        /// A failed VM is forgotten and the budget drops with it; a ready VM that dies is
+        /// replaced at once (new id) when scaling is executed, not in a report-only pool.
+        #[test]
+        fn failed_vms_lower_the_budget_and_dead_ones_are_replaced() {
+            let (mut c, log) = controller(decision(3, 100.0), true);
+            c.start(Duration::ZERO);
+            let ids = launched(&actions(&mut c));
+            for vm in &ids {
+                c.on_vm_ready(Duration::ZERO, *vm);
+            }
+            assert_eq!(last_budget(&log), Some(3.0 * R_MAX));
+            c.on_vm_failed(Duration::from_millis(1), ids[0]);
+            assert_eq!(last_budget(&log), Some(2.0 * R_MAX));
+            assert!(c.vms().get(ids[0]).is_none());
+            assert!(
+                actions(&mut c).is_empty(),
+                "a failed VM waits for the next decision"
+            );
+            c.on_vm_died(Duration::from_millis(2), ids[1]);
+            assert_eq!(
+                actions(&mut c),
+                vec![
+                    Action::Launch { vm: VmId(3) },
+                    Action::Launch { vm: VmId(4) }
+                ]
+            );
+            assert_eq!(last_budget(&log), Some(R_MAX));
+            assert_eq!(
+                c.pool(),
+                PoolSnapshot {
+                    booting: 2,
+                    ready: 1,
+                    draining: 0,
+                    target: 3
+                }
+            );
+            // An unknown VM dying changes nothing.
+            c.on_vm_died(Duration::from_millis(3), ids[1]);
+            assert!(actions(&mut c).is_empty());
+
+            let (mut s, slog) = controller(decision(0, 0.0), false);
+            let a = s.adopt_ready_vm(Duration::ZERO);
+            s.adopt_ready_vm(Duration::ZERO);
+            s.start(Duration::ZERO);
+            s.on_vm_died(Duration::from_millis(1), a);
+            assert!(
+                actions(&mut s).is_empty(),
+                "a static pool is not relaunched"
+            );
+            assert_eq!(last_budget(&slog), Some(R_MAX));
+        }
+
+        /// A new r_max reaches the scaler and republishes the budget cap at once.
+        #[test]
+        fn a_new_r_max_republishes_the_budget_cap() {
+            let (mut c, log) = controller(decision(2, 100.0), true);
+            c.start(Duration::ZERO);
+            for vm in launched(&actions(&mut c)) {
+                c.on_vm_ready(Duration::ZERO, vm);
+            }
+            assert_eq!(last_budget(&log), Some(2.0 * R_MAX));
+            c.set_r_max(Duration::from_millis(5), 4.25);
+            assert_eq!(c.r_max(), 4.25);
+            assert_eq!(c.status().r_max_rps, 4.25);
+            let l = log.lock().unwrap();
+            assert_eq!(l.r_max, vec![4.25]);
+            assert_eq!(
+                l.budgets.last(),
+                Some(&(Duration::from_millis(5), 2.0 * 4.25))
+            );
+        }
+    }
 }
