@@ -704,4 +704,166 @@ mod policy {
             );
         }
     }
+
+    mod functions {
+        //! The function-instance life cycle (FaaSim §3): every counter and every
+        //! accounted duration checked against times chosen so that each differs.
+
+        use std::time::Duration;
+
+        use spillway::policy::functions::{
+            Acquire, FunctionPool, FunctionPoolParams, FunctionUsage, InstanceId,
+        };
+
+        fn ms(n: u64) -> Duration {
+            Duration::from_millis(n)
+        }
+
+        fn pool(keep_alive_ms: u64, max_instances: Option<u32>, prewarmed: u32) -> FunctionPool {
+            FunctionPool::new(FunctionPoolParams {
+                keep_alive: ms(keep_alive_ms),
+                max_instances,
+                prewarmed,
+            })
+        }
+
+        /// (alive, starting, busy, idle)
+        fn counts(p: &FunctionPool) -> (u32, u32, u32, u32) {
+            (p.alive(), p.starting(), p.busy(), p.idle())
+        }
+
+        /// Pre-warm, cold starts, warm reuse of the most recently used instance,
+        /// throttling at the cap, expiry at exactly keep-alive, and the usage totals,
+        /// each computed from the event times here.
+        #[test]
+        fn the_life_cycle_accounts_every_start_and_every_millisecond() {
+            let mut p = pool(2_500, Some(3), 1);
+            assert_eq!(p.params().keep_alive, ms(2_500));
+            let pre = p.prewarm(ms(0));
+            assert_eq!(pre, vec![InstanceId(0)]);
+            assert_eq!(counts(&p), (1, 1, 0, 0));
+            assert!(p.has_room());
+            p.on_started(ms(400), pre[0]);
+            assert_eq!(
+                counts(&p),
+                (1, 0, 0, 1),
+                "a pre-warmed instance starts idle"
+            );
+            // Two cold starts at 1000 ms (the pre-warmed one is taken warm first).
+            assert_eq!(p.acquire(ms(1_000)), Acquire::Warm(pre[0]));
+            assert_eq!(p.acquire(ms(1_000)), Acquire::Cold(InstanceId(1)));
+            assert!(p.has_room(), "2 alive < 3");
+            assert_eq!(p.acquire(ms(1_000)), Acquire::Cold(InstanceId(2)));
+            assert!(!p.has_room(), "3 alive = max_instances");
+            assert_eq!(p.acquire(ms(1_000)), Acquire::Throttled);
+            assert_eq!(p.acquire_cold(ms(1_000)), None, "not counted as throttled");
+            p.count_throttled();
+            assert_eq!(counts(&p), (3, 2, 1, 0));
+            p.on_started(ms(1_300), InstanceId(1)); // 300 ms start-up
+            p.on_started(ms(1_700), InstanceId(2)); // 700 ms start-up
+            assert_eq!(counts(&p), (3, 0, 3, 0));
+            // Releases: 0 at 2000 (busy 1000), 1 at 2100 (busy 800), 2 at 2200 (busy 500).
+            p.release(ms(2_000), pre[0]);
+            p.release(ms(2_100), InstanceId(1));
+            p.release(ms(2_200), InstanceId(2));
+            assert_eq!(counts(&p), (3, 0, 0, 3));
+            // A release of an idle instance changes nothing.
+            p.release(ms(2_300), InstanceId(1));
+            // The most recently used idle instance (2) serves the next call.
+            assert_eq!(p.acquire_warm(ms(3_000)), Some(InstanceId(2))); // idle 800
+            p.release(ms(3_100), InstanceId(2)); // busy 100
+            // The oldest idle one (0, since 2000) expires first, at 2000 + 2500.
+            assert_eq!(p.poll_timeout(), Some(ms(4_500)));
+            assert_eq!(p.handle_timeout(ms(4_499)), vec![]);
+            assert_eq!(p.handle_timeout(ms(4_500)), vec![pre[0]]);
+            // Then 1 (since 2100) at 4600; 2 (since 3100) would be at 5600 but the pool
+            // keeps one instance: the pre-warmed count.
+            assert_eq!(p.poll_timeout(), Some(ms(4_600)));
+            assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(1)]);
+            assert_eq!(p.poll_timeout(), None);
+            assert_eq!(counts(&p), (1, 0, 0, 1));
+            p.finish(ms(10_000)); // 2 idle since 3100: 6900
+            p.finish(ms(10_000)); // twice: nothing more
+            // 0 idle 400–1000 after its pre-warm, then 0 and 1 a full keep-alive each,
+            // 2 idle 2200–3000, then 3100–10000.
+            let idle = ms(600) + ms(2_500) + ms(2_500) + ms(800) + ms(6_900);
+            assert_eq!(
+                *p.usage(),
+                FunctionUsage {
+                    cold_starts: 2,
+                    warm_starts: 2,
+                    throttled: 2,
+                    instances_started: 3,
+                    instances_expired: 2,
+                    startup: ms(300) + ms(700),
+                    busy: ms(1_000) + ms(800) + ms(500) + ms(100),
+                    idle,
+                }
+            );
+            // A freed slot is reused for the next instance.
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(InstanceId(2)));
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(1)));
+        }
+
+        /// A failed instance is forgotten whatever its state (starting, busy, idle), once;
+        /// its slot is reused and the cap counts only the living.
+        #[test]
+        fn failed_instances_free_their_slot_once() {
+            let mut p = pool(1_000, Some(2), 0);
+            let Acquire::Cold(a) = p.acquire(ms(0)) else {
+                panic!()
+            };
+            let Acquire::Cold(b) = p.acquire(ms(0)) else {
+                panic!()
+            };
+            assert_eq!(p.acquire(ms(0)), Acquire::Throttled);
+            p.on_failed(ms(10), a); // while starting
+            assert_eq!(counts(&p), (1, 1, 0, 0));
+            p.on_failed(ms(11), a); // again: nothing
+            assert_eq!(p.alive(), 1);
+            assert!(p.has_room());
+            let Acquire::Cold(c) = p.acquire(ms(20)) else {
+                panic!()
+            };
+            assert_eq!(c, a, "the freed slot is reused");
+            p.on_started(ms(30), b);
+            p.on_started(ms(40), c);
+            p.release(ms(50), b);
+            assert_eq!(counts(&p), (2, 0, 1, 1));
+            p.on_failed(ms(60), b); // while idle: it leaves the idle list too
+            assert_eq!(counts(&p), (1, 0, 1, 0));
+            assert_eq!(p.poll_timeout(), None);
+            assert_eq!(p.acquire_warm(ms(70)), None);
+            p.on_failed(ms(80), c); // while busy
+            assert_eq!(counts(&p), (0, 0, 0, 0));
+            // A started report for a failed instance does nothing.
+            p.on_started(ms(90), c);
+            assert_eq!(counts(&p), (0, 0, 0, 0));
+            assert_eq!(p.usage().startup, ms(30) + ms(20));
+            assert_eq!(p.usage().instances_started, 3);
+        }
+
+        /// Without a cap, instances start without limit; with no pre-warm every idle
+        /// instance expires.
+        #[test]
+        fn an_uncapped_pool_never_throttles_and_expires_everything() {
+            let mut p = pool(300, None, 0);
+            let ids: Vec<_> = (0..5)
+                .map(|_| match p.acquire(ms(0)) {
+                    Acquire::Cold(id) => id,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            for (i, id) in ids.iter().enumerate() {
+                p.on_started(ms(100), *id);
+                p.release(ms(200 + i as u64), *id);
+            }
+            assert_eq!(p.poll_timeout(), Some(ms(500)));
+            assert_eq!(p.handle_timeout(ms(502)), ids[..3].to_vec());
+            assert_eq!(p.handle_timeout(ms(600)), ids[3..].to_vec());
+            assert_eq!(p.alive(), 0);
+            assert_eq!(p.usage().idle, ms(300) * 5);
+            assert_eq!(p.usage().throttled, 0);
+        }
+    }
 }
