@@ -866,4 +866,318 @@ mod policy {
             assert_eq!(p.usage().throttled, 0);
         }
     }
+
+    mod placement {
+        //! Zone placement (FaaSim's two-tier edge/cloud): the accessors, the tried-zone
+        //! set, throttle counting and edge selection for unusual origins.
+
+        use std::time::Duration;
+
+        use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway::policy::placement::{
+            ConcurrencyUsage, Lease, Placement, PlacementParams, PlacementPolicy, Start,
+            ZoneCapacity, ZoneId, ZoneKind, ZoneParams, ZoneSet,
+        };
+
+        fn ms(n: u64) -> Duration {
+            Duration::from_millis(n)
+        }
+
+        fn instances(max: u32, keep_alive_ms: u64, prewarmed: u32) -> ZoneCapacity {
+            ZoneCapacity::Instances(FunctionPoolParams {
+                keep_alive: ms(keep_alive_ms),
+                max_instances: Some(max),
+                prewarmed,
+            })
+        }
+
+        fn zone(name: &str, kind: ZoneKind, capacity: ZoneCapacity) -> ZoneParams {
+            ZoneParams {
+                name: name.into(),
+                kind,
+                capacity,
+            }
+        }
+
+        const EDGE: ZoneId = ZoneId(0);
+        const LAMBDA: ZoneId = ZoneId(1);
+        const CLOUD: ZoneId = ZoneId(2);
+        const CLOUD2: ZoneId = ZoneId(3);
+
+        /// Edge (1 instance, 1.5 s keep-alive, 1 pre-warmed), a concurrency-only edge
+        /// (2 in flight), the cloud (2 instances, 4 s, 2 pre-warmed) and a second cloud
+        /// zone (which is not "the cloud": the first one is).
+        fn four_zones(policy: PlacementPolicy) -> Placement {
+            Placement::new(PlacementParams {
+                zones: vec![
+                    zone("edge", ZoneKind::Edge, instances(1, 1_500, 1)),
+                    zone(
+                        "lambda",
+                        ZoneKind::Edge,
+                        ZoneCapacity::Concurrency {
+                            max_concurrency: Some(2),
+                        },
+                    ),
+                    zone("cloud", ZoneKind::Cloud, instances(2, 4_000, 2)),
+                    zone("cloud-b", ZoneKind::Cloud, instances(5, 4_000, 0)),
+                ],
+                policy,
+            })
+        }
+
+        #[test]
+        fn labels() {
+            assert_eq!(ZoneKind::Edge.as_str(), "edge");
+            assert_eq!(ZoneKind::Cloud.as_str(), "cloud");
+            assert_eq!(PlacementPolicy::EdgeFirst.as_str(), "edge_first");
+            assert_eq!(PlacementPolicy::WarmFirst.as_str(), "warm_first");
+        }
+
+        /// Bit `i` stands for zone `i` (mod 64), and only it.
+        #[test]
+        fn a_zone_set_holds_exactly_the_inserted_zones() {
+            let mut s = ZoneSet::default();
+            assert!(!s.contains(ZoneId(0)));
+            s.insert(ZoneId(5));
+            s.insert(ZoneId(63));
+            for i in 0..64u16 {
+                assert_eq!(s.contains(ZoneId(i)), i == 5 || i == 63, "zone {i}");
+            }
+            s.insert(ZoneId(5));
+            assert!(s.contains(ZoneId(5)), "inserting twice keeps it");
+            let mut w = ZoneSet::default();
+            w.insert(ZoneId(64 + 2));
+            assert!(w.contains(ZoneId(2)), "ids wrap at 64");
+            assert!(!w.contains(ZoneId(0)));
+        }
+
+        #[test]
+        fn accessors_describe_the_configured_zones() {
+            let p = four_zones(PlacementPolicy::WarmFirst);
+            assert_eq!((p.len(), p.is_empty()), (4, false));
+            assert_eq!(p.zone(LAMBDA).name, "lambda");
+            assert_eq!(p.zone(CLOUD2).kind, ZoneKind::Cloud);
+            assert_eq!(p.zone_by_name("cloud"), Some(CLOUD));
+            assert_eq!(p.zone_by_name("cloud-b"), Some(CLOUD2));
+            assert_eq!(p.zone_by_name("nowhere"), None);
+            assert_eq!(p.cloud(), Some(CLOUD), "the first cloud zone");
+            assert_eq!(p.policy(), PlacementPolicy::WarmFirst);
+            assert_eq!(p.keep_alive(EDGE), Some(ms(1_500)));
+            assert_eq!(p.keep_alive(CLOUD), Some(ms(4_000)));
+            assert_eq!(p.keep_alive(LAMBDA), None);
+            assert_eq!(p.keep_alive(ZoneId(9)), None);
+            assert!(p.usage(LAMBDA).is_none());
+            assert!(p.usage(ZoneId(9)).is_none());
+            let empty = Placement::new(PlacementParams {
+                zones: vec![],
+                policy: PlacementPolicy::EdgeFirst,
+            });
+            assert_eq!(
+                (empty.len(), empty.is_empty(), empty.cloud()),
+                (0, true, None)
+            );
+            let single = PlacementParams::single("fn", instances(3, 100, 0));
+            assert_eq!(single.zones.len(), 1);
+            assert_eq!(
+                (single.zones[0].name.as_str(), single.zones[0].kind),
+                ("fn", ZoneKind::Cloud)
+            );
+            assert_eq!(single.policy, PlacementPolicy::EdgeFirst);
+        }
+
+        /// Pre-warm starts each instance zone's count with its zone id; the status
+        /// reports instance and concurrency zones each with their own fields.
+        #[test]
+        fn prewarm_and_status_cover_every_zone() {
+            let mut p = four_zones(PlacementPolicy::EdgeFirst);
+            let pre = p.prewarm(ms(0));
+            assert_eq!(
+                pre,
+                vec![
+                    (EDGE, InstanceId(0)),
+                    (CLOUD, InstanceId(0)),
+                    (CLOUD, InstanceId(1))
+                ]
+            );
+            p.on_started(ms(200), EDGE, InstanceId(0));
+            p.on_started(ms(300), CLOUD, InstanceId(0));
+            // A call from the concurrency edge: untracked there.
+            let l = p.place(ms(400), Some(LAMBDA), ZoneSet::default()).unwrap();
+            assert_eq!(
+                l,
+                Lease {
+                    zone: LAMBDA,
+                    start: Start::Untracked
+                }
+            );
+            assert_eq!(l.instance(), None);
+            // A call from the instance edge takes its warm pre-warmed instance.
+            let e = p.place(ms(500), Some(EDGE), ZoneSet::default()).unwrap();
+            assert_eq!(
+                e,
+                Lease {
+                    zone: EDGE,
+                    start: Start::Warm(InstanceId(0))
+                }
+            );
+            assert_eq!(e.instance(), Some(InstanceId(0)));
+            let st = p.status();
+            assert_eq!(st.len(), 4);
+            assert_eq!((st[0].name.as_str(), st[0].kind), ("edge", ZoneKind::Edge));
+            assert_eq!((st[0].starting, st[0].busy, st[0].idle), (0, 1, 0));
+            assert_eq!(st[0].usage.unwrap().warm_starts, 1);
+            assert_eq!(st[0].calls, None);
+            assert_eq!(
+                (st[1].name.as_str(), st[1].starting, st[1].busy, st[1].idle),
+                ("lambda", 0, 1, 0)
+            );
+            assert_eq!(st[1].usage, None);
+            assert_eq!(
+                st[1].calls,
+                Some(ConcurrencyUsage {
+                    calls: 1,
+                    throttled: 0
+                })
+            );
+            assert_eq!((st[2].starting, st[2].busy, st[2].idle), (1, 0, 1));
+            assert_eq!(st[2].kind, ZoneKind::Cloud);
+            p.release(ms(600), l);
+            assert_eq!(p.status()[1].busy, 0);
+            // finish() accounts the cloud's idle pre-warmed instance: 300 → 1000 ms.
+            p.finish(ms(1_000));
+            assert_eq!(p.usage(CLOUD).unwrap().idle, ms(700));
+            assert_eq!(p.usage(EDGE).unwrap().idle, ms(300), "idle 200 → 500 ms");
+        }
+
+        /// A call no candidate can take counts one throttle in the origin's edge and one
+        /// in the cloud — not in a tried zone, and once when the origin is the cloud.
+        #[test]
+        fn a_full_placement_counts_one_throttle_per_untried_candidate() {
+            let mut p = Placement::new(PlacementParams {
+                zones: vec![
+                    zone("edge", ZoneKind::Edge, instances(1, 1_000, 0)),
+                    zone("cloud", ZoneKind::Cloud, instances(1, 1_000, 0)),
+                ],
+                policy: PlacementPolicy::EdgeFirst,
+            });
+            let (edge, cloud) = (ZoneId(0), ZoneId(1));
+            let none = ZoneSet::default();
+            assert_eq!(p.place(ms(0), Some(edge), none).unwrap().zone, edge);
+            assert_eq!(p.place(ms(0), Some(edge), none).unwrap().zone, cloud);
+            assert_eq!(
+                p.try_place(ms(0), Some(edge), none),
+                None,
+                "try_place counts nothing"
+            );
+            let throttled = |p: &Placement| {
+                (
+                    p.usage(edge).unwrap().throttled,
+                    p.usage(cloud).unwrap().throttled,
+                )
+            };
+            assert_eq!(throttled(&p), (0, 0));
+            assert_eq!(p.place(ms(0), Some(edge), none), None);
+            assert_eq!(throttled(&p), (1, 1));
+            let mut tried = ZoneSet::default();
+            tried.insert(cloud);
+            assert_eq!(p.place(ms(0), Some(edge), tried), None);
+            assert_eq!(throttled(&p), (2, 1), "the tried cloud is no candidate");
+            assert_eq!(p.place(ms(0), Some(cloud), none), None);
+            assert_eq!(throttled(&p), (2, 2), "the cloud as origin is counted once");
+            assert_eq!(p.place(ms(0), None, none), None);
+            assert_eq!(throttled(&p), (2, 3));
+        }
+
+        /// Only an untried edge zone that exists is an origin edge: an origin that is a
+        /// cloud zone, or past the zone list, goes to the cloud.
+        #[test]
+        fn origins_that_are_not_edges_go_to_the_cloud() {
+            for policy in [PlacementPolicy::EdgeFirst, PlacementPolicy::WarmFirst] {
+                let none = ZoneSet::default();
+                for origin in [
+                    Some(CLOUD2),
+                    Some(ZoneId(4)),
+                    Some(ZoneId(40)),
+                    Some(CLOUD),
+                    None,
+                ] {
+                    let mut fresh = four_zones(policy);
+                    let l = fresh.place(ms(0), origin, none).unwrap();
+                    assert_eq!(l.zone, CLOUD, "{policy:?} {origin:?}");
+                }
+                let mut p = four_zones(policy);
+                p.place(ms(0), None, none).unwrap();
+                p.place(ms(0), None, none).unwrap();
+                // The cloud is full (2 instances): a call from the second cloud zone is
+                // throttled, and only the cloud counts it.
+                assert_eq!(p.place(ms(0), Some(CLOUD2), none), None);
+                assert_eq!(p.usage(CLOUD).unwrap().throttled, 1);
+                assert_eq!(p.usage(CLOUD2).unwrap().throttled, 0);
+                assert_eq!(p.usage(CLOUD2).unwrap().cold_starts, 0);
+            }
+        }
+
+        /// A 429 on an instance zone frees the instance (it stays warm) and counts a
+        /// throttle; a concurrency zone without a cap never refuses.
+        #[test]
+        fn refusals_free_the_slot_and_count_a_throttle() {
+            let mut p = Placement::new(PlacementParams {
+                zones: vec![zone("local", ZoneKind::Cloud, instances(1, 800, 0))],
+                policy: PlacementPolicy::EdgeFirst,
+            });
+            let a = p.place(ms(0), None, ZoneSet::default()).unwrap();
+            p.on_started(ms(100), a.zone, a.instance().unwrap());
+            p.refuse(ms(150), a);
+            let u = *p.usage(a.zone).unwrap();
+            assert_eq!((u.throttled, u.busy), (1, ms(50)));
+            assert_eq!(p.poll_timeout(), Some(ms(950)));
+            assert_eq!(p.handle_timeout(ms(949)), vec![]);
+            assert_eq!(
+                p.handle_timeout(ms(950)),
+                vec![(a.zone, a.instance().unwrap())]
+            );
+            // A failed instance is forgotten: the zone has room again.
+            let b = p.place(ms(1_000), None, ZoneSet::default()).unwrap();
+            p.on_failed(ms(1_010), b.zone, b.instance().unwrap());
+            assert!(matches!(
+                p.place(ms(1_020), None, ZoneSet::default()).unwrap().start,
+                Start::Cold(_)
+            ));
+            // Events for an unknown zone are ignored.
+            p.on_started(ms(1_030), ZoneId(7), InstanceId(0));
+            p.on_failed(ms(1_030), ZoneId(7), InstanceId(0));
+            p.release(
+                ms(1_030),
+                Lease {
+                    zone: ZoneId(7),
+                    start: Start::Untracked,
+                },
+            );
+            p.refuse(
+                ms(1_030),
+                Lease {
+                    zone: ZoneId(7),
+                    start: Start::Untracked,
+                },
+            );
+
+            let mut u = Placement::new(PlacementParams::single(
+                "lambda",
+                ZoneCapacity::Concurrency {
+                    max_concurrency: None,
+                },
+            ));
+            for _ in 0..50 {
+                assert!(u.place(ms(0), None, ZoneSet::default()).is_some());
+            }
+            assert_eq!(
+                u.status()[0].calls,
+                Some(ConcurrencyUsage {
+                    calls: 50,
+                    throttled: 0
+                })
+            );
+            assert_eq!(u.status()[0].busy, 50);
+        }
+    }
 }
