@@ -1180,4 +1180,328 @@ mod policy {
             assert_eq!(u.status()[0].busy, 50);
         }
     }
+
+    mod core {
+        //! The core's wrappers around the controller and the placement: boot deadlines
+        //! across failures, failure accounting per zone and reason, and the pass-through
+        //! calls the module's own tests do not reach.
+
+        use std::sync::{Arc, Mutex};
+        use std::time::Duration;
+
+        use spillway::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
+        use spillway::policy::balancer::{RequestMeta, RouteReason, VmFirst};
+        use spillway::policy::controller::{self, ControllerParams};
+        use spillway::policy::core::{Action, Core, CoreParams};
+        use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway::policy::monitor::MonitorParams;
+        use spillway::policy::placement::{
+            PlacementParams, PlacementPolicy, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
+        };
+        use spillway::policy::scaling::{
+            EpochObservation, LibraScaler, LibraScalingParams, ScaleDecision, ScaleReason,
+            ScalingPolicy,
+        };
+        use spillway::policy::timers::Timer;
+        use spillway::policy::{Time, VmId};
+
+        fn ms(n: u64) -> Duration {
+            Duration::from_millis(n)
+        }
+
+        fn controller_params(execute_scaling: bool) -> ControllerParams {
+            ControllerParams {
+                monitor: MonitorParams {
+                    epoch: Duration::from_secs(60),
+                    alpha: 0.3,
+                    beta: 0.2,
+                    decision_epochs: 1000,
+                    first_decision_epoch: None,
+                },
+                r_max_rps: 2.0,
+                execute_scaling,
+            }
+        }
+
+        fn libra(min_vms: u32) -> Box<LibraScaler> {
+            Box::new(LibraScaler::new(LibraScalingParams {
+                phi: 1.5,
+                r_max_rps: 2.0,
+                min_vms,
+                max_vms: 4,
+                cip_rps: 0.0,
+            }))
+        }
+
+        fn concurrency(name: &str, kind: ZoneKind, max: u32) -> ZoneParams {
+            ZoneParams {
+                name: name.into(),
+                kind,
+                capacity: ZoneCapacity::Concurrency {
+                    max_concurrency: Some(max),
+                },
+            }
+        }
+
+        fn core_with(zones: Vec<ZoneParams>, execute_scaling: bool, min_vms: u32) -> Core {
+            Core::new(
+                CoreParams {
+                    controller: controller_params(execute_scaling),
+                    placement: PlacementParams {
+                        zones,
+                        policy: PlacementPolicy::EdgeFirst,
+                    },
+                    vm_boot_timeout: Some(ms(7_000)),
+                },
+                libra(min_vms),
+                Box::new(VmFirst::new(0.5).with_max_outstanding_per_vm(Some(2))),
+            )
+        }
+
+        fn drain(core: &mut Core) -> Vec<Action> {
+            std::iter::from_fn(|| core.poll_action()).collect()
+        }
+
+        fn launches(a: &[Action]) -> Vec<VmId> {
+            a.iter()
+                .filter_map(|a| match a {
+                    Action::Scaling(controller::Action::Launch { vm }) => Some(*vm),
+                    _ => None,
+                })
+                .collect()
+        }
+
+        fn ticket(origin: Option<ZoneId>) -> Ticket {
+            Ticket::new(
+                RequestMeta {
+                    upgrade: false,
+                    idempotent: true,
+                },
+                origin,
+            )
+        }
+
+        fn not_sent(reason: NotSentReason) -> Failure {
+            Failure::NotSent {
+                reason,
+                request_available: true,
+            }
+        }
+
+        /// A VM that fails, dies or becomes ready loses its own boot deadline and only
+        /// its own; the replacements of a dead VM get theirs.
+        #[test]
+        fn boot_deadlines_follow_each_vm() {
+            let zones = vec![concurrency("fn", ZoneKind::Cloud, 9)];
+            let mut core = core_with(zones, true, 2);
+            core.start(ms(1_000));
+            let first = launches(&drain(&mut core));
+            assert_eq!(first.len(), 2);
+            assert_eq!(core.next_timer(), (Timer::VmBoot, ms(8_000)));
+            core.on_vm_failed(ms(2_000), first[0]);
+            assert_eq!(
+                core.next_timer(),
+                (Timer::VmBoot, ms(8_000)),
+                "the other one's"
+            );
+            // The second dies while booting: both are relaunched (target 2) at 3 s.
+            core.on_vm_died(ms(3_000), first[1]);
+            let again = launches(&drain(&mut core));
+            assert_eq!(again.len(), 2, "replaced up to the target");
+            assert_eq!(core.next_timer(), (Timer::VmBoot, ms(10_000)));
+            core.on_vm_ready(ms(4_000), again[0]);
+            assert_eq!(core.next_timer(), (Timer::VmBoot, ms(10_000)));
+            core.handle_timeout(ms(10_000));
+            assert_eq!(
+                drain(&mut core),
+                vec![Action::VmBootTimedOut { vm: again[1] }]
+            );
+            assert_eq!(core.next_timer().0, Timer::EpochEnd);
+            assert_eq!(core.poll_timeout(), Duration::from_secs(60));
+            assert_eq!(core.controller().pool().ready, 1);
+        }
+
+        /// Failed function attempts are counted per (zone, reason); fall-backs to a VM
+        /// per request.
+        #[test]
+        fn function_failures_are_counted_per_zone_and_reason() {
+            let zones = vec![
+                concurrency("edge", ZoneKind::Edge, 5),
+                concurrency("cloud", ZoneKind::Cloud, 5),
+            ];
+            let mut core = core_with(zones, false, 1);
+            let vm = core.adopt_ready_vm(Time::ZERO);
+            core.start(Time::ZERO);
+            drain(&mut core);
+            let (edge, cloud) = (ZoneId(0), ZoneId(1));
+            let t0 = ms(10);
+            let mut token = ticket(None);
+            assert!(
+                matches!(core.route(t0, &mut token), Decision::Vm { .. }),
+                "the only token"
+            );
+            // Edge throttles, the cloud is unreachable: a fall-back to the VM.
+            let mut a = ticket(Some(edge));
+            assert!(
+                matches!(core.route(t0, &mut a), Decision::Function { lease, .. } if lease.zone == edge)
+            );
+            let d = core.on_attempt_failed(t0, &mut a, not_sent(NotSentReason::Throttled));
+            assert!(
+                matches!(d, Some(Decision::Function { lease, kind: AttemptKind::FallThrough, .. }) if lease.zone == cloud),
+                "{d:?}"
+            );
+            let d = core.on_attempt_failed(t0, &mut a, not_sent(NotSentReason::Unreachable));
+            assert!(
+                matches!(d, Some(Decision::Vm { vm: v, kind: AttemptKind::FallBack, .. }) if v == vm),
+                "{d:?}"
+            );
+            let st = core.status();
+            assert_eq!(
+                st.function_failures,
+                vec![(edge, "throttled", 1), (cloud, "unreachable", 1)]
+            );
+            assert_eq!(st.fall_backs_to_vm, 1);
+            core.finish(t0, &mut a);
+            core.finish(t0, &mut token);
+            assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 0);
+            // Both throttle: the same reason in the cloud is its own row; the edge's row
+            // counts twice; a failure after send has its own label.
+            let mut b = ticket(Some(edge));
+            let _ = core.route(t0, &mut b);
+            core.on_attempt_failed(t0, &mut b, not_sent(NotSentReason::Throttled));
+            core.on_attempt_failed(t0, &mut b, not_sent(NotSentReason::Throttled));
+            let mut c = ticket(None);
+            assert!(
+                matches!(core.route(t0, &mut c), Decision::Function { lease, .. } if lease.zone == cloud)
+            );
+            let after_send = Failure::FailedAfterSend {
+                response_started: true,
+                request_available: false,
+            };
+            assert_eq!(core.on_attempt_failed(t0, &mut c, after_send), None);
+            let st = core.status();
+            assert_eq!(
+                st.function_failures,
+                vec![
+                    (edge, "throttled", 2),
+                    (cloud, "unreachable", 1),
+                    (cloud, "throttled", 1),
+                    (cloud, "failed_after_send", 1),
+                ]
+            );
+            assert_eq!(st.fall_backs_to_vm, 2);
+            assert_eq!(st.zones[1].busy, 0, "every cloud slot released");
+        }
+
+        /// Records the utilisation each epoch observation carried.
+        struct Recorder(Arc<Mutex<Vec<Option<f64>>>>);
+
+        impl ScalingPolicy for Recorder {
+            fn name(&self) -> &'static str {
+                "recorder"
+            }
+            fn initial(&self) -> ScaleDecision {
+                ScaleDecision {
+                    target_vms: 0,
+                    vm_reqs_rps: 0.0,
+                    reason: ScaleReason::Baseline,
+                }
+            }
+            fn on_epoch(&mut self, _: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
+                self.0.lock().unwrap().push(obs.vm_utilisation);
+                None
+            }
+        }
+
+        /// The pass-through calls: route keys, the accessors, utilisation, instance
+        /// failures, end-of-run idle accounting and a dequeued attempt given back.
+        #[test]
+        fn pass_through_calls_reach_their_component() {
+            let seen = Arc::new(Mutex::new(Vec::new()));
+            let mut core = Core::new(
+                CoreParams {
+                    controller: ControllerParams {
+                        monitor: MonitorParams {
+                            epoch: ms(700),
+                            ..controller_params(false).monitor
+                        },
+                        ..controller_params(false)
+                    },
+                    placement: PlacementParams::single(
+                        "local",
+                        ZoneCapacity::Instances(FunctionPoolParams {
+                            keep_alive: ms(5_000),
+                            max_instances: Some(2),
+                            prewarmed: 1,
+                        }),
+                    ),
+                    vm_boot_timeout: None,
+                },
+                Box::new(Recorder(seen.clone())),
+                Box::new(VmFirst::new(0.5)),
+            );
+            assert!(!core.has_queue());
+            assert!(!core.adapts_r_max());
+            assert!(core.delay_queue().is_none());
+            assert_eq!(core.placement().len(), 1);
+            let k = core.route_key("GET", "/thumb/7");
+            assert_eq!(core.key_name(k), "thumb");
+            assert_eq!(core.key_named("thumb"), k);
+            assert_ne!(core.key_named("video"), k);
+            let vm = core.adopt_ready_vm(Time::ZERO);
+            core.start(Time::ZERO);
+            let zone = ZoneId(0);
+            assert_eq!(
+                drain(&mut core),
+                vec![Action::StartInstance {
+                    zone,
+                    instance: InstanceId(0)
+                }]
+            );
+            core.on_instance_started(ms(100), zone, InstanceId(0));
+            core.set_vm_utilisation(0.42);
+            core.handle_timeout(ms(700));
+            core.handle_timeout(ms(1_400));
+            assert_eq!(*seen.lock().unwrap(), vec![Some(0.42), None]);
+            // A report-only pool: the budget is the VM's capacity, 2 req/s · ρ 0.5, one
+            // token. The first call takes it, the next ones go to the functions.
+            let mut v = ticket(None);
+            assert!(matches!(core.route(ms(1_500), &mut v), Decision::Vm { .. }));
+            let mut a = ticket(None);
+            let d = core.route(ms(1_500), &mut a);
+            assert!(
+                matches!(d, Decision::Function { lease, .. } if lease.start == Start::Warm(InstanceId(0))),
+                "{d:?}"
+            );
+            let mut b = ticket(None);
+            let Decision::Function { lease, .. } = core.route(ms(1_500), &mut b) else {
+                panic!()
+            };
+            assert_eq!(lease.start, Start::Cold(InstanceId(1)));
+            // The cold start fails: forgotten, so the zone has room for a new one.
+            core.on_instance_failed(ms(1_600), zone, InstanceId(1));
+            let mut c = ticket(None);
+            let d = core.route(ms(1_700), &mut c);
+            assert!(
+                matches!(d, Decision::Function { lease, .. } if lease.start == Start::Cold(InstanceId(1))),
+                "{d:?}"
+            );
+            core.on_instance_started(ms(1_900), zone, InstanceId(1));
+            core.finish(ms(2_000), &mut a);
+            core.finish(ms(2_500), &mut c);
+            core.finish_functions(ms(3_000));
+            let u = *core.placement().usage(zone).unwrap();
+            // Instance 0: idle 100–1500 and 2000–3000; instance 1: 2500–3000.
+            assert_eq!(u.idle, ms(1_400) + ms(1_000) + ms(500));
+            // A dequeued VM attempt whose client left gives its slot back.
+            assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 1);
+            let d = Decision::Vm {
+                vm,
+                kind: AttemptKind::Dequeued,
+                reason: RouteReason::WithinBudget,
+            };
+            core.abandon_dequeued(ms(3_000), d);
+            assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 0);
+        }
+    }
 }
