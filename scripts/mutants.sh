@@ -32,7 +32,10 @@ common+=(${MUTANTS_EXTRA:-})
 # call, the build included; without it `cargo test --no-run` links every integration
 # test and the binary for each mutant).
 common+=(-C --lib -C --test=policy_props -C --test=policy_units)
-test_args=(-- -- policy:: decisions_follow routing_respects)
+# MUTANTS_TEST_EXTRA: more test-harness arguments, e.g. '--skip policy::rmax::' to leave
+# out the tests of modules the mutated file's code cannot reach.
+# shellcheck disable=SC2206
+test_args=(-- -- policy:: decisions_follow routing_respects ${MUTANTS_TEST_EXTRA:-})
 
 status=0
 summary() { # dir label
