@@ -301,6 +301,19 @@ pub trait RoutingPolicy: Send {
     fn take_deferred_token(&mut self, _now: Time) -> bool {
         true
     }
+
+    /// ρ, the share of the VM budget this policy sends to VMs (LIBRA §III-C), for a
+    /// policy that has one; `None` for the baselines.
+    fn rho(&self) -> Option<f64> {
+        None
+    }
+
+    /// Use a new ρ from the next [`Self::set_vm_budget`] on, keeping the tokens or the
+    /// epoch's admissions (a configuration reload, issue 12 item 10). `false`: this
+    /// policy has no ρ and nothing changed.
+    fn set_rho(&mut self, _rho: f64) -> bool {
+        false
+    }
 }
 
 /// A token bucket refilled continuously at `rate` tokens/s, holding at most one second's
@@ -597,6 +610,15 @@ impl RoutingPolicy for VmFirst {
 
     fn take_deferred_token(&mut self, now: Time) -> bool {
         self.bucket.try_take(now)
+    }
+
+    fn rho(&self) -> Option<f64> {
+        Some(self.rho)
+    }
+
+    fn set_rho(&mut self, rho: f64) -> bool {
+        self.rho = rho;
+        true
     }
 
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {

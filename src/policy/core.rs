@@ -28,7 +28,7 @@ use super::attempt::{
     AttemptKind, Decision, Failure, Holding, MAX_INSTANCE_GONE, NotSentReason, Ticket,
 };
 use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
-use super::controller::{self, Controller, ControllerParams, ControllerStatus};
+use super::controller::{self, Controller, ControllerParams, ControllerStatus, LibraTuning};
 use super::delay::{CallId, DelayParams, DelayQueue, DelayStatus, ReleaseKind};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
@@ -166,6 +166,8 @@ pub struct CoreStatus {
     pub fall_backs_to_vm: u64,
     /// The delay queue for asynchronous calls, when configured (ProFaaStinate §3).
     pub delay: Option<DelayStatus>,
+    /// LIBRA's parameters in force ([`Core::tuning`]); `None` with a baseline policy.
+    pub tuning: Option<LibraTuning>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -669,6 +671,29 @@ impl Core {
         &self.controller
     }
 
+    /// LIBRA's parameters in force (for `/status`); `None` with a baseline policy.
+    pub fn tuning(&self) -> Option<LibraTuning> {
+        self.controller.tuning()
+    }
+
+    /// Use new LIBRA parameters from `now` on, keeping every in-flight state — EWMAs,
+    /// VM table and outstanding counts, balancer tokens, function leases, queues,
+    /// timers (a configuration reload, issue 12 item 10; [`Controller::retune`]). With
+    /// adaptive r_max the adapted value stays in force and `tuning.scaling.r_max_rps`
+    /// is ignored. `false` (nothing changed): a baseline policy without these
+    /// parameters.
+    pub fn retune(&mut self, now: Time, tuning: &LibraTuning) -> bool {
+        self.advance(now);
+        let mut tuning = tuning.clone();
+        if self.r_max.is_some() {
+            tuning.scaling.r_max_rps = self.controller.r_max();
+        }
+        let done = self.controller.retune(now, &tuning);
+        self.pump(now);
+        self.refresh();
+        done
+    }
+
     /// The function placement (read-only).
     pub fn placement(&self) -> &Placement {
         &self.placement
@@ -701,6 +726,7 @@ impl Core {
             function_failures: self.function_failures.clone(),
             fall_backs_to_vm: self.fall_backs_to_vm,
             delay: self.delay.as_ref().map(DelayQueue::status),
+            tuning: self.controller.tuning(),
         }
     }
 

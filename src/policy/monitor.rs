@@ -103,6 +103,21 @@ impl TrafficMonitor {
         &self.params
     }
 
+    /// Use new smoothing and reporting parameters (α, β, K, F) from the next epoch that
+    /// closes on; the EWMAs, the open epoch's count and the epoch grid are kept (a
+    /// configuration reload, issue 12 item 10). `params.epoch` is ignored: the epoch
+    /// length is fixed for the monitor's life (the epoch grid starts at time zero).
+    ///
+    /// # Panics
+    /// If `params.decision_epochs` is zero (config validation rejects it).
+    pub fn retune(&mut self, params: MonitorParams) {
+        assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
+        self.params = MonitorParams {
+            epoch: self.params.epoch,
+            ..params
+        };
+    }
+
     /// Count one request arriving at `now`.
     ///
     /// The caller must first close finished epochs with [`Self::handle_timeout`]; a request

@@ -109,6 +109,19 @@ pub trait ScalingPolicy: Send {
     /// that size the pool by it use the new value from their next decision on. Default:
     /// ignored (the baselines keep their own r_max).
     fn set_r_max(&mut self, _r_max_rps: f64) {}
+
+    /// LIBRA's scaling parameters in force, for a policy that has them (LIBRA §III-B);
+    /// `None` for the baselines.
+    fn libra_params(&self) -> Option<LibraScalingParams> {
+        None
+    }
+
+    /// Use new LIBRA scaling parameters (φ, r_max, min/max VMs, CIP) from the next
+    /// decision on, keeping every other state (a configuration reload, issue 12 item 10).
+    /// `false`: this policy has no such parameters and nothing changed.
+    fn set_libra_params(&mut self, _params: &LibraScalingParams) -> bool {
+        false
+    }
 }
 
 /// LIBRA's scaling-manager parameters — LIBRA §III-B.
@@ -216,6 +229,16 @@ impl ScalingPolicy for LibraScaler {
     /// Alg. 1 line 3: the next decision divides by the adapted r_max.
     fn set_r_max(&mut self, r_max_rps: f64) {
         self.params.r_max_rps = r_max_rps;
+    }
+
+    fn libra_params(&self) -> Option<LibraScalingParams> {
+        Some(self.params.clone())
+    }
+
+    /// Whether traffic was seen stays: a reload does not bring back the idle start rule.
+    fn set_libra_params(&mut self, params: &LibraScalingParams) -> bool {
+        self.params = params.clone();
+        true
     }
 }
 

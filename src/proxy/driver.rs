@@ -265,9 +265,20 @@ impl Gateway {
         &self.vm_provider
     }
 
-    /// The cost-indifference point in force, requests/s.
+    /// The cost-indifference point in force, requests/s (the one the scaling policy
+    /// uses; a reload may change it).
     pub fn cip_rps(&self) -> f64 {
-        self.cip_rps
+        self.lock()
+            .core
+            .tuning()
+            .map_or(self.cip_rps, |t| t.scaling.cip_rps)
+    }
+
+    /// Use new LIBRA parameters from now on, keeping every in-flight state (a
+    /// configuration reload, issue 12 item 10; `Core::retune`). `false`: the core's
+    /// policies have no such parameters and nothing changed.
+    pub fn retune(&self, tuning: &controller::LibraTuning) -> bool {
+        self.with_core(|core, now| core.retune(now, tuning))
     }
 
     /// Adopt existing VMs, apply the initial scaling decision, start pre-warmed instances
