@@ -190,7 +190,14 @@ impl Server {
             ),
             #[cfg(feature = "aws")]
             VmPoolConfig::Ec2(e) => (
-                Arc::new(crate::backends::ec2::Ec2VmPool::new(e, client.clone()).await?),
+                Arc::new(
+                    crate::backends::ec2::Ec2VmPool::new(
+                        e,
+                        client.clone(),
+                        g.allow_loopback_upstreams,
+                    )
+                    .await?,
+                ),
                 ReadinessSettings::from_secs(
                     &e.health_path,
                     e.boot_timeout_seconds,
