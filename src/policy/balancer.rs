@@ -698,6 +698,38 @@ mod tests {
         t
     }
 
+    /// A reload's new ρ (issue 12 item 10) keeps the tokens the bucket holds: the rate
+    /// and depth change, nothing is refilled or dropped below the new depth.
+    #[test]
+    fn a_new_rho_keeps_the_bucket_tokens() {
+        let (rho0, rho1, budget) = (0.5, 0.8, 20.0);
+        let mut b = VmFirst::new(rho0);
+        let vms = table(1);
+        b.set_vm_budget(Time::ZERO, budget); // full bucket of rho0·budget tokens
+        let first = RequestMeta::default();
+        let taken = 4;
+        for _ in 0..taken {
+            assert!(matches!(
+                b.route(Time::ZERO, &first, Attempt::First, &vms),
+                Route::Vm { .. }
+            ));
+        }
+        assert_eq!(b.rho(), Some(rho0));
+        assert!(b.set_rho(rho1));
+        b.set_vm_budget(Time::ZERO, budget);
+        assert_eq!(b.rho(), Some(rho1));
+        assert_eq!(b.vm_rate(), rho1 * budget);
+        let left = (0..100)
+            .take_while(|_| {
+                matches!(
+                    b.route(Time::ZERO, &first, Attempt::First, &vms),
+                    Route::Vm { .. }
+                )
+            })
+            .count();
+        assert_eq!(left, (rho0 * budget) as usize - taken);
+    }
+
     #[test]
     fn bucket_admits_rho_times_budget_per_second_smoothly() {
         let mut b = VmFirst::new(0.5);
