@@ -263,3 +263,145 @@ async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() 
     let _ = stop.send(());
     let _ = run.await;
 }
+
+/// A fake Prometheus on loopback: every request gets `reply`'s current status and JSON
+/// body (the `/api/v1/query` API's shape).
+fn fake_prometheus(reply: std::sync::Arc<std::sync::Mutex<(u16, String)>>) -> Stub {
+    Stub::start(move |_| {
+        let (code, body) = reply.lock().unwrap().clone();
+        common::stub::Reply::Raw(
+            format!(
+                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+}
+
+/// An instant-query vector reply with one sample per VM.
+fn vector(values: &[f64]) -> String {
+    let samples: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            format!(r#"{{"metric":{{"instance":"vm-{i}:9100"}},"value":[1764547200.25,"{v}"]}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+        samples.join(",")
+    )
+}
+
+/// Wait until the fake Prometheus has answered `more` further queries.
+fn wait_queries(gw: &Gateway, prom: &Stub, more: usize) {
+    let target = prom.requests().len() + more;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while prom.requests().len() < target {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway stopped querying Prometheus\n{}",
+            gw.proc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_reply() {
+    let busy = [0.97, 0.81];
+    let busy_mean = busy.iter().sum::<f64>() / busy.len() as f64;
+    let reply = std::sync::Arc::new(std::sync::Mutex::new((200, vector(&busy))));
+    let prom = fake_prometheus(std::sync::Arc::clone(&reply));
+    let stub = Stub::start(ok_reply);
+    let gw = gateway(
+        &stub,
+        &format!(
+            "  cpu_signal: prometheus\n  prometheus:\n    url: \"{}\"\n    timeout_ms: 500\n  \
+             busy_utilisation: 0.65\n  sample_interval_seconds: 0.05\n  window_seconds: 0.15\n  \
+             switch_interval_seconds: 0\n  urgency_window_seconds: 2",
+            prom.url()
+        ),
+    );
+    let mode = |s: &Value| s["async"]["mode"].as_str().map(str::to_owned);
+    // Busy from Prometheus's answer (the mean of the VMs' samples), once the window
+    // holds only answered samples (before the first answer, `outstanding` stands in).
+    let st = gw.wait_status("busy at the VMs' mean", Duration::from_secs(20), |s| {
+        mode(s).as_deref() == Some("busy")
+            && s["async"]["cpu_utilisation"]
+                .as_f64()
+                .is_some_and(|c| (c - busy_mean).abs() < 0.01)
+    });
+    assert_eq!(st["async"]["cpu_signal"]["in_use"], "prometheus", "{st:#}");
+    let q = prom.requests()[0].target.clone();
+    let (path, query) = q.split_once('?').unwrap();
+    assert_eq!(path, "/api/v1/query");
+    let query: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    assert_eq!(query.len(), 1);
+    assert_eq!(query[0].0, "query");
+    assert!(
+        query[0].1.contains("node_cpu_seconds_total{mode=\"idle\"}"),
+        "{query:?}"
+    );
+
+    // Busy: a call far from its deadline waits.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/deferred",
+        &[
+            ("Prefer", "respond-async"),
+            ("Spillway-Deadline-Ms", "60000"),
+        ],
+        b"d",
+    );
+    assert_eq!(code, 202);
+    let location = header(&h, "location").unwrap().to_owned();
+    wait_queries(&gw, &prom, 10);
+    assert_eq!(get_json(&gw, &location).1["state"], "queued");
+    assert!(stub.requests_to("/deferred").is_empty());
+
+    // A bad reply: one clear warning, the outstanding signal (nothing in flight: 0)
+    // stands in, the scheduler goes idle and releases the call.
+    *reply.lock().unwrap() = (
+        400,
+        r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected end of input"}"#
+            .into(),
+    );
+    wait_state(&gw, &location, "done", Duration::from_secs(20));
+    wait_queries(&gw, &prom, 10);
+    let log = gw.proc.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("prometheus CPU signal failed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage:\n{log}");
+    assert!(
+        warnings[0].contains("bad_data") && warnings[0].contains("unexpected end of input"),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains(&prom.url()), "{}", warnings[0]);
+    let st = gw.status();
+    assert_eq!(st["async"]["cpu_signal"]["in_use"], "outstanding", "{st:#}");
+    assert!(
+        st["async"]["cpu_signal"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("bad_data")),
+        "{st:#}"
+    );
+
+    // Prometheus answers again: back on its signal, busy again.
+    *reply.lock().unwrap() = (200, vector(&busy));
+    gw.wait_status("busy again", Duration::from_secs(20), |s| {
+        mode(s).as_deref() == Some("busy") && s["async"]["cpu_signal"]["in_use"] == "prometheus"
+    });
+    assert!(
+        gw.proc
+            .log_text()
+            .contains("prometheus CPU signal answers again")
+    );
+}

@@ -20,6 +20,41 @@ pub enum CpuSignal {
     /// The host's non-idle CPU share from procfs (`/proc/stat`): with the `process` VM
     /// pool, the local VM processes' load (and everything else on the host).
     Process,
+    /// The VM pool's CPU utilisation from a Prometheus server's HTTP API
+    /// (`async.prometheus.query`, by default over each VM's node_exporter
+    /// `node_cpu_seconds_total`); while Prometheus does not answer usefully, the
+    /// `outstanding` signal stands in.
+    Prometheus,
+}
+
+/// `async.prometheus:` — where the `prometheus` CPU signal comes from
+/// (ProFaaStinate §3: the scheduler's CPU signal, here measured on the VM pool).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusSignalConfig {
+    /// Base URL of the Prometheus HTTP API (`http://host:9090`, plain HTTP); the signal
+    /// is `GET <url>/api/v1/query?query=<query>`. Required with `cpu_signal: prometheus`.
+    pub url: Option<String>,
+    /// PromQL instant query giving the VM pool's CPU utilisation in [0, 1]; a vector
+    /// result is averaged over its samples (one per VM, say).
+    pub query: String,
+    /// A query without an answer within this many milliseconds counts as failed.
+    pub timeout_ms: u64,
+}
+
+/// The default `async.prometheus.query`: the non-idle share of every CPU that
+/// node_exporter reports, over 30 s (at least two scrapes at the usual 15 s interval).
+pub const DEFAULT_PROMETHEUS_QUERY: &str =
+    "1 - avg(rate(node_cpu_seconds_total{mode=\"idle\"}[30s]))";
+
+impl Default for PrometheusSignalConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            query: DEFAULT_PROMETHEUS_QUERY.into(),
+            timeout_ms: 1000,
+        }
+    }
 }
 
 /// `async:` — asynchronous calls (`Prefer: respond-async`) held in a durable,
@@ -67,8 +102,10 @@ pub struct AsyncConfig {
     pub deadline_margin_seconds: f64,
     /// `E[p]` before any call finished, seconds.
     pub expected_processing_seconds: f64,
-    /// The CPU signal: `outstanding` or `process`.
+    /// The CPU signal: `outstanding`, `process` or `prometheus`.
     pub cpu_signal: CpuSignal,
+    /// The `prometheus` CPU signal's server and query.
+    pub prometheus: PrometheusSignalConfig,
 }
 
 impl Default for AsyncConfig {
@@ -94,6 +131,7 @@ impl Default for AsyncConfig {
             deadline_margin_seconds: 5.0,
             expected_processing_seconds: 1.0,
             cpu_signal: CpuSignal::Outstanding,
+            prometheus: PrometheusSignalConfig::default(),
         }
     }
 }
@@ -165,6 +203,31 @@ impl AsyncConfig {
             "async.expected_processing_seconds",
             self.expected_processing_seconds,
         );
+        self.validate_prometheus(is);
+    }
+
+    fn validate_prometheus(&self, is: &mut Issues) {
+        let p = &self.prometheus;
+        match &p.url {
+            None if self.cpu_signal == CpuSignal::Prometheus => is.push(
+                "async.prometheus.url",
+                "required with async.cpu_signal: prometheus (e.g. http://127.0.0.1:9090)",
+            ),
+            None => {}
+            Some(url) => match url.parse::<http::Uri>() {
+                Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => {}
+                _ => is.push(
+                    "async.prometheus.url",
+                    format!("must be an http:// URL with a host, got {url:?}"),
+                ),
+            },
+        }
+        if p.query.trim().is_empty() {
+            is.push("async.prometheus.query", "must not be empty");
+        }
+        if p.timeout_ms == 0 {
+            is.push("async.prometheus.timeout_ms", "must be at least 1");
+        }
     }
 
     /// The policy core's delay-queue parameters; `vm_slots` is
@@ -206,5 +269,56 @@ pub(crate) fn validate_routes(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn issues(yaml: &str) -> Vec<String> {
+        match Config::from_yaml(yaml, "a.yaml") {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { issues, .. }) => issues
+                .iter()
+                .map(|i| {
+                    let at = i.location.map_or("-".into(), |l| l.to_string());
+                    format!("{at} {}: {}", i.path, i.message)
+                })
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        }
+    }
+
+    #[test]
+    fn the_prometheus_signal_needs_an_http_url_a_query_and_a_timeout() {
+        let got = issues("async:\n  cpu_signal: prometheus\n");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].contains("async.prometheus.url: required with async.cpu_signal: prometheus"),
+            "{got:#?}"
+        );
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    url: https://prom:9090\n    query: ' '\n    timeout_ms: 0\n",
+        );
+        let want = [
+            "4:10 async.prometheus.url: must be an http:// URL",
+            "5:12 async.prometheus.query: must not be empty",
+            "6:17 async.prometheus.timeout_ms: must be at least 1",
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for w in want {
+            assert!(got.iter().any(|g| g.starts_with(w)), "{w}\nin {got:#?}");
+        }
+        let c = Config::from_yaml(
+            "async:\n  cpu_signal: prometheus\n  prometheus: {url: 'http://127.0.0.1:9090'}\n",
+            "a.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.async_calls.prometheus.query,
+            super::DEFAULT_PROMETHEUS_QUERY
+        );
+        assert_eq!(c.async_calls.prometheus.timeout_ms, 1000);
     }
 }

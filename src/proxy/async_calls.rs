@@ -36,6 +36,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::async_store::{CallRecord, CallResult, CallState, CallStore};
+use super::cpu_prometheus::PrometheusCpu;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use super::service::{self, ServiceSettings};
@@ -66,6 +67,8 @@ pub struct AsyncCalls {
     origin: Instant,
     /// The previous `/proc/stat` reading (busy, total jiffies), `process` signal.
     last_stat: Mutex<Option<(u64, u64)>>,
+    /// The `prometheus` signal (with `cpu_signal: prometheus`).
+    prometheus: Option<Arc<PrometheusCpu>>,
 }
 
 /// A status URL request or an asynchronous request, as [`AsyncCalls::classify`] sees it.
@@ -97,7 +100,6 @@ impl AsyncCalls {
         Arc::new(Self {
             deadline_header: HeaderName::from_bytes(cfg.deadline_header.as_bytes())
                 .unwrap_or_else(|_| HeaderName::from_static("spillway-deadline-ms")),
-            cfg,
             routes,
             store,
             settings,
@@ -105,7 +107,20 @@ impl AsyncCalls {
             unix_origin_ms,
             origin: Instant::now(),
             last_stat: Mutex::new(None),
+            prometheus: (cfg.cpu_signal == CpuSignal::Prometheus)
+                .then(|| PrometheusCpu::new(&cfg.prometheus))
+                .flatten()
+                .map(Arc::new),
+            cfg,
         })
+    }
+
+    /// Start the background work of the CPU signal: with `prometheus`, a query every
+    /// `async.sample_interval_seconds`. Needs the tokio runtime.
+    pub fn start(&self) {
+        if let Some(p) = &self.prometheus {
+            p.spawn(Duration::from_secs_f64(self.cfg.sample_interval_seconds));
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -395,6 +410,30 @@ impl AsyncCalls {
         match self.cfg.cpu_signal {
             CpuSignal::Outstanding => gw.outstanding_share(self.vm_slots),
             CpuSignal::Process => self.proc_stat_share().unwrap_or(0.0),
+            CpuSignal::Prometheus => match self.prometheus.as_ref().and_then(|p| p.latest()) {
+                Some(u) => u,
+                None => gw.outstanding_share(self.vm_slots),
+            },
+        }
+    }
+
+    /// `/status` `async.cpu_signal`: the configured source, the one in use (`outstanding`
+    /// while Prometheus fails) and, for `prometheus`, its query URL and last error.
+    pub fn cpu_signal_status(&self) -> serde_json::Value {
+        let configured = match self.cfg.cpu_signal {
+            CpuSignal::Outstanding => "outstanding",
+            CpuSignal::Process => "process",
+            CpuSignal::Prometheus => "prometheus",
+        };
+        match &self.prometheus {
+            Some(p) => serde_json::json!({
+                "configured": configured,
+                "in_use": if p.latest().is_some() { "prometheus" } else { "outstanding" },
+                "url": p.url(),
+                "queries": p.queries(),
+                "last_error": p.last_error().map(|e| e.to_string()),
+            }),
+            None => serde_json::json!({ "configured": configured, "in_use": configured }),
         }
     }
 
