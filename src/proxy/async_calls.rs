@@ -313,19 +313,44 @@ impl AsyncCalls {
     }
 
     /// Queue every call the store still holds (queued, or running at a crash: run
-    /// again, at least once).
+    /// again, at least once). Records that cannot be read back are skipped with **one**
+    /// error naming the store file, their number and ids, so that a damaged row does not
+    /// hold back the other calls; they stay in the file for inspection.
     ///
     /// # Errors
-    /// The store's read error.
+    /// The store's read error (the store as a whole cannot be read).
     pub fn recover(self: &Arc<Self>, gw: &Arc<Gateway>) -> Result<usize, ProxyError> {
-        let pending = self
+        let found = self
             .store
-            .pending()
+            .recover()
             .map_err(|e| self.unavailable(e.to_string()))?;
-        for rec in &pending {
+        for rec in &found.calls {
             self.enqueue(gw, rec);
         }
-        Ok(pending.len())
+        if !found.unreadable.is_empty() {
+            const SHOWN: usize = 5;
+            let file = found
+                .file
+                .as_ref()
+                .map_or_else(|| "the store".to_owned(), |f| f.display().to_string());
+            let mut which: Vec<String> = found
+                .unreadable
+                .iter()
+                .take(SHOWN)
+                .map(|u| format!("{}: {}", u.id, u.error))
+                .collect();
+            if found.unreadable.len() > SHOWN {
+                which.push(format!("and {} more", found.unreadable.len() - SHOWN));
+            }
+            tracing::error!(
+                store = %file,
+                skipped = found.unreadable.len(),
+                recovered = found.calls.len(),
+                "asynchronous call records in {file} cannot be run and were skipped (left in the file): {}",
+                which.join("; ")
+            );
+        }
+        Ok(found.calls.len())
     }
 
     /// Answer `GET <prefix>/<id>` and `GET <prefix>/<id>/result`.
