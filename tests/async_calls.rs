@@ -405,3 +405,119 @@ fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_repl
             .contains("prometheus CPU signal answers again")
     );
 }
+
+/// The value of the sample `series` (name with its labels, as exposed) in a scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn an_async_route_defers_without_prefer_with_its_own_deadline_and_metrics_count_calls() {
+    let stub = Stub::start(ok_reply);
+    let (route_s, default_s) = (42.0, 77.0);
+    let yaml = format!(
+        "{}\nroutes:\n  - {{name: jobs, path_prefix: /jobs, methods: [POST], async: true, \
+         default_deadline_seconds: {route_s}}}\nasync:\n  default_deadline_seconds: {default_s}\n",
+        function_http_config(&stub.url(), "")
+    );
+    let gw = Gateway::start(&yaml);
+    let deadline_ms = |loc: &str| {
+        let v = wait_state(&gw, loc, "done", Duration::from_secs(20));
+        v["deadline"].as_u64().unwrap() - v["accepted_at"].as_u64().unwrap()
+    };
+    // The route makes a POST asynchronous without `Prefer`, with the route's deadline.
+    let (code, h, _) = http(gw.proxy, "POST", "/jobs/7", &[], b"j");
+    assert_eq!(code, 202);
+    let on_route = header(&h, "location").unwrap().to_owned();
+    assert_eq!(deadline_ms(&on_route), (route_s * 1000.0) as u64);
+    // `Prefer` off the route: `async.default_deadline_seconds`.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[("Prefer", "respond-async")],
+        b"e",
+    );
+    assert_eq!(code, 202);
+    let off_route = header(&h, "location").unwrap().to_owned();
+    assert_eq!(deadline_ms(&off_route), (default_s * 1000.0) as u64);
+    // Another method, or a path that only shares the prefix's characters: synchronous.
+    for (method, path) in [("GET", "/jobs/7"), ("POST", "/jobsx")] {
+        let (code, _, body) = http(gw.proxy, method, path, &[], b"");
+        assert_eq!(code, 200, "{method} {path}");
+        assert_eq!(body, format!("path={path}").into_bytes());
+    }
+    let accepted = 2.0;
+    let scrape =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).into_owned();
+    assert_eq!(
+        metric(&scrape, "spillway_async_accepted_total"),
+        Some(accepted),
+        "{scrape}"
+    );
+    // No VM is ready (min_vms: 0): idle releases go to the function tier at once.
+    assert_eq!(
+        metric(
+            &scrape,
+            "spillway_async_released_total{kind=\"idle\",tier=\"function\"}"
+        ),
+        Some(accepted),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_finished_total{state=\"done\"}"),
+        Some(accepted),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_queued"),
+        Some(0.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_busy"),
+        Some(0.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_deadline_misses_total"),
+        Some(0.0),
+        "{scrape}"
+    );
+}
+
+#[test]
+fn on_the_quickstart_an_async_call_is_done_within_seconds() {
+    // The shipped quickstart with nothing but its listeners moved to free ports.
+    let quickstart = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/quickstart.yaml"
+    ))
+    .unwrap();
+    let yaml = quickstart
+        .replace("listen: 127.0.0.1:8080", "listen: 127.0.0.1:0")
+        .replace("admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0");
+    assert!(!yaml.contains(":8080") && !yaml.contains(":9090"), "{yaml}");
+    let gw = Gateway::start(&yaml);
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[("Prefer", "respond-async")],
+        b"hello",
+    );
+    assert_eq!(code, 202);
+    assert_eq!(header(&h, "preference-applied"), Some("respond-async"));
+    let location = header(&h, "location").expect("Location").to_owned();
+    let done = wait_state(&gw, &location, "done", Duration::from_secs(10));
+    assert_eq!(done["attempts"], 1);
+    let (code, _, body) = http(gw.proxy, "GET", &format!("{location}/result"), &[], b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(body, b"hello", "the sample API's /echo answer, stored");
+}
