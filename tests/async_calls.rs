@@ -521,3 +521,65 @@ fn on_the_quickstart_an_async_call_is_done_within_seconds() {
     assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
     assert_eq!(body, b"hello", "the sample API's /echo answer, stored");
 }
+
+#[test]
+fn the_process_cpu_signal_counts_the_vm_processes_not_other_load_on_the_host() {
+    let stub = Stub::start(ok_reply);
+    let yaml = format!(
+        "{}\nasync:\n  cpu_signal: process\n  sample_interval_seconds: 0.1\n  window_seconds: 0.5\n  \
+         busy_utilisation: 0.9\n",
+        function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1")
+    );
+    let gw = Gateway::start(&yaml);
+    let line = gw.proc.wait_line("VM ready", Duration::from_secs(30));
+    let base = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("base=http://"))
+        .unwrap()
+        .trim_end_matches('/');
+    let vm: std::net::SocketAddr = base.parse().unwrap();
+    let cpu = |s: &Value| s["async"]["cpu_utilisation"].as_f64();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Load on the host, not in a VM: a core spinning in this test process.
+    let spinner = burn(std::sync::Arc::clone(&stop), || {
+        std::hint::black_box((0..10_000u64).sum::<u64>());
+    });
+    gw.wait_status("a CPU reading", Duration::from_secs(20), |s| {
+        cpu(s).is_some()
+    });
+    for _ in 0..20 {
+        let s = gw.status();
+        let u = cpu(&s).unwrap();
+        assert!(u < 0.05, "an idle VM is not busy, whatever else runs: {u}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Work in the VM shows up.
+    let loaders: Vec<_> = (0..2)
+        .map(|_| {
+            burn(std::sync::Arc::clone(&stop), move || {
+                let (code, _, _) = http(vm, "GET", "/resize", &[], b"");
+                assert_eq!(code, 200);
+            })
+        })
+        .collect();
+    gw.wait_status("the VM's CPU in the signal", Duration::from_secs(30), |s| {
+        cpu(s).is_some_and(|u| u >= 0.02)
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    for l in loaders {
+        l.join().unwrap();
+    }
+}
+
+/// Run `work` in a loop on a new thread until `stop`.
+fn burn(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    work: impl Fn() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            work();
+        }
+    })
+}

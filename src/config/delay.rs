@@ -17,8 +17,10 @@ pub enum CpuSignal {
     /// else 1 per VM).
     #[default]
     Outstanding,
-    /// The host's non-idle CPU share from procfs (`/proc/stat`): with the `process` VM
-    /// pool, the local VM processes' load (and everything else on the host).
+    /// procfs: with the `process` VM pool, the local VM processes' share of the host's
+    /// CPU time (their `utime + stime` from `/proc/<pid>/stat` over the host's total from
+    /// `/proc/stat`; other load on the host does not count); without local VM
+    /// processes, the host's non-idle share (`/proc/stat`).
     Process,
     /// The VM pool's CPU utilisation from a Prometheus server's HTTP API
     /// (`async.prometheus.query`, by default over each VM's node_exporter
