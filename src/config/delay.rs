@@ -22,10 +22,10 @@ pub enum CpuSignal {
     /// `/proc/stat`; other load on the host does not count); without local VM
     /// processes, the host's non-idle share (`/proc/stat`).
     Process,
-    /// The VM pool's CPU utilisation from a Prometheus server's HTTP API
-    /// (`async.prometheus.query`, by default over each VM's node_exporter
-    /// `node_cpu_seconds_total`); while Prometheus does not answer usefully, the
-    /// `outstanding` signal stands in.
+    /// The VM pool's CPU utilisation from node_exporter's `node_cpu_seconds_total`:
+    /// through a Prometheus server's HTTP API (`async.prometheus.url` and `query`) or
+    /// scraped from each ready VM's node_exporter (`async.prometheus.node_exporter_port`);
+    /// while neither answers usefully, the `outstanding` signal stands in.
     Prometheus,
 }
 
@@ -35,8 +35,15 @@ pub enum CpuSignal {
 #[serde(deny_unknown_fields, default)]
 pub struct PrometheusSignalConfig {
     /// Base URL of the Prometheus HTTP API (`http://host:9090`, plain HTTP); the signal
-    /// is `GET <url>/api/v1/query?query=<query>`. Required with `cpu_signal: prometheus`.
+    /// is `GET <url>/api/v1/query?query=<query>`. With `cpu_signal: prometheus`, exactly
+    /// one of `url` and `node_exporter_port` is set.
     pub url: Option<String>,
+    /// TCP port of each VM's node_exporter: the gateway itself scrapes
+    /// `http://<ready VM's host>:<port>/metrics` (plain HTTP, one scrape per distinct
+    /// host) every sample and takes each host's utilisation as 1 − Δidle/Δtotal of
+    /// `node_cpu_seconds_total` between two scrapes; the pool's signal is the mean over
+    /// the hosts that answered. The alternative to `url` (no Prometheus server).
+    pub node_exporter_port: Option<u16>,
     /// PromQL instant query giving the VM pool's CPU utilisation in [0, 1]; a vector
     /// result is averaged over its samples (one per VM, say).
     pub query: String,
@@ -53,6 +60,7 @@ impl Default for PrometheusSignalConfig {
     fn default() -> Self {
         Self {
             url: None,
+            node_exporter_port: None,
             query: DEFAULT_PROMETHEUS_QUERY.into(),
             timeout_ms: 1000,
         }
@@ -210,11 +218,24 @@ impl AsyncConfig {
 
     fn validate_prometheus(&self, is: &mut Issues) {
         let p = &self.prometheus;
-        match &p.url {
-            None if self.cpu_signal == CpuSignal::Prometheus => is.push(
+        match (&p.url, p.node_exporter_port) {
+            (None, None) if self.cpu_signal == CpuSignal::Prometheus => is.push(
                 "async.prometheus.url",
-                "required with async.cpu_signal: prometheus (e.g. http://127.0.0.1:9090)",
+                "required with async.cpu_signal: prometheus (e.g. http://127.0.0.1:9090), \
+                 unless async.prometheus.node_exporter_port is set",
             ),
+            (Some(_), Some(_)) => is.push(
+                "async.prometheus.node_exporter_port",
+                "set either async.prometheus.url (a Prometheus server) or \
+                 async.prometheus.node_exporter_port (each VM's node_exporter), not both",
+            ),
+            (_, Some(0)) => is.push(
+                "async.prometheus.node_exporter_port",
+                "must be a TCP port, 1-65535 (node_exporter's default is 9100)",
+            ),
+            _ => {}
+        }
+        match &p.url {
             None => {}
             Some(url) => match url.parse::<http::Uri>() {
                 Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => {}
@@ -322,5 +343,36 @@ mod tests {
             super::DEFAULT_PROMETHEUS_QUERY
         );
         assert_eq!(c.async_calls.prometheus.timeout_ms, 1000);
+    }
+
+    #[test]
+    fn node_exporter_port_is_the_alternative_to_url_never_both() {
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    url: 'http://127.0.0.1:9090'\n    node_exporter_port: 9100\n",
+        );
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].starts_with("5:25 async.prometheus.node_exporter_port: set either"),
+            "{got:#?}"
+        );
+        let got =
+            issues("async:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: 0\n");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].starts_with("4:25 async.prometheus.node_exporter_port: must be a TCP port"),
+            "{got:#?}"
+        );
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: 70000\n",
+        );
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(got[0].contains("node_exporter_port"), "{got:#?}");
+        let c = Config::from_yaml(
+            "async:\n  cpu_signal: prometheus\n  prometheus: {node_exporter_port: 9137}\n",
+            "a.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.async_calls.prometheus.node_exporter_port, Some(9137));
+        assert_eq!(c.async_calls.prometheus.url, None);
     }
 }

@@ -121,9 +121,13 @@ impl AsyncCalls {
 
     /// Start the background work of the CPU signal: with `prometheus`, a query every
     /// `async.sample_interval_seconds`. Needs the tokio runtime.
-    pub fn start(&self) {
+    pub fn start(&self, gw: &Arc<Gateway>) {
         if let Some(p) = &self.prometheus {
-            p.spawn(Duration::from_secs_f64(self.cfg.sample_interval_seconds));
+            let gw = Arc::downgrade(gw);
+            p.spawn(
+                Duration::from_secs_f64(self.cfg.sample_interval_seconds),
+                Box::new(move || gw.upgrade().map(|g| g.ready_vm_bases())),
+            );
         }
     }
 
@@ -466,6 +470,7 @@ impl AsyncCalls {
             Some(p) => serde_json::json!({
                 "configured": configured,
                 "in_use": if p.latest().is_some() { "prometheus" } else { "outstanding" },
+                "source": p.mode(),
                 "url": p.url(),
                 "queries": p.queries(),
                 "last_error": p.last_error().map(|e| e.to_string()),

@@ -18,6 +18,7 @@ use http::{Request, Uri};
 use http_body_util::BodyExt as _;
 use serde::Deserialize;
 
+use super::cpu_node_exporter::{CpuCounters, NodeExporters, exporter_urls, parse_cpu_counters};
 use crate::config::delay::PrometheusSignalConfig;
 use crate::net::body;
 use crate::net::client::{ClientSettings, UpstreamClient};
@@ -58,6 +59,21 @@ pub enum PrometheusError {
     /// A sample value that is not a finite number.
     #[error("sample value {0:?} is not a finite number")]
     NotANumber(String),
+    /// A node_exporter body that is not the Prometheus text exposition format.
+    #[error("reply is not the Prometheus text format: {0}")]
+    NotExposition(String),
+    /// A node_exporter body without `node_cpu_seconds_total` (not a node_exporter, or
+    /// its `cpu` collector is off).
+    #[error("no node_cpu_seconds_total sample in the reply")]
+    NoCpuCounters,
+    /// One VM host's node_exporter failed.
+    #[error("{url}: {reason}")]
+    At {
+        /// The exporter's `/metrics` URL.
+        url: String,
+        /// Why it failed.
+        reason: Box<PrometheusError>,
+    },
 }
 
 #[derive(Deserialize)]
@@ -143,43 +159,81 @@ struct Last {
     queries: u64,
 }
 
-/// The `prometheus` CPU signal: a client for one query and its last outcome. See the
-/// [module docs](self).
+/// Where the signal reads the CPU from.
+enum Source {
+    /// A Prometheus server's query API (`async.prometheus.url`).
+    Server {
+        base: Uri,
+        /// `/api/v1/query?query=…` (encoded).
+        target: Uri,
+    },
+    /// Each ready VM host's node_exporter (`async.prometheus.node_exporter_port`).
+    NodeExporter {
+        port: u16,
+        hosts: Mutex<NodeExporters>,
+    },
+}
+
+/// The ready VMs' base URLs, asked once per round of node_exporter scrapes; `None`
+/// once the gateway is gone (the task ends).
+pub type VmBases = Box<dyn Fn() -> Option<Vec<Uri>> + Send + Sync>;
+
+/// The `prometheus` CPU signal: a client for one query (or one scrape per VM host) and
+/// its last outcome. See the [module docs](self) and [`super::cpu_node_exporter`].
 pub struct PrometheusCpu {
     client: UpstreamClient,
-    base: Uri,
-    /// `/api/v1/query?query=…` (encoded).
-    target: Uri,
+    source: Source,
     timeout: Duration,
     last: Mutex<Last>,
 }
 
 impl PrometheusCpu {
-    /// The signal for `cfg`, or `None` without `url` (or with one that is not a URL;
+    /// The signal for `cfg`: node_exporter scrapes with `node_exporter_port`, else the
+    /// server query at `url`; `None` with neither (or a `url` that is not a URL;
     /// `spillway check` refuses both for `cpu_signal: prometheus`).
     pub fn new(cfg: &PrometheusSignalConfig) -> Option<Self> {
-        let base: Uri = cfg.url.as_deref()?.parse().ok()?;
-        let query: String = form_urlencoded::Serializer::new(String::new())
-            .append_pair("query", &cfg.query)
-            .finish();
-        let target = format!("/api/v1/query?{query}").parse().ok()?;
+        let source = match cfg.node_exporter_port {
+            Some(port) => Source::NodeExporter {
+                port,
+                hosts: Mutex::new(NodeExporters::default()),
+            },
+            None => {
+                let base: Uri = cfg.url.as_deref()?.parse().ok()?;
+                let query: String = form_urlencoded::Serializer::new(String::new())
+                    .append_pair("query", &cfg.query)
+                    .finish();
+                let target = format!("/api/v1/query?{query}").parse().ok()?;
+                Source::Server { base, target }
+            }
+        };
         let timeout = Duration::from_millis(cfg.timeout_ms);
         Some(Self {
             client: UpstreamClient::new(ClientSettings {
                 connect_timeout: timeout,
                 idle_timeout: Duration::from_secs(60),
             }),
-            base,
-            target,
+            source,
             timeout,
             last: Mutex::new(Last::default()),
         })
     }
 
-    /// The query URL (for messages).
+    /// The query URL, or with node_exporter `http://<VM host>:<port>/metrics` (for
+    /// messages and `/status`).
     pub fn url(&self) -> String {
-        crate::net::client::join(&self.base, &self.target)
-            .map_or_else(|_| self.base.to_string(), |u| u.to_string())
+        match &self.source {
+            Source::Server { base, target } => crate::net::client::join(base, target)
+                .map_or_else(|_| base.to_string(), |u| u.to_string()),
+            Source::NodeExporter { port, .. } => format!("http://<VM host>:{port}/metrics"),
+        }
+    }
+
+    /// `node_exporter` when scraping each VM host, else `server`.
+    pub fn mode(&self) -> &'static str {
+        match self.source {
+            Source::Server { .. } => "server",
+            Source::NodeExporter { .. } => "node_exporter",
+        }
     }
 
     /// The utilisation of the last query, `None` when it failed (or none ran yet).
@@ -206,28 +260,92 @@ impl PrometheusCpu {
     /// # Errors
     /// Every [`PrometheusError`].
     pub async fn query(&self) -> Result<f64, PrometheusError> {
+        self.query_inner().await
+    }
+
+    /// GET `target` from `base` within the timeout: the status and the body.
+    async fn get(
+        &self,
+        base: &Uri,
+        target: &Uri,
+        accept: &'static str,
+    ) -> Result<(http::StatusCode, bytes::Bytes), PrometheusError> {
         let ms = self.timeout.as_millis() as u64;
-        tokio::time::timeout(self.timeout, self.query_inner())
+        let exchange = async {
+            let req = Request::get(target.clone())
+                .header(http::header::ACCEPT, accept)
+                .body(body::empty())
+                .expect("static request parts are valid");
+            let resp = self
+                .client
+                .forward(base, req)
+                .await
+                .map_err(|e| PrometheusError::Unreachable(e.to_string()))?;
+            let status = resp.status();
+            let bytes = http_body_util::Limited::new(resp.into_body(), MAX_REPLY_BYTES)
+                .collect()
+                .await
+                .map_err(|e| PrometheusError::Unreachable(e.to_string()))?
+                .to_bytes();
+            Ok((status, bytes))
+        };
+        tokio::time::timeout(self.timeout, exchange)
             .await
             .unwrap_or(Err(PrometheusError::Timeout(ms)))
     }
 
+    /// One node_exporter scrape: the host's CPU counters.
+    async fn scrape(&self, url: &str) -> Result<CpuCounters, PrometheusError> {
+        let uri: Uri = url
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| PrometheusError::Unreachable(e.to_string()))?;
+        let base: Uri = format!("http://{}", uri.authority().map_or("", |a| a.as_str()))
+            .parse()
+            .map_err(|e: http::uri::InvalidUri| PrometheusError::Unreachable(e.to_string()))?;
+        let target = Uri::from_static("/metrics");
+        let (status, bytes) = self.get(&base, &target, "text/plain").await?;
+        if !status.is_success() {
+            return Err(PrometheusError::Status(status.as_u16()));
+        }
+        parse_cpu_counters(&String::from_utf8_lossy(&bytes))
+    }
+
+    /// One round: scrape each distinct VM host's node_exporter at once and fold the
+    /// outcomes into the pool's utilisation (`None` while no host has two scrapes).
+    async fn scrape_round(
+        self: &Arc<Self>,
+        vm_bases: &[Uri],
+    ) -> (Option<f64>, Option<PrometheusError>) {
+        let Source::NodeExporter { port, hosts } = &self.source else {
+            return (None, None);
+        };
+        let mut scrapes = tokio::task::JoinSet::new();
+        for url in exporter_urls(vm_bases, *port) {
+            let me = Arc::clone(self);
+            scrapes.spawn(async move {
+                let outcome = me.scrape(&url).await;
+                (url, outcome)
+            });
+        }
+        let mut outcomes = Vec::new();
+        while let Some(done) = scrapes.join_next().await {
+            if let Ok(o) = done {
+                outcomes.push(o);
+            }
+        }
+        outcomes.sort_by(|a, b| a.0.cmp(&b.0));
+        let round = hosts
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .record(outcomes);
+        (round.value, round.error)
+    }
+
     async fn query_inner(&self) -> Result<f64, PrometheusError> {
-        let req = Request::get(self.target.clone())
-            .header(http::header::ACCEPT, "application/json")
-            .body(body::empty())
-            .expect("static request parts are valid");
-        let resp = self
-            .client
-            .forward(&self.base, req)
-            .await
-            .map_err(|e| PrometheusError::Unreachable(e.to_string()))?;
-        let status = resp.status();
-        let bytes = http_body_util::Limited::new(resp.into_body(), MAX_REPLY_BYTES)
-            .collect()
-            .await
-            .map_err(|e| PrometheusError::Unreachable(e.to_string()))?
-            .to_bytes();
+        let Source::Server { base, target } = &self.source else {
+            return Err(PrometheusError::NoSample);
+        };
+        let (status, bytes) = self.get(base, target, "application/json").await?;
         match parse_utilisation(&bytes) {
             // The API answers errors with 4xx/5xx and its JSON error object: keep that
             // message, it says what is wrong with the query.
@@ -264,9 +382,20 @@ impl PrometheusCpu {
         }
     }
 
-    /// Query every `every` while the signal is in use (the task holds a weak reference
-    /// and ends once the gateway's asynchronous front end dropped its signal).
-    pub fn spawn(self: &Arc<Self>, every: Duration) {
+    /// Record one node_exporter round: the pool's value and the first failing host
+    /// (the hosts' own warnings are logged per host by [`NodeExporters::record`]).
+    fn record_round(&self, value: Option<f64>, error: Option<PrometheusError>) {
+        let mut last = self.lock();
+        last.queries += 1;
+        last.value = value;
+        last.error = error;
+    }
+
+    /// Query (or scrape every ready VM host, whose base URLs `vms` gives) every `every`
+    /// while the signal is in use (the task holds a weak reference and ends once the
+    /// gateway's asynchronous front end dropped its signal, or `vms` says the gateway is
+    /// gone).
+    pub fn spawn(self: &Arc<Self>, every: Duration, vms: VmBases) {
         let me = Arc::downgrade(self);
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(every);
@@ -274,8 +403,14 @@ impl PrometheusCpu {
             loop {
                 tick.tick().await;
                 let Some(p) = me.upgrade() else { return };
-                let outcome = p.query().await;
-                p.record(outcome);
+                if matches!(p.source, Source::NodeExporter { .. }) {
+                    let Some(bases) = vms() else { return };
+                    let (value, error) = p.scrape_round(&bases).await;
+                    p.record_round(value, error);
+                } else {
+                    let outcome = p.query().await;
+                    p.record(outcome);
+                }
             }
         });
     }
