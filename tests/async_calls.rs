@@ -583,3 +583,180 @@ fn burn(
         }
     })
 }
+
+/// Per scrape, how much each CPU's `node_cpu_seconds_total` grows: (idle, user, system)
+/// seconds, for two CPUs.
+type CpuStep = [(f64, f64, f64); 2];
+
+/// The utilisation a node_exporter scraped twice across one `step` shows:
+/// 1 − Δidle/Δtotal over both CPUs.
+fn step_utilisation(step: &CpuStep) -> f64 {
+    let idle: f64 = step.iter().map(|c| c.0).sum();
+    let total: f64 = step.iter().map(|c| c.0 + c.1 + c.2).sum();
+    1.0 - idle / total
+}
+
+/// What the fake node_exporter serves next.
+#[derive(Clone, Copy)]
+enum Exporter {
+    /// Counters that grow by the step on every scrape.
+    Counting(CpuStep),
+    /// This status, no body.
+    Failing(u16),
+    /// Counters back near zero (a rebooted VM host), then growing by the step.
+    Rebooted(CpuStep),
+}
+
+/// A fake node_exporter on loopback: `/metrics` in the Prometheus text format with two
+/// CPUs' `node_cpu_seconds_total` counters, advanced by the current step per scrape.
+fn fake_node_exporter(mode: std::sync::Arc<std::sync::Mutex<Exporter>>) -> Stub {
+    let counters = std::sync::Mutex::new([(5000.25, 1200.5, 300.75), (4800.0, 1500.0, 410.5)]);
+    Stub::start(move |_| {
+        let mut mode = mode.lock().unwrap();
+        let mut c = counters.lock().unwrap();
+        let step = match *mode {
+            Exporter::Failing(code) => {
+                return common::stub::Reply::Raw(
+                    format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n").into_bytes(),
+                );
+            }
+            Exporter::Rebooted(step) => {
+                *c = [(1.5, 0.5, 0.25), (1.0, 0.75, 0.5)];
+                *mode = Exporter::Counting(step);
+                None
+            }
+            Exporter::Counting(step) => Some(step),
+        };
+        if let Some(step) = step {
+            for (cpu, d) in c.iter_mut().zip(step) {
+                cpu.0 += d.0;
+                cpu.1 += d.1;
+                cpu.2 += d.2;
+            }
+        }
+        let mut body = String::from(
+            "# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.\n\
+             # TYPE node_cpu_seconds_total counter\n",
+        );
+        for (i, (idle, user, system)) in c.iter().enumerate() {
+            body += &format!(
+                "node_cpu_seconds_total{{cpu=\"{i}\",mode=\"idle\"}} {idle}\n\
+                 node_cpu_seconds_total{{cpu=\"{i}\",mode=\"system\"}} {system}\n\
+                 node_cpu_seconds_total{{cpu=\"{i}\",mode=\"user\"}} {user}\n"
+            );
+        }
+        body += "# TYPE node_load1 gauge\nnode_load1 0.42\n";
+        common::stub::Reply::Raw(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+}
+
+#[test]
+fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
+    // Busy: 0.15 + 0.55 s idle of 2 s → 0.65 busy; idle: 0.85 + 0.6 s of 2 s → 0.275.
+    let busy: CpuStep = [(0.15, 0.6, 0.25), (0.55, 0.3, 0.15)];
+    let idle: CpuStep = [(0.85, 0.1, 0.05), (0.6, 0.3, 0.1)];
+    let (busy_u, idle_u) = (step_utilisation(&busy), step_utilisation(&idle));
+    let threshold = 0.55;
+    assert!(busy_u > threshold && idle_u < threshold);
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(Exporter::Counting(busy)));
+    let exporter = fake_node_exporter(std::sync::Arc::clone(&mode));
+    let stub = Stub::start(ok_reply);
+    // The process VM pool runs its VMs on 127.0.0.1: the fake exporter on 127.0.0.1 is
+    // every VM host's node_exporter.
+    let yaml = format!(
+        "{}\nasync:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: {}\n    \
+         timeout_ms: 500\n  busy_utilisation: {threshold}\n  sample_interval_seconds: 0.05\n  \
+         window_seconds: 0.15\n  switch_interval_seconds: 0\n  urgency_window_seconds: 2\n",
+        function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1"),
+        exporter.addr.port()
+    );
+    let gw = Gateway::start(&yaml);
+    gw.proc.wait_line("VM ready", Duration::from_secs(30));
+    let mode_of = |s: &Value| s["async"]["mode"].as_str().map(str::to_owned);
+    let near = |s: &Value, u: f64| {
+        s["async"]["cpu_utilisation"]
+            .as_f64()
+            .is_some_and(|c| (c - u).abs() < 0.01)
+    };
+    let st = gw.wait_status(
+        "busy at the counters' share",
+        Duration::from_secs(20),
+        |s| mode_of(s).as_deref() == Some("busy") && near(s, busy_u),
+    );
+    let sig = &st["async"]["cpu_signal"];
+    assert_eq!(sig["in_use"], "prometheus", "{st:#}");
+    assert_eq!(sig["source"], "node_exporter", "{st:#}");
+    let scrapes = exporter.requests();
+    assert!(
+        scrapes.iter().all(|r| r.target == "/metrics"),
+        "{scrapes:?}"
+    );
+
+    // Busy: a call far from its deadline waits.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[
+            ("Prefer", "respond-async"),
+            ("Spillway-Deadline-Ms", "60000"),
+        ],
+        b"d",
+    );
+    assert_eq!(code, 202);
+    let location = header(&h, "location").unwrap().to_owned();
+    wait_queries(&gw, &exporter, 10);
+    assert_eq!(get_json(&gw, &location).1["state"], "queued");
+
+    // The counters grow mostly idle: the scheduler goes idle and releases the call.
+    *mode.lock().unwrap() = Exporter::Counting(idle);
+    gw.wait_status(
+        "idle at the counters' share",
+        Duration::from_secs(20),
+        |s| mode_of(s).as_deref() == Some("idle") && near(s, idle_u),
+    );
+    wait_state(&gw, &location, "done", Duration::from_secs(20));
+
+    // The exporter fails: one warning naming its URL and the reason; outstanding stands in.
+    *mode.lock().unwrap() = Exporter::Failing(503);
+    let url = format!("http://127.0.0.1:{}/metrics", exporter.addr.port());
+    let st = gw.wait_status("outstanding stands in", Duration::from_secs(20), |s| {
+        s["async"]["cpu_signal"]["in_use"] == "outstanding"
+    });
+    wait_queries(&gw, &exporter, 10);
+    let log = gw.proc.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("node_exporter CPU signal failed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage:\n{log}");
+    assert!(
+        warnings[0].contains(&url) && warnings[0].contains("HTTP status 503"),
+        "{}",
+        warnings[0]
+    );
+    let err = st["async"]["cpu_signal"]["last_error"]
+        .as_str()
+        .unwrap_or("");
+    assert!(err.contains(&url) && err.contains("503"), "{st:#}");
+
+    // The host comes back rebooted (counters near zero): the reset is a new baseline,
+    // and the busy share is back from the second scrape on.
+    *mode.lock().unwrap() = Exporter::Rebooted(busy);
+    gw.wait_status("busy again", Duration::from_secs(20), |s| {
+        mode_of(s).as_deref() == Some("busy")
+            && near(s, busy_u)
+            && s["async"]["cpu_signal"]["in_use"] == "prometheus"
+    });
+    assert!(
+        gw.proc
+            .log_text()
+            .contains("node_exporter CPU signal answers again")
+    );
+}
