@@ -10,6 +10,10 @@
 //! number) the `outstanding` signal stands in, and the gateway logs **one** warning per
 //! outage naming the URL and the reason (and one line when Prometheus answers again);
 //! `/status` shows the source in use and the last error under `async.cpu_signal`.
+//!
+//! With `async.prometheus.node_exporter_port` instead of `url`, the same signal scrapes
+//! each ready VM host's node_exporter itself (no Prometheus server): see
+//! [`super::cpu_node_exporter`].
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
