@@ -401,6 +401,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             "oldest_wait_seconds": d.oldest_accepted.map(|t| seconds(gw.now().saturating_sub(t))),
             "mode": d.mode.as_str(),
             "cpu_utilisation": d.cpu.map(m::round2),
+            "cpu_signal": gw.async_calls().map(|a| a.cpu_signal_status()),
             "mode_switches": d.switches,
             "released": d.released.iter().map(|r| json!({
                 "kind": r.kind, "tier": r.tier, "calls": r.count,

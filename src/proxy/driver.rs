@@ -187,6 +187,20 @@ impl Gateway {
         (busy as f64 / (n * u64::from(slots.max(1))) as f64).min(1.0)
     }
 
+    /// The base URLs of the ready VMs (the `prometheus` CPU signal scrapes each one's
+    /// host's node_exporter).
+    pub fn ready_vm_bases(&self) -> Vec<Uri> {
+        let st = self.lock();
+        st.core
+            .controller()
+            .vms()
+            .rows()
+            .iter()
+            .filter(|r| r.state == VmState::Ready)
+            .filter_map(|r| st.records.get(&r.id)?.base.clone())
+            .collect()
+    }
+
     /// The VM address of a released call's VM decision.
     pub fn vm_target(&self, vm: VmId) -> Option<VmTarget> {
         self.lock()

@@ -295,6 +295,7 @@ impl Server {
             );
             gateway.set_async_calls(Arc::clone(&a));
             gateway.start().await?;
+            a.start(&gateway);
             let n = a
                 .recover(&gateway)
                 .map_err(|e| ServeError::AsyncStore(e.to_string()))?;
