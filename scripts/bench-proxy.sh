@@ -148,7 +148,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 echo "## bench-proxy.sh — $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | awk 'NR==1{print $3}'); spillway $("$SPILLWAY" --version 2>/dev/null | awk '{print $2}')"
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | awk 'NR==1{print $3}'); $("$SPILLWAY" --version 2>/dev/null | head -1) (tree $(git rev-parse --short HEAD 2>/dev/null || echo -))"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "### wrk -t1 -c$C -d${D}s, keep-alive"
