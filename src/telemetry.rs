@@ -46,7 +46,9 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use std::sync::OnceLock;
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::policy::balancer::RouteReason;
@@ -71,6 +73,7 @@ pub fn install() -> PrometheusHandle {
         Ok(handle) => {
             describe();
             zero_counters();
+            let _ = HOT.set(Hot::resolve());
             gauge!(
                 "spillway_build_info",
                 "version" => crate::build_info::VERSION,
@@ -135,8 +138,8 @@ const ROUTE_REASONS: [RouteReason; 14] = [
 
 /// Register every counter series the gateway can produce, at zero.
 fn zero_counters() {
-    for tier in ["vm", "function", "local"] {
-        for status in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+    for tier in REQUEST_TIERS {
+        for status in STATUS_CLASSES {
             counter!("spillway_requests_total", "tier" => tier, "status" => status).increment(0);
         }
     }
@@ -164,6 +167,49 @@ fn zero_counters() {
     counter!("spillway_function_cold_starts_total").increment(0);
     for outcome in ["queued", "served", "timeout", "full", "cancelled"] {
         counter!("spillway_queue_calls_total", "outcome" => outcome).increment(0);
+    }
+}
+
+/// Tiers of `spillway_requests_total` and `spillway_request_duration_seconds`.
+const REQUEST_TIERS: [&str; 3] = ["vm", "function", "local"];
+/// `status` labels of `spillway_requests_total`, by `status / 100 - 1` (5xx for above).
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Handles of the metrics every request touches, resolved once when the recorder is
+/// installed (issue 18): a `counter!` with labels builds its key, hashes it and looks
+/// it up in the registry on every call; a handle is one atomic add.
+struct Hot {
+    in_flight: Gauge,
+    /// By [`REQUEST_TIERS`] index, then [`STATUS_CLASSES`] index.
+    requests: [[Counter; 5]; 3],
+    /// By [`REQUEST_TIERS`] index.
+    duration: [Histogram; 3],
+    /// `(tier, reason)` of every decision the gateway can make.
+    routing: Vec<(&'static str, &'static str, Counter)>,
+}
+
+static HOT: OnceLock<Hot> = OnceLock::new();
+
+impl Hot {
+    fn resolve() -> Self {
+        Self {
+            in_flight: gauge!("spillway_requests_in_flight"),
+            requests: REQUEST_TIERS.map(|tier| {
+                STATUS_CLASSES.map(
+                    |status| counter!("spillway_requests_total", "tier" => tier, "status" => status),
+                )
+            }),
+            duration: REQUEST_TIERS
+                .map(|tier| histogram!("spillway_request_duration_seconds", "tier" => tier)),
+            routing: ROUTE_REASONS
+                .iter()
+                .filter_map(|&reason| {
+                    let tier = gateway_tier(reason)?;
+                    let c = counter!("spillway_routing_decisions_total", "tier" => tier, "reason" => reason.as_str());
+                    Some((tier, reason.as_str(), c))
+                })
+                .collect(),
+        }
     }
 }
 
@@ -365,19 +411,28 @@ fn describe() {
 
 /// A request finished on `tier` with `status` after `elapsed` (to response headers).
 pub fn request(tier: &'static str, status: u16, elapsed: Duration) {
-    let class = match status / 100 {
-        1 => "1xx",
-        2 => "2xx",
-        3 => "3xx",
-        4 => "4xx",
-        _ => "5xx",
-    };
+    let class_index = usize::from(status / 100).clamp(1, 5) - 1;
+    if let Some(hot) = HOT.get()
+        && let Some(t) = REQUEST_TIERS.iter().position(|&x| x == tier)
+    {
+        hot.requests[t][class_index].increment(1);
+        hot.duration[t].record(elapsed.as_secs_f64());
+        return;
+    }
+    let class = STATUS_CLASSES[class_index];
     counter!("spillway_requests_total", "tier" => tier, "status" => class).increment(1);
     histogram!("spillway_request_duration_seconds", "tier" => tier).record(elapsed.as_secs_f64());
 }
 
 /// One balancer decision.
 pub fn routing(tier: &'static str, reason: &'static str) {
+    if let Some((_, _, c)) = HOT.get().and_then(|hot| {
+        hot.routing
+            .iter()
+            .find(|(t, r, _)| *t == tier && *r == reason)
+    }) {
+        return c.increment(1);
+    }
     counter!("spillway_routing_decisions_total", "tier" => tier, "reason" => reason).increment(1);
 }
 
@@ -489,11 +544,16 @@ pub fn r_max_gauges(s: &RMaxStatus) {
 
 /// A request arrived (`+1`) or its response finished (`-1`).
 pub fn in_flight(delta: i8) {
-    let g = gauge!("spillway_requests_in_flight");
-    if delta >= 0 {
-        g.increment(f64::from(delta));
-    } else {
-        g.decrement(f64::from(-delta));
+    let apply = |g: &Gauge| {
+        if delta >= 0 {
+            g.increment(f64::from(delta));
+        } else {
+            g.decrement(f64::from(-delta));
+        }
+    };
+    match HOT.get() {
+        Some(hot) => apply(&hot.in_flight),
+        None => apply(&gauge!("spillway_requests_in_flight")),
     }
 }
 

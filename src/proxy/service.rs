@@ -173,8 +173,9 @@ pub async fn handle(
 ) -> Response<Body> {
     let started = Instant::now();
     let observed = super::access_log::begin(&req, peer);
+    // For the failure log line (a shared-buffer clone, not a copy).
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    let uri = req.uri().clone();
     let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
@@ -191,7 +192,7 @@ pub async fn handle(
                 | ProxyError::Request(_) => {
                     tracing::debug!(error = %e, "local reply")
                 }
-                _ => tracing::warn!(error = %e, %method, %path, "request failed"),
+                _ => tracing::warn!(error = %e, %method, path = %uri.path(), "request failed"),
             }
             (tier, e.into_response())
         }
