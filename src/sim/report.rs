@@ -168,10 +168,44 @@ pub struct ZoneReport {
     pub busy_s: f64,
     /// Idle (kept-alive) time, s.
     pub idle_s: f64,
-    /// Instance time (start-up + busy + idle), hours.
+    /// Shutdown time of expired instances (`sim.function.shutdown_ms` each), s.
+    pub shutdown_s: f64,
+    /// Calls that waited for a booting pre-warmed instance (counted as warm starts).
+    pub prewarm_waits: u64,
+    /// Instance time (start-up + busy + idle + shutdown), hours.
     pub instance_hours: f64,
     /// Mean instances alive over the run (instance time / run length).
     pub mean_instances: f64,
+    /// Every instance of an instance zone, in start order (FaaSim's usage per instance).
+    pub instances: Vec<InstanceReport>,
+}
+
+/// One function instance's usage (FaaSim, papers.md §2: UT = start-up + busy + idle +
+/// shutdown).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstanceReport {
+    /// Its number in the zone, from 0 in start order.
+    pub id: u64,
+    /// A pre-warmed instance.
+    pub prewarmed: bool,
+    /// Started (cold start or pre-warm), s.
+    pub started_s: f64,
+    /// Stopped (end of its shutdown), s; `null` when alive at the end of the run.
+    pub stopped_s: Option<f64>,
+    /// 1 when a call cold-started it.
+    pub cold_starts: u64,
+    /// Calls it served without a cold start.
+    pub warm_starts: u64,
+    /// Start-up time, s.
+    pub startup_s: f64,
+    /// Busy time, s.
+    pub busy_s: f64,
+    /// Idle time, s.
+    pub idle_s: f64,
+    /// Shutdown time, s.
+    pub shutdown_s: f64,
+    /// Usage time, hours.
+    pub instance_hours: f64,
 }
 
 /// Where the adaptive r_max controller went during a run (LIBRA §III-B).
