@@ -48,6 +48,15 @@ pub enum PolicyArg {
     All,
 }
 
+/// `--generate` values: FaaSim's synthetic workloads ([`super::faasim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenerateArg {
+    /// 100 calls within ~2 s every 30 s, 100 bursts over 5 zones (10 000 calls).
+    Burst,
+    /// 100 calls/s for 100 s over 5 zones (10 000 calls).
+    Stream,
+}
+
 /// `--queue-order` values (call scheduling §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum QueueOrderArg {
@@ -84,9 +93,14 @@ pub struct SimArgs {
     /// config/sim/libra-paper.yaml.
     #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The trace file.
+    /// The trace file (with `--generate`: the file written, `-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
+    /// Write FaaSim's synthetic `burst` or `stream` workload, made by the seeded
+    /// generator (`--seed`), to the `--trace` file as an `events` trace
+    /// (`<arrival seconds> <zone>` lines), and exit without simulating.
+    #[arg(long, value_enum, value_name = "PATTERN")]
+    pub generate: Option<GenerateArg>,
     /// Trace format; default: the config's `sim.trace_format`, else `counts`.
     #[arg(long, value_enum)]
     pub format: Option<TraceFormat>,
@@ -334,6 +348,22 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// Any [`SimError`]: unreadable or malformed files (with file and line), invalid
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
+    if let Some(pattern) = args.generate {
+        let (name, calls) = match pattern {
+            GenerateArg::Burst => ("burst", super::faasim::burst(args.seed)),
+            GenerateArg::Stream => ("stream", super::faasim::stream(args.seed)),
+        };
+        write_file(&args.trace, &super::faasim::events_text(&calls))?;
+        if !args.quiet && args.trace != Path::new("-") {
+            eprintln!(
+                "wrote {} calls (FaaSim {name}, seed {}) to {}",
+                calls.len(),
+                args.seed,
+                args.trace.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut config = load_config(args.config.as_deref())?;
     for text in &args.set {
         let (path, value) = split_assignment("--set", text)?;
