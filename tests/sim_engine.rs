@@ -942,3 +942,38 @@ fn start_and_execution_jitter_is_uniform_bounded_and_seeded() {
         go(8).report.platform_response_ms.unwrap().mean
     );
 }
+
+/// The `--sweep` summary has one row per value and placement, the value in the first
+/// column under PATH: keep-alive 0 vs 100 s on two calls 10 s apart from no edge (one
+/// cloud zone): every call cold at 0, the second warm at 100 s.
+#[test]
+fn the_sweep_summary_has_one_row_per_value_and_a_column_for_the_path() {
+    let path = "function_zones[*].keep_alive_seconds";
+    let trace = events("0.0 0\n10.0 0\n");
+    let reports: Vec<(String, spillway::sim::report::SimReport)> = ["0", "100"]
+        .iter()
+        .map(|v| {
+            let c = one_zone(
+                "max_instances: 2, keep_alive_seconds: 1",
+                "cold_start_ms: 700, warm_start_ms: 0",
+            );
+            let c = spillway::config::with_override(&c, path, v).unwrap();
+            let (r, _) =
+                spillway::sim::simulate(&c, &trace, &[PolicyKind::Faas], 1, false, &mut |_, _| {})
+                    .unwrap();
+            (v.to_string(), r)
+        })
+        .collect();
+    let rows: Vec<(String, &spillway::sim::report::SimReport)> =
+        reports.iter().map(|(v, r)| (v.clone(), r)).collect();
+    let text = spillway::sim::report::sweep_table(path, &rows);
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0][..3], [path, "policy", "cold"], "{text}");
+    assert_eq!(lines.len(), 1 + 2, "{text}");
+    // value, policy, cold starts, mean platform ms (cold 1000 ms; cold + warm 650 ms).
+    assert_eq!(lines[1][..4], ["0", "faas", "2", "1000.0"], "{text}");
+    assert_eq!(lines[2][..4], ["100", "faas", "1", "650.0"], "{text}");
+}

@@ -154,7 +154,8 @@ pub struct SimArgs {
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub set: Vec<String>,
     /// Run once per value of a dotted path (`placement=edge_first,warm_first`): one table
-    /// per value; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
+    /// per value, then a summary with one row per value and policy and a column for
+    /// PATH; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
     #[arg(long, value_name = "PATH=V1,V2,...")]
     pub sweep: Option<String>,
     /// Run the delay-queue model (ProFaaStinate §3) instead of the cost report: an
@@ -373,6 +374,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     if let Some(sweep) = &args.sweep {
         let (path, values) = split_assignment("--sweep", sweep)?;
         let mut rows = Vec::new();
+        let mut reports = Vec::new();
         for value in values.split(',') {
             let c = crate::config::with_override(&config, path, value)
                 .map_err(|m| invalid("--sweep", m))?;
@@ -387,6 +389,16 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             }
             let report = run_one(&one, c)?;
             rows.push(serde_json::json!({"value": value, "report": report}));
+            reports.push((value.to_string(), report));
+        }
+        // One row per value and policy, a column for PATH.
+        let summary: Vec<(String, &super::report::SimReport)> = reports
+            .iter()
+            .filter_map(|(v, r)| r.as_ref().map(|r| (v.clone(), r)))
+            .collect();
+        if !args.quiet && !summary.is_empty() {
+            println!("sweep of {path}:");
+            print!("{}", super::report::sweep_table(path, &summary));
         }
         if let Some(p) = &args.json {
             let mut text = serde_json::to_string_pretty(&serde_json::json!({

@@ -395,6 +395,43 @@ pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
     out
 }
 
+/// The `--sweep` summary: one row per swept value and policy, the first column the value
+/// of `path`, then cold starts, mean platform and client response times (ms; `-` without
+/// function zones) and instance-hours (`-` without function zones) — the README's
+/// experiment tables.
+pub fn sweep_table(path: &str, rows: &[(String, &SimReport)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(v, _)| v.len())
+        .chain([path.len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{path:<width$}  {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}",
+        "policy", "cold", "mean_ms", "client_ms", "inst_hours", "cost_usd"
+    );
+    let opt = |x: Option<f64>, prec: usize| x.map_or("-".to_string(), |x| format!("{x:.prec$}"));
+    for (value, report) in rows {
+        for p in &report.policies {
+            let _ = writeln!(
+                out,
+                "{value:<width$}  {:<10} {:>8} {:>10.1} {:>10} {:>10} {:>10.2}",
+                p.name,
+                p.cold_starts,
+                p.platform_response_ms
+                    .as_ref()
+                    .map_or(p.response_ms.mean, |r| r.mean),
+                opt(p.client_response_ms.as_ref().map(|r| r.mean), 1),
+                opt(p.instance_hours, 2),
+                p.cost_usd.total,
+            );
+        }
+    }
+    out
+}
+
 /// The terminal comparison table.
 pub fn table(reports: &[PolicyReport]) -> String {
     let mut out = String::new();
