@@ -204,10 +204,33 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
         VmBilling::PerHour => "per started hour".to_string(),
     };
     let f = &s.function;
+    let pct = |j: f64| {
+        if j > 0.0 {
+            format!(" ±{}%", (j * 1e5).round() / 1e3)
+        } else {
+            String::new()
+        }
+    };
+    // With function zones, keep-alive and instance caps are the zones' own.
+    let instances = if config.function_zones.is_empty() {
+        format!(
+            "keep-alive {} s, max {} instances",
+            f.keep_alive_seconds, f.max_concurrency
+        )
+    } else {
+        format!(
+            "{} function zones (keep-alive and max instances per zone){}",
+            config.function_zones.len(),
+            if f.exec_jitter > 0.0 {
+                format!(", execution{}", pct(f.exec_jitter))
+            } else {
+                String::new()
+            }
+        )
+    };
     let line = format!(
         "model: service {service}, {memory} MB; VM {} slots, boot {} s, billed {billing}{}; \
-         function cold start {} ms, warm start {} ms, keep-alive {} s, max {} instances; \
-         SLA {} ms",
+         function cold start {} ms{}, warm start {} ms{}, {instances}; SLA {} ms",
         s.vm.slots,
         s.vm.boot_seconds,
         if s.vm.bill_boot {
@@ -216,9 +239,9 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
             " from ready"
         },
         f.cold_start_ms,
+        pct(f.cold_start_jitter),
         f.warm_start_ms,
-        f.keep_alive_seconds,
-        f.max_concurrency,
+        pct(f.warm_start_jitter),
         s.sla_ms
     );
     let mut warnings = Vec::new();
