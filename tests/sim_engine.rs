@@ -899,6 +899,14 @@ fn expired_instances_shut_down_and_usage_is_reported_per_instance() {
     assert_eq!(z.instances[1].stopped_s, None, "alive at the end");
     let total: f64 = z.instances.iter().map(|i| i.instance_hours).sum();
     assert!(close(z.instance_hours, total));
+    // Totals over zones: instance-hours and mean instances (instance time ÷ run length).
+    assert!(close(r.report.instance_hours.unwrap(), total));
+    let mean = total * 3600.0 / r.stats.end_s;
+    assert!(
+        close(r.report.mean_instances.unwrap(), mean),
+        "{:?}",
+        r.report.mean_instances
+    );
 }
 
 /// FaaSim's uniform jitter on execution, cold and warm starts (`sim.function.*_jitter`):

@@ -325,3 +325,43 @@ fn an_expired_instance_reports_its_shutdown_time_and_per_instance_usage() {
         "{metrics}"
     );
 }
+
+/// Warm-first (FaaSim): a call from the edge takes a warm cloud instance rather than
+/// cold-starting on the edge; edge-first cold-starts on the edge. The first call has no
+/// edge origin (the edge's clients are 10.9.0.0/16) and cold-starts in the cloud; the
+/// second names the edge by the trusted origin header.
+#[test]
+fn warm_first_takes_a_warm_cloud_instance_over_a_cold_edge_start() {
+    let keys = "  trusted_proxies: [127.0.0.1/32]\n  origin_zone_header: x-spillway-zone";
+    for (placement, second_on_edge) in [("warm_first", false), ("edge_first", true)] {
+        let yaml = zones_config(&edge_command(), "    client_cidrs: [10.9.0.0/16]", keys)
+            .replace("placement: edge_first", &format!("placement: {placement}"));
+        let gw = Gateway::start(&yaml);
+        let call = |headers: &[(&'static str, &'static str)]| {
+            let (code, h, _) = http(gw.proxy, "GET", "/", headers, b"");
+            assert_eq!(code, 200);
+            header(&h, "x-spillway-instance").unwrap().to_string()
+        };
+        let first = call(&[]);
+        assert!(first.starts_with("cloud-"), "{first}");
+        let second = call(&[("x-spillway-zone", "edge-a")]);
+        if second_on_edge {
+            assert!(second.starts_with("edge-"), "{placement}: {second}");
+        } else {
+            assert_eq!(second, first, "{placement}: the warm cloud instance");
+        }
+        let s = gw.status();
+        let starts = |z| {
+            (
+                zone_stat(&s, z, "cold_starts"),
+                zone_stat(&s, z, "warm_starts"),
+            )
+        };
+        let want = if second_on_edge {
+            ((1, 0), (1, 0))
+        } else {
+            ((0, 0), (1, 1))
+        };
+        assert_eq!((starts(0), starts(1)), want, "{placement}: {s:#}");
+    }
+}

@@ -1101,6 +1101,11 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
             .placement
             .is_some()
             .then(|| zone_reports.iter().map(|z| z.instance_hours).sum()),
+        mean_instances: e
+            .p
+            .placement
+            .is_some()
+            .then(|| zone_reports.iter().map(|z| z.mean_instances).sum()),
         zones: if e.p.placement.is_some() {
             zone_reports
         } else {

@@ -83,10 +83,14 @@ pub struct PolicyReport {
     pub cold_starts: u64,
     /// Response times of served requests.
     pub response_ms: ResponseMs,
-    /// FaaSim usage over every function zone: instance time (start-up + busy + idle),
-    /// hours (configs with `function_zones` only).
+    /// FaaSim usage over every function zone: instance time (start-up + busy + idle +
+    /// shutdown), hours (configs with `function_zones` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_hours: Option<f64>,
+    /// Mean instances alive over the run, all zones (instance time / run length; configs
+    /// with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_instances: Option<f64>,
     /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneReport>,
