@@ -214,8 +214,11 @@ pub struct ZoneStatus {
 }
 
 #[derive(Clone, Debug)]
+// The pool is the variant every placement touches: boxing it would cost a pointer chase
+// per decision (issue 8's ≤ 100 ns goal); zones are few, so the size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum ZoneState {
-    Pool(Box<FunctionPool>),
+    Pool(FunctionPool),
     Concurrency {
         max: Option<u32>,
         in_flight: u32,
@@ -285,7 +288,7 @@ impl Placement {
             .map(|p| {
                 let state = match &p.capacity {
                     ZoneCapacity::Instances(pool) => {
-                        ZoneState::Pool(Box::new(FunctionPool::new(pool.clone())))
+                        ZoneState::Pool(FunctionPool::new(pool.clone()))
                     }
                     ZoneCapacity::Concurrency { max_concurrency } => ZoneState::Concurrency {
                         max: *max_concurrency,
