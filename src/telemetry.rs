@@ -36,8 +36,10 @@
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
 //! | `spillway_function_cold_start_seconds` | histogram | — (a call's cold start, excluded from its processing time p) |
 //! | `spillway_queue_calls_total` | counter | `outcome` = queued, served, timeout, full, cancelled |
-//! | `spillway_function_usage_seconds` | gauge | `zone`, `phase` = startup (cold starts), busy, idle (closed idle periods) — FaaSim usage time, set at every scrape |
+//! | `spillway_function_usage_seconds` | gauge | `zone`, `phase` = startup (cold starts), busy, idle (closed idle periods), shutdown (keep-alive expiry to stopped) — FaaSim usage time, set at every scrape |
 //! | `spillway_function_starts` | gauge | `zone`, `start` = cold, warm — calls by start kind since startup, set at every scrape |
+//! | `spillway_function_instance_usage_seconds` | gauge | `zone`, `instance` (the instance id, reused after it stopped), `phase` = startup, busy, idle, shutdown — FaaSim usage time of each instance not yet stopped, set at every scrape |
+//! | `spillway_function_instance_starts` | gauge | `zone`, `instance`, `start` = cold, warm — that instance's calls by start kind |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
@@ -397,7 +399,16 @@ fn describe() {
     metrics::describe_gauge!(
         "spillway_function_usage_seconds",
         metrics::Unit::Seconds,
-        "FaaSim usage time of a function zone's instances since startup: startup (cold starts), busy, idle (closed idle periods)."
+        "FaaSim usage time of a function zone's instances since startup: startup (cold starts), busy, idle (closed idle periods), shutdown (keep-alive expiry to stopped)."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_instance_usage_seconds",
+        metrics::Unit::Seconds,
+        "FaaSim usage time of one function instance not yet stopped (instance = its id, reused after it stopped): startup, busy, idle, shutdown."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_instance_starts",
+        "Calls of one function instance not yet stopped by start kind (cold, warm)."
     );
     metrics::describe_gauge!(
         "spillway_function_starts",
@@ -568,15 +579,39 @@ pub fn function_instances(zone: &str, starting: u32, busy: u32, idle: u32) {
     gauge!("spillway_function_instances", "zone" => zone, "state" => "idle").set(f64::from(idle));
 }
 
-/// Export one instance zone's FaaSim usage (FaaSim §3): start-up, busy and idle seconds,
-/// cold and warm starts.
+/// Export one instance zone's FaaSim usage (FaaSim §3): start-up, busy, idle and shutdown
+/// seconds, cold and warm starts.
 pub fn function_usage(zone: &str, u: &crate::policy::functions::FunctionUsage) {
-    for (phase, d) in [("startup", u.startup), ("busy", u.busy), ("idle", u.idle)] {
+    for (phase, d) in [
+        ("startup", u.startup),
+        ("busy", u.busy),
+        ("idle", u.idle),
+        ("shutdown", u.shutdown),
+    ] {
         gauge!("spillway_function_usage_seconds", "zone" => zone.to_string(), "phase" => phase)
             .set(d.as_secs_f64());
     }
     for (start, n) in [("cold", u.cold_starts), ("warm", u.warm_starts)] {
         gauge!("spillway_function_starts", "zone" => zone.to_string(), "start" => start)
+            .set(n as f64);
+    }
+}
+
+/// Export one function instance's FaaSim usage (papers.md §2, usage per instance):
+/// start-up, busy, idle and shutdown seconds, cold and warm starts, labelled by its id.
+pub fn function_instance_usage(zone: &str, i: &crate::policy::functions::InstanceUsage) {
+    let instance = i.id.0.to_string();
+    for (phase, d) in [
+        ("startup", i.startup),
+        ("busy", i.busy),
+        ("idle", i.idle),
+        ("shutdown", i.shutdown),
+    ] {
+        gauge!("spillway_function_instance_usage_seconds", "zone" => zone.to_string(), "instance" => instance.clone(), "phase" => phase)
+            .set(d.as_secs_f64());
+    }
+    for (start, n) in [("cold", i.cold_starts), ("warm", i.warm_starts)] {
+        gauge!("spillway_function_instance_starts", "zone" => zone.to_string(), "instance" => instance.clone(), "start" => start)
             .set(n as f64);
     }
 }

@@ -75,7 +75,8 @@ pub enum Action {
         /// The instance.
         instance: InstanceId,
     },
-    /// Stop an idle function instance whose keep-alive ran out (FaaSim §3).
+    /// Stop an idle function instance whose keep-alive ran out (FaaSim §3); report
+    /// [`Core::on_instance_stopped`] when it is gone (its shutdown time ends then).
     StopInstance {
         /// The zone.
         zone: ZoneId,
@@ -555,6 +556,20 @@ impl Core {
         self.advance(now);
         self.placement.on_started(now, zone, instance);
         self.refresh();
+    }
+
+    /// A function instance expired by its keep-alive ([`Action::StopInstance`]) finished
+    /// stopping: its shutdown time ends (FaaSim usage, papers.md §2).
+    pub fn on_instance_stopped(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        self.advance(now);
+        self.placement.on_stopped(now, zone, instance);
+        self.refresh();
+    }
+
+    /// Keep the usage of every stopped function instance for [`Self::status`] (the
+    /// simulator's per-instance report).
+    pub fn keep_function_history(&mut self) {
+        self.placement.keep_history();
     }
 
     /// A function instance failed to start or died while idle: forgotten.

@@ -157,6 +157,9 @@ fn scrape_gauges(gw: &Gateway) {
         if let Some(u) = &z.usage {
             m::function_usage(&z.name, u);
         }
+        for i in &z.instances {
+            m::function_instance_usage(&z.name, i);
+        }
     }
     if let Some(q) = &st.core.queue {
         m::queue_gauges(q);
@@ -519,14 +522,28 @@ fn functions_json(
                 "throttled": throttled,
             },
             "usage": z.usage.map(|u| {
-                let hours = (u.startup + u.busy + u.idle).as_secs_f64() / 3600.0;
                 json!({
                     "startup_seconds": u.startup.as_secs_f64(),
                     "busy_seconds": u.busy.as_secs_f64(),
                     "idle_seconds": u.idle.as_secs_f64(),
-                    "instance_hours": hours,
+                    "shutdown_seconds": u.shutdown.as_secs_f64(),
+                    "instance_hours": u.instance_hours(),
                     "instances_started": u.instances_started,
                     "instances_expired": u.instances_expired,
+                    "instances_stopping": z.stopping,
+                    "prewarm_waits": u.prewarm_waits,
+                    // FaaSim usage per instance (not yet stopped), in start order.
+                    "instances": z.instances.iter().map(|i| json!({
+                        "id": i.id.0,
+                        "prewarmed": i.prewarmed,
+                        "cold_starts": i.cold_starts,
+                        "warm_starts": i.warm_starts,
+                        "startup_seconds": i.startup.as_secs_f64(),
+                        "busy_seconds": i.busy.as_secs_f64(),
+                        "idle_seconds": i.idle.as_secs_f64(),
+                        "shutdown_seconds": i.shutdown.as_secs_f64(),
+                        "instance_hours": i.instance_hours(),
+                    })).collect::<Vec<_>>(),
                 })
             }),
             "errors": redacted(backend.errors()),

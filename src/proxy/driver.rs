@@ -64,6 +64,19 @@ struct State {
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
     /// health loop and adopted again once healthy (issue 12 item 6).
     parked: Vec<(String, Uri)>,
+    /// Calls waiting for a booting pre-warmed instance they claimed
+    /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
+    /// when it came first; registered in the same lock as the core's state.
+    boot_waits: HashMap<(ZoneId, InstanceId), BootWait>,
+}
+
+/// A claimed pre-warmed instance's boot, seen by the call that waits for it.
+#[derive(Debug)]
+enum BootWait {
+    /// The call waits: `true` once the instance is ready, `false` if its boot failed.
+    Waiting(oneshot::Sender<bool>),
+    /// The boot failed before the call started waiting.
+    Failed,
 }
 
 /// How a wait in the gateway queue ended.
@@ -127,6 +140,7 @@ impl Gateway {
                 r_max_logged: None,
                 waiters: HashMap::new(),
                 parked: Vec::new(),
+                boot_waits: HashMap::new(),
             }),
             origin: Instant::now(),
             wake: Notify::new(),
@@ -800,8 +814,12 @@ impl Gateway {
                     ?instance,
                     "function instance expired (keep-alive)"
                 );
-                let backend = Arc::clone(self.zone_backend(zone));
-                tokio::spawn(async move { backend.stop_instance(instance).await });
+                let this = self.self_arc();
+                tokio::spawn(async move {
+                    this.zone_backend(zone).stop_instance(instance).await;
+                    // Its shutdown time ends (FaaSim usage); the id may be reused now.
+                    this.with_core(|core, now| core.on_instance_stopped(now, zone, instance));
+                });
             }
         }
     }
@@ -829,13 +847,55 @@ impl Gateway {
                     ?instance,
                     "pre-warmed function instance ready"
                 );
-                self.with_core(|core, now| core.on_instance_started(now, zone, instance));
+                self.with_core_state(|st, now| {
+                    st.core.on_instance_started(now, zone, instance);
+                    if let Some(BootWait::Waiting(tx)) = st.boot_waits.remove(&(zone, instance)) {
+                        let _ = tx.send(true);
+                    }
+                });
             }
             Err(e) => {
                 tracing::warn!(zone = zone.0, error = %e, "pre-warmed function instance failed to start");
-                self.with_core(|core, now| core.on_instance_failed(now, zone, instance));
+                self.with_core_state(|st, now| {
+                    // A call that claimed it fails its attempt (the core forgets the
+                    // instance then, once); otherwise it is forgotten now.
+                    if st.core.placement().is_claimed_booting(zone, instance) {
+                        match st.boot_waits.remove(&(zone, instance)) {
+                            Some(BootWait::Waiting(tx)) => {
+                                let _ = tx.send(false);
+                            }
+                            _ => {
+                                st.boot_waits.insert((zone, instance), BootWait::Failed);
+                            }
+                        }
+                    } else {
+                        st.boot_waits.remove(&(zone, instance));
+                        st.core.on_instance_failed(now, zone, instance);
+                    }
+                });
             }
         }
+    }
+
+    /// Wait until the booting pre-warmed `instance` of `zone`, claimed by a call
+    /// ([`Start::Booting`](crate::policy::placement::Start)), is ready: `true`, and the
+    /// instance is busy with the call; `false` when its boot failed (report
+    /// [`NotSentReason::ColdStartFailed`](crate::policy::attempt::NotSentReason)).
+    pub async fn await_booting(&self, zone: ZoneId, instance: InstanceId) -> bool {
+        let rx = {
+            let mut st = self.lock();
+            if let Some(BootWait::Failed) = st.boot_waits.remove(&(zone, instance)) {
+                return false;
+            }
+            if !st.core.placement().is_starting(zone, instance) {
+                return true;
+            }
+            let (tx, rx) = oneshot::channel();
+            st.boot_waits
+                .insert((zone, instance), BootWait::Waiting(tx));
+            rx
+        };
+        rx.await.unwrap_or(false)
     }
 
     fn self_arc(&self) -> Arc<Self> {
@@ -1107,6 +1167,12 @@ impl TicketGuard {
         let started = self.gw.cold_start(zone, instance).await;
         self.starting = None;
         started
+    }
+
+    /// Wait for the booting pre-warmed instance the current lease claimed
+    /// ([`Gateway::await_booting`]): `false` when its boot failed.
+    pub async fn await_booting(&mut self, zone: ZoneId, instance: InstanceId) -> bool {
+        self.gw.await_booting(zone, instance).await
     }
 
     /// The answering attempt's slot or lease is released elsewhere from now on.

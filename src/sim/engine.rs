@@ -42,8 +42,8 @@ use rand_chacha::ChaCha8Rng;
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
-    CostBreakdown, EpochRow, FunctionSpread, PolicyReport, QueueReport, RMaxReport, ResponseMs,
-    ResponseStats, SeriesBuffer, Spread, ZoneReport,
+    CostBreakdown, EpochRow, FunctionSpread, InstanceReport, PolicyReport, QueueReport, RMaxReport,
+    ResponseMs, ResponseStats, SeriesBuffer, Spread, ZoneReport,
 };
 use super::trace::Trace;
 use crate::config::Config;
@@ -256,8 +256,10 @@ enum EvKind {
     /// A function call ends: zone, instance.
     FnDone(u16, u32),
     VmReady(u32),
-    /// A cold-started function instance is ready: zone, instance.
+    /// A cold-started (or pre-warmed) function instance is ready: zone, instance.
     InstanceReady(u16, u32),
+    /// An expired function instance finished shutting down: zone, instance.
+    InstanceStopped(u16, u32),
 }
 
 struct VmSim {
@@ -325,6 +327,10 @@ struct Engine<'a> {
     client_hist: Histogram<u64>,
     extremes: (u64, u64, u64, u64, u128),
     rtt_rng: ChaCha8Rng,
+    /// Draws of the start-up and execution jitter (`sim.function.*_jitter`).
+    jitter_rng: ChaCha8Rng,
+    /// Ready time (ns) of each pre-warmed instance still booting: zone, instance.
+    prewarm_ready: HashMap<(u16, u32), u64>,
 }
 
 /// A call in the simulation's gateway queue or in service.
@@ -456,15 +462,33 @@ impl<'a> Engine<'a> {
                         }
                     }
                 }
-                // Modelled pre-warmed instances are ready at once; idle ones that expire
-                // need no physics (their usage is the core's accounting).
+                // Pre-warmed instances are ready at once, or after `prewarm_boot_ms`
+                // (a call may claim one meanwhile and wait for it).
                 Action::StartInstance { zone, instance } => {
-                    self.core.on_instance_started(dur(now), zone, instance);
+                    let boot = (self.p.function.prewarm_boot_ms * 1e6).round() as u64;
+                    if boot == 0 {
+                        self.core.on_instance_started(dur(now), zone, instance);
+                    } else {
+                        let id = instance.0 as u32;
+                        self.prewarm_ready.insert((zone.0, id), now + boot);
+                        self.schedule(now + boot, EvKind::InstanceReady(zone.0, id));
+                    }
+                }
+                // An expired instance stops after `shutdown_ms` (its shutdown time).
+                Action::StopInstance { zone, instance } => {
+                    let stop = (self.p.function.shutdown_ms * 1e6).round() as u64;
+                    if stop == 0 {
+                        self.core.on_instance_stopped(dur(now), zone, instance);
+                    } else {
+                        self.schedule(
+                            now + stop,
+                            EvKind::InstanceStopped(zone.0, instance.0 as u32),
+                        );
+                    }
                 }
                 Action::Scaling(
                     controller::Action::Drain { .. } | controller::Action::Decided { .. },
                 )
-                | Action::StopInstance { .. }
                 | Action::VmBootTimedOut { .. } => {}
                 Action::Dequeued { id, decision } => {
                     let call = self
@@ -651,8 +675,14 @@ impl<'a> Engine<'a> {
                 }
             }
             EvKind::InstanceReady(zone, id) => {
+                self.prewarm_ready.remove(&(zone, id));
                 self.core
                     .on_instance_started(dur(t), ZoneId(zone), InstanceId(u64::from(id)));
+                self.drain_actions(t, false);
+            }
+            EvKind::InstanceStopped(zone, id) => {
+                self.core
+                    .on_instance_stopped(dur(t), ZoneId(zone), InstanceId(u64::from(id)));
                 self.drain_actions(t, false);
             }
         }
@@ -698,6 +728,18 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// `ms` with a uniform jitter of ± `jitter` × `ms` (FaaSim's variances), in ns. No
+    /// draw without jitter, so runs without it keep their random streams.
+    fn jittered_ns(&mut self, ms: f64, jitter: f64) -> u64 {
+        use rand::Rng as _;
+        let f = if jitter > 0.0 {
+            1.0 + self.jitter_rng.random_range(-jitter..=jitter)
+        } else {
+            1.0
+        };
+        (ms * f * 1e6).round().max(0.0) as u64
+    }
+
     /// Start `call` at `now` (its arrival, or when it leaves the queue) as `decision`
     /// says: on a VM slot, or on a function instance.
     fn start(&mut self, now: u64, call: SimCall, decision: Decision) {
@@ -727,13 +769,32 @@ impl<'a> Engine<'a> {
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
+                let f = &self.p.function;
+                let (warm_ms, warm_j, cold_ms, cold_j) = (
+                    f.warm_start_ms,
+                    f.warm_start_jitter,
+                    f.cold_start_ms,
+                    f.cold_start_jitter,
+                );
+                let service_ns = if self.p.function.exec_jitter > 0.0 {
+                    self.jittered_ns(service_ns as f64 / 1e6, self.p.function.exec_jitter)
+                } else {
+                    service_ns
+                };
                 let (id, start) = match lease.start {
-                    Start::Warm(id) => (
-                        id,
-                        now + (self.p.function.warm_start_ms * 1e6).round() as u64,
-                    ),
+                    Start::Warm(id) => (id, now + self.jittered_ns(warm_ms, warm_j)),
+                    Start::Booting(id) => {
+                        // A booting pre-warmed instance: the call waits for its boot, then
+                        // pays a warm start (FaaSim: max(ready, arrival) + warm + exec).
+                        let ready = self
+                            .prewarm_ready
+                            .get(&(zone, id.0 as u32))
+                            .copied()
+                            .unwrap_or(now);
+                        (id, ready.max(now) + self.jittered_ns(warm_ms, warm_j))
+                    }
                     Start::Cold(id) => {
-                        let cold = (self.p.function.cold_start_ms * 1e6).round() as u64;
+                        let cold = self.jittered_ns(cold_ms, cold_j);
                         // Ready after its cold start; busy with this call meanwhile.
                         self.schedule(now + cold, EvKind::InstanceReady(zone, id.0 as u32));
                         self.cold_starts += 1;
@@ -745,7 +806,7 @@ impl<'a> Engine<'a> {
                     }
                     Start::Untracked => (
                         InstanceId(u64::from(UNTRACKED)),
-                        t + (self.p.function.warm_start_ms * 1e6).round() as u64,
+                        t + self.jittered_ns(warm_ms, warm_j),
                     ),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
@@ -874,7 +935,16 @@ pub fn run_policy_with(
             r.set_stream(2);
             r
         },
+        jitter_rng: {
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            r.set_stream(3);
+            r
+        },
+        prewarm_ready: HashMap::new(),
     };
+    if p.placement.is_some() {
+        e.core.keep_function_history();
+    }
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
     let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
@@ -958,6 +1028,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
             a.startup += u.startup;
             a.busy += u.busy;
             a.idle += u.idle;
+            a.shutdown += u.shutdown;
             a
         });
     e.stats.vm_billed_seconds = billed;
@@ -1030,6 +1101,11 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
             .placement
             .is_some()
             .then(|| zone_reports.iter().map(|z| z.instance_hours).sum()),
+        mean_instances: e
+            .p
+            .placement
+            .is_some()
+            .then(|| zone_reports.iter().map(|z| z.mean_instances).sum()),
         zones: if e.p.placement.is_some() {
             zone_reports
         } else {
@@ -1093,7 +1169,7 @@ fn queue_report(core: &Core, c: &Calls) -> QueueReport {
 /// One zone's FaaSim usage at the end of a run of `end_s` seconds.
 fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
     let u = z.usage.unwrap_or_default();
-    let instance_s = (u.startup + u.busy + u.idle).as_secs_f64();
+    let instance_s = u.instance_hours() * 3600.0;
     ZoneReport {
         name: z.name.clone(),
         kind: z.kind.as_str(),
@@ -1103,8 +1179,27 @@ fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
         startup_s: u.startup.as_secs_f64(),
         busy_s: u.busy.as_secs_f64(),
         idle_s: u.idle.as_secs_f64(),
+        shutdown_s: u.shutdown.as_secs_f64(),
+        prewarm_waits: u.prewarm_waits,
         instance_hours: instance_s / 3600.0,
         mean_instances: if end_s > 0.0 { instance_s / end_s } else { 0.0 },
+        instances: z
+            .instances
+            .iter()
+            .map(|i| InstanceReport {
+                id: i.serial,
+                prewarmed: i.prewarmed,
+                started_s: i.started_at.as_secs_f64(),
+                stopped_s: i.stopped_at.map(|t| t.as_secs_f64()),
+                cold_starts: i.cold_starts,
+                warm_starts: i.warm_starts,
+                startup_s: i.startup.as_secs_f64(),
+                busy_s: i.busy.as_secs_f64(),
+                idle_s: i.idle.as_secs_f64(),
+                shutdown_s: i.shutdown.as_secs_f64(),
+                instance_hours: i.instance_hours(),
+            })
+            .collect(),
     }
 }
 
