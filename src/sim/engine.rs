@@ -3,9 +3,10 @@
 //! Time is integer nanoseconds since the trace window's start. Three sources of events
 //! are merged in time order, jumping from one event to the next (no tick loop):
 //! 1. the trace's arrival stream (already time-ordered);
-//! 2. a binary heap of scheduled events — VM request completions, function call
+//! 2. a queue of scheduled events — VM request completions, function call
 //!    completions, VM readiness — ordered by `(time, sequence number)`, so ties resolve in
-//!    scheduling order and runs are deterministic;
+//!    scheduling order and runs are deterministic ([`EventQueue`]: a few sorted runs and a
+//!    binary heap, since most events are scheduled in time order);
 //! 3. epoch ends (the policy core's [`Controller::poll_timeout`]), closed before any
 //!    event at or after them.
 //!
@@ -260,6 +261,72 @@ enum EvKind {
     InstanceReady(u16, u32),
 }
 
+/// A scheduled event: time (ns), sequence number, what happens.
+type Event = (u64, u64, EvKind);
+
+/// Sorted runs an [`EventQueue`] keeps before it falls back to its heap.
+const RUNS: usize = 4;
+
+/// The scheduled events, popped in `(time, sequence)` order. Most events are scheduled in
+/// time order (a fixed service time after the clock, which only moves forward), so an
+/// event goes to the first of a few sorted runs (deques) whose last event is not later —
+/// O(1) — and only an event earlier than every run's last one goes to a binary heap. The
+/// next event is the least of the runs' fronts and the heap's top: the same order a single
+/// heap gives, so results do not depend on where an event was kept.
+#[derive(Default)]
+struct EventQueue {
+    runs: [VecDeque<Event>; RUNS],
+    heap: BinaryHeap<Reverse<Event>>,
+}
+
+impl EventQueue {
+    #[inline]
+    fn push(&mut self, ev: Event) {
+        for run in &mut self.runs {
+            if run.back().is_none_or(|b| (b.0, b.1) <= (ev.0, ev.1)) {
+                run.push_back(ev);
+                return;
+            }
+        }
+        self.heap.push(Reverse(ev));
+    }
+
+    /// Where the next event is: a run (`0..RUNS`) or the heap (`RUNS`).
+    #[inline]
+    fn next_source(&self) -> Option<(usize, u64)> {
+        let mut best: Option<(usize, (u64, u64))> = None;
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(f) = run.front()
+                && best.is_none_or(|(_, b)| (f.0, f.1) < b)
+            {
+                best = Some((i, (f.0, f.1)));
+            }
+        }
+        if let Some(Reverse(top)) = self.heap.peek()
+            && best.is_none_or(|(_, b)| (top.0, top.1) < b)
+        {
+            best = Some((RUNS, (top.0, top.1)));
+        }
+        best.map(|(i, (t, _))| (i, t))
+    }
+
+    /// The time of the next event.
+    #[inline]
+    fn peek_time(&self) -> Option<u64> {
+        self.next_source().map(|(_, t)| t)
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Event> {
+        let (i, _) = self.next_source()?;
+        if i == RUNS {
+            self.heap.pop().map(|Reverse(ev)| ev)
+        } else {
+            self.runs[i].pop_front()
+        }
+    }
+}
+
 struct VmSim {
     launch_ns: u64,
     ready_ns: Option<u64>,
@@ -281,7 +348,7 @@ fn dur(ns: u64) -> Time {
 struct Engine<'a> {
     p: &'a SimParams,
     core: Core,
-    heap: BinaryHeap<Reverse<(u64, u64, EvKind)>>,
+    heap: EventQueue,
     seq: u64,
     vms: Vec<VmSim>,
     alive_vms: u32,
@@ -310,7 +377,7 @@ struct Engine<'a> {
     epoch_violations: u64,
     epoch_delayed: u64,
     sum_response_ns: u128,
-    hist: Histogram<u64>,
+    hist: RunHist,
     cold_starts: u64,
     /// Σ memory_mb · billed_ms over function calls.
     mb_ms: u128,
@@ -322,7 +389,7 @@ struct Engine<'a> {
     calls: Option<Calls>,
     /// Client-side response times (platform + network), µs, and the extremes of both,
     /// ns: (platform min, platform max, client min, client max, Σ client).
-    client_hist: Histogram<u64>,
+    client_hist: RunHist,
     extremes: (u64, u64, u64, u64, u128),
     rtt_rng: ChaCha8Rng,
 }
@@ -370,6 +437,41 @@ impl Calls {
     }
 }
 
+/// A response-time histogram that records runs of equal values at once (a fixed service
+/// time gives millions of equal responses; one `record_n` per run instead of one
+/// `record` per response). Read `hist` after [`RunHist::flush`].
+struct RunHist {
+    hist: Histogram<u64>,
+    value: u64,
+    count: u64,
+}
+
+impl RunHist {
+    fn new() -> Self {
+        Self {
+            hist: hist(),
+            value: 0,
+            count: 0,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, value: u64) {
+        if value != self.value {
+            self.flush();
+            self.value = value;
+        }
+        self.count += 1;
+    }
+
+    fn flush(&mut self) {
+        if self.count > 0 {
+            self.hist.saturating_record_n(self.value, self.count);
+            self.count = 0;
+        }
+    }
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")
 }
@@ -405,12 +507,12 @@ impl<'a> Engine<'a> {
         x.2 = x.2.min(c);
         x.3 = x.3.max(c);
         x.4 += u128::from(c);
-        self.client_hist.saturating_record(c / 1000);
+        self.client_hist.record(c / 1000);
         self.respond(arrival, start, done);
     }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, kind)));
+        self.heap.push((t, self.seq, kind));
         self.seq
     }
 
@@ -605,7 +707,7 @@ impl<'a> Engine<'a> {
             self.delayed += 1;
             self.epoch_delayed += 1;
         }
-        self.hist.saturating_record(r / 1000);
+        self.hist.record(r / 1000);
     }
 
     fn handle(&mut self, t: u64, seq: u64, kind: EvKind) {
@@ -837,7 +939,7 @@ pub fn run_policy_with(
     let mut e = Engine {
         p,
         core,
-        heap: BinaryHeap::new(),
+        heap: EventQueue::default(),
         seq: 0,
         vms: Vec::new(),
         alive_vms: 0,
@@ -860,14 +962,14 @@ pub fn run_policy_with(
         epoch_delayed: 0,
         sum_response_ns: 0,
         // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
-        hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        hist: RunHist::new(),
         cold_starts: 0,
         mb_ms: 0,
         last_done_ns: 0,
         series: series_rows.map(SeriesBuffer::new),
         last_routed_fn: 0,
         calls,
-        client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        client_hist: RunHist::new(),
         extremes: (u64::MAX, 0, u64::MAX, 0, 0),
         rtt_rng: {
             let mut r = ChaCha8Rng::seed_from_u64(seed);
@@ -886,7 +988,7 @@ pub fn run_policy_with(
     let mut next = stream.next_arrival();
     let mut arrived = 0u64;
     loop {
-        let heap_t = e.heap.peek().map(|Reverse((t, _, _))| *t);
+        let heap_t = e.heap.peek_time();
         let t = match (heap_t, next.as_ref()) {
             (None, None) => break,
             (Some(h), None) => h,
@@ -897,7 +999,7 @@ pub fn run_policy_with(
         // arrivals.
         e.fire_timers(t);
         if heap_t == Some(t) {
-            let Some(Reverse((t, seq, kind))) = e.heap.pop() else {
+            let Some((t, seq, kind)) = e.heap.pop() else {
                 unreachable!()
             };
             e.handle(t, seq, kind);
@@ -966,11 +1068,13 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     e.stats.function_busy_s = usage.busy.as_secs_f64();
     e.stats.function_idle_s = usage.idle.as_secs_f64();
     e.stats.end_s = end_ns as f64 / NS as f64;
+    e.hist.flush();
+    e.client_hist.flush();
     let q = |x: f64| {
         if e.served == 0 {
             0.0
         } else {
-            round_sig3(e.hist.value_at_quantile(x) as f64 / 1000.0)
+            round_sig3(e.hist.hist.value_at_quantile(x) as f64 / 1000.0)
         }
     };
     let response_ms = ResponseMs {
@@ -997,8 +1101,9 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     };
     let zoned = e.p.placement.is_some();
     let x = e.extremes;
-    let platform_response_ms = zoned.then(|| stats(&e.hist, e.sum_response_ns as f64, x.0, x.1));
-    let client_response_ms = zoned.then(|| stats(&e.client_hist, x.4 as f64, x.2, x.3));
+    let platform_response_ms =
+        zoned.then(|| stats(&e.hist.hist, e.sum_response_ns as f64, x.0, x.1));
+    let client_response_ms = zoned.then(|| stats(&e.client_hist.hist, x.4 as f64, x.2, x.3));
     let report = PolicyReport {
         name: kind.name().to_string(),
         requests: arrived,
