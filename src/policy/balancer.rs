@@ -207,16 +207,15 @@ impl ReadyIndex {
         }
     }
 
+    #[inline]
     fn set(&mut self, index: usize, key: u64) {
         let mut n = self.leaves + index;
-        self.tree[n] = key;
+        let mut v = key;
+        self.tree[n] = v;
         while n > 1 {
+            v = v.min(self.tree[n ^ 1]);
             n /= 2;
-            let m = self.tree[2 * n].min(self.tree[2 * n + 1]);
-            if self.tree[n] == m {
-                break;
-            }
-            self.tree[n] = m;
+            self.tree[n] = v;
         }
     }
 
@@ -284,8 +283,18 @@ impl VmTable {
         &self.rows
     }
 
+    #[inline]
     fn position(&self, id: VmId) -> Option<usize> {
-        self.rows.binary_search_by_key(&id, |r| r.id).ok()
+        // Ids increase by one per launch: without removals a row sits at its id's offset
+        // from the first row, and never after it.
+        let first = self.rows.first()?.id.0;
+        let guess = usize::try_from(id.0.checked_sub(first)?).ok()?;
+        match self.rows.get(guess) {
+            Some(r) if r.id == id => Some(guess),
+            _ => self.rows[..guess.min(self.rows.len())]
+                .binary_search_by_key(&id, |r| r.id)
+                .ok(),
+        }
     }
 
     /// The row of `id`, if the VM is known.

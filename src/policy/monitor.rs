@@ -78,6 +78,9 @@ pub struct TrafficMonitor {
     /// `None` until the first epoch closes.
     ewma: Option<(f64, f64)>,
     last_closed: Option<EpochClosed>,
+    /// `epoch_start(current + 1)`, kept so that drivers asking after every event need
+    /// no multiplication.
+    ends_at: Time,
 }
 
 impl TrafficMonitor {
@@ -89,12 +92,14 @@ impl TrafficMonitor {
     pub fn new(params: MonitorParams) -> Self {
         assert!(!params.epoch.is_zero(), "epoch must be non-zero");
         assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
+        let ends_at = params.epoch;
         Self {
             params,
             current: 0,
             count: 0,
             ewma: None,
             last_closed: None,
+            ends_at,
         }
     }
 
@@ -114,8 +119,9 @@ impl TrafficMonitor {
     }
 
     /// When the current epoch ends: the next time [`Self::handle_timeout`] has work.
+    #[inline]
     pub fn poll_timeout(&self) -> Time {
-        self.epoch_start(self.current + 1)
+        self.ends_at
     }
 
     /// Start time of epoch `index`.
@@ -168,6 +174,7 @@ impl TrafficMonitor {
             report,
         };
         self.current += 1;
+        self.ends_at = self.epoch_start(self.current + 1);
         self.count = 0;
         self.last_closed = Some(closed);
         Some(closed)
