@@ -114,6 +114,10 @@ pub struct SimParams {
     pub network: Option<NetworkModelConfig>,
     /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
     pub max_fixed_vms: Option<u32>,
+    /// Close idle stretches of epochs at once (issue 14; [`Core::close_idle_epochs`]):
+    /// `true` from [`SimParams::from_config`]. The results are those of closing every
+    /// epoch one by one; `false` does that (tests compare the two).
+    pub skip_idle: bool,
 }
 
 impl SimParams {
@@ -166,6 +170,7 @@ impl SimParams {
                 .collect(),
             network: s.network.clone(),
             max_fixed_vms: s.max_fixed_vms,
+            skip_idle: true,
         })
     }
 
@@ -237,6 +242,8 @@ pub struct RunStats {
     pub function_idle_s: f64,
     /// Simulated end time, s (the trace end or the last completion, whichever is later).
     pub end_s: f64,
+    /// Epochs closed in bulk while the trace was idle ([`SimParams::skip_idle`]).
+    pub epochs_skipped: u64,
 }
 
 /// Result of one policy's run.
@@ -869,6 +876,39 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Close the idle epochs from the one ending at `at` up to `t` (the next event) in
+    /// bulk when nothing happens in them: no VM busy, no per-epoch series (issue 14).
+    /// `false`: nothing closed, close the epoch at `at` normally.
+    fn skip_idle(&mut self, at: u64, t: u64) -> bool {
+        let until = t.min(self.trace_end_ns);
+        if !self.p.skip_idle
+            || self.series.is_some()
+            || until < at + self.epoch_ns
+            || self.busy.iter().any(|&b| b != 0.0)
+        {
+            return false;
+        }
+        // An idle epoch's utilisation is 0 (no busy slot), measured or not.
+        let u = self.feed_util.then_some(0.0);
+        let Some(end) = self.core.close_idle_epochs(dur(until), u) else {
+            return false;
+        };
+        let end = end.as_nanos() as u64;
+        let n = self.core.controller().monitor().current_epoch() - self.open_epoch;
+        if self.measure_util {
+            self.integrate_cap(end);
+            self.cap_integral = 0.0;
+            let k = (n as usize).min(self.busy.len());
+            self.busy.drain(..k);
+        }
+        self.open_epoch += n;
+        self.epoch_violations = 0;
+        self.epoch_delayed = 0;
+        self.stats.epochs_skipped += n;
+        self.drain_actions(end, false);
+        true
+    }
+
     /// Fire every policy deadline at or before `t`; epoch ends only up to the trace end
     /// (the report's epochs), with the VM utilisation measured before each closes.
     fn fire_timers(&mut self, t: u64) {
@@ -879,7 +919,9 @@ impl<'a> Engine<'a> {
                 break;
             }
             if timer == Timer::EpochEnd {
-                self.close_epoch(at);
+                if !self.skip_idle(at, t) {
+                    self.close_epoch(at);
+                }
             } else {
                 self.core.handle_timeout(dur(at));
                 self.drain_actions(at, false);
