@@ -985,3 +985,110 @@ fn the_sweep_summary_has_one_row_per_value_and_a_column_for_the_path() {
     assert_eq!(lines[1][..4], ["0", "faas", "2", "1000.0"], "{text}");
     assert_eq!(lines[2][..4], ["100", "faas", "1", "650.0"], "{text}");
 }
+
+/// An `events` trace: 200 s of 20 req/s, `gap` idle seconds, 200 s of 20 req/s again.
+fn burst_gap_burst(gap: u64) -> Trace {
+    let mut text = String::new();
+    for start in [0, 200 + gap] {
+        for i in 0..4000u64 {
+            text.push_str(&format!("{}\n", start as f64 + i as f64 / 20.0));
+        }
+    }
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    Trace::parse(&text, Path::new("gap.txt"), &opts).unwrap()
+}
+
+/// Issue 14: idle stretches are closed in bulk (the monitor closes N empty epochs at
+/// once once the policy settled) with the results of closing every epoch.
+///
+/// Expectation: once a policy has settled in the gap (decisions repeat, idle function
+/// instances expired — well within 20,000 s), every further idle second changes nothing
+/// but the bill of the VMs it keeps, k VMs × $0.10/h; the second burst meets the same
+/// state (settled EWMAs, same decision phase: every gap is a multiple of K = 50). So the
+/// cost is linear in the gap: the stepped runs at 20,000 and 40,000 s give the slope
+/// (k·0.10/3600 per second, k a whole number of VMs: MAX's fleet of ⌈20/16⌉ = 2, AUTO's
+/// `min_vms` 1, FAAS none), and the 10⁷-second gap must cost
+/// cost(20,000) + (10⁷ − 20,000)·slope, with the same requests, violations and cold
+/// starts — while stepping through at most a few thousand of its 10⁷ epochs.
+#[test]
+fn a_ten_million_second_gap_costs_what_the_stepped_runs_extrapolate() {
+    let c = config(50, 16.0, BASE_SIM);
+    let skipping = SimParams::from_config(&c).unwrap();
+    let stepping = SimParams {
+        skip_idle: false,
+        ..skipping.clone()
+    };
+    let (g1, g2, g3) = (20_000u64, 40_000u64, 10_000_000u64);
+    let (t1, t2, t3) = (
+        burst_gap_burst(g1),
+        burst_gap_burst(g2),
+        burst_gap_burst(g3),
+    );
+    for kind in PolicyKind::ALL {
+        let go = |p: &SimParams, t: &Trace| run_policy(p, t, kind, 1, false, &mut |_| {});
+        let s1 = go(&stepping, &t1);
+        let s2 = go(&stepping, &t2);
+        // Bulk closing gives the stepped results exactly.
+        let k1 = go(&skipping, &t1);
+        assert_eq!(k1.report, s1.report, "{kind:?}");
+        assert_eq!(
+            spillway::sim::engine::RunStats {
+                epochs_skipped: 0,
+                ..k1.stats.clone()
+            },
+            s1.stats,
+            "{kind:?}"
+        );
+        assert_eq!(s1.stats.epochs_skipped, 0);
+        assert!(
+            k1.stats.epochs_skipped > g1 * 9 / 10,
+            "{kind:?}: {:?}",
+            k1.stats
+        );
+        let slope = (s2.report.cost_usd.total - s1.report.cost_usd.total) / (g2 - g1) as f64;
+        let idle_vms = slope * 3600.0 / 0.10;
+        assert!(
+            (idle_vms - idle_vms.round()).abs() < 1e-6,
+            "{kind:?}: {idle_vms} VMs"
+        );
+        match kind {
+            PolicyKind::Max => assert_eq!(idle_vms.round(), 2.0),
+            PolicyKind::Auto | PolicyKind::Spock => assert_eq!(idle_vms.round(), 1.0),
+            PolicyKind::Faas => assert_eq!(idle_vms.round(), 0.0),
+            PolicyKind::Libra => {}
+        }
+        let big = go(&skipping, &t3);
+        let expected = s1.report.cost_usd.total + (g3 - g1) as f64 * slope;
+        assert!(
+            (big.report.cost_usd.total - expected).abs() <= 1e-9 * expected.max(1.0),
+            "{kind:?}: {} vs {expected}",
+            big.report.cost_usd.total
+        );
+        let r = &big.report;
+        assert_eq!(
+            (
+                r.requests,
+                r.served,
+                r.sla_violations,
+                r.delayed,
+                r.cold_starts
+            ),
+            (
+                s1.report.requests,
+                s1.report.served,
+                s1.report.sla_violations,
+                s1.report.delayed,
+                s1.report.cold_starts
+            ),
+            "{kind:?}"
+        );
+        assert!(
+            big.stats.epochs_skipped > g3 - 10_000,
+            "{kind:?}: {:?}",
+            big.stats
+        );
+    }
+}

@@ -16,9 +16,10 @@
 use std::collections::VecDeque;
 
 use super::balancer::{Attempt, RequestMeta, Route, RoutingPolicy, VmState, VmTable};
-use super::monitor::{MonitorParams, TrafficMonitor};
+use super::monitor::{EpochClosed, MonitorParams, TrafficMonitor};
 use super::scaling::{
-    EpochObservation, LibraScalingParams, PoolSnapshot, ScaleDecision, ScalingPolicy,
+    EpochObservation, IdleOutlook, IdleView, LibraScalingParams, PoolSnapshot, ScaleDecision,
+    ScalingPolicy,
 };
 use super::{Time, VmId};
 
@@ -488,19 +489,102 @@ impl Controller {
             let Some(closed) = self.monitor.handle_timeout(now) else {
                 break;
             };
-            let obs = EpochObservation {
-                traffic: closed,
-                epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
-                vm_requests: std::mem::take(&mut self.epoch_vm),
-                function_requests: std::mem::take(&mut self.epoch_function),
-                vm_utilisation: self.epoch_utilisation.take(),
-                pool: self.pool(),
+            self.on_closed(closed);
+        }
+    }
+
+    /// The monitor closed `closed`: show it to the scaling policy and apply its decision.
+    fn on_closed(&mut self, closed: EpochClosed) {
+        let obs = EpochObservation {
+            traffic: closed,
+            epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
+            vm_requests: std::mem::take(&mut self.epoch_vm),
+            function_requests: std::mem::take(&mut self.epoch_function),
+            vm_utilisation: self.epoch_utilisation.take(),
+            pool: self.pool(),
+        };
+        let end = self.monitor.epoch_start(closed.epoch + 1);
+        if let Some(decision) = self.scaler.on_epoch(end, &obs) {
+            self.apply(end, closed.epoch, decision, true);
+        }
+    }
+
+    /// Close the open epoch and every later one that ends at or before `until`, as if
+    /// no further request arrived and the driver reported `utilisation` before each
+    /// ([`Self::set_vm_utilisation`]; `None`: not measured) — the same state, decisions
+    /// and launch/stop actions as [`Self::handle_timeout`] at each end (issue 14: the
+    /// simulator skips the idle stretches of a sparse trace). Returns the number of
+    /// epochs closed.
+    ///
+    /// Epochs are closed one by one until the scaling policy's
+    /// [`ScalingPolicy::idle_outlook`] is settled and its repeated decision changes
+    /// nothing (same target and budget, the pool at its target); then all remaining ones
+    /// at once ([`TrafficMonitor::close_empty_epochs`], O(1)), without the informational
+    /// [`Action::Decided`] records of their no-op reports. Stops after an epoch whose
+    /// decision launched, drained or stopped a VM, so the driver acts at that epoch's end
+    /// ([`Self::poll_timeout`] tells which epoch is open).
+    pub fn close_idle_epochs(&mut self, until: Time, utilisation: Option<f64>) -> u64 {
+        let mut closed = 0;
+        while self.monitor.poll_timeout() <= until {
+            if let Some(n) = self.fast_forward(until, utilisation) {
+                return closed + n;
+            }
+            self.epoch_utilisation = utilisation;
+            let queued = self.actions.len();
+            let Some(epoch) = self.monitor.handle_timeout(until) else {
+                break;
             };
-            let end = self.monitor.epoch_start(closed.epoch + 1);
-            if let Some(decision) = self.scaler.on_epoch(end, &obs) {
-                self.apply(end, closed.epoch, decision, true);
+            self.on_closed(epoch);
+            closed += 1;
+            if self
+                .actions
+                .iter()
+                .skip(queued)
+                .any(|a| !matches!(a, Action::Decided { .. }))
+            {
+                break;
             }
         }
+        closed
+    }
+
+    /// All idle epochs ending by `until` at once, if the scaling policy is settled and its
+    /// decision changes nothing.
+    fn fast_forward(&mut self, until: Time, utilisation: Option<f64>) -> Option<u64> {
+        if self.monitor.current_epoch_requests() > 0 || self.epoch_vm > 0 || self.epoch_function > 0
+        {
+            return None;
+        }
+        let last = *self.monitor.last_closed()?;
+        let epoch = self.params.monitor.epoch.as_nanos();
+        let ends = (until.as_nanos() / epoch) as u64;
+        let n = ends.checked_sub(self.monitor.current_epoch())?;
+        if n < 2 {
+            return None;
+        }
+        let view = IdleView {
+            first_end: self.monitor.poll_timeout(),
+            avg_rps: last.avg_rps,
+            std_rps: last.std_rps,
+            traffic_settled: self.monitor.idle_settled(),
+            vm_utilisation: utilisation,
+            pool: self.pool(),
+        };
+        match self.scaler.idle_outlook(&view) {
+            IdleOutlook::Unsettled => return None,
+            IdleOutlook::Settled(None) => {}
+            IdleOutlook::Settled(Some(d)) => {
+                let same_budget = d.vm_reqs_rps == self.vm_reqs
+                    || (d.vm_reqs_rps.is_nan() && self.vm_reqs.is_nan());
+                let pool_at_target = !self.params.execute_scaling || self.active() == d.target_vms;
+                if d.target_vms != self.target || !same_budget || !pool_at_target {
+                    return None;
+                }
+            }
+        }
+        self.monitor.close_empty_epochs(n);
+        self.epoch_utilisation = None;
+        Some(n)
     }
 
     fn apply(&mut self, now: Time, epoch: u64, decision: ScaleDecision, record: bool) {

@@ -676,6 +676,50 @@ impl Core {
         self.refresh();
     }
 
+    /// Close the epochs that end at or before `until` while nothing else happens — no
+    /// request, no other deadline before them — as [`Self::handle_timeout`] at each end
+    /// would, with `utilisation` reported before each ([`Self::set_vm_utilisation`];
+    /// `None`: not measured), in O(1) once the scaling policy is settled (issue 14: the
+    /// simulator skips idle stretches; see [`Controller::close_idle_epochs`]). Stops
+    /// before any other timer's deadline and after an epoch whose decision launched or
+    /// stopped a VM; returns the end of the last epoch closed (the time of the actions it
+    /// queued), `None` when it closed none. Closes none with the adaptive r_max
+    /// controller, the asynchronous-call queue or waiting calls (their bookkeeping is
+    /// per event).
+    pub fn close_idle_epochs(&mut self, until: Time, utilisation: Option<f64>) -> Option<Time> {
+        if self.r_max.is_some()
+            || self.delay.is_some()
+            || self.sched.as_ref().is_some_and(|s| !s.is_empty())
+        {
+            return None;
+        }
+        let other = Timer::ALL
+            .iter()
+            .filter(|&&t| t != Timer::EpochEnd)
+            .filter_map(|&t| self.timers.get(t))
+            .min();
+        let until = match other {
+            Some(at) if at <= until => at.checked_sub(Duration::from_nanos(1))?,
+            _ => until,
+        };
+        if self.controller.poll_timeout() > until {
+            return None;
+        }
+        let closed = self.controller.close_idle_epochs(until, utilisation);
+        if closed == 0 {
+            return None;
+        }
+        let now = self
+            .controller
+            .monitor()
+            .epoch_start(self.controller.monitor().current_epoch());
+        self.pump(now);
+        self.serve_queue(now);
+        self.pump(now);
+        self.refresh();
+        Some(now)
+    }
+
     /// The next action for the driver, in the order they were decided.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()

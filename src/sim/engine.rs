@@ -3,9 +3,10 @@
 //! Time is integer nanoseconds since the trace window's start. Three sources of events
 //! are merged in time order, jumping from one event to the next (no tick loop):
 //! 1. the trace's arrival stream (already time-ordered);
-//! 2. a binary heap of scheduled events — VM request completions, function call
+//! 2. a queue of scheduled events — VM request completions, function call
 //!    completions, VM readiness — ordered by `(time, sequence number)`, so ties resolve in
-//!    scheduling order and runs are deterministic;
+//!    scheduling order and runs are deterministic ([`EventQueue`]: a few sorted runs and a
+//!    binary heap, since most events are scheduled in time order);
 //! 3. epoch ends (the policy core's [`Controller::poll_timeout`]), closed before any
 //!    event at or after them.
 //!
@@ -113,6 +114,10 @@ pub struct SimParams {
     pub network: Option<NetworkModelConfig>,
     /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
     pub max_fixed_vms: Option<u32>,
+    /// Close idle stretches of epochs at once (issue 14; [`Core::close_idle_epochs`]):
+    /// `true` from [`SimParams::from_config`]. The results are those of closing every
+    /// epoch one by one; `false` does that (tests compare the two).
+    pub skip_idle: bool,
 }
 
 impl SimParams {
@@ -165,6 +170,7 @@ impl SimParams {
                 .collect(),
             network: s.network.clone(),
             max_fixed_vms: s.max_fixed_vms,
+            skip_idle: true,
         })
     }
 
@@ -236,6 +242,8 @@ pub struct RunStats {
     pub function_idle_s: f64,
     /// Simulated end time, s (the trace end or the last completion, whichever is later).
     pub end_s: f64,
+    /// Epochs closed in bulk while the trace was idle ([`SimParams::skip_idle`]).
+    pub epochs_skipped: u64,
 }
 
 /// Result of one policy's run.
@@ -262,6 +270,72 @@ enum EvKind {
     InstanceStopped(u16, u32),
 }
 
+/// A scheduled event: time (ns), sequence number, what happens.
+type Event = (u64, u64, EvKind);
+
+/// Sorted runs an [`EventQueue`] keeps before it falls back to its heap.
+const RUNS: usize = 4;
+
+/// The scheduled events, popped in `(time, sequence)` order. Most events are scheduled in
+/// time order (a fixed service time after the clock, which only moves forward), so an
+/// event goes to the first of a few sorted runs (deques) whose last event is not later —
+/// O(1) — and only an event earlier than every run's last one goes to a binary heap. The
+/// next event is the least of the runs' fronts and the heap's top: the same order a single
+/// heap gives, so results do not depend on where an event was kept.
+#[derive(Default)]
+struct EventQueue {
+    runs: [VecDeque<Event>; RUNS],
+    heap: BinaryHeap<Reverse<Event>>,
+}
+
+impl EventQueue {
+    #[inline]
+    fn push(&mut self, ev: Event) {
+        for run in &mut self.runs {
+            if run.back().is_none_or(|b| (b.0, b.1) <= (ev.0, ev.1)) {
+                run.push_back(ev);
+                return;
+            }
+        }
+        self.heap.push(Reverse(ev));
+    }
+
+    /// Where the next event is: a run (`0..RUNS`) or the heap (`RUNS`).
+    #[inline]
+    fn next_source(&self) -> Option<(usize, u64)> {
+        let mut best: Option<(usize, (u64, u64))> = None;
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(f) = run.front()
+                && best.is_none_or(|(_, b)| (f.0, f.1) < b)
+            {
+                best = Some((i, (f.0, f.1)));
+            }
+        }
+        if let Some(Reverse(top)) = self.heap.peek()
+            && best.is_none_or(|(_, b)| (top.0, top.1) < b)
+        {
+            best = Some((RUNS, (top.0, top.1)));
+        }
+        best.map(|(i, (t, _))| (i, t))
+    }
+
+    /// The time of the next event.
+    #[inline]
+    fn peek_time(&self) -> Option<u64> {
+        self.next_source().map(|(_, t)| t)
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Event> {
+        let (i, _) = self.next_source()?;
+        if i == RUNS {
+            self.heap.pop().map(|Reverse(ev)| ev)
+        } else {
+            self.runs[i].pop_front()
+        }
+    }
+}
+
 struct VmSim {
     launch_ns: u64,
     ready_ns: Option<u64>,
@@ -283,7 +357,7 @@ fn dur(ns: u64) -> Time {
 struct Engine<'a> {
     p: &'a SimParams,
     core: Core,
-    heap: BinaryHeap<Reverse<(u64, u64, EvKind)>>,
+    heap: EventQueue,
     seq: u64,
     vms: Vec<VmSim>,
     alive_vms: u32,
@@ -312,7 +386,7 @@ struct Engine<'a> {
     epoch_violations: u64,
     epoch_delayed: u64,
     sum_response_ns: u128,
-    hist: Histogram<u64>,
+    hist: RunHist,
     cold_starts: u64,
     /// Σ memory_mb · billed_ms over function calls.
     mb_ms: u128,
@@ -324,7 +398,7 @@ struct Engine<'a> {
     calls: Option<Calls>,
     /// Client-side response times (platform + network), µs, and the extremes of both,
     /// ns: (platform min, platform max, client min, client max, Σ client).
-    client_hist: Histogram<u64>,
+    client_hist: RunHist,
     extremes: (u64, u64, u64, u64, u128),
     rtt_rng: ChaCha8Rng,
     /// Draws of the start-up and execution jitter (`sim.function.*_jitter`).
@@ -376,6 +450,41 @@ impl Calls {
     }
 }
 
+/// A response-time histogram that records runs of equal values at once (a fixed service
+/// time gives millions of equal responses; one `record_n` per run instead of one
+/// `record` per response). Read `hist` after [`RunHist::flush`].
+struct RunHist {
+    hist: Histogram<u64>,
+    value: u64,
+    count: u64,
+}
+
+impl RunHist {
+    fn new() -> Self {
+        Self {
+            hist: hist(),
+            value: 0,
+            count: 0,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, value: u64) {
+        if value != self.value {
+            self.flush();
+            self.value = value;
+        }
+        self.count += 1;
+    }
+
+    fn flush(&mut self) {
+        if self.count > 0 {
+            self.hist.saturating_record_n(self.value, self.count);
+            self.count = 0;
+        }
+    }
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")
 }
@@ -411,12 +520,12 @@ impl<'a> Engine<'a> {
         x.2 = x.2.min(c);
         x.3 = x.3.max(c);
         x.4 += u128::from(c);
-        self.client_hist.saturating_record(c / 1000);
+        self.client_hist.record(c / 1000);
         self.respond(arrival, start, done);
     }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, kind)));
+        self.heap.push((t, self.seq, kind));
         self.seq
     }
 
@@ -629,7 +738,7 @@ impl<'a> Engine<'a> {
             self.delayed += 1;
             self.epoch_delayed += 1;
         }
-        self.hist.saturating_record(r / 1000);
+        self.hist.record(r / 1000);
     }
 
     fn handle(&mut self, t: u64, seq: u64, kind: EvKind) {
@@ -828,6 +937,39 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Close the idle epochs from the one ending at `at` up to `t` (the next event) in
+    /// bulk when nothing happens in them: no VM busy, no per-epoch series (issue 14).
+    /// `false`: nothing closed, close the epoch at `at` normally.
+    fn skip_idle(&mut self, at: u64, t: u64) -> bool {
+        let until = t.min(self.trace_end_ns);
+        if !self.p.skip_idle
+            || self.series.is_some()
+            || until < at + self.epoch_ns
+            || self.busy.iter().any(|&b| b != 0.0)
+        {
+            return false;
+        }
+        // An idle epoch's utilisation is 0 (no busy slot), measured or not.
+        let u = self.feed_util.then_some(0.0);
+        let Some(end) = self.core.close_idle_epochs(dur(until), u) else {
+            return false;
+        };
+        let end = end.as_nanos() as u64;
+        let n = self.core.controller().monitor().current_epoch() - self.open_epoch;
+        if self.measure_util {
+            self.integrate_cap(end);
+            self.cap_integral = 0.0;
+            let k = (n as usize).min(self.busy.len());
+            self.busy.drain(..k);
+        }
+        self.open_epoch += n;
+        self.epoch_violations = 0;
+        self.epoch_delayed = 0;
+        self.stats.epochs_skipped += n;
+        self.drain_actions(end, false);
+        true
+    }
+
     /// Fire every policy deadline at or before `t`; epoch ends only up to the trace end
     /// (the report's epochs), with the VM utilisation measured before each closes.
     fn fire_timers(&mut self, t: u64) {
@@ -838,7 +980,9 @@ impl<'a> Engine<'a> {
                 break;
             }
             if timer == Timer::EpochEnd {
-                self.close_epoch(at);
+                if !self.skip_idle(at, t) {
+                    self.close_epoch(at);
+                }
             } else {
                 self.core.handle_timeout(dur(at));
                 self.drain_actions(at, false);
@@ -898,7 +1042,7 @@ pub fn run_policy_with(
     let mut e = Engine {
         p,
         core,
-        heap: BinaryHeap::new(),
+        heap: EventQueue::default(),
         seq: 0,
         vms: Vec::new(),
         alive_vms: 0,
@@ -921,14 +1065,14 @@ pub fn run_policy_with(
         epoch_delayed: 0,
         sum_response_ns: 0,
         // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
-        hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        hist: RunHist::new(),
         cold_starts: 0,
         mb_ms: 0,
         last_done_ns: 0,
         series: series_rows.map(SeriesBuffer::new),
         last_routed_fn: 0,
         calls,
-        client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        client_hist: RunHist::new(),
         extremes: (u64::MAX, 0, u64::MAX, 0, 0),
         rtt_rng: {
             let mut r = ChaCha8Rng::seed_from_u64(seed);
@@ -956,7 +1100,7 @@ pub fn run_policy_with(
     let mut next = stream.next_arrival();
     let mut arrived = 0u64;
     loop {
-        let heap_t = e.heap.peek().map(|Reverse((t, _, _))| *t);
+        let heap_t = e.heap.peek_time();
         let t = match (heap_t, next.as_ref()) {
             (None, None) => break,
             (Some(h), None) => h,
@@ -967,7 +1111,7 @@ pub fn run_policy_with(
         // arrivals.
         e.fire_timers(t);
         if heap_t == Some(t) {
-            let Some(Reverse((t, seq, kind))) = e.heap.pop() else {
+            let Some((t, seq, kind)) = e.heap.pop() else {
                 unreachable!()
             };
             e.handle(t, seq, kind);
@@ -1037,11 +1181,13 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     e.stats.function_busy_s = usage.busy.as_secs_f64();
     e.stats.function_idle_s = usage.idle.as_secs_f64();
     e.stats.end_s = end_ns as f64 / NS as f64;
+    e.hist.flush();
+    e.client_hist.flush();
     let q = |x: f64| {
         if e.served == 0 {
             0.0
         } else {
-            round_sig3(e.hist.value_at_quantile(x) as f64 / 1000.0)
+            round_sig3(e.hist.hist.value_at_quantile(x) as f64 / 1000.0)
         }
     };
     let response_ms = ResponseMs {
@@ -1068,8 +1214,9 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     };
     let zoned = e.p.placement.is_some();
     let x = e.extremes;
-    let platform_response_ms = zoned.then(|| stats(&e.hist, e.sum_response_ns as f64, x.0, x.1));
-    let client_response_ms = zoned.then(|| stats(&e.client_hist, x.4 as f64, x.2, x.3));
+    let platform_response_ms =
+        zoned.then(|| stats(&e.hist.hist, e.sum_response_ns as f64, x.0, x.1));
+    let client_response_ms = zoned.then(|| stats(&e.client_hist.hist, x.4 as f64, x.2, x.3));
     let report = PolicyReport {
         name: kind.name().to_string(),
         requests: arrived,
