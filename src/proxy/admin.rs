@@ -323,11 +323,11 @@ fn seconds(d: std::time::Duration) -> Value {
 ///  "scaling": {"vm_reqs_rps": 44.3, "vm_budget_before_rho_rps": 40.0, "cip_rps": 2.0,
 ///              "target_vms": 3, "ready_vms": 2, "booting_vms": 1, "draining_vms": 0,
 ///              "executes_scaling": true, "last_decision": {…}},
+///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
 ///  "libra": {"alpha": 0.3, "beta": 0.3, "phi": 1.0, "rho": 0.9, "decision_epochs": 300,
 ///            "first_decision_epoch": null, "min_vms": 1, "max_vms": 10},
 ///  "retry_budget": {"window_requests": 412, "window_retries": 3, "window_allowed": 92.4,
 ///                   "retried_total": 17, "refused_total": 0},
-///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
 ///  "vm_pool": {"kind": "process", "vms": […], "errors": {…}},
 ///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
 /// ```
@@ -363,6 +363,11 @@ pub fn status_json(gw: &Gateway) -> Value {
                 "reason": d.reason.as_str(),
             })),
         },
+        "routed": {
+            "vm": c.routed.vm,
+            "function": c.routed.function,
+            "rejected": c.routed.rejected,
+        },
         "libra": s.core.tuning.as_ref().map(|t| json!({
             "alpha": t.alpha,
             "beta": t.beta,
@@ -380,11 +385,6 @@ pub fn status_json(gw: &Gateway) -> Value {
             "window_allowed": num(s.core.retry_budget.allowed),
             "retried_total": s.core.retry_budget.retried_total,
             "refused_total": s.core.retry_budget.refused_total,
-        },
-        "routed": {
-            "vm": c.routed.vm,
-            "function": c.routed.function,
-            "rejected": c.routed.rejected,
         },
         "vm_pool": {
             "kind": gw.vm_provider().kind(),
