@@ -164,6 +164,11 @@ fn scrape_gauges(gw: &Gateway) {
     if let Some(q) = &st.core.queue {
         m::queue_gauges(q);
     }
+    // At every scrape too, not only at the driver's tick: the first scrape after start
+    // shows the delay queue's series (`spillway_async_deadline_misses_total` at 0).
+    if let Some(d) = &st.core.delay {
+        m::delay_gauges(d, gw.now());
+    }
     static ZEROED: std::sync::Once = std::sync::Once::new();
     ZEROED.call_once(|| {
         let kinds = error_kinds();
