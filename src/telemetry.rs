@@ -36,8 +36,10 @@
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
 //! | `spillway_function_cold_start_seconds` | histogram | — (a call's cold start, excluded from its processing time p) |
 //! | `spillway_queue_calls_total` | counter | `outcome` = queued, served, timeout, full, cancelled |
-//! | `spillway_function_usage_seconds` | gauge | `zone`, `phase` = startup (cold starts), busy, idle (closed idle periods) — FaaSim usage time, set at every scrape |
+//! | `spillway_function_usage_seconds` | gauge | `zone`, `phase` = startup (cold starts), busy, idle (closed idle periods), shutdown (keep-alive expiry to stopped) — FaaSim usage time, set at every scrape |
 //! | `spillway_function_starts` | gauge | `zone`, `start` = cold, warm — calls by start kind since startup, set at every scrape |
+//! | `spillway_function_instance_usage_seconds` | gauge | `zone`, `instance` (the instance id, reused after it stopped), `phase` = startup, busy, idle, shutdown — FaaSim usage time of each instance not yet stopped, set at every scrape |
+//! | `spillway_function_instance_starts` | gauge | `zone`, `instance`, `start` = cold, warm — that instance's calls by start kind |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
@@ -46,7 +48,9 @@
 
 use std::time::Duration;
 
-use metrics::{counter, gauge, histogram};
+use std::sync::OnceLock;
+
+use metrics::{Counter, Gauge, Histogram, counter, gauge, histogram};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::policy::balancer::RouteReason;
@@ -71,6 +75,7 @@ pub fn install() -> PrometheusHandle {
         Ok(handle) => {
             describe();
             zero_counters();
+            let _ = HOT.set(Hot::resolve());
             gauge!(
                 "spillway_build_info",
                 "version" => crate::build_info::VERSION,
@@ -135,8 +140,8 @@ const ROUTE_REASONS: [RouteReason; 14] = [
 
 /// Register every counter series the gateway can produce, at zero.
 fn zero_counters() {
-    for tier in ["vm", "function", "local"] {
-        for status in ["1xx", "2xx", "3xx", "4xx", "5xx"] {
+    for tier in REQUEST_TIERS {
+        for status in STATUS_CLASSES {
             counter!("spillway_requests_total", "tier" => tier, "status" => status).increment(0);
         }
     }
@@ -164,6 +169,49 @@ fn zero_counters() {
     counter!("spillway_function_cold_starts_total").increment(0);
     for outcome in ["queued", "served", "timeout", "full", "cancelled"] {
         counter!("spillway_queue_calls_total", "outcome" => outcome).increment(0);
+    }
+}
+
+/// Tiers of `spillway_requests_total` and `spillway_request_duration_seconds`.
+const REQUEST_TIERS: [&str; 3] = ["vm", "function", "local"];
+/// `status` labels of `spillway_requests_total`, by `status / 100 - 1` (5xx for above).
+const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Handles of the metrics every request touches, resolved once when the recorder is
+/// installed (issue 18): a `counter!` with labels builds its key, hashes it and looks
+/// it up in the registry on every call; a handle is one atomic add.
+struct Hot {
+    in_flight: Gauge,
+    /// By [`REQUEST_TIERS`] index, then [`STATUS_CLASSES`] index.
+    requests: [[Counter; 5]; 3],
+    /// By [`REQUEST_TIERS`] index.
+    duration: [Histogram; 3],
+    /// `(tier, reason)` of every decision the gateway can make.
+    routing: Vec<(&'static str, &'static str, Counter)>,
+}
+
+static HOT: OnceLock<Hot> = OnceLock::new();
+
+impl Hot {
+    fn resolve() -> Self {
+        Self {
+            in_flight: gauge!("spillway_requests_in_flight"),
+            requests: REQUEST_TIERS.map(|tier| {
+                STATUS_CLASSES.map(
+                    |status| counter!("spillway_requests_total", "tier" => tier, "status" => status),
+                )
+            }),
+            duration: REQUEST_TIERS
+                .map(|tier| histogram!("spillway_request_duration_seconds", "tier" => tier)),
+            routing: ROUTE_REASONS
+                .iter()
+                .filter_map(|&reason| {
+                    let tier = gateway_tier(reason)?;
+                    let c = counter!("spillway_routing_decisions_total", "tier" => tier, "reason" => reason.as_str());
+                    Some((tier, reason.as_str(), c))
+                })
+                .collect(),
+        }
     }
 }
 
@@ -351,7 +399,16 @@ fn describe() {
     metrics::describe_gauge!(
         "spillway_function_usage_seconds",
         metrics::Unit::Seconds,
-        "FaaSim usage time of a function zone's instances since startup: startup (cold starts), busy, idle (closed idle periods)."
+        "FaaSim usage time of a function zone's instances since startup: startup (cold starts), busy, idle (closed idle periods), shutdown (keep-alive expiry to stopped)."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_instance_usage_seconds",
+        metrics::Unit::Seconds,
+        "FaaSim usage time of one function instance not yet stopped (instance = its id, reused after it stopped): startup, busy, idle, shutdown."
+    );
+    metrics::describe_gauge!(
+        "spillway_function_instance_starts",
+        "Calls of one function instance not yet stopped by start kind (cold, warm)."
     );
     metrics::describe_gauge!(
         "spillway_function_starts",
@@ -365,19 +422,28 @@ fn describe() {
 
 /// A request finished on `tier` with `status` after `elapsed` (to response headers).
 pub fn request(tier: &'static str, status: u16, elapsed: Duration) {
-    let class = match status / 100 {
-        1 => "1xx",
-        2 => "2xx",
-        3 => "3xx",
-        4 => "4xx",
-        _ => "5xx",
-    };
+    let class_index = usize::from(status / 100).clamp(1, 5) - 1;
+    if let Some(hot) = HOT.get()
+        && let Some(t) = REQUEST_TIERS.iter().position(|&x| x == tier)
+    {
+        hot.requests[t][class_index].increment(1);
+        hot.duration[t].record(elapsed.as_secs_f64());
+        return;
+    }
+    let class = STATUS_CLASSES[class_index];
     counter!("spillway_requests_total", "tier" => tier, "status" => class).increment(1);
     histogram!("spillway_request_duration_seconds", "tier" => tier).record(elapsed.as_secs_f64());
 }
 
 /// One balancer decision.
 pub fn routing(tier: &'static str, reason: &'static str) {
+    if let Some((_, _, c)) = HOT.get().and_then(|hot| {
+        hot.routing
+            .iter()
+            .find(|(t, r, _)| *t == tier && *r == reason)
+    }) {
+        return c.increment(1);
+    }
     counter!("spillway_routing_decisions_total", "tier" => tier, "reason" => reason).increment(1);
 }
 
@@ -489,11 +555,16 @@ pub fn r_max_gauges(s: &RMaxStatus) {
 
 /// A request arrived (`+1`) or its response finished (`-1`).
 pub fn in_flight(delta: i8) {
-    let g = gauge!("spillway_requests_in_flight");
-    if delta >= 0 {
-        g.increment(f64::from(delta));
-    } else {
-        g.decrement(f64::from(-delta));
+    let apply = |g: &Gauge| {
+        if delta >= 0 {
+            g.increment(f64::from(delta));
+        } else {
+            g.decrement(f64::from(-delta));
+        }
+    };
+    match HOT.get() {
+        Some(hot) => apply(&hot.in_flight),
+        None => apply(&gauge!("spillway_requests_in_flight")),
     }
 }
 
@@ -508,15 +579,39 @@ pub fn function_instances(zone: &str, starting: u32, busy: u32, idle: u32) {
     gauge!("spillway_function_instances", "zone" => zone, "state" => "idle").set(f64::from(idle));
 }
 
-/// Export one instance zone's FaaSim usage (FaaSim §3): start-up, busy and idle seconds,
-/// cold and warm starts.
+/// Export one instance zone's FaaSim usage (FaaSim §3): start-up, busy, idle and shutdown
+/// seconds, cold and warm starts.
 pub fn function_usage(zone: &str, u: &crate::policy::functions::FunctionUsage) {
-    for (phase, d) in [("startup", u.startup), ("busy", u.busy), ("idle", u.idle)] {
+    for (phase, d) in [
+        ("startup", u.startup),
+        ("busy", u.busy),
+        ("idle", u.idle),
+        ("shutdown", u.shutdown),
+    ] {
         gauge!("spillway_function_usage_seconds", "zone" => zone.to_string(), "phase" => phase)
             .set(d.as_secs_f64());
     }
     for (start, n) in [("cold", u.cold_starts), ("warm", u.warm_starts)] {
         gauge!("spillway_function_starts", "zone" => zone.to_string(), "start" => start)
+            .set(n as f64);
+    }
+}
+
+/// Export one function instance's FaaSim usage (papers.md §2, usage per instance):
+/// start-up, busy, idle and shutdown seconds, cold and warm starts, labelled by its id.
+pub fn function_instance_usage(zone: &str, i: &crate::policy::functions::InstanceUsage) {
+    let instance = i.id.0.to_string();
+    for (phase, d) in [
+        ("startup", i.startup),
+        ("busy", i.busy),
+        ("idle", i.idle),
+        ("shutdown", i.shutdown),
+    ] {
+        gauge!("spillway_function_instance_usage_seconds", "zone" => zone.to_string(), "instance" => instance.clone(), "phase" => phase)
+            .set(d.as_secs_f64());
+    }
+    for (start, n) in [("cold", i.cold_starts), ("warm", i.warm_starts)] {
+        gauge!("spillway_function_instance_starts", "zone" => zone.to_string(), "instance" => instance.clone(), "start" => start)
             .set(n as f64);
     }
 }

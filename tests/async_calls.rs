@@ -263,3 +263,500 @@ async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() 
     let _ = stop.send(());
     let _ = run.await;
 }
+
+/// A fake Prometheus on loopback: every request gets `reply`'s current status and JSON
+/// body (the `/api/v1/query` API's shape).
+fn fake_prometheus(reply: std::sync::Arc<std::sync::Mutex<(u16, String)>>) -> Stub {
+    Stub::start(move |_| {
+        let (code, body) = reply.lock().unwrap().clone();
+        common::stub::Reply::Raw(
+            format!(
+                "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+}
+
+/// An instant-query vector reply with one sample per VM.
+fn vector(values: &[f64]) -> String {
+    let samples: Vec<String> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| {
+            format!(r#"{{"metric":{{"instance":"vm-{i}:9100"}},"value":[1764547200.25,"{v}"]}}"#)
+        })
+        .collect();
+    format!(
+        r#"{{"status":"success","data":{{"resultType":"vector","result":[{}]}}}}"#,
+        samples.join(",")
+    )
+}
+
+/// Wait until the fake Prometheus has answered `more` further queries.
+fn wait_queries(gw: &Gateway, prom: &Stub, more: usize) {
+    let target = prom.requests().len() + more;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while prom.requests().len() < target {
+        assert!(
+            Instant::now() < deadline,
+            "the gateway stopped querying Prometheus\n{}",
+            gw.proc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_reply() {
+    let busy = [0.97, 0.81];
+    let busy_mean = busy.iter().sum::<f64>() / busy.len() as f64;
+    let reply = std::sync::Arc::new(std::sync::Mutex::new((200, vector(&busy))));
+    let prom = fake_prometheus(std::sync::Arc::clone(&reply));
+    let stub = Stub::start(ok_reply);
+    let gw = gateway(
+        &stub,
+        &format!(
+            "  cpu_signal: prometheus\n  prometheus:\n    url: \"{}\"\n    timeout_ms: 500\n  \
+             busy_utilisation: 0.65\n  sample_interval_seconds: 0.05\n  window_seconds: 0.15\n  \
+             switch_interval_seconds: 0\n  urgency_window_seconds: 2",
+            prom.url()
+        ),
+    );
+    let mode = |s: &Value| s["async"]["mode"].as_str().map(str::to_owned);
+    // Busy from Prometheus's answer (the mean of the VMs' samples), once the window
+    // holds only answered samples (before the first answer, `outstanding` stands in).
+    let st = gw.wait_status("busy at the VMs' mean", Duration::from_secs(20), |s| {
+        mode(s).as_deref() == Some("busy")
+            && s["async"]["cpu_utilisation"]
+                .as_f64()
+                .is_some_and(|c| (c - busy_mean).abs() < 0.01)
+    });
+    assert_eq!(st["async"]["cpu_signal"]["in_use"], "prometheus", "{st:#}");
+    let q = prom.requests()[0].target.clone();
+    let (path, query) = q.split_once('?').unwrap();
+    assert_eq!(path, "/api/v1/query");
+    let query: Vec<(String, String)> = form_urlencoded::parse(query.as_bytes())
+        .into_owned()
+        .collect();
+    assert_eq!(query.len(), 1);
+    assert_eq!(query[0].0, "query");
+    assert!(
+        query[0].1.contains("node_cpu_seconds_total{mode=\"idle\"}"),
+        "{query:?}"
+    );
+
+    // Busy: a call far from its deadline waits.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/deferred",
+        &[
+            ("Prefer", "respond-async"),
+            ("Spillway-Deadline-Ms", "60000"),
+        ],
+        b"d",
+    );
+    assert_eq!(code, 202);
+    let location = header(&h, "location").unwrap().to_owned();
+    wait_queries(&gw, &prom, 10);
+    assert_eq!(get_json(&gw, &location).1["state"], "queued");
+    assert!(stub.requests_to("/deferred").is_empty());
+
+    // A bad reply: one clear warning, the outstanding signal (nothing in flight: 0)
+    // stands in, the scheduler goes idle and releases the call.
+    *reply.lock().unwrap() = (
+        400,
+        r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected end of input"}"#
+            .into(),
+    );
+    wait_state(&gw, &location, "done", Duration::from_secs(20));
+    wait_queries(&gw, &prom, 10);
+    let log = gw.proc.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("prometheus CPU signal failed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage:\n{log}");
+    assert!(
+        warnings[0].contains("bad_data") && warnings[0].contains("unexpected end of input"),
+        "{}",
+        warnings[0]
+    );
+    assert!(warnings[0].contains(&prom.url()), "{}", warnings[0]);
+    let st = gw.status();
+    assert_eq!(st["async"]["cpu_signal"]["in_use"], "outstanding", "{st:#}");
+    assert!(
+        st["async"]["cpu_signal"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("bad_data")),
+        "{st:#}"
+    );
+
+    // Prometheus answers again: back on its signal, busy again.
+    *reply.lock().unwrap() = (200, vector(&busy));
+    gw.wait_status("busy again", Duration::from_secs(20), |s| {
+        mode(s).as_deref() == Some("busy") && s["async"]["cpu_signal"]["in_use"] == "prometheus"
+    });
+    assert!(
+        gw.proc
+            .log_text()
+            .contains("prometheus CPU signal answers again")
+    );
+}
+
+/// The value of the sample `series` (name with its labels, as exposed) in a scrape.
+fn metric(scrape: &str, series: &str) -> Option<f64> {
+    scrape.lines().find_map(|l| {
+        l.strip_prefix(series)?
+            .strip_prefix(' ')?
+            .trim()
+            .parse()
+            .ok()
+    })
+}
+
+#[test]
+fn an_async_route_defers_without_prefer_with_its_own_deadline_and_metrics_count_calls() {
+    let stub = Stub::start(ok_reply);
+    let (route_s, default_s) = (42.0, 77.0);
+    let yaml = format!(
+        "{}\nroutes:\n  - {{name: jobs, path_prefix: /jobs, methods: [POST], async: true, \
+         default_deadline_seconds: {route_s}}}\nasync:\n  default_deadline_seconds: {default_s}\n",
+        function_http_config(&stub.url(), "")
+    );
+    let gw = Gateway::start(&yaml);
+    let deadline_ms = |loc: &str| {
+        let v = wait_state(&gw, loc, "done", Duration::from_secs(20));
+        v["deadline"].as_u64().unwrap() - v["accepted_at"].as_u64().unwrap()
+    };
+    // The route makes a POST asynchronous without `Prefer`, with the route's deadline.
+    let (code, h, _) = http(gw.proxy, "POST", "/jobs/7", &[], b"j");
+    assert_eq!(code, 202);
+    let on_route = header(&h, "location").unwrap().to_owned();
+    assert_eq!(deadline_ms(&on_route), (route_s * 1000.0) as u64);
+    // `Prefer` off the route: `async.default_deadline_seconds`.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[("Prefer", "respond-async")],
+        b"e",
+    );
+    assert_eq!(code, 202);
+    let off_route = header(&h, "location").unwrap().to_owned();
+    assert_eq!(deadline_ms(&off_route), (default_s * 1000.0) as u64);
+    // Another method, or a path that only shares the prefix's characters: synchronous.
+    for (method, path) in [("GET", "/jobs/7"), ("POST", "/jobsx")] {
+        let (code, _, body) = http(gw.proxy, method, path, &[], b"");
+        assert_eq!(code, 200, "{method} {path}");
+        assert_eq!(body, format!("path={path}").into_bytes());
+    }
+    let accepted = 2.0;
+    let scrape =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).into_owned();
+    assert_eq!(
+        metric(&scrape, "spillway_async_accepted_total"),
+        Some(accepted),
+        "{scrape}"
+    );
+    // No VM is ready (min_vms: 0): idle releases go to the function tier at once.
+    assert_eq!(
+        metric(
+            &scrape,
+            "spillway_async_released_total{kind=\"idle\",tier=\"function\"}"
+        ),
+        Some(accepted),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_finished_total{state=\"done\"}"),
+        Some(accepted),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_queued"),
+        Some(0.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_busy"),
+        Some(0.0),
+        "{scrape}"
+    );
+    assert_eq!(
+        metric(&scrape, "spillway_async_deadline_misses_total"),
+        Some(0.0),
+        "{scrape}"
+    );
+}
+
+#[test]
+fn on_the_quickstart_an_async_call_is_done_within_seconds() {
+    // The shipped quickstart with nothing but its listeners moved to free ports.
+    let quickstart = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/quickstart.yaml"
+    ))
+    .unwrap();
+    let yaml = quickstart
+        .replace("listen: 127.0.0.1:8080", "listen: 127.0.0.1:0")
+        .replace("admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0");
+    assert!(!yaml.contains(":8080") && !yaml.contains(":9090"), "{yaml}");
+    let gw = Gateway::start(&yaml);
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[("Prefer", "respond-async")],
+        b"hello",
+    );
+    assert_eq!(code, 202);
+    assert_eq!(header(&h, "preference-applied"), Some("respond-async"));
+    let location = header(&h, "location").expect("Location").to_owned();
+    let done = wait_state(&gw, &location, "done", Duration::from_secs(10));
+    assert_eq!(done["attempts"], 1);
+    let (code, _, body) = http(gw.proxy, "GET", &format!("{location}/result"), &[], b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(body, b"hello", "the sample API's /echo answer, stored");
+}
+
+#[test]
+fn the_process_cpu_signal_counts_the_vm_processes_not_other_load_on_the_host() {
+    let stub = Stub::start(ok_reply);
+    let yaml = format!(
+        "{}\nasync:\n  cpu_signal: process\n  sample_interval_seconds: 0.1\n  window_seconds: 0.5\n  \
+         busy_utilisation: 0.9\n",
+        function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1")
+    );
+    let gw = Gateway::start(&yaml);
+    let line = gw.proc.wait_line("VM ready", Duration::from_secs(30));
+    let base = line
+        .split_whitespace()
+        .find_map(|f| f.strip_prefix("base=http://"))
+        .unwrap()
+        .trim_end_matches('/');
+    let vm: std::net::SocketAddr = base.parse().unwrap();
+    let cpu = |s: &Value| s["async"]["cpu_utilisation"].as_f64();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    // Load on the host, not in a VM: a core spinning in this test process.
+    let spinner = burn(std::sync::Arc::clone(&stop), || {
+        std::hint::black_box((0..10_000u64).sum::<u64>());
+    });
+    gw.wait_status("a CPU reading", Duration::from_secs(20), |s| {
+        cpu(s).is_some()
+    });
+    for _ in 0..20 {
+        let s = gw.status();
+        let u = cpu(&s).unwrap();
+        assert!(u < 0.05, "an idle VM is not busy, whatever else runs: {u}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Work in the VM shows up.
+    let loaders: Vec<_> = (0..2)
+        .map(|_| {
+            burn(std::sync::Arc::clone(&stop), move || {
+                let (code, _, _) = http(vm, "GET", "/resize", &[], b"");
+                assert_eq!(code, 200);
+            })
+        })
+        .collect();
+    gw.wait_status("the VM's CPU in the signal", Duration::from_secs(30), |s| {
+        cpu(s).is_some_and(|u| u >= 0.02)
+    });
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    spinner.join().unwrap();
+    for l in loaders {
+        l.join().unwrap();
+    }
+}
+
+/// Run `work` in a loop on a new thread until `stop`.
+fn burn(
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    work: impl Fn() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            work();
+        }
+    })
+}
+
+/// Per scrape, how much each CPU's `node_cpu_seconds_total` grows: (idle, user, system)
+/// seconds, for two CPUs.
+type CpuStep = [(f64, f64, f64); 2];
+
+/// The utilisation a node_exporter scraped twice across one `step` shows:
+/// 1 − Δidle/Δtotal over both CPUs.
+fn step_utilisation(step: &CpuStep) -> f64 {
+    let idle: f64 = step.iter().map(|c| c.0).sum();
+    let total: f64 = step.iter().map(|c| c.0 + c.1 + c.2).sum();
+    1.0 - idle / total
+}
+
+/// What the fake node_exporter serves next.
+#[derive(Clone, Copy)]
+enum Exporter {
+    /// Counters that grow by the step on every scrape.
+    Counting(CpuStep),
+    /// This status, no body.
+    Failing(u16),
+    /// Counters back near zero (a rebooted VM host), then growing by the step.
+    Rebooted(CpuStep),
+}
+
+/// A fake node_exporter on loopback: `/metrics` in the Prometheus text format with two
+/// CPUs' `node_cpu_seconds_total` counters, advanced by the current step per scrape.
+fn fake_node_exporter(mode: std::sync::Arc<std::sync::Mutex<Exporter>>) -> Stub {
+    let counters = std::sync::Mutex::new([(5000.25, 1200.5, 300.75), (4800.0, 1500.0, 410.5)]);
+    Stub::start(move |_| {
+        let mut mode = mode.lock().unwrap();
+        let mut c = counters.lock().unwrap();
+        let step = match *mode {
+            Exporter::Failing(code) => {
+                return common::stub::Reply::Raw(
+                    format!("HTTP/1.1 {code} X\r\nContent-Length: 0\r\n\r\n").into_bytes(),
+                );
+            }
+            Exporter::Rebooted(step) => {
+                *c = [(1.5, 0.5, 0.25), (1.0, 0.75, 0.5)];
+                *mode = Exporter::Counting(step);
+                None
+            }
+            Exporter::Counting(step) => Some(step),
+        };
+        if let Some(step) = step {
+            for (cpu, d) in c.iter_mut().zip(step) {
+                cpu.0 += d.0;
+                cpu.1 += d.1;
+                cpu.2 += d.2;
+            }
+        }
+        let mut body = String::from(
+            "# HELP node_cpu_seconds_total Seconds the CPUs spent in each mode.\n\
+             # TYPE node_cpu_seconds_total counter\n",
+        );
+        for (i, (idle, user, system)) in c.iter().enumerate() {
+            body += &format!(
+                "node_cpu_seconds_total{{cpu=\"{i}\",mode=\"idle\"}} {idle}\n\
+                 node_cpu_seconds_total{{cpu=\"{i}\",mode=\"system\"}} {system}\n\
+                 node_cpu_seconds_total{{cpu=\"{i}\",mode=\"user\"}} {user}\n"
+            );
+        }
+        body += "# TYPE node_load1 gauge\nnode_load1 0.42\n";
+        common::stub::Reply::Raw(
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    })
+}
+
+#[test]
+fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
+    // Busy: 0.15 + 0.55 s idle of 2 s → 0.65 busy; idle: 0.85 + 0.6 s of 2 s → 0.275.
+    let busy: CpuStep = [(0.15, 0.6, 0.25), (0.55, 0.3, 0.15)];
+    let idle: CpuStep = [(0.85, 0.1, 0.05), (0.6, 0.3, 0.1)];
+    let (busy_u, idle_u) = (step_utilisation(&busy), step_utilisation(&idle));
+    let threshold = 0.55;
+    assert!(busy_u > threshold && idle_u < threshold);
+    let mode = std::sync::Arc::new(std::sync::Mutex::new(Exporter::Counting(busy)));
+    let exporter = fake_node_exporter(std::sync::Arc::clone(&mode));
+    let stub = Stub::start(ok_reply);
+    // The process VM pool runs its VMs on 127.0.0.1: the fake exporter on 127.0.0.1 is
+    // every VM host's node_exporter.
+    let yaml = format!(
+        "{}\nasync:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: {}\n    \
+         timeout_ms: 500\n  busy_utilisation: {threshold}\n  sample_interval_seconds: 0.05\n  \
+         window_seconds: 0.15\n  switch_interval_seconds: 0\n  urgency_window_seconds: 2\n",
+        function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1"),
+        exporter.addr.port()
+    );
+    let gw = Gateway::start(&yaml);
+    gw.proc.wait_line("VM ready", Duration::from_secs(30));
+    let mode_of = |s: &Value| s["async"]["mode"].as_str().map(str::to_owned);
+    let near = |s: &Value, u: f64| {
+        s["async"]["cpu_utilisation"]
+            .as_f64()
+            .is_some_and(|c| (c - u).abs() < 0.01)
+    };
+    let st = gw.wait_status(
+        "busy at the counters' share",
+        Duration::from_secs(20),
+        |s| mode_of(s).as_deref() == Some("busy") && near(s, busy_u),
+    );
+    let sig = &st["async"]["cpu_signal"];
+    assert_eq!(sig["in_use"], "prometheus", "{st:#}");
+    assert_eq!(sig["source"], "node_exporter", "{st:#}");
+    let scrapes = exporter.requests();
+    assert!(
+        scrapes.iter().all(|r| r.target == "/metrics"),
+        "{scrapes:?}"
+    );
+
+    // Busy: a call far from its deadline waits.
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/echo",
+        &[
+            ("Prefer", "respond-async"),
+            ("Spillway-Deadline-Ms", "60000"),
+        ],
+        b"d",
+    );
+    assert_eq!(code, 202);
+    let location = header(&h, "location").unwrap().to_owned();
+    wait_queries(&gw, &exporter, 10);
+    assert_eq!(get_json(&gw, &location).1["state"], "queued");
+
+    // The counters grow mostly idle: the scheduler goes idle and releases the call.
+    *mode.lock().unwrap() = Exporter::Counting(idle);
+    gw.wait_status(
+        "idle at the counters' share",
+        Duration::from_secs(20),
+        |s| mode_of(s).as_deref() == Some("idle") && near(s, idle_u),
+    );
+    wait_state(&gw, &location, "done", Duration::from_secs(20));
+
+    // The exporter fails: one warning naming its URL and the reason; outstanding stands in.
+    *mode.lock().unwrap() = Exporter::Failing(503);
+    let url = format!("http://127.0.0.1:{}/metrics", exporter.addr.port());
+    let st = gw.wait_status("outstanding stands in", Duration::from_secs(20), |s| {
+        s["async"]["cpu_signal"]["in_use"] == "outstanding"
+    });
+    wait_queries(&gw, &exporter, 10);
+    let log = gw.proc.log_text();
+    let warnings: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("node_exporter CPU signal failed"))
+        .collect();
+    assert_eq!(warnings.len(), 1, "one warning per outage:\n{log}");
+    assert!(
+        warnings[0].contains(&url) && warnings[0].contains("HTTP status 503"),
+        "{}",
+        warnings[0]
+    );
+    let err = st["async"]["cpu_signal"]["last_error"]
+        .as_str()
+        .unwrap_or("");
+    assert!(err.contains(&url) && err.contains("503"), "{st:#}");
+
+    // The host comes back rebooted (counters near zero): the reset is a new baseline,
+    // and the busy share is back from the second scrape on.
+    *mode.lock().unwrap() = Exporter::Rebooted(busy);
+    gw.wait_status("busy again", Duration::from_secs(20), |s| {
+        mode_of(s).as_deref() == Some("busy")
+            && near(s, busy_u)
+            && s["async"]["cpu_signal"]["in_use"] == "prometheus"
+    });
+    assert!(
+        gw.proc
+            .log_text()
+            .contains("node_exporter CPU signal answers again")
+    );
+}

@@ -339,6 +339,8 @@ impl Drop for Loader {
 }
 
 /// Gateway YAML with an EC2 pool (`address: tag`) and a local process function tier.
+/// The instances' tags point at loopback sample APIs: `allow_loopback_upstreams` is on
+/// (issue 12 item 12).
 fn ec2_config(libra: &str, endpoint: &str, pool: &str, extra_pool: &str) -> String {
     let exe = common::exe();
     format!(
@@ -347,6 +349,7 @@ gateway:
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
   drain_timeout_seconds: 5
+  allow_loopback_upstreams: true
 libra:
 {libra}
 vm_pool:
@@ -538,6 +541,72 @@ fn a_restarted_gateway_adopts_the_pool_instead_of_doubling_it() {
     poll("the pool terminated on shutdown", LONG, || {
         ec2.running(pool).is_empty().then_some(())
     });
+}
+
+/// Issue 12 item 12 on moto: an instance tag is checked like a user-given upstream.
+/// Without `allow_loopback_upstreams` the loopback URL the agent writes is refused: the
+/// instance is never probed nor used, it is terminated, `/status` shows the alarm with
+/// its id and the log names it; requests go to the function tier meanwhile.
+#[test]
+fn a_tag_address_the_upstream_policy_refuses_is_not_used() {
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "policy";
+    let _agent = Agent::start(&moto.endpoint, pool, Boot::SampleApi);
+    let yaml = ec2_config(
+        "  decision_epochs: 100000
+  r_max_rps: 10
+  min_vms: 1
+  max_vms: 1
+  cip_rps: 0",
+        &moto.endpoint,
+        pool,
+        "  boot_timeout_seconds: 30",
+    )
+    .replace(
+        "  allow_loopback_upstreams: true
+",
+        "",
+    );
+    let gw = start(&yaml);
+    let s = gw.wait_status("the upstream_address alarm", LONG, |s| {
+        s["vm_pool"]["errors"]["conditions"]["upstream_address"]["state"] == "refused"
+    });
+    let cond = &s["vm_pool"]["errors"]["conditions"]["upstream_address"];
+    assert_eq!(cond["alarm"], true, "{s:#}");
+    let id = cond["detail"]["last_instance"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(id.starts_with("i-"), "{s:#}");
+    assert!(
+        cond["reason"]
+            .as_str()
+            .unwrap()
+            .contains("allow_loopback_upstreams"),
+        "{s:#}"
+    );
+    // The refused instance is terminated and never becomes a ready VM.
+    poll("the refused instance terminated", LONG, || {
+        ec2.pool(pool)
+            .iter()
+            .any(|i| i.id == id && (i.state == "terminated" || i.state == "shutting-down"))
+            .then_some(())
+    });
+    let log = gw.proc.log_text();
+    assert!(
+        log.lines()
+            .any(|l| l.contains("EC2 instance address refused") && l.contains(&id)),
+        "{log}"
+    );
+    assert!(!log.contains("VM ready"), "{log}");
+    assert_eq!(ready(&gw.status()), 0);
+    let (code, headers, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    assert!(
+        header(&headers, "x-spillway-instance").is_some_and(|w| w.starts_with("fn-")),
+        "served by the function tier: {headers:?}"
+    );
 }
 
 #[test]

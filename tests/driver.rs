@@ -177,6 +177,49 @@ async fn prewarmed_instances_serve_warm_and_are_kept() {
     );
 }
 
+/// FaaSim: a call that finds no idle instance takes the pre-warmed instance still booting
+/// and waits for it; only the next call cold-starts. The pre-warm boots 0 → 1 s; two
+/// calls at 250 ms: one answers when the pre-warm is ready (after 750 ms), the other after
+/// its own 1 s cold start.
+#[tokio::test(start_paused = true)]
+async fn a_call_waits_for_a_booting_prewarmed_instance() {
+    let cold = ms(1_000);
+    let tier = FakeTier::new(cold);
+    let pool = FunctionPoolParams {
+        keep_alive: Duration::from_secs(60),
+        max_instances: Some(3),
+        prewarmed: 1,
+    };
+    let gw = gateway(
+        faas_core(Duration::from_secs(60), pool),
+        Arc::new(NoVms),
+        tier.clone(),
+    )
+    .await;
+    let arrive = ms(250);
+    tokio::time::sleep(arrive).await;
+    let t0 = Instant::now();
+    let timed = || async {
+        let r = call_function(&gw, get()).await.unwrap();
+        let took = t0.elapsed();
+        r.into_body().collect().await.unwrap();
+        took
+    };
+    let (a, b) = tokio::join!(timed(), timed());
+    let mut took = [a, b];
+    took.sort();
+    assert_eq!(
+        took,
+        [cold - arrive, cold],
+        "{:?}",
+        tier.log.lock().unwrap()
+    );
+    let u = gw.status().core.zones[0].usage.unwrap();
+    assert_eq!((u.cold_starts, u.warm_starts, u.prewarm_waits), (1, 1, 1));
+    let calls = tier.events("call");
+    assert_eq!(calls[0], (cold, InstanceId(0)), "the pre-warm, once booted");
+}
+
 /// A VM provider whose instances never get an address: only the core's boot deadline
 /// ends their boot. It records terminations.
 #[derive(Default)]

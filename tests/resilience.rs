@@ -914,3 +914,190 @@ fn item10_reload_replaces_static_members() {
             .contains(&b.addr.to_string())
     );
 }
+
+/// A static pool in front of `url` whose LIBRA decides every 0.5 s epoch (K = 1), with
+/// `libra_extra` and `rest` (more top-level sections) appended.
+fn libra_config(url: &str, libra_extra: &str, rest: &str) -> String {
+    static_config(&[url.to_string()], "").replace(
+        "libra:\n  decision_epochs: 1000\n  r_max_rps: 1000\n  rho: 1.0\n",
+        &format!(
+            "libra:\n  epoch_seconds: 0.5\n  decision_epochs: 1\n  r_max_rps: 1000\n  alpha: 0.4\n  beta: 0.3\n{libra_extra}\n"
+        ),
+    ) + rest
+}
+
+/// Uneven GET traffic (bursts of 2 and 8 every 100 ms) until `stop`, so that LIBRA's
+/// deviation EWMA is well above zero.
+fn uneven_traffic(
+    proxy: std::net::SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<u64> {
+    std::thread::spawn(move || {
+        let mut failed = 0;
+        let mut i = 0u64;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let n = if (i / 5).is_multiple_of(2) { 2 } else { 8 };
+            for _ in 0..n {
+                if common::http(proxy, "GET", "/load", &[], b"").0 != 200 {
+                    failed += 1;
+                }
+            }
+            i += 1;
+            std::thread::sleep(Duration::from_millis(100)); // the traffic's own pacing
+        }
+        failed
+    })
+}
+
+/// Item 10: a reload changes φ, ρ, α and the pricing of the running policy core: the
+/// reply lists them as applied, `/status` shows the new values, the CIP follows the
+/// new VM price, and the next epoch's scaling decision is `avg + φ_new·std` — while
+/// the EWMAs go on from their old values and no request fails.
+#[test]
+fn item10_reload_applies_libra_and_pricing_to_the_running_core() {
+    let stub = Stub::start(ok_reply);
+    let (phi0, rho0, phi1, rho1, alpha1) = (1.0, 0.9, 2.5, 0.6, 0.15);
+    let (hourly0, hourly1) = (0.0416, 0.0832);
+    let file = |phi: f64, rho: f64, alpha: f64, hourly: f64| {
+        libra_config(
+            &stub.url(),
+            &format!("  phi: {phi}\n  rho: {rho}"),
+            &format!("pricing:\n  vm_hourly_usd: {hourly}\n"),
+        )
+        .replace("alpha: 0.4", &format!("alpha: {alpha}"))
+    };
+    let gw = Gateway::start(&file(phi0, rho0, 0.4, hourly0));
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let load = uneven_traffic(gw.proxy, std::sync::Arc::clone(&stop));
+    let before = gw.wait_status(
+        "a few decisions under the first file",
+        Duration::from_secs(20),
+        |s| s["epoch"].as_u64().is_some_and(|e| e >= 3),
+    );
+    assert_eq!(before["libra"]["phi"], phi0, "{before:#}");
+    assert_eq!(before["libra"]["rho"], rho0);
+    let cip0 = before["scaling"]["cip_rps"].as_f64().unwrap();
+
+    std::fs::write(gw.config_path(), file(phi1, rho1, alpha1, hourly1)).unwrap();
+    let (code, _, body) = common::http(gw.admin, "POST", "/reload", &[], b"");
+    assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+    let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    for key in [
+        "libra.phi",
+        "libra.rho",
+        "libra.alpha",
+        "pricing.vm_hourly_usd",
+    ] {
+        assert!(
+            report["applied"].as_array().unwrap().contains(&key.into()),
+            "{key} applied: {report:#}"
+        );
+    }
+    assert_eq!(
+        report["restart_required"],
+        serde_json::json!([]),
+        "{report:#}"
+    );
+    let at_reload = gw.status();
+    assert_eq!(at_reload["libra"]["phi"], phi1, "{at_reload:#}");
+    assert_eq!(at_reload["libra"]["rho"], rho1);
+    assert_eq!(at_reload["libra"]["alpha"], alpha1);
+    let cip1 = at_reload["scaling"]["cip_rps"].as_f64().unwrap();
+    // CIP = C_vm / c_req (LIBRA §II): twice the VM price, twice the CIP.
+    assert!(
+        (cip1 - cip0 * hourly1 / hourly0).abs() < 0.02,
+        "CIP {cip0} → {cip1}"
+    );
+    // The next decision (an epoch that closed after the reload) uses φ_new.
+    let reload_epoch = at_reload["epoch"].as_u64().unwrap();
+    let after = gw.wait_status(
+        "a decision after the reload with a deviation well above zero",
+        Duration::from_secs(20),
+        |s| {
+            let e = s["epoch"].as_u64().unwrap_or(0);
+            e > reload_epoch
+                && s["scaling"]["last_decision"]["epoch"] == e
+                && s["traffic"]["mean_abs_deviation_rps"]
+                    .as_f64()
+                    .unwrap_or(0.0)
+                    > 1.0
+        },
+    );
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let avg = after["traffic"]["avg_rps"].as_f64().unwrap();
+    let std = after["traffic"]["mean_abs_deviation_rps"].as_f64().unwrap();
+    let vm_reqs = after["scaling"]["last_decision"]["vm_reqs_rps"]
+        .as_f64()
+        .unwrap();
+    assert!(avg > cip1, "traffic above the CIP: {after:#}");
+    assert!(
+        (vm_reqs - (avg + phi1 * std)).abs() < 0.05,
+        "vm_reqs = avg + φ_new·std: {after:#}"
+    );
+    assert!((vm_reqs - (avg + phi0 * std)).abs() > 0.5, "{after:#}");
+    assert_eq!(
+        load.join().unwrap(),
+        0,
+        "no request failed across the reload"
+    );
+}
+
+/// Item 10: sections this gateway does not reload — function zones, the gateway queue,
+/// the origin header — are reported as needing a restart and nothing of them applies
+/// (the new edge zone's client networks would claim every loopback client); a second
+/// reload reports them again.
+#[test]
+fn item10_reload_reports_zones_and_queue_as_restart_required_and_applies_nothing() {
+    let stub = Stub::start(ok_reply);
+    let first = libra_config(&stub.url(), "", "");
+    let gw = Gateway::start(&first);
+    let zones = format!(
+        r#"function_zones:
+  - name: edge-a
+    kind: edge
+    type: process
+    command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "edge-{{port}}"]
+    max_instances: 2
+    client_cidrs: ["127.0.0.0/8"]
+queue:
+  order: fifo
+  max_queue_length: 7
+  max_queue_wait_seconds: 3
+"#,
+        exe = common::exe()
+    );
+    std::fs::write(gw.config_path(), libra_config(&stub.url(), "", &zones)).unwrap();
+    for round in 0..2 {
+        let (code, _, body) = common::http(gw.admin, "POST", "/reload", &[], b"");
+        assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
+        let report: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(report["applied"], serde_json::json!([]), "{report:#}");
+        let restart = report["restart_required"].as_array().unwrap();
+        for key in ["function_zones", "queue"] {
+            assert!(restart.contains(&key.into()), "round {round}: {report:#}");
+        }
+    }
+    assert!(
+        gw.proc
+            .log_text()
+            .contains("changed keys need a restart and were not applied")
+    );
+    let s = gw.status();
+    let zones: Vec<&str> = s["functions"]["zones"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|z| z["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(zones, ["cloud"], "{s:#}");
+    assert!(s["queue"].is_null(), "{s:#}");
+    for i in 0..5 {
+        let (code, _, _) = common::http(gw.proxy, "GET", &format!("/z{i}"), &[], b"");
+        assert_eq!(code, 200);
+    }
+    assert_eq!(
+        stub.requests().len(),
+        5,
+        "the VM still serves every request"
+    );
+}

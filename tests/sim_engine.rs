@@ -817,3 +817,278 @@ fn the_series_has_utilisation_and_cost_so_far() {
     let costs: Vec<f64> = faas.series.iter().map(|r| r.cost_usd).collect();
     assert!(costs.windows(2).all(|w| w[0] <= w[1]), "a running total");
 }
+
+/// Events trace text → trace.
+fn events(text: &str) -> Trace {
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    Trace::parse(text, Path::new("e.txt"), &opts).unwrap()
+}
+
+/// One cloud zone (`zone` keys) and a fixed 300 ms service time, no network.
+fn one_zone(zone: &str, function: &str) -> Config {
+    let yaml = format!(
+        r#"
+function_zones:
+  - {{name: cloud, kind: cloud, type: process, {zone}}}
+libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_vms: 0}}
+sim:
+  sla_ms: 100000
+  request: {{service_time: {{distribution: fixed, ms: 300}}}}
+  function: {{max_concurrency: 10, bill_init: false, {function}}}
+"#
+    );
+    Config::from_yaml(&yaml, "z.yaml").unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// FaaSim: a call that finds no idle instance takes a pre-warmed instance still booting
+/// and waits for it (then pays a warm start) before it cold-starts one. One pre-warm
+/// booting 0 → 2.5 s; two calls at 0.4 s: the first waits 2.1 s + 20 ms warm start +
+/// 300 ms, the second cold-starts (700 + 300 ms).
+#[test]
+fn a_call_waits_for_a_booting_prewarmed_instance_instead_of_a_cold_start() {
+    let (boot, warm, cold, exec) = (2500.0, 20.0, 700.0, 300.0);
+    let c = one_zone(
+        "max_instances: 3, prewarmed_instances: 1, keep_alive_seconds: 100",
+        &format!("cold_start_ms: {cold}, warm_start_ms: {warm}, prewarm_boot_ms: {boot}"),
+    );
+    let r = run(&c, &events("0.4 0\n0.4 0\n"), PolicyKind::Faas);
+    let p = r.report.platform_response_ms.clone().unwrap();
+    let waited = boot - 400.0 + warm + exec;
+    assert_eq!((p.max, p.min), (waited, cold + exec));
+    assert_eq!(r.report.cold_starts, 1, "the first call took the pre-warm");
+    let z = &r.report.zones[0];
+    assert_eq!((z.cold_starts, z.warm_starts, z.prewarm_waits), (1, 1, 1));
+    let pre = &z.instances[0];
+    assert!(pre.prewarmed && pre.warm_starts == 1 && pre.cold_starts == 0);
+    // Busy from its boot's end to the call's end; the boot is not start-up time.
+    assert!(close(pre.busy_s, (warm + exec) / 1e3), "{pre:?}");
+    assert_eq!(pre.startup_s, 0.0);
+    let new = &z.instances[1];
+    assert!(close(new.startup_s, cold / 1e3) && close(new.busy_s, exec / 1e3));
+}
+
+/// `sim.function.shutdown_ms`: an expired instance shuts down for that long, which is
+/// usage time (FaaSim: UT = start-up + busy + idle + shutdown), per instance and zone.
+#[test]
+fn expired_instances_shut_down_and_usage_is_reported_per_instance() {
+    let (cold, exec, keep_alive, shutdown) = (700.0, 300.0, 1.0, 400.0);
+    let c = one_zone(
+        &format!("max_instances: 3, keep_alive_seconds: {keep_alive}"),
+        &format!("cold_start_ms: {cold}, warm_start_ms: 0, shutdown_ms: {shutdown}"),
+    );
+    // The call at 0 ends at 1 s, expires at 2 s, is gone at 2.4 s; the call at 5 s
+    // cold-starts again.
+    let r = run(&c, &events("0.0 0\n5.0 0\n"), PolicyKind::Faas);
+    let z = &r.report.zones[0];
+    assert_eq!(z.cold_starts, 2);
+    assert!(close(z.shutdown_s, shutdown / 1e3), "{z:?}");
+    let first = &z.instances[0];
+    let ends = (cold + exec) / 1e3;
+    assert!(close(first.idle_s, keep_alive), "{first:?}");
+    assert!(close(first.shutdown_s, shutdown / 1e3));
+    assert!(close(
+        first.stopped_s.unwrap(),
+        ends + keep_alive + shutdown / 1e3
+    ));
+    let used = (cold + exec + shutdown) / 1e3 + keep_alive;
+    assert!(close(first.instance_hours, used / 3600.0));
+    assert_eq!(z.instances.len(), 2);
+    assert_eq!(z.instances[1].stopped_s, None, "alive at the end");
+    let total: f64 = z.instances.iter().map(|i| i.instance_hours).sum();
+    assert!(close(z.instance_hours, total));
+    // Totals over zones: instance-hours and mean instances (instance time ÷ run length).
+    assert!(close(r.report.instance_hours.unwrap(), total));
+    let mean = total * 3600.0 / r.stats.end_s;
+    assert!(
+        close(r.report.mean_instances.unwrap(), mean),
+        "{:?}",
+        r.report.mean_instances
+    );
+}
+
+/// FaaSim's uniform jitter on execution, cold and warm starts (`sim.function.*_jitter`):
+/// every response lies within the jittered bounds, they vary, and a seed repeats its run.
+#[test]
+fn start_and_execution_jitter_is_uniform_bounded_and_seeded() {
+    let (cold, warm, exec) = (1000.0, 100.0, 300.0);
+    let (cj, wj, ej) = (0.1, 0.4, 0.05);
+    let c = one_zone(
+        "max_instances: 1, keep_alive_seconds: 100",
+        &format!(
+            "cold_start_ms: {cold}, warm_start_ms: {warm}, cold_start_jitter: {cj}, \
+             warm_start_jitter: {wj}, exec_jitter: {ej}"
+        ),
+    );
+    // One cold call, then 30 warm ones 10 s apart (each ends long before the next).
+    let trace: String = (0..31).map(|i| format!("{}.0 0\n", i * 10)).collect();
+    let trace = events(&trace);
+    let p = SimParams::from_config(&c).unwrap();
+    let go = |seed| run_policy(&p, &trace, PolicyKind::Faas, seed, false, &mut |_| {});
+    let a = go(7);
+    let rt = a.report.platform_response_ms.clone().unwrap();
+    let warm_lo = warm * (1.0 - wj) + exec * (1.0 - ej);
+    let cold_hi = cold * (1.0 + cj) + exec * (1.0 + ej);
+    assert!(
+        rt.min >= warm_lo - 1e-6 && rt.max <= cold_hi + 1e-6,
+        "{rt:?}"
+    );
+    assert!(
+        rt.max >= cold * (1.0 - cj) + exec * (1.0 - ej),
+        "the cold call: {rt:?}"
+    );
+    // 30 warm calls: a spread far above the fixed 400 ms without jitter.
+    let warm_hi = warm * (1.0 + wj) + exec * (1.0 + ej);
+    assert!(rt.min < warm + exec && warm + exec < warm_hi, "{rt:?}");
+    assert_eq!(a.report.cold_starts, 1);
+    let json = |r: &PolicyRun| serde_json::to_string(&r.report).unwrap();
+    assert_eq!(json(&a), json(&go(7)), "same seed, same report");
+    assert_ne!(
+        a.report.platform_response_ms.as_ref().unwrap().mean,
+        go(8).report.platform_response_ms.unwrap().mean
+    );
+}
+
+/// The `--sweep` summary has one row per value and placement, the value in the first
+/// column under PATH: keep-alive 0 vs 100 s on two calls 10 s apart from no edge (one
+/// cloud zone): every call cold at 0, the second warm at 100 s.
+#[test]
+fn the_sweep_summary_has_one_row_per_value_and_a_column_for_the_path() {
+    let path = "function_zones[*].keep_alive_seconds";
+    let trace = events("0.0 0\n10.0 0\n");
+    let reports: Vec<(String, spillway::sim::report::SimReport)> = ["0", "100"]
+        .iter()
+        .map(|v| {
+            let c = one_zone(
+                "max_instances: 2, keep_alive_seconds: 1",
+                "cold_start_ms: 700, warm_start_ms: 0",
+            );
+            let c = spillway::config::with_override(&c, path, v).unwrap();
+            let (r, _) =
+                spillway::sim::simulate(&c, &trace, &[PolicyKind::Faas], 1, false, &mut |_, _| {})
+                    .unwrap();
+            (v.to_string(), r)
+        })
+        .collect();
+    let rows: Vec<(String, &spillway::sim::report::SimReport)> =
+        reports.iter().map(|(v, r)| (v.clone(), r)).collect();
+    let text = spillway::sim::report::sweep_table(path, &rows);
+    let lines: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    assert_eq!(lines[0][..3], [path, "policy", "cold"], "{text}");
+    assert_eq!(lines.len(), 1 + 2, "{text}");
+    // value, policy, cold starts, mean platform ms (cold 1000 ms; cold + warm 650 ms).
+    assert_eq!(lines[1][..4], ["0", "faas", "2", "1000.0"], "{text}");
+    assert_eq!(lines[2][..4], ["100", "faas", "1", "650.0"], "{text}");
+}
+
+/// An `events` trace: 200 s of 20 req/s, `gap` idle seconds, 200 s of 20 req/s again.
+fn burst_gap_burst(gap: u64) -> Trace {
+    let mut text = String::new();
+    for start in [0, 200 + gap] {
+        for i in 0..4000u64 {
+            text.push_str(&format!("{}\n", start as f64 + i as f64 / 20.0));
+        }
+    }
+    let opts = TraceOptions {
+        format: spillway::sim::trace::TraceFormat::Events,
+        ..TraceOptions::default()
+    };
+    Trace::parse(&text, Path::new("gap.txt"), &opts).unwrap()
+}
+
+/// Issue 14: idle stretches are closed in bulk (the monitor closes N empty epochs at
+/// once once the policy settled) with the results of closing every epoch.
+///
+/// Expectation: once a policy has settled in the gap (decisions repeat, idle function
+/// instances expired — well within 20,000 s), every further idle second changes nothing
+/// but the bill of the VMs it keeps, k VMs × $0.10/h; the second burst meets the same
+/// state (settled EWMAs, same decision phase: every gap is a multiple of K = 50). So the
+/// cost is linear in the gap: the stepped runs at 20,000 and 40,000 s give the slope
+/// (k·0.10/3600 per second, k a whole number of VMs: MAX's fleet of ⌈20/16⌉ = 2, AUTO's
+/// `min_vms` 1, FAAS none), and the 10⁷-second gap must cost
+/// cost(20,000) + (10⁷ − 20,000)·slope, with the same requests, violations and cold
+/// starts — while stepping through at most a few thousand of its 10⁷ epochs.
+#[test]
+fn a_ten_million_second_gap_costs_what_the_stepped_runs_extrapolate() {
+    let c = config(50, 16.0, BASE_SIM);
+    let skipping = SimParams::from_config(&c).unwrap();
+    let stepping = SimParams {
+        skip_idle: false,
+        ..skipping.clone()
+    };
+    let (g1, g2, g3) = (20_000u64, 40_000u64, 10_000_000u64);
+    let (t1, t2, t3) = (
+        burst_gap_burst(g1),
+        burst_gap_burst(g2),
+        burst_gap_burst(g3),
+    );
+    for kind in PolicyKind::ALL {
+        let go = |p: &SimParams, t: &Trace| run_policy(p, t, kind, 1, false, &mut |_| {});
+        let s1 = go(&stepping, &t1);
+        let s2 = go(&stepping, &t2);
+        // Bulk closing gives the stepped results exactly.
+        let k1 = go(&skipping, &t1);
+        assert_eq!(k1.report, s1.report, "{kind:?}");
+        assert_eq!(
+            spillway::sim::engine::RunStats {
+                epochs_skipped: 0,
+                ..k1.stats.clone()
+            },
+            s1.stats,
+            "{kind:?}"
+        );
+        assert_eq!(s1.stats.epochs_skipped, 0);
+        assert!(
+            k1.stats.epochs_skipped > g1 * 9 / 10,
+            "{kind:?}: {:?}",
+            k1.stats
+        );
+        let slope = (s2.report.cost_usd.total - s1.report.cost_usd.total) / (g2 - g1) as f64;
+        let idle_vms = slope * 3600.0 / 0.10;
+        assert!(
+            (idle_vms - idle_vms.round()).abs() < 1e-6,
+            "{kind:?}: {idle_vms} VMs"
+        );
+        match kind {
+            PolicyKind::Max => assert_eq!(idle_vms.round(), 2.0),
+            PolicyKind::Auto | PolicyKind::Spock => assert_eq!(idle_vms.round(), 1.0),
+            PolicyKind::Faas => assert_eq!(idle_vms.round(), 0.0),
+            PolicyKind::Libra => {}
+        }
+        let big = go(&skipping, &t3);
+        let expected = s1.report.cost_usd.total + (g3 - g1) as f64 * slope;
+        assert!(
+            (big.report.cost_usd.total - expected).abs() <= 1e-9 * expected.max(1.0),
+            "{kind:?}: {} vs {expected}",
+            big.report.cost_usd.total
+        );
+        let r = &big.report;
+        assert_eq!(
+            (
+                r.requests,
+                r.served,
+                r.sla_violations,
+                r.delayed,
+                r.cold_starts
+            ),
+            (
+                s1.report.requests,
+                s1.report.served,
+                s1.report.sla_violations,
+                s1.report.delayed,
+                s1.report.cold_starts
+            ),
+            "{kind:?}"
+        );
+        assert!(
+            big.stats.epochs_skipped > g3 - 10_000,
+            "{kind:?}: {:?}",
+            big.stats
+        );
+    }
+}

@@ -215,3 +215,153 @@ fn the_origin_header_counts_only_from_a_trusted_proxy() {
         "the header of an untrusted peer is ignored"
     );
 }
+
+/// FaaSim: a call that finds no idle instance takes a pre-warmed instance still booting
+/// and waits for it, rather than cold-starting another. The edge's one pre-warmed
+/// instance takes 3 s to boot (a shell sleeps first); the call made meanwhile is served
+/// by it: no cold start anywhere, one warm start and one pre-warm wait on the edge.
+#[test]
+fn a_call_waits_for_the_booting_prewarmed_edge_instance() {
+    let slow_edge = format!(
+        r#"["sh", "-c", "sleep 3; exec {} sample-api --listen 127.0.0.1:{{port}} --name edge-{{port}}"]"#,
+        exe()
+    );
+    let yaml = zones_config(
+        &slow_edge,
+        "    client_cidrs: [127.0.0.0/8]\n    prewarmed_instances: 1",
+        "",
+    )
+    .replacen("boot_timeout_seconds: 5", "boot_timeout_seconds: 20", 1);
+    let gw = Gateway::start(&yaml);
+    let s = gw.status();
+    assert_eq!(zone_stat(&s, 0, "starting"), 1, "still booting: {s:#}");
+    let (code, h, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    assert!(
+        header(&h, "x-spillway-instance")
+            .unwrap()
+            .starts_with("edge-")
+    );
+    let s = gw.status();
+    let starts = |z| {
+        (
+            zone_stat(&s, z, "cold_starts"),
+            zone_stat(&s, z, "warm_starts"),
+        )
+    };
+    assert_eq!((starts(0), starts(1)), ((0, 1), (0, 0)), "{s:#}");
+    assert_eq!(
+        s.pointer("/functions/zones/0/usage/prewarm_waits"),
+        Some(&serde_json::json!(1))
+    );
+    let inst = s.pointer("/functions/zones/0/usage/instances/0").unwrap();
+    assert_eq!(inst["prewarmed"], true, "{inst}");
+    assert_eq!(
+        inst["startup_seconds"], 0.0,
+        "a pre-warm's boot is not start-up time"
+    );
+}
+
+/// Keep-alive expiry stops an idle instance; the time from the expiry until its process
+/// exited is its shutdown time (FaaSim usage = start-up + busy + idle + shutdown), shown
+/// per zone in `/status` and `/metrics`, and per instance while it lives.
+#[test]
+fn an_expired_instance_reports_its_shutdown_time_and_per_instance_usage() {
+    let keep_alive = 1.0;
+    let yaml = zones_config(&edge_command(), "    client_cidrs: [127.0.0.0/8]", "").replacen(
+        "keep_alive_seconds: 30",
+        &format!("keep_alive_seconds: {keep_alive}"),
+        1,
+    );
+    let gw = Gateway::start(&yaml);
+    let (code, _, _) = http(gw.proxy, "GET", "/sleep?ms=200", &[], b"");
+    assert_eq!(code, 200);
+    let s = gw.status();
+    let inst = s.pointer("/functions/zones/0/usage/instances").unwrap();
+    assert_eq!(inst.as_array().unwrap().len(), 1, "{s:#}");
+    assert_eq!(
+        (
+            inst[0]["cold_starts"].as_u64(),
+            inst[0]["prewarmed"].as_bool()
+        ),
+        (Some(1), Some(false))
+    );
+    assert!(inst[0]["busy_seconds"].as_f64().unwrap() >= 0.2, "{inst}");
+    let (_, _, metrics) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(
+            r#"spillway_function_instance_starts{zone="edge-a",instance="0",start="cold"} 1"#
+        ),
+        "{metrics}"
+    );
+    let s = gw.wait_status(
+        "the instance expired and stopped",
+        std::time::Duration::from_secs(20),
+        |s: &serde_json::Value| {
+            s.pointer("/functions/zones/0/usage/instances_expired") == Some(&serde_json::json!(1))
+                && s.pointer("/functions/zones/0/usage/instances_stopping")
+                    == Some(&serde_json::json!(0))
+        },
+    );
+    let u = s.pointer("/functions/zones/0/usage").unwrap();
+    let f = |k: &str| u[k].as_f64().unwrap();
+    assert!(f("shutdown_seconds") > 0.0, "{u}");
+    assert!(
+        (f("idle_seconds") - keep_alive).abs() < 1e-6,
+        "idle until the expiry: {u}"
+    );
+    let sum = f("startup_seconds") + f("busy_seconds") + f("idle_seconds") + f("shutdown_seconds");
+    assert!((f("instance_hours") - sum / 3600.0).abs() < 1e-9, "{u}");
+    assert_eq!(
+        u["instances"],
+        serde_json::json!([]),
+        "stopped instances leave the list"
+    );
+    let (_, _, metrics) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let metrics = String::from_utf8_lossy(&metrics);
+    assert!(
+        metrics.contains(r#"spillway_function_usage_seconds{zone="edge-a",phase="shutdown"}"#),
+        "{metrics}"
+    );
+}
+
+/// Warm-first (FaaSim): a call from the edge takes a warm cloud instance rather than
+/// cold-starting on the edge; edge-first cold-starts on the edge. The first call has no
+/// edge origin (the edge's clients are 10.9.0.0/16) and cold-starts in the cloud; the
+/// second names the edge by the trusted origin header.
+#[test]
+fn warm_first_takes_a_warm_cloud_instance_over_a_cold_edge_start() {
+    let keys = "  trusted_proxies: [127.0.0.1/32]\n  origin_zone_header: x-spillway-zone";
+    for (placement, second_on_edge) in [("warm_first", false), ("edge_first", true)] {
+        let yaml = zones_config(&edge_command(), "    client_cidrs: [10.9.0.0/16]", keys)
+            .replace("placement: edge_first", &format!("placement: {placement}"));
+        let gw = Gateway::start(&yaml);
+        let call = |headers: &[(&'static str, &'static str)]| {
+            let (code, h, _) = http(gw.proxy, "GET", "/", headers, b"");
+            assert_eq!(code, 200);
+            header(&h, "x-spillway-instance").unwrap().to_string()
+        };
+        let first = call(&[]);
+        assert!(first.starts_with("cloud-"), "{first}");
+        let second = call(&[("x-spillway-zone", "edge-a")]);
+        if second_on_edge {
+            assert!(second.starts_with("edge-"), "{placement}: {second}");
+        } else {
+            assert_eq!(second, first, "{placement}: the warm cloud instance");
+        }
+        let s = gw.status();
+        let starts = |z| {
+            (
+                zone_stat(&s, z, "cold_starts"),
+                zone_stat(&s, z, "warm_starts"),
+            )
+        };
+        let want = if second_on_edge {
+            ((1, 0), (1, 0))
+        } else {
+            ((0, 0), (1, 1))
+        };
+        assert_eq!((starts(0), starts(1)), want, "{placement}: {s:#}");
+    }
+}

@@ -142,6 +142,10 @@ const COND_LAUNCH: &str = "launch";
 const COND_WRITERS: &str = "pool_writers";
 /// `/status` condition: instances of the pool that belong to other gateway ids.
 const COND_OTHERS: &str = "other_gateways";
+/// Condition: an instance's upstream address was refused by the address policy (issue
+/// 12 item 12): the instance was not used. An alarm (a tag pointing at the metadata
+/// service is an attack or a broken boot script); it stays until a restart.
+const COND_ADDRESS: &str = "upstream_address";
 
 /// What the provider knows about one of its instances.
 #[derive(Clone, Debug, Default)]
@@ -191,6 +195,10 @@ struct Pool {
     probe_interval: Duration,
     closed: AtomicBool,
     errors: ProviderErrors,
+    /// `gateway.allow_loopback_upstreams`: loopback instance addresses are accepted.
+    allow_loopback: bool,
+    /// Instances whose address the policy refused, and the last one's id.
+    refused: Mutex<(u64, String)>,
 }
 
 /// The host name, the default `gateway_id`: `/proc/sys/kernel/hostname`, else
@@ -207,12 +215,19 @@ pub fn default_gateway_id() -> String {
 impl Ec2VmPool {
     /// Load the AWS SDK configuration (default credential chain; region and endpoint from
     /// `cfg`) and build the pool. `http` is the gateway's upstream client, used for the
-    /// health probe of instances found at start. No API call is made here.
+    /// health probe of instances found at start. `allow_loopback`
+    /// (`gateway.allow_loopback_upstreams`) accepts loopback instance addresses (issue 12
+    /// item 12; link-local and metadata addresses are always refused). No API call is
+    /// made here.
     ///
     /// # Errors
     /// [`BackendError::Provider`] when no region is configured anywhere
     /// (`vm_pool.region`, `AWS_REGION`, the profile).
-    pub async fn new(cfg: &Ec2VmPoolConfig, http: UpstreamClient) -> Result<Self, BackendError> {
+    pub async fn new(
+        cfg: &Ec2VmPoolConfig,
+        http: UpstreamClient,
+        allow_loopback: bool,
+    ) -> Result<Self, BackendError> {
         let sdk = super::aws_sdk::load(
             "ec2",
             "vm_pool",
@@ -245,6 +260,8 @@ impl Ec2VmPool {
                 probe_interval: super::secs(cfg.probe_interval_seconds),
                 closed: AtomicBool::new(false),
                 errors: ProviderErrors::new(PROVIDER),
+                allow_loopback,
+                refused: Mutex::new((0, String::new())),
             }),
         })
     }
@@ -625,10 +642,49 @@ impl Pool {
         }
     }
 
-    /// The upstream URL of `inst` per `vm_pool.address`; `Ok(None)` while unknown.
+    /// The upstream URL of `inst` per `vm_pool.address`; `Ok(None)` while unknown. An
+    /// address the upstream policy refuses ([`instance_upstream`]) is an error, logged
+    /// with the instance id and shown in `/status` (condition `upstream_address`): the
+    /// instance is not used.
     fn address(&self, inst: &Instance) -> Result<Option<Uri>, String> {
+        let url = self.raw_address(inst);
+        match url.map(|u| instance_upstream(&u, self.allow_loopback)) {
+            None => Ok(None),
+            Some(Ok(base)) => Ok(Some(base)),
+            Some(Err(reason)) => {
+                let id = inst.instance_id().unwrap_or("?");
+                tracing::error!(instance = %id, error = %reason, "EC2 instance address refused; the instance is not used");
+                let (count, last) = {
+                    let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                    r.0 += 1;
+                    r.1 = id.to_owned();
+                    r.clone()
+                };
+                let detail = [
+                    (
+                        "instances_refused".to_owned(),
+                        serde_json::Value::from(count),
+                    ),
+                    ("last_instance".to_owned(), serde_json::Value::from(last)),
+                ]
+                .into_iter()
+                .collect();
+                self.errors.set_condition(
+                    COND_ADDRESS,
+                    "refused",
+                    true,
+                    Some(format!("instance {id}: {reason}")),
+                    detail,
+                );
+                Err(reason)
+            }
+        }
+    }
+
+    /// The instance's upstream URL text per `vm_pool.address`, unchecked.
+    fn raw_address(&self, inst: &Instance) -> Option<String> {
         let c = &self.cfg;
-        let url = match c.address {
+        match c.address {
             Ec2Address::PrivateIp => inst
                 .private_ip_address()
                 .map(|ip| format!("{}://{ip}:{}", c.scheme, c.upstream_port)),
@@ -636,8 +692,7 @@ impl Pool {
                 .public_ip_address()
                 .map(|ip| format!("{}://{ip}:{}", c.scheme, c.upstream_port)),
             Ec2Address::Tag => tag_value(inst, &c.upstream_tag_key).map(str::to_string),
-        };
-        url.map(|u| parse_upstream(&u)).transpose()
+        }
     }
 
     /// Which gateway an instance of the pool belongs to: `Ok(())` this one (its id, an
@@ -1202,6 +1257,23 @@ pub fn parse_upstream(url: &str) -> Result<Uri, String> {
     }
 }
 
+/// An instance's upstream URL (from its tag, or built from its address) checked like a
+/// user-given upstream (issue 12 item 12, [`crate::net::upstream::check_host`]):
+/// link-local and metadata addresses (169.254.169.254, `fd00:ec2::254`) are refused,
+/// loopback and unspecified ones unless `allow_loopback`
+/// (`gateway.allow_loopback_upstreams`). An instance tag is written by whatever runs on
+/// the instance, so it is not trusted more than the configuration.
+///
+/// # Errors
+/// A message naming the URL and the rule.
+pub fn instance_upstream(url: &str, allow_loopback: bool) -> Result<Uri, String> {
+    let base = parse_upstream(url)?;
+    let host = base.host().unwrap_or_default();
+    crate::net::upstream::check_host(host, allow_loopback)
+        .map_err(|e| format!("upstream URL {url:?}: {e}"))?;
+    Ok(base)
+}
+
 /// Whether a failed RunInstances call may still have launched an instance: its reply
 /// was lost, it timed out after the request left, or EC2 answered with a server error
 /// (5xx) that is not a definite answer (`InternalError`, `Unavailable`, an unknown code;
@@ -1334,6 +1406,48 @@ mod tests {
         assert!(parse_upstream("https://x:1").is_err());
         assert!(parse_upstream("127.0.0.1:80").is_err());
         assert!(parse_upstream("not a url").is_err());
+    }
+
+    /// Issue 12 item 12: the address an instance tag gives is checked like a user-given
+    /// upstream.
+    #[test]
+    fn instance_addresses_follow_the_upstream_policy() {
+        for url in [
+            "http://169.254.169.254",
+            "http://169.254.169.254:80/latest",
+            "http://169.254.10.1:8080",
+            "http://[fd00:ec2::254]:80",
+            "http://[fe80::1]:8080",
+            "http://[::ffff:169.254.169.254]:80",
+        ] {
+            for allow_loopback in [false, true] {
+                let e = instance_upstream(url, allow_loopback).unwrap_err();
+                assert!(
+                    e.contains("link-local") || e.contains("metadata"),
+                    "{url}: {e}"
+                );
+            }
+        }
+        for url in [
+            "http://127.0.0.1:8080",
+            "http://[::1]:8080",
+            "http://localhost:8080",
+            "http://0.0.0.0:8080",
+        ] {
+            let e = instance_upstream(url, false).unwrap_err();
+            assert!(e.contains("allow_loopback_upstreams"), "{url}: {e}");
+            assert!(
+                instance_upstream(url, true).is_ok(),
+                "{url} with the opt-in"
+            );
+        }
+        for url in ["http://10.0.3.7:8080", "http://ip-10-0-3-7.ec2.internal:80"] {
+            assert_eq!(
+                instance_upstream(url, false).unwrap(),
+                parse_upstream(url).unwrap()
+            );
+        }
+        assert!(instance_upstream("https://10.0.3.7", true).is_err());
     }
 
     #[test]

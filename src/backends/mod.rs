@@ -146,6 +146,12 @@ pub trait VmProvider: Send + Sync + 'static {
     fn errors(&self) -> provider_errors::ProviderErrorStats {
         provider_errors::ProviderErrorStats::default()
     }
+
+    /// Process ids of the pool's VMs on this host (the `process` pool), for the delay
+    /// queue's `process` CPU signal (ProFaaStinate §3); pools of remote VMs have none.
+    fn local_pids(&self) -> Vec<u32> {
+        Vec::new()
+    }
 }
 
 /// Why a function call did not produce a response.

@@ -135,6 +135,10 @@ impl VmProvider for ProcessVmPool {
             }
         })
     }
+
+    fn local_pids(&self) -> Vec<u32> {
+        self.lock().values().map(ChildProcess::pid).collect()
+    }
 }
 
 #[cfg(test)]

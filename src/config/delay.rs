@@ -17,9 +17,54 @@ pub enum CpuSignal {
     /// else 1 per VM).
     #[default]
     Outstanding,
-    /// The host's non-idle CPU share from procfs (`/proc/stat`): with the `process` VM
-    /// pool, the local VM processes' load (and everything else on the host).
+    /// procfs: with the `process` VM pool, the local VM processes' share of the host's
+    /// CPU time (their `utime + stime` from `/proc/<pid>/stat` over the host's total from
+    /// `/proc/stat`; other load on the host does not count); without local VM
+    /// processes, the host's non-idle share (`/proc/stat`).
     Process,
+    /// The VM pool's CPU utilisation from node_exporter's `node_cpu_seconds_total`:
+    /// through a Prometheus server's HTTP API (`async.prometheus.url` and `query`) or
+    /// scraped from each ready VM's node_exporter (`async.prometheus.node_exporter_port`);
+    /// while neither answers usefully, the `outstanding` signal stands in.
+    Prometheus,
+}
+
+/// `async.prometheus:` — where the `prometheus` CPU signal comes from
+/// (ProFaaStinate §3: the scheduler's CPU signal, here measured on the VM pool).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PrometheusSignalConfig {
+    /// Base URL of the Prometheus HTTP API (`http://host:9090`, plain HTTP); the signal
+    /// is `GET <url>/api/v1/query?query=<query>`. With `cpu_signal: prometheus`, exactly
+    /// one of `url` and `node_exporter_port` is set.
+    pub url: Option<String>,
+    /// TCP port of each VM's node_exporter: the gateway itself scrapes
+    /// `http://<ready VM's host>:<port>/metrics` (plain HTTP, one scrape per distinct
+    /// host) every sample and takes each host's utilisation as 1 − Δidle/Δtotal of
+    /// `node_cpu_seconds_total` between two scrapes; the pool's signal is the mean over
+    /// the hosts that answered. The alternative to `url` (no Prometheus server).
+    pub node_exporter_port: Option<u16>,
+    /// PromQL instant query giving the VM pool's CPU utilisation in [0, 1]; a vector
+    /// result is averaged over its samples (one per VM, say).
+    pub query: String,
+    /// A query without an answer within this many milliseconds counts as failed.
+    pub timeout_ms: u64,
+}
+
+/// The default `async.prometheus.query`: the non-idle share of every CPU that
+/// node_exporter reports, over 30 s (at least two scrapes at the usual 15 s interval).
+pub const DEFAULT_PROMETHEUS_QUERY: &str =
+    "1 - avg(rate(node_cpu_seconds_total{mode=\"idle\"}[30s]))";
+
+impl Default for PrometheusSignalConfig {
+    fn default() -> Self {
+        Self {
+            url: None,
+            node_exporter_port: None,
+            query: DEFAULT_PROMETHEUS_QUERY.into(),
+            timeout_ms: 1000,
+        }
+    }
 }
 
 /// `async:` — asynchronous calls (`Prefer: respond-async`) held in a durable,
@@ -67,8 +112,10 @@ pub struct AsyncConfig {
     pub deadline_margin_seconds: f64,
     /// `E[p]` before any call finished, seconds.
     pub expected_processing_seconds: f64,
-    /// The CPU signal: `outstanding` or `process`.
+    /// The CPU signal: `outstanding`, `process` or `prometheus`.
     pub cpu_signal: CpuSignal,
+    /// The `prometheus` CPU signal's server and query.
+    pub prometheus: PrometheusSignalConfig,
 }
 
 impl Default for AsyncConfig {
@@ -94,6 +141,7 @@ impl Default for AsyncConfig {
             deadline_margin_seconds: 5.0,
             expected_processing_seconds: 1.0,
             cpu_signal: CpuSignal::Outstanding,
+            prometheus: PrometheusSignalConfig::default(),
         }
     }
 }
@@ -165,6 +213,44 @@ impl AsyncConfig {
             "async.expected_processing_seconds",
             self.expected_processing_seconds,
         );
+        self.validate_prometheus(is);
+    }
+
+    fn validate_prometheus(&self, is: &mut Issues) {
+        let p = &self.prometheus;
+        match (&p.url, p.node_exporter_port) {
+            (None, None) if self.cpu_signal == CpuSignal::Prometheus => is.push(
+                "async.prometheus.url",
+                "required with async.cpu_signal: prometheus (e.g. http://127.0.0.1:9090), \
+                 unless async.prometheus.node_exporter_port is set",
+            ),
+            (Some(_), Some(_)) => is.push(
+                "async.prometheus.node_exporter_port",
+                "set either async.prometheus.url (a Prometheus server) or \
+                 async.prometheus.node_exporter_port (each VM's node_exporter), not both",
+            ),
+            (_, Some(0)) => is.push(
+                "async.prometheus.node_exporter_port",
+                "must be a TCP port, 1-65535 (node_exporter's default is 9100)",
+            ),
+            _ => {}
+        }
+        match &p.url {
+            None => {}
+            Some(url) => match url.parse::<http::Uri>() {
+                Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => {}
+                _ => is.push(
+                    "async.prometheus.url",
+                    format!("must be an http:// URL with a host, got {url:?}"),
+                ),
+            },
+        }
+        if p.query.trim().is_empty() {
+            is.push("async.prometheus.query", "must not be empty");
+        }
+        if p.timeout_ms == 0 {
+            is.push("async.prometheus.timeout_ms", "must be at least 1");
+        }
     }
 
     /// The policy core's delay-queue parameters; `vm_slots` is
@@ -206,5 +292,87 @@ pub(crate) fn validate_routes(
                 );
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::config::{Config, ConfigError};
+
+    fn issues(yaml: &str) -> Vec<String> {
+        match Config::from_yaml(yaml, "a.yaml") {
+            Ok(_) => Vec::new(),
+            Err(ConfigError::Invalid { issues, .. }) => issues
+                .iter()
+                .map(|i| {
+                    let at = i.location.map_or("-".into(), |l| l.to_string());
+                    format!("{at} {}: {}", i.path, i.message)
+                })
+                .collect(),
+            Err(e) => vec![e.to_string()],
+        }
+    }
+
+    #[test]
+    fn the_prometheus_signal_needs_an_http_url_a_query_and_a_timeout() {
+        let got = issues("async:\n  cpu_signal: prometheus\n");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].contains("async.prometheus.url: required with async.cpu_signal: prometheus"),
+            "{got:#?}"
+        );
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    url: https://prom:9090\n    query: ' '\n    timeout_ms: 0\n",
+        );
+        let want = [
+            "4:10 async.prometheus.url: must be an http:// URL",
+            "5:12 async.prometheus.query: must not be empty",
+            "6:17 async.prometheus.timeout_ms: must be at least 1",
+        ];
+        assert_eq!(got.len(), want.len(), "{got:#?}");
+        for w in want {
+            assert!(got.iter().any(|g| g.starts_with(w)), "{w}\nin {got:#?}");
+        }
+        let c = Config::from_yaml(
+            "async:\n  cpu_signal: prometheus\n  prometheus: {url: 'http://127.0.0.1:9090'}\n",
+            "a.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.async_calls.prometheus.query,
+            super::DEFAULT_PROMETHEUS_QUERY
+        );
+        assert_eq!(c.async_calls.prometheus.timeout_ms, 1000);
+    }
+
+    #[test]
+    fn node_exporter_port_is_the_alternative_to_url_never_both() {
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    url: 'http://127.0.0.1:9090'\n    node_exporter_port: 9100\n",
+        );
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].starts_with("5:25 async.prometheus.node_exporter_port: set either"),
+            "{got:#?}"
+        );
+        let got =
+            issues("async:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: 0\n");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].starts_with("4:25 async.prometheus.node_exporter_port: must be a TCP port"),
+            "{got:#?}"
+        );
+        let got = issues(
+            "async:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: 70000\n",
+        );
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(got[0].contains("node_exporter_port"), "{got:#?}");
+        let c = Config::from_yaml(
+            "async:\n  cpu_signal: prometheus\n  prometheus: {node_exporter_port: 9137}\n",
+            "a.yaml",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(c.async_calls.prometheus.node_exporter_port, Some(9137));
+        assert_eq!(c.async_calls.prometheus.url, None);
     }
 }

@@ -1402,6 +1402,20 @@ impl Config {
         }
     }
 
+    /// LIBRA's parameters a running core can take on reload (`Core::retune`, issue 12
+    /// item 10): α, β, K, F, φ, r_max, VM bounds, the CIP (from `pricing` when not set)
+    /// and ρ.
+    pub fn libra_tuning(&self) -> crate::policy::controller::LibraTuning {
+        crate::policy::controller::LibraTuning {
+            alpha: self.libra.alpha,
+            beta: self.libra.beta,
+            decision_epochs: self.libra.decision_epochs,
+            first_decision_epoch: self.libra.first_decision_epoch,
+            scaling: self.libra_scaling_params(),
+            rho: self.libra.rho,
+        }
+    }
+
     /// The adaptive r_max controller's parameters (LIBRA §III-B), when configured: pass
     /// them to `Core::with_adaptive_r_max`.
     pub fn r_max_adaptive_params(&self) -> Option<RMaxParams> {

@@ -272,6 +272,19 @@ pub struct FunctionModelConfig {
     pub prewarmed: u32,
     /// Bill the cold start as INIT duration (AWS does; the LIBRA preset does not).
     pub bill_init: bool,
+    /// Uniform jitter of a function call's execution (service) time, ± this fraction of
+    /// it, [0, 1] (FaaSim: 0.01). VM service times are not affected.
+    pub exec_jitter: f64,
+    /// Uniform jitter of `cold_start_ms`, ± this fraction, [0, 1] (FaaSim: 0.01).
+    pub cold_start_jitter: f64,
+    /// Uniform jitter of `warm_start_ms`, ± this fraction, [0, 1] (FaaSim: 0.04).
+    pub warm_start_jitter: f64,
+    /// Boot time of a pre-warmed instance from the start of the run, ms (0: ready at
+    /// t = 0, as FaaSim's fixed pre-warming). A call that finds no idle instance takes one
+    /// still booting and waits for it (FaaSim's warming-up resources).
+    pub prewarm_boot_ms: f64,
+    /// Time an expired instance takes to stop (its shutdown time), ms (FaaSim: 0).
+    pub shutdown_ms: f64,
 }
 
 impl Default for FunctionModelConfig {
@@ -283,6 +296,11 @@ impl Default for FunctionModelConfig {
             max_concurrency: 1000,
             prewarmed: 0,
             bill_init: true,
+            exec_jitter: 0.0,
+            cold_start_jitter: 0.0,
+            warm_start_jitter: 0.0,
+            prewarm_boot_ms: 0.0,
+            shutdown_ms: 0.0,
         }
     }
 }
@@ -419,6 +437,21 @@ impl SimSection {
         is.non_negative("sim.function.cold_start_ms", f.cold_start_ms);
         is.non_negative("sim.function.warm_start_ms", f.warm_start_ms);
         is.non_negative("sim.function.keep_alive_seconds", f.keep_alive_seconds);
+        is.within("sim.function.exec_jitter", f.exec_jitter, 0.0, 1.0);
+        is.within(
+            "sim.function.cold_start_jitter",
+            f.cold_start_jitter,
+            0.0,
+            1.0,
+        );
+        is.within(
+            "sim.function.warm_start_jitter",
+            f.warm_start_jitter,
+            0.0,
+            1.0,
+        );
+        is.non_negative("sim.function.prewarm_boot_ms", f.prewarm_boot_ms);
+        is.non_negative("sim.function.shutdown_ms", f.shutdown_ms);
         if f.prewarmed > f.max_concurrency {
             is.push(
                 "sim.function.prewarmed",

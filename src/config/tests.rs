@@ -436,3 +436,20 @@ fn a_gateway_timeout_shorter_than_the_invoke_deadline_is_refused() {
         "{err}"
     );
 }
+
+#[test]
+fn faasim_jitter_and_times_are_validated_with_their_paths() {
+    let yaml = "sim:\n  function:\n    warm_start_jitter: 1.5\n    shutdown_ms: -1\n";
+    let err = Config::from_yaml(yaml, "j.yaml").unwrap_err();
+    let paths: Vec<String> = problems(&err).into_iter().map(|p| p.1).collect();
+    assert_eq!(
+        paths,
+        ["sim.function.warm_start_jitter", "sim.function.shutdown_ms"],
+        "{err}"
+    );
+    assert!(err.to_string().contains("j.yaml:3:24"), "{err}");
+    let ok = "sim:\n  function:\n    exec_jitter: 0.01\n    cold_start_jitter: 0.01\n    \
+              warm_start_jitter: 0.04\n    prewarm_boot_ms: 6019\n    shutdown_ms: 0\n";
+    let c = Config::from_yaml(ok, "ok.yaml").unwrap();
+    assert_eq!(c.sim.function.prewarm_boot_ms, 6019.0);
+}

@@ -3,12 +3,18 @@
 //! to an upstream base URL and tells connect failures (nothing sent, safe to retry) apart
 //! from failures after the request left.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::{Client, connect::HttpConnector};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use tokio::io::DuplexStream;
+use tokio::net::TcpStream;
 
 use super::body::Body;
 
@@ -25,9 +31,135 @@ pub struct ClientSettings {
 /// endpoints). Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    inner: Client<HttpConnector, Body>,
+    inner: Client<Connector, Body>,
     /// No pool: every request on a new connection (retries, issue 12 item 3).
-    fresh: Client<HttpConnector, Body>,
+    fresh: Client<Connector, Body>,
+}
+
+/// How the client reaches an upstream: TCP (the gateway), or in-memory streams handed
+/// to a local server task (benches and tests of the whole request path without sockets).
+#[derive(Clone, Debug)]
+pub enum Connector {
+    /// TCP with `TCP_NODELAY` and the connect timeout.
+    Tcp(HttpConnector),
+    /// Every connection is one end of a [`tokio::io::duplex`] pair; the other end goes
+    /// to the receiver (whatever the URL's host and port).
+    Memory(MemoryConnector),
+}
+
+/// In-memory connections: see [`Connector::Memory`].
+#[derive(Clone, Debug)]
+pub struct MemoryConnector {
+    accept: tokio::sync::mpsc::UnboundedSender<DuplexStream>,
+    buffer_bytes: usize,
+}
+
+/// One upstream connection, TCP or in-memory.
+#[derive(Debug)]
+pub enum UpstreamIo {
+    /// A TCP connection.
+    Tcp(TokioIo<TcpStream>),
+    /// An in-memory connection.
+    Memory(TokioIo<DuplexStream>),
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+impl tower_service::Service<Uri> for Connector {
+    type Response = UpstreamIo;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<UpstreamIo, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        match self {
+            Connector::Tcp(c) => c.poll_ready(cx).map_err(Into::into),
+            Connector::Memory(_) => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn call(&mut self, uri: Uri) -> Self::Future {
+        match self {
+            Connector::Tcp(c) => {
+                let connecting = c.call(uri);
+                Box::pin(async move { Ok(UpstreamIo::Tcp(connecting.await?)) })
+            }
+            Connector::Memory(m) => {
+                let (near, far) = tokio::io::duplex(m.buffer_bytes);
+                let sent = m.accept.send(far);
+                Box::pin(async move {
+                    sent.map_err(|_| "the in-memory upstream is gone")?;
+                    Ok(UpstreamIo::Memory(TokioIo::new(near)))
+                })
+            }
+        }
+    }
+}
+
+impl Connection for UpstreamIo {
+    fn connected(&self) -> Connected {
+        match self {
+            UpstreamIo::Tcp(t) => t.connected(),
+            UpstreamIo::Memory(_) => Connected::new(),
+        }
+    }
+}
+
+impl hyper::rt::Read for UpstreamIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: hyper::rt::ReadBufCursor<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(t) => Pin::new(t).poll_read(cx, buf),
+            UpstreamIo::Memory(m) => Pin::new(m).poll_read(cx, buf),
+        }
+    }
+}
+
+impl hyper::rt::Write for UpstreamIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(t) => Pin::new(t).poll_write(cx, buf),
+            UpstreamIo::Memory(m) => Pin::new(m).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(t) => Pin::new(t).poll_flush(cx),
+            UpstreamIo::Memory(m) => Pin::new(m).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(t) => Pin::new(t).poll_shutdown(cx),
+            UpstreamIo::Memory(m) => Pin::new(m).poll_shutdown(cx),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpstreamIo::Tcp(t) => t.is_write_vectored(),
+            UpstreamIo::Memory(m) => m.is_write_vectored(),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            UpstreamIo::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            UpstreamIo::Memory(m) => Pin::new(m).poll_write_vectored(cx, bufs),
+        }
+    }
 }
 
 /// Why an upstream call failed.
@@ -60,6 +192,25 @@ impl UpstreamClient {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(settings.connect_timeout));
         connector.set_nodelay(true);
+        Self::with_connector(settings, Connector::Tcp(connector))
+    }
+
+    /// A client whose every connection is an in-memory stream of `buffer_bytes` per
+    /// direction; the upstream side of each arrives on the returned receiver (serve it
+    /// with hyper). For benches and tests of the whole request path without sockets.
+    pub fn in_memory(
+        settings: ClientSettings,
+        buffer_bytes: usize,
+    ) -> (Self, tokio::sync::mpsc::UnboundedReceiver<DuplexStream>) {
+        let (accept, accepted) = tokio::sync::mpsc::unbounded_channel();
+        let connector = Connector::Memory(MemoryConnector {
+            accept,
+            buffer_bytes,
+        });
+        (Self::with_connector(settings, connector), accepted)
+    }
+
+    fn with_connector(settings: ClientSettings, connector: Connector) -> Self {
         // A request hyper never wrote because its pooled connection closed first goes
         // out again on a new connection (nothing of it was sent; issue 12 item 3).
         let inner = Client::builder(TokioExecutor::new())
@@ -102,7 +253,7 @@ impl UpstreamClient {
     }
 
     async fn send(
-        client: &Client<HttpConnector, Body>,
+        client: &Client<Connector, Body>,
         base: &Uri,
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {

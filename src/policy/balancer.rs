@@ -14,8 +14,6 @@
 //! fields. The VM table ([`VmTable`]) is owned by the
 //! [`Controller`](super::controller::Controller) and lent to the policy read-only.
 
-use std::collections::BTreeSet;
-
 use super::{Time, VmId};
 
 /// What the balancer needs to know about a request.
@@ -161,12 +159,83 @@ pub struct VmEntry {
 
 /// The VM pool as the policy sees it. Rows are kept in launch order (which is id order:
 /// ids are allocated increasing), so a row is found by binary search; the ready rows are
-/// also indexed by `(outstanding, id)`, so the least-loaded ready VM is found in
-/// O(log n) (a MAX fleet of thousands of VMs routes as fast as one of eight).
+/// also indexed by `(outstanding, id)` in a tournament tree over the rows, so the
+/// least-loaded ready VM is found in O(1) (O(log n) when one VM is excluded) and a load
+/// change costs O(log n) array steps (a MAX fleet of thousands of VMs routes as fast as
+/// one of eight).
 #[derive(Clone, Debug, Default)]
 pub struct VmTable {
     rows: Vec<VmEntry>,
-    ready: BTreeSet<(u32, VmId)>,
+    ready: ReadyIndex,
+    /// Rows per [`VmState`] (`Booting`, `Ready`, `Draining`).
+    counts: [u32; 3],
+}
+
+/// A tournament (min segment) tree over the rows: leaf `i` holds
+/// `outstanding << 32 | i` for a ready row `i` and `u64::MAX` otherwise, so the minimum
+/// is the ready row with the fewest outstanding requests and, among those, the oldest.
+/// Rebuilt in O(n) when rows move (a removal, an insertion out of order, growth past a
+/// power of two); a load or state change updates one leaf's path.
+#[derive(Clone, Debug, Default)]
+struct ReadyIndex {
+    /// Leaves (a power of two, ≥ the rows).
+    leaves: usize,
+    /// `tree[1]` is the root; the leaves are `tree[leaves..]`.
+    tree: Vec<u64>,
+}
+
+const NOT_READY: u64 = u64::MAX;
+
+fn leaf_key(row: &VmEntry, index: usize) -> u64 {
+    if row.state == VmState::Ready {
+        (u64::from(row.outstanding) << 32) | index as u64
+    } else {
+        NOT_READY
+    }
+}
+
+impl ReadyIndex {
+    fn rebuild(&mut self, rows: &[VmEntry]) {
+        self.leaves = rows.len().next_power_of_two().max(1);
+        self.tree.clear();
+        self.tree.resize(2 * self.leaves, NOT_READY);
+        for (i, r) in rows.iter().enumerate() {
+            self.tree[self.leaves + i] = leaf_key(r, i);
+        }
+        for n in (1..self.leaves).rev() {
+            self.tree[n] = self.tree[2 * n].min(self.tree[2 * n + 1]);
+        }
+    }
+
+    #[inline]
+    fn set(&mut self, index: usize, key: u64) {
+        let mut n = self.leaves + index;
+        let mut v = key;
+        self.tree[n] = v;
+        while n > 1 {
+            v = v.min(self.tree[n ^ 1]);
+            n /= 2;
+            self.tree[n] = v;
+        }
+    }
+
+    /// The row index of the minimum, skipping row `exclude`.
+    fn min(&self, exclude: Option<usize>) -> Option<usize> {
+        let key = match exclude {
+            None => self.tree.get(1).copied().unwrap_or(NOT_READY),
+            Some(i) => {
+                // The minimum over every leaf but `i`: the siblings along its path.
+                let mut n = self.leaves + i;
+                let mut best = NOT_READY;
+                while n > 1 {
+                    best = best.min(self.tree[n ^ 1]);
+                    n /= 2;
+                }
+                best
+            }
+        };
+        (key != NOT_READY).then_some((key & u64::from(u32::MAX)) as usize)
+    }
 }
 
 /// A row of the [`VmTable`] borrowed for change; the ready index follows the change when
@@ -194,8 +263,16 @@ impl Drop for RowMut<'_> {
     fn drop(&mut self) {
         let after = self.table.rows[self.index];
         if after != self.before {
-            self.table.unindex(&self.before);
-            self.table.index(&after);
+            let t = &mut *self.table;
+            t.counts[self.before.state as usize] -= 1;
+            t.counts[after.state as usize] += 1;
+            let (old, new) = (
+                leaf_key(&self.before, self.index),
+                leaf_key(&after, self.index),
+            );
+            if old != new {
+                t.ready.set(self.index, new);
+            }
         }
     }
 }
@@ -206,19 +283,17 @@ impl VmTable {
         &self.rows
     }
 
+    #[inline]
     fn position(&self, id: VmId) -> Option<usize> {
-        self.rows.binary_search_by_key(&id, |r| r.id).ok()
-    }
-
-    fn index(&mut self, row: &VmEntry) {
-        if row.state == VmState::Ready {
-            self.ready.insert((row.outstanding, row.id));
-        }
-    }
-
-    fn unindex(&mut self, row: &VmEntry) {
-        if row.state == VmState::Ready {
-            self.ready.remove(&(row.outstanding, row.id));
+        // Ids increase by one per launch: without removals a row sits at its id's offset
+        // from the first row, and never after it.
+        let first = self.rows.first()?.id.0;
+        let guess = usize::try_from(id.0.checked_sub(first)?).ok()?;
+        match self.rows.get(guess) {
+            Some(r) if r.id == id => Some(guess),
+            _ => self.rows[..guess.min(self.rows.len())]
+                .binary_search_by_key(&id, |r| r.id)
+                .ok(),
         }
     }
 
@@ -245,41 +320,48 @@ impl VmTable {
             state,
             outstanding: 0,
         };
+        self.counts[state as usize] += 1;
         match self.rows.last() {
             Some(last) if last.id >= id => {
                 let i = self.rows.partition_point(|r| r.id < id);
                 self.rows.insert(i, row);
+                self.ready.rebuild(&self.rows);
             }
-            _ => self.rows.push(row),
+            _ => {
+                self.rows.push(row);
+                let i = self.rows.len() - 1;
+                if i < self.ready.leaves {
+                    self.ready.set(i, leaf_key(&row, i));
+                } else {
+                    self.ready.rebuild(&self.rows);
+                }
+            }
         }
-        self.index(&row);
     }
 
     pub(crate) fn remove(&mut self, id: VmId) -> Option<VmEntry> {
         let i = self.position(id)?;
         let row = self.rows.remove(i);
-        self.unindex(&row);
+        self.counts[row.state as usize] -= 1;
+        self.ready.rebuild(&self.rows);
         Some(row)
     }
 
-    /// Number of VMs in `state`.
+    /// Number of VMs in `state`. O(1).
     pub fn count(&self, state: VmState) -> u32 {
-        if state == VmState::Ready {
-            return self.ready.len() as u32;
-        }
-        self.rows.iter().filter(|r| r.state == state).count() as u32
+        self.counts[state as usize]
     }
 
     /// The ready VM with the fewest outstanding requests (ties: the oldest), skipping
-    /// `exclude`. O(log n).
+    /// `exclude`. O(1), O(log n) with `exclude`.
     pub fn least_outstanding_ready(&self, exclude: Option<VmId>) -> Option<VmId> {
         self.least_loaded_ready(exclude).map(|r| r.id)
     }
 
     /// Like [`Self::least_outstanding_ready`], returning the whole row.
     pub fn least_loaded_ready(&self, exclude: Option<VmId>) -> Option<&VmEntry> {
-        let &(_, id) = self.ready.iter().find(|&&(_, id)| Some(id) != exclude)?;
-        self.get(id)
+        let skip = exclude.and_then(|id| self.position(id));
+        self.ready.min(skip).map(|i| &self.rows[i])
     }
 }
 
@@ -300,6 +382,19 @@ pub trait RoutingPolicy: Send {
     /// without a budget always admit.
     fn take_deferred_token(&mut self, _now: Time) -> bool {
         true
+    }
+
+    /// ρ, the share of the VM budget this policy sends to VMs (LIBRA §III-C), for a
+    /// policy that has one; `None` for the baselines.
+    fn rho(&self) -> Option<f64> {
+        None
+    }
+
+    /// Use a new ρ from the next [`Self::set_vm_budget`] on, keeping the tokens or the
+    /// epoch's admissions (a configuration reload, issue 12 item 10). `false`: this
+    /// policy has no ρ and nothing changed.
+    fn set_rho(&mut self, _rho: f64) -> bool {
+        false
     }
 }
 
@@ -414,6 +509,8 @@ pub struct EpochQuota {
     per_epoch: f64,
     /// Index of the epoch `admitted` counts.
     index: u128,
+    /// That epoch's span `[start, end)`, ns: a request inside it needs no division.
+    span: (u128, u128),
     admitted: u64,
     carry: f64,
 }
@@ -427,6 +524,7 @@ impl EpochQuota {
             truncate,
             per_epoch: 0.0,
             index: 0,
+            span: (0, epoch.as_nanos().max(1)),
             admitted: 0,
             carry: 0.0,
         }
@@ -470,7 +568,15 @@ impl EpochQuota {
 
     #[inline]
     fn roll(&mut self, now: Time) {
-        let index = now.as_nanos() / self.epoch_ns;
+        let ns = now.as_nanos();
+        if self.span.0 <= ns && ns < self.span.1 {
+            return;
+        }
+        let index = ns / self.epoch_ns;
+        self.span = (
+            index * self.epoch_ns,
+            index.saturating_add(1).saturating_mul(self.epoch_ns),
+        );
         if index != self.index {
             if !self.truncate {
                 // Only fractions carry (the ended epoch's and those of quiet epochs in
@@ -599,6 +705,15 @@ impl RoutingPolicy for VmFirst {
         self.bucket.try_take(now)
     }
 
+    fn rho(&self) -> Option<f64> {
+        Some(self.rho)
+    }
+
+    fn set_rho(&mut self, rho: f64) -> bool {
+        self.rho = rho;
+        true
+    }
+
     fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt, vms: &VmTable) -> Route {
         let exclude = match attempt {
             Attempt::RetryAfterConnectFailure { failed } => Some(failed),
@@ -674,6 +789,38 @@ mod tests {
             t.insert(VmId(i), VmState::Ready);
         }
         t
+    }
+
+    /// A reload's new ρ (issue 12 item 10) keeps the tokens the bucket holds: the rate
+    /// and depth change, nothing is refilled or dropped below the new depth.
+    #[test]
+    fn a_new_rho_keeps_the_bucket_tokens() {
+        let (rho0, rho1, budget) = (0.5, 0.8, 20.0);
+        let mut b = VmFirst::new(rho0);
+        let vms = table(1);
+        b.set_vm_budget(Time::ZERO, budget); // full bucket of rho0·budget tokens
+        let first = RequestMeta::default();
+        let taken = 4;
+        for _ in 0..taken {
+            assert!(matches!(
+                b.route(Time::ZERO, &first, Attempt::First, &vms),
+                Route::Vm { .. }
+            ));
+        }
+        assert_eq!(b.rho(), Some(rho0));
+        assert!(b.set_rho(rho1));
+        b.set_vm_budget(Time::ZERO, budget);
+        assert_eq!(b.rho(), Some(rho1));
+        assert_eq!(b.vm_rate(), rho1 * budget);
+        let left = (0..100)
+            .take_while(|_| {
+                matches!(
+                    b.route(Time::ZERO, &first, Attempt::First, &vms),
+                    Route::Vm { .. }
+                )
+            })
+            .count();
+        assert_eq!(left, (rho0 * budget) as usize - taken);
     }
 
     #[test]

@@ -22,7 +22,8 @@ use super::balancer::{
     Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmFirst, VmState, VmTable,
 };
 use super::scaling::{
-    EpochObservation, LibraScaler, LibraScalingParams, ScaleDecision, ScaleReason, ScalingPolicy,
+    EpochObservation, IdleOutlook, IdleView, LibraScaler, LibraScalingParams, ScaleDecision,
+    ScaleReason, ScalingPolicy,
 };
 
 /// The five policies compared — LIBRA §IV. [`PolicyKind::build`] is the one place that
@@ -139,6 +140,10 @@ impl ScalingPolicy for FixedScaler {
     fn on_epoch(&mut self, _now: Time, _obs: &EpochObservation) -> Option<ScaleDecision> {
         None
     }
+
+    fn idle_outlook(&self, _view: &IdleView) -> IdleOutlook {
+        IdleOutlook::Settled(None)
+    }
 }
 
 /// Parameters of reactive VM autoscaling (AUTO, Spock) — LIBRA §IV.
@@ -253,6 +258,34 @@ impl ScalingPolicy for AutoScaler {
         self.sum = 0.0;
         self.grace_until = now + p.grace;
         Some(self.decision())
+    }
+
+    /// Settled when the window is full of zero utilisation (an idle epoch pushes a zero
+    /// and drops one: window and sum stay), the grace period is over and the window's
+    /// mean asks for no change (between the thresholds, or at `min_vms`).
+    fn idle_outlook(&self, view: &IdleView) -> IdleOutlook {
+        let p = &self.params;
+        let idle_u = view.vm_utilisation.unwrap_or(0.0);
+        if idle_u != 0.0
+            || self.window.len() != p.window_epochs as usize
+            || self.window.iter().any(|&u| u != 0.0)
+            || view.first_end < self.grace_until
+        {
+            return IdleOutlook::Unsettled;
+        }
+        let mean = self.sum / self.window.len() as f64;
+        let new = if mean > p.scale_out_utilisation {
+            self.target.saturating_add(p.step_vms).min(p.max_vms)
+        } else if mean < p.scale_in_utilisation {
+            self.target.saturating_sub(p.step_vms).max(p.min_vms)
+        } else {
+            self.target
+        };
+        if new == self.target {
+            IdleOutlook::Settled(None)
+        } else {
+            IdleOutlook::Unsettled
+        }
     }
 }
 

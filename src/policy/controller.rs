@@ -16,8 +16,11 @@
 use std::collections::VecDeque;
 
 use super::balancer::{Attempt, RequestMeta, Route, RoutingPolicy, VmState, VmTable};
-use super::monitor::{MonitorParams, TrafficMonitor};
-use super::scaling::{EpochObservation, PoolSnapshot, ScaleDecision, ScalingPolicy};
+use super::monitor::{EpochClosed, MonitorParams, TrafficMonitor};
+use super::scaling::{
+    EpochObservation, IdleOutlook, IdleView, LibraScalingParams, PoolSnapshot, ScaleDecision,
+    ScalingPolicy,
+};
 use super::{Time, VmId};
 
 /// Parameters of the controller itself (the policies carry their own).
@@ -31,6 +34,27 @@ pub struct ControllerParams {
     /// `true`: scaling decisions launch and stop VMs. `false` (a `static` pool): decisions
     /// are computed and reported, the pool is what the driver adopted.
     pub execute_scaling: bool,
+}
+
+/// LIBRA's parameters a running controller can change without losing state (a
+/// configuration reload, issue 12 item 10): the monitor's smoothing and reporting
+/// (LIBRA §III-A), the scaling manager's φ, r_max, VM bounds and CIP (§III-B) and the
+/// balancer's ρ (§III-C). The epoch length and the budget rule are fixed for the
+/// controller's life.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LibraTuning {
+    /// α: EWMA weight of the newest epoch count, 0–1.
+    pub alpha: f64,
+    /// β: EWMA weight of the newest deviation, 0–1.
+    pub beta: f64,
+    /// K: a scaling decision every K epochs (≥ 1).
+    pub decision_epochs: u32,
+    /// F: the first decision after F epochs (`None`: K).
+    pub first_decision_epoch: Option<u32>,
+    /// φ, r_max (requests/s), VM bounds and the CIP (requests/s).
+    pub scaling: LibraScalingParams,
+    /// ρ: the share of the VM budget sent to VMs, (0, 1].
+    pub rho: f64,
 }
 
 /// Direction of a scaling decision relative to the previous target.
@@ -398,6 +422,48 @@ impl Controller {
         self.publish(now);
     }
 
+    /// LIBRA's parameters in force; `None` when the scaling or routing policy is a
+    /// baseline without them.
+    pub fn tuning(&self) -> Option<LibraTuning> {
+        let m = self.monitor.params();
+        Some(LibraTuning {
+            alpha: m.alpha,
+            beta: m.beta,
+            decision_epochs: m.decision_epochs,
+            first_decision_epoch: m.first_decision_epoch,
+            scaling: self.scaler.libra_params()?,
+            rho: self.router.rho()?,
+        })
+    }
+
+    /// Use new LIBRA parameters from `now` on (issue 12 item 10): epochs that ended
+    /// before `now` close under the old ones; the EWMAs, the VM table, the target, the
+    /// balancer's tokens and the routing counters are kept. The budget is republished at
+    /// once with the new ρ and r_max; φ, the VM bounds and the CIP shape the next
+    /// scaling decision. `false` (nothing changed): a baseline policy without these
+    /// parameters.
+    pub fn retune(&mut self, now: Time, tuning: &LibraTuning) -> bool {
+        if self.scaler.libra_params().is_none() || self.router.rho().is_none() {
+            return false;
+        }
+        self.advance(now);
+        self.monitor.retune(MonitorParams {
+            epoch: self.params.monitor.epoch,
+            alpha: tuning.alpha,
+            beta: tuning.beta,
+            decision_epochs: tuning.decision_epochs,
+            first_decision_epoch: tuning.first_decision_epoch,
+        });
+        self.params.monitor = self.monitor.params().clone();
+        self.params.r_max_rps = tuning.scaling.r_max_rps;
+        self.scaler.set_libra_params(&tuning.scaling);
+        self.router.set_rho(tuning.rho);
+        // Republish even when the budget before ρ is unchanged: ρ may have moved.
+        self.published = f64::NAN;
+        self.publish(now);
+        true
+    }
+
     /// The traffic monitor (read-only).
     pub fn monitor(&self) -> &TrafficMonitor {
         &self.monitor
@@ -423,19 +489,102 @@ impl Controller {
             let Some(closed) = self.monitor.handle_timeout(now) else {
                 break;
             };
-            let obs = EpochObservation {
-                traffic: closed,
-                epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
-                vm_requests: std::mem::take(&mut self.epoch_vm),
-                function_requests: std::mem::take(&mut self.epoch_function),
-                vm_utilisation: self.epoch_utilisation.take(),
-                pool: self.pool(),
+            self.on_closed(closed);
+        }
+    }
+
+    /// The monitor closed `closed`: show it to the scaling policy and apply its decision.
+    fn on_closed(&mut self, closed: EpochClosed) {
+        let obs = EpochObservation {
+            traffic: closed,
+            epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
+            vm_requests: std::mem::take(&mut self.epoch_vm),
+            function_requests: std::mem::take(&mut self.epoch_function),
+            vm_utilisation: self.epoch_utilisation.take(),
+            pool: self.pool(),
+        };
+        let end = self.monitor.epoch_start(closed.epoch + 1);
+        if let Some(decision) = self.scaler.on_epoch(end, &obs) {
+            self.apply(end, closed.epoch, decision, true);
+        }
+    }
+
+    /// Close the open epoch and every later one that ends at or before `until`, as if
+    /// no further request arrived and the driver reported `utilisation` before each
+    /// ([`Self::set_vm_utilisation`]; `None`: not measured) — the same state, decisions
+    /// and launch/stop actions as [`Self::handle_timeout`] at each end (issue 14: the
+    /// simulator skips the idle stretches of a sparse trace). Returns the number of
+    /// epochs closed.
+    ///
+    /// Epochs are closed one by one until the scaling policy's
+    /// [`ScalingPolicy::idle_outlook`] is settled and its repeated decision changes
+    /// nothing (same target and budget, the pool at its target); then all remaining ones
+    /// at once ([`TrafficMonitor::close_empty_epochs`], O(1)), without the informational
+    /// [`Action::Decided`] records of their no-op reports. Stops after an epoch whose
+    /// decision launched, drained or stopped a VM, so the driver acts at that epoch's end
+    /// ([`Self::poll_timeout`] tells which epoch is open).
+    pub fn close_idle_epochs(&mut self, until: Time, utilisation: Option<f64>) -> u64 {
+        let mut closed = 0;
+        while self.monitor.poll_timeout() <= until {
+            if let Some(n) = self.fast_forward(until, utilisation) {
+                return closed + n;
+            }
+            self.epoch_utilisation = utilisation;
+            let queued = self.actions.len();
+            let Some(epoch) = self.monitor.handle_timeout(until) else {
+                break;
             };
-            let end = self.monitor.epoch_start(closed.epoch + 1);
-            if let Some(decision) = self.scaler.on_epoch(end, &obs) {
-                self.apply(end, closed.epoch, decision, true);
+            self.on_closed(epoch);
+            closed += 1;
+            if self
+                .actions
+                .iter()
+                .skip(queued)
+                .any(|a| !matches!(a, Action::Decided { .. }))
+            {
+                break;
             }
         }
+        closed
+    }
+
+    /// All idle epochs ending by `until` at once, if the scaling policy is settled and its
+    /// decision changes nothing.
+    fn fast_forward(&mut self, until: Time, utilisation: Option<f64>) -> Option<u64> {
+        if self.monitor.current_epoch_requests() > 0 || self.epoch_vm > 0 || self.epoch_function > 0
+        {
+            return None;
+        }
+        let last = *self.monitor.last_closed()?;
+        let epoch = self.params.monitor.epoch.as_nanos();
+        let ends = (until.as_nanos() / epoch) as u64;
+        let n = ends.checked_sub(self.monitor.current_epoch())?;
+        if n < 2 {
+            return None;
+        }
+        let view = IdleView {
+            first_end: self.monitor.poll_timeout(),
+            avg_rps: last.avg_rps,
+            std_rps: last.std_rps,
+            traffic_settled: self.monitor.idle_settled(),
+            vm_utilisation: utilisation,
+            pool: self.pool(),
+        };
+        match self.scaler.idle_outlook(&view) {
+            IdleOutlook::Unsettled => return None,
+            IdleOutlook::Settled(None) => {}
+            IdleOutlook::Settled(Some(d)) => {
+                let same_budget = d.vm_reqs_rps == self.vm_reqs
+                    || (d.vm_reqs_rps.is_nan() && self.vm_reqs.is_nan());
+                let pool_at_target = !self.params.execute_scaling || self.active() == d.target_vms;
+                if d.target_vms != self.target || !same_budget || !pool_at_target {
+                    return None;
+                }
+            }
+        }
+        self.monitor.close_empty_epochs(n);
+        self.epoch_utilisation = None;
+        Some(n)
     }
 
     fn apply(&mut self, now: Time, epoch: u64, decision: ScaleDecision, record: bool) {
@@ -604,6 +753,80 @@ mod tests {
         c.on_vm_ready(Duration::from_millis(2600), launched[1]);
         c.on_vm_ready(Duration::from_millis(2700), launched[2]);
         assert_eq!(c.status().published_vm_reqs_rps, 30.0);
+    }
+
+    /// A reload's new φ, α, ρ and r_max (issue 12 item 10): the EWMAs carry on from the
+    /// old values, the next decision uses the new parameters, the budget is republished
+    /// at once with the new r_max cap.
+    #[test]
+    fn retune_keeps_the_ewmas_and_the_next_decision_uses_the_new_parameters() {
+        let mut c = controller(0, 1.0);
+        let old = c.tuning().expect("LIBRA policies");
+        send(&mut c, 0, 20);
+        send(&mut c, 1, 40);
+        c.handle_timeout(Duration::from_secs(2));
+        let launched: Vec<VmId> = actions(&mut c)
+            .iter()
+            .filter_map(|a| match a {
+                Action::Launch { vm } => Some(*vm),
+                _ => None,
+            })
+            .collect();
+        for &vm in &launched {
+            c.on_vm_ready(Duration::from_millis(2100), vm);
+        }
+        let before = c.status();
+        let new = LibraTuning {
+            alpha: 0.25,
+            scaling: LibraScalingParams {
+                phi: 2.5,
+                r_max_rps: 8.0,
+                ..old.scaling.clone()
+            },
+            rho: 0.6,
+            ..old.clone()
+        };
+        assert!(c.retune(Duration::from_millis(2500), &new));
+        assert_eq!(c.tuning(), Some(new.clone()));
+        let after = c.status();
+        assert_eq!(
+            (after.avg_rps, after.std_rps),
+            (before.avg_rps, before.std_rps)
+        );
+        assert_eq!(after.pool, before.pool, "the VM table is kept");
+        assert_eq!(
+            after.published_vm_reqs_rps,
+            before
+                .vm_reqs_rps
+                .min(launched.len() as f64 * new.scaling.r_max_rps),
+            "the budget is capped by the new r_max at once"
+        );
+        // Epochs 2 and 3 close under the new α (β unchanged); epoch 3 decides (K = 2).
+        send(&mut c, 2, 40);
+        send(&mut c, 3, 40);
+        c.handle_timeout(Duration::from_secs(4));
+        let (mut avg, mut std) = (before.avg_rps, before.std_rps);
+        for x in [40.0, 40.0] {
+            let prev = avg;
+            avg = (1.0 - new.alpha) * avg + new.alpha * x;
+            std = (1.0 - new.beta) * std + new.beta * f64::abs(prev - x);
+        }
+        let vm_reqs = avg + new.scaling.phi * std;
+        let d = actions(&mut c)
+            .into_iter()
+            .find_map(|a| match a {
+                Action::Decided { decision, .. } => Some(decision),
+                _ => None,
+            })
+            .expect("a decision at epoch 3");
+        assert!((d.vm_reqs_rps - vm_reqs).abs() < 1e-9, "{d:?} vs {vm_reqs}");
+        let n = (vm_reqs / new.scaling.r_max_rps).ceil() as u32;
+        assert_eq!(d.target_vms, n.min(new.scaling.max_vms));
+        let old_n = ((avg + old.scaling.phi * std) / old.scaling.r_max_rps).ceil() as u32;
+        assert_ne!(
+            d.target_vms, old_n,
+            "the old parameters would decide otherwise"
+        );
     }
 
     #[test]

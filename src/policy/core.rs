@@ -28,7 +28,7 @@ use super::attempt::{
     AttemptKind, Decision, Failure, Holding, MAX_INSTANCE_GONE, NotSentReason, Ticket,
 };
 use super::balancer::{Attempt, RequestMeta, Route, RouteReason, RoutingPolicy};
-use super::controller::{self, Controller, ControllerParams, ControllerStatus};
+use super::controller::{self, Controller, ControllerParams, ControllerStatus, LibraTuning};
 use super::delay::{CallId, DelayParams, DelayQueue, DelayStatus, ReleaseKind};
 use super::functions::InstanceId;
 use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneId, ZoneStatus};
@@ -75,7 +75,8 @@ pub enum Action {
         /// The instance.
         instance: InstanceId,
     },
-    /// Stop an idle function instance whose keep-alive ran out (FaaSim §3).
+    /// Stop an idle function instance whose keep-alive ran out (FaaSim §3); report
+    /// [`Core::on_instance_stopped`] when it is gone (its shutdown time ends then).
     StopInstance {
         /// The zone.
         zone: ZoneId,
@@ -166,6 +167,8 @@ pub struct CoreStatus {
     pub fall_backs_to_vm: u64,
     /// The delay queue for asynchronous calls, when configured (ProFaaStinate §3).
     pub delay: Option<DelayStatus>,
+    /// LIBRA's parameters in force ([`Core::tuning`]); `None` with a baseline policy.
+    pub tuning: Option<LibraTuning>,
 }
 
 /// The policy core. See the [module docs](self).
@@ -555,6 +558,20 @@ impl Core {
         self.refresh();
     }
 
+    /// A function instance expired by its keep-alive ([`Action::StopInstance`]) finished
+    /// stopping: its shutdown time ends (FaaSim usage, papers.md §2).
+    pub fn on_instance_stopped(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        self.advance(now);
+        self.placement.on_stopped(now, zone, instance);
+        self.refresh();
+    }
+
+    /// Keep the usage of every stopped function instance for [`Self::status`] (the
+    /// simulator's per-instance report).
+    pub fn keep_function_history(&mut self) {
+        self.placement.keep_history();
+    }
+
     /// A function instance failed to start or died while idle: forgotten.
     pub fn on_instance_failed(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
         self.advance(now);
@@ -659,6 +676,50 @@ impl Core {
         self.refresh();
     }
 
+    /// Close the epochs that end at or before `until` while nothing else happens — no
+    /// request, no other deadline before them — as [`Self::handle_timeout`] at each end
+    /// would, with `utilisation` reported before each ([`Self::set_vm_utilisation`];
+    /// `None`: not measured), in O(1) once the scaling policy is settled (issue 14: the
+    /// simulator skips idle stretches; see [`Controller::close_idle_epochs`]). Stops
+    /// before any other timer's deadline and after an epoch whose decision launched or
+    /// stopped a VM; returns the end of the last epoch closed (the time of the actions it
+    /// queued), `None` when it closed none. Closes none with the adaptive r_max
+    /// controller, the asynchronous-call queue or waiting calls (their bookkeeping is
+    /// per event).
+    pub fn close_idle_epochs(&mut self, until: Time, utilisation: Option<f64>) -> Option<Time> {
+        if self.r_max.is_some()
+            || self.delay.is_some()
+            || self.sched.as_ref().is_some_and(|s| !s.is_empty())
+        {
+            return None;
+        }
+        let other = Timer::ALL
+            .iter()
+            .filter(|&&t| t != Timer::EpochEnd)
+            .filter_map(|&t| self.timers.get(t))
+            .min();
+        let until = match other {
+            Some(at) if at <= until => at.checked_sub(Duration::from_nanos(1))?,
+            _ => until,
+        };
+        if self.controller.poll_timeout() > until {
+            return None;
+        }
+        let closed = self.controller.close_idle_epochs(until, utilisation);
+        if closed == 0 {
+            return None;
+        }
+        let now = self
+            .controller
+            .monitor()
+            .epoch_start(self.controller.monitor().current_epoch());
+        self.pump(now);
+        self.serve_queue(now);
+        self.pump(now);
+        self.refresh();
+        Some(now)
+    }
+
     /// The next action for the driver, in the order they were decided.
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
@@ -667,6 +728,29 @@ impl Core {
     /// LIBRA's controller (read-only): VM table, monitor, status.
     pub fn controller(&self) -> &Controller {
         &self.controller
+    }
+
+    /// LIBRA's parameters in force (for `/status`); `None` with a baseline policy.
+    pub fn tuning(&self) -> Option<LibraTuning> {
+        self.controller.tuning()
+    }
+
+    /// Use new LIBRA parameters from `now` on, keeping every in-flight state — EWMAs,
+    /// VM table and outstanding counts, balancer tokens, function leases, queues,
+    /// timers (a configuration reload, issue 12 item 10; [`Controller::retune`]). With
+    /// adaptive r_max the adapted value stays in force and `tuning.scaling.r_max_rps`
+    /// is ignored. `false` (nothing changed): a baseline policy without these
+    /// parameters.
+    pub fn retune(&mut self, now: Time, tuning: &LibraTuning) -> bool {
+        self.advance(now);
+        let mut tuning = tuning.clone();
+        if self.r_max.is_some() {
+            tuning.scaling.r_max_rps = self.controller.r_max();
+        }
+        let done = self.controller.retune(now, &tuning);
+        self.pump(now);
+        self.refresh();
+        done
     }
 
     /// The function placement (read-only).
@@ -701,6 +785,7 @@ impl Core {
             function_failures: self.function_failures.clone(),
             fall_backs_to_vm: self.fall_backs_to_vm,
             delay: self.delay.as_ref().map(DelayQueue::status),
+            tuning: self.controller.tuning(),
         }
     }
 

@@ -1,17 +1,23 @@
 //! Function-instance life cycle: cold/warm starts, keep-alive, pre-warming and a cap on
 //! instances — FaaSim §3.
 //!
-//! An instance goes `Cold-start → Busy → (Idle ↔ Warm-start → Busy)* → Terminated`. One
-//! instance serves one call at a time. After a call it stays warm for the keep-alive
-//! interval; a call in that window is a warm start on the most recently used idle
-//! instance. When no instance is idle a new one cold-starts, unless `max_instances` are
-//! alive, in which case the call is throttled. Pre-warmed instances (AWS: provisioned
-//! concurrency) are started up front, never expire, and their boot is not start-up time.
+//! An instance goes `Cold-start → Busy → (Idle ↔ Warm-start → Busy)* → Shutdown →
+//! Terminated`. One instance serves one call at a time. After a call it stays warm for the
+//! keep-alive interval; a call in that window is a warm start on the most recently used
+//! idle instance. When no instance is idle the call takes a pre-warmed instance that is
+//! still booting (it waits for the boot; FaaSim's "warming-up" resources) and otherwise a
+//! new one cold-starts, unless `max_instances` are alive (booting + busy + idle), in which
+//! case the call is throttled. Pre-warmed instances (AWS: provisioned concurrency) are
+//! started up front, never expire, and their boot is not start-up time. An expired
+//! instance is shutting down until the driver reports [`FunctionPool::on_stopped`]: that
+//! is its shutdown time; it no longer counts against `max_instances`, but its
+//! [`InstanceId`] is not reused before then.
 //!
 //! [`FunctionPool`] is the sans-IO state machine of one zone's instances; it is owned by
 //! [`Placement`](super::placement::Placement), which both drivers use (the simulator with
 //! modelled start-up times, the gateway with real child processes). It accounts FaaSim's
-//! usage time per pool: start-up, busy, idle, cold starts.
+//! usage time (papers.md §2: UT = start-up + busy + idle + shutdown) per pool
+//! ([`FunctionUsage`]) and per instance ([`InstanceUsage`]).
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -38,6 +44,9 @@ pub struct FunctionPoolParams {
 pub enum Acquire {
     /// A warm instance; it is busy from now on.
     Warm(InstanceId),
+    /// A pre-warmed instance still booting: the call waits for
+    /// [`FunctionPool::on_started`] (no cold start; its busy time starts then).
+    Booting(InstanceId),
     /// A new instance must be started (cold start); call [`FunctionPool::on_started`]
     /// when it is ready, or [`FunctionPool::on_failed`].
     Cold(InstanceId),
@@ -64,13 +73,72 @@ pub struct FunctionUsage {
     pub busy: Duration,
     /// Total time instances spent idle (warm, waiting).
     pub idle: Duration,
+    /// Total time expired instances took to stop (keep-alive expiry to
+    /// [`FunctionPool::on_stopped`]).
+    pub shutdown: Duration,
+    /// Calls that took a pre-warmed instance still booting and waited for it (counted in
+    /// `warm_starts` too: no cold start).
+    pub prewarm_waits: u64,
+}
+
+impl FunctionUsage {
+    /// Usage time (start-up + busy + idle + shutdown) in hours: FaaSim's instance-hours.
+    pub fn instance_hours(&self) -> f64 {
+        (self.startup + self.busy + self.idle + self.shutdown).as_secs_f64() / 3600.0
+    }
+}
+
+/// FaaSim's usage accounting for one instance (papers.md §2: UT = start-up + busy + idle +
+/// shutdown). Idle time is added when an idle period ends (warm start, expiry, or
+/// [`FunctionPool::finish`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct InstanceUsage {
+    /// The instance's id (a slot, reused after the instance stopped).
+    pub id: InstanceId,
+    /// Its number among the pool's instances, from 0 in start order (never reused).
+    pub serial: u64,
+    /// A pre-warmed instance (its boot is not start-up time; it never expires).
+    pub prewarmed: bool,
+    /// When it was started (cold start or pre-warm).
+    pub started_at: Duration,
+    /// When it stopped (end of its shutdown), if it did.
+    pub stopped_at: Option<Duration>,
+    /// 1 when a call cold-started it, else 0.
+    pub cold_starts: u64,
+    /// Calls it served without a cold start.
+    pub warm_starts: u64,
+    /// Its start-up time (cold start to ready).
+    pub startup: Duration,
+    /// Time it spent serving calls.
+    pub busy: Duration,
+    /// Time it spent idle (closed idle periods).
+    pub idle: Duration,
+    /// Time it took to stop after its keep-alive ran out.
+    pub shutdown: Duration,
+}
+
+impl InstanceUsage {
+    /// Usage time (start-up + busy + idle + shutdown) in hours.
+    pub fn instance_hours(&self) -> f64 {
+        (self.startup + self.busy + self.idle + self.shutdown).as_secs_f64() / 3600.0
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
 enum State {
-    Starting { since: Time, counted: bool },
-    Busy { since: Time },
+    /// Booting: a cold start (`counted`) or a pre-warm, possibly `claimed` by a call.
+    Starting {
+        since: Time,
+        counted: bool,
+        claimed: bool,
+    },
+    Busy {
+        since: Time,
+    },
     Idle,
+    Stopping {
+        since: Time,
+    },
     Free,
 }
 
@@ -83,7 +151,14 @@ pub struct FunctionPool {
     /// Idle instances, oldest first (`since` ascending).
     idle: VecDeque<(InstanceId, Time)>,
     alive: u32,
+    /// Pre-warmed instances still booting that no call claimed yet.
+    unclaimed_booting: u32,
     usage: FunctionUsage,
+    /// Per-slot usage of the instance in that slot.
+    records: Vec<InstanceUsage>,
+    /// Usage of stopped (and failed) instances, when kept ([`Self::keep_history`]).
+    history: Option<Vec<InstanceUsage>>,
+    serial: u64,
 }
 
 impl FunctionPool {
@@ -95,8 +170,18 @@ impl FunctionPool {
             free: Vec::new(),
             idle: VecDeque::new(),
             alive: 0,
+            unclaimed_booting: 0,
             usage: FunctionUsage::default(),
+            records: Vec::new(),
+            history: None,
+            serial: 0,
         }
+    }
+
+    /// Keep the usage of every instance that stopped, for [`Self::instances`] (the
+    /// simulator's per-instance report; the gateway keeps only live instances').
+    pub fn keep_history(&mut self) {
+        self.history.get_or_insert_with(Vec::new);
     }
 
     /// Start the pre-warmed instances: returns the ids the driver must start; report each
@@ -105,20 +190,30 @@ impl FunctionPool {
         (0..self.params.prewarmed)
             .map(|_| {
                 self.usage.instances_started += 1;
-                self.alloc(State::Starting {
-                    since: now,
-                    counted: false,
-                })
+                self.unclaimed_booting += 1;
+                self.alloc(
+                    now,
+                    true,
+                    State::Starting {
+                        since: now,
+                        counted: false,
+                        claimed: false,
+                    },
+                )
             })
             .collect()
     }
 
     /// Ask for an instance for one call arriving at `now`: a warm one if any is idle
-    /// ([`Self::acquire_warm`]), else a cold start ([`Self::acquire_cold`]), else
-    /// [`Acquire::Throttled`] (counted in [`FunctionUsage::throttled`]).
+    /// ([`Self::acquire_warm`]), else a booting pre-warmed one ([`Self::acquire_booting`]),
+    /// else a cold start ([`Self::acquire_cold`]), else [`Acquire::Throttled`] (counted in
+    /// [`FunctionUsage::throttled`]).
     pub fn acquire(&mut self, now: Time) -> Acquire {
         if let Some(id) = self.acquire_warm(now) {
             return Acquire::Warm(id);
+        }
+        if let Some(id) = self.acquire_booting(now) {
+            return Acquire::Booting(id);
         }
         match self.acquire_cold(now) {
             Some(id) => Acquire::Cold(id),
@@ -133,10 +228,48 @@ impl FunctionPool {
     /// warm start), or `None` when no instance is idle. FaaSim §3: instance reuse.
     pub fn acquire_warm(&mut self, now: Time) -> Option<InstanceId> {
         let (id, since) = self.idle.pop_back()?;
-        self.usage.idle += now.saturating_sub(since);
+        let idle = now.saturating_sub(since);
+        self.usage.idle += idle;
         self.slots[id.0 as usize] = State::Busy { since: now };
         self.usage.warm_starts += 1;
+        let r = &mut self.records[id.0 as usize];
+        r.idle += idle;
+        r.warm_starts += 1;
         Some(id)
+    }
+
+    /// The earliest-started pre-warmed instance that is still booting and that no call
+    /// claimed yet, now claimed by a call arriving at `now` (FaaSim: a call that finds no
+    /// warm instance takes a "warming-up" one before it starts a new one). The call
+    /// waits for [`Self::on_started`], when the instance becomes busy with it; it counts
+    /// as a warm start and in [`FunctionUsage::prewarm_waits`]. `None` when there is no
+    /// such instance.
+    pub fn acquire_booting(&mut self, _now: Time) -> Option<InstanceId> {
+        if self.unclaimed_booting == 0 {
+            return None;
+        }
+        let i = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                State::Starting {
+                    since,
+                    counted: false,
+                    claimed: false,
+                } => Some((*since, i)),
+                _ => None,
+            })
+            .min()?
+            .1;
+        if let State::Starting { claimed, .. } = &mut self.slots[i] {
+            *claimed = true;
+        }
+        self.unclaimed_booting -= 1;
+        self.usage.warm_starts += 1;
+        self.usage.prewarm_waits += 1;
+        self.records[i].warm_starts += 1;
+        Some(InstanceId(i as u64))
     }
 
     /// A new instance for a call arriving at `now` (a cold start: report
@@ -149,10 +282,17 @@ impl FunctionPool {
         }
         self.usage.cold_starts += 1;
         self.usage.instances_started += 1;
-        Some(self.alloc(State::Starting {
-            since: now,
-            counted: true,
-        }))
+        let id = self.alloc(
+            now,
+            false,
+            State::Starting {
+                since: now,
+                counted: true,
+                claimed: false,
+            },
+        );
+        self.records[id.0 as usize].cold_starts = 1;
+        Some(id)
     }
 
     /// Whether a new instance may start (`alive < max_instances`).
@@ -166,39 +306,134 @@ impl FunctionPool {
     }
 
     /// A starting instance is ready at `now`: a cold-started one becomes busy with its
-    /// call, a pre-warmed one becomes idle.
+    /// call, a pre-warmed one becomes idle — or busy, when a call claimed it while it
+    /// booted ([`Self::acquire_booting`]).
     pub fn on_started(&mut self, now: Time, id: InstanceId) {
-        if let Some(State::Starting { since, counted }) = self.slots.get(id.0 as usize).copied() {
+        let i = id.0 as usize;
+        if let Some(State::Starting {
+            since,
+            counted,
+            claimed,
+        }) = self.slots.get(i).copied()
+        {
             if counted {
-                self.usage.startup += now.saturating_sub(since);
-                self.slots[id.0 as usize] = State::Busy { since: now };
+                let startup = now.saturating_sub(since);
+                self.usage.startup += startup;
+                self.records[i].startup += startup;
+                self.slots[i] = State::Busy { since: now };
+            } else if claimed {
+                self.slots[i] = State::Busy { since: now };
             } else {
-                self.slots[id.0 as usize] = State::Idle;
+                self.unclaimed_booting -= 1;
+                self.slots[i] = State::Idle;
                 self.idle.push_back((id, now));
             }
         }
     }
 
-    /// The call on `id` finished at `now`: the instance stays warm for the keep-alive.
+    /// Whether `id` is still booting (a cold start or a pre-warm not yet reported ready).
+    pub fn is_starting(&self, id: InstanceId) -> bool {
+        matches!(self.slots.get(id.0 as usize), Some(State::Starting { .. }))
+    }
+
+    /// Whether `id` is a pre-warmed instance, still booting, that a call claimed.
+    pub fn is_claimed_booting(&self, id: InstanceId) -> bool {
+        matches!(
+            self.slots.get(id.0 as usize),
+            Some(State::Starting { claimed: true, .. })
+        )
+    }
+
+    /// The call on `id` finished at `now`: the instance stays warm for the keep-alive. A
+    /// call that gave up waiting for a booting pre-warmed instance
+    /// ([`Self::acquire_booting`]) leaves it to the next call.
     pub fn release(&mut self, now: Time, id: InstanceId) {
+        if let Some(State::Starting { claimed, .. }) = self.slots.get_mut(id.0 as usize)
+            && *claimed
+        {
+            *claimed = false;
+            self.unclaimed_booting += 1;
+            return;
+        }
         if let Some(State::Busy { since }) = self.slots.get(id.0 as usize).copied() {
-            self.usage.busy += now.saturating_sub(since);
+            let busy = now.saturating_sub(since);
+            self.usage.busy += busy;
+            self.records[id.0 as usize].busy += busy;
             self.slots[id.0 as usize] = State::Idle;
             self.idle.push_back((id, now));
         }
     }
 
-    /// The instance failed (start-up failed, crashed): it is forgotten.
-    pub fn on_failed(&mut self, _now: Time, id: InstanceId) {
+    /// The instance failed (start-up failed, crashed) or, while shutting down, stopped
+    /// abnormally: it is forgotten; its busy period so far counts as busy time.
+    pub fn on_failed(&mut self, now: Time, id: InstanceId) {
         let i = id.0 as usize;
-        if matches!(self.slots.get(i), Some(State::Idle)) {
-            self.idle.retain(|(x, _)| *x != id);
+        match self.slots.get(i).copied() {
+            None | Some(State::Free) => {}
+            Some(State::Stopping { .. }) => self.on_stopped(now, id),
+            Some(st) => {
+                match st {
+                    State::Idle => self.idle.retain(|(x, _)| *x != id),
+                    State::Busy { since } => {
+                        let busy = now.saturating_sub(since);
+                        self.usage.busy += busy;
+                        self.records[i].busy += busy;
+                    }
+                    State::Starting {
+                        counted: false,
+                        claimed: false,
+                        ..
+                    } => self.unclaimed_booting -= 1,
+                    _ => {}
+                }
+                self.alive -= 1;
+                self.retire(now, i);
+            }
         }
-        if !matches!(self.slots.get(i), None | Some(State::Free)) {
-            self.slots[i] = State::Free;
-            self.free.push(i);
-            self.alive -= 1;
+    }
+
+    /// An expired instance ([`Self::handle_timeout`]) finished stopping at `now`: its
+    /// shutdown time ends and its id may be reused.
+    pub fn on_stopped(&mut self, now: Time, id: InstanceId) {
+        let i = id.0 as usize;
+        if let Some(State::Stopping { since }) = self.slots.get(i).copied() {
+            let shutdown = now.saturating_sub(since);
+            self.usage.shutdown += shutdown;
+            self.records[i].shutdown += shutdown;
+            self.retire(now, i);
         }
+    }
+
+    /// Instances shutting down.
+    pub fn stopping(&self) -> u32 {
+        self.slots
+            .iter()
+            .filter(|s| matches!(s, State::Stopping { .. }))
+            .count() as u32
+    }
+
+    /// The usage of every instance not yet stopped (starting, busy, idle, shutting down),
+    /// preceded by the stopped ones' when [`Self::keep_history`] is on, in start order.
+    pub fn instances(&self) -> Vec<InstanceUsage> {
+        let mut out: Vec<InstanceUsage> = self.history.clone().unwrap_or_default();
+        out.extend(
+            self.slots
+                .iter()
+                .zip(&self.records)
+                .filter(|(s, _)| !matches!(s, State::Free))
+                .map(|(_, r)| *r),
+        );
+        out.sort_by_key(|r| r.serial);
+        out
+    }
+
+    fn retire(&mut self, now: Time, i: usize) {
+        self.records[i].stopped_at = Some(now);
+        if let Some(h) = &mut self.history {
+            h.push(self.records[i]);
+        }
+        self.slots[i] = State::Free;
+        self.free.push(i);
     }
 
     /// When the oldest idle instance's keep-alive runs out (`None`: nothing to expire).
@@ -212,7 +447,8 @@ impl FunctionPool {
     }
 
     /// Expire the idle instances whose keep-alive ran out by `now`; returns them, the
-    /// driver stops them. Never shrinks the pool below the pre-warmed count.
+    /// driver stops them and reports [`Self::on_stopped`] (their shutdown time runs from
+    /// the expiry until then). Never shrinks the pool below the pre-warmed count.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<InstanceId> {
         let mut expired = Vec::new();
         while let Some(at) = self.poll_timeout() {
@@ -220,11 +456,13 @@ impl FunctionPool {
                 break;
             }
             let (id, since) = self.idle.pop_front().expect("poll_timeout saw an idle one");
-            self.usage.idle += at.saturating_sub(since);
+            let idle = at.saturating_sub(since);
+            self.usage.idle += idle;
             self.usage.instances_expired += 1;
             let i = id.0 as usize;
-            self.slots[i] = State::Free;
-            self.free.push(i);
+            self.records[i].idle += idle;
+            // Shutting down from its expiry until the driver reports it stopped.
+            self.slots[i] = State::Stopping { since: at };
             self.alive -= 1;
             expired.push(id);
         }
@@ -233,8 +471,10 @@ impl FunctionPool {
 
     /// Account the idle time of instances still idle at `now` (end of a simulation).
     pub fn finish(&mut self, now: Time) {
-        for (_, since) in self.idle.iter_mut() {
-            self.usage.idle += now.saturating_sub(*since);
+        for (id, since) in self.idle.iter_mut() {
+            let idle = now.saturating_sub(*since);
+            self.usage.idle += idle;
+            self.records[id.0 as usize].idle += idle;
             *since = now;
         }
     }
@@ -275,15 +515,43 @@ impl FunctionPool {
         &self.usage
     }
 
-    fn alloc(&mut self, state: State) -> InstanceId {
+    fn alloc(&mut self, now: Time, prewarmed: bool, state: State) -> InstanceId {
         self.alive += 1;
-        if let Some(i) = self.free.pop() {
+        let i = if let Some(i) = self.free.pop() {
             self.slots[i] = state;
-            InstanceId(i as u64)
+            i
         } else {
             self.slots.push(state);
-            InstanceId(self.slots.len() as u64 - 1)
-        }
+            self.records.push(InstanceUsage {
+                id: InstanceId(0),
+                serial: 0,
+                prewarmed: false,
+                started_at: now,
+                stopped_at: None,
+                cold_starts: 0,
+                warm_starts: 0,
+                startup: Duration::ZERO,
+                busy: Duration::ZERO,
+                idle: Duration::ZERO,
+                shutdown: Duration::ZERO,
+            });
+            self.slots.len() - 1
+        };
+        self.records[i] = InstanceUsage {
+            id: InstanceId(i as u64),
+            serial: self.serial,
+            prewarmed,
+            started_at: now,
+            stopped_at: None,
+            cold_starts: 0,
+            warm_starts: 0,
+            startup: Duration::ZERO,
+            busy: Duration::ZERO,
+            idle: Duration::ZERO,
+            shutdown: Duration::ZERO,
+        };
+        self.serial += 1;
+        InstanceId(i as u64)
     }
 }
 
@@ -349,5 +617,112 @@ mod tests {
         assert_eq!(p.handle_timeout(secs(100.0)), vec![b]);
         assert_eq!(p.alive(), 1);
         assert_eq!(p.usage().throttled, 1);
+    }
+
+    #[test]
+    fn a_call_without_an_idle_instance_waits_for_a_booting_prewarmed_one() {
+        // One pre-warmed instance booting from 0 to 4 s; calls at 1 s and 1.5 s.
+        let mut p = FunctionPool::new(FunctionPoolParams {
+            keep_alive: Duration::from_secs(10),
+            max_instances: Some(3),
+            prewarmed: 1,
+        });
+        let pre = p.prewarm(secs(0.0))[0];
+        assert_eq!(
+            p.acquire(secs(1.0)),
+            Acquire::Booting(pre),
+            "no idle instance: the booting pre-warm, not a cold start"
+        );
+        let Acquire::Cold(c) = p.acquire(secs(1.5)) else {
+            panic!("the pre-warm is claimed: the second call cold-starts")
+        };
+        assert_ne!(c, pre);
+        p.on_started(secs(4.0), pre);
+        assert_eq!(p.busy(), 1, "busy with the waiting call once ready");
+        p.release(secs(6.5), pre);
+        let u = *p.usage();
+        assert_eq!((u.cold_starts, u.warm_starts, u.prewarm_waits), (1, 1, 1));
+        // Busy from ready (4 s) to the end (6.5 s); the 3 s wait is the pre-warm's boot,
+        // which is neither start-up nor busy time (FaaSim §3).
+        assert_eq!(u.busy, secs(6.5) - secs(4.0));
+        assert_eq!(u.startup, Duration::ZERO, "c has not started yet");
+        let inst = p.instances();
+        assert_eq!(inst[0].warm_starts, 1);
+        assert!(inst[0].prewarmed && !inst[1].prewarmed);
+        assert_eq!(inst[1].cold_starts, 1);
+    }
+
+    #[test]
+    fn a_call_that_gives_up_on_a_booting_prewarm_leaves_it_to_the_next() {
+        let mut p = FunctionPool::new(FunctionPoolParams {
+            keep_alive: Duration::from_secs(10),
+            max_instances: Some(1),
+            prewarmed: 1,
+        });
+        let pre = p.prewarm(secs(0.0))[0];
+        assert_eq!(p.acquire(secs(1.0)), Acquire::Booting(pre));
+        assert_eq!(p.acquire(secs(1.0)), Acquire::Throttled, "cap of 1");
+        p.release(secs(2.0), pre);
+        assert_eq!(p.acquire(secs(2.5)), Acquire::Booting(pre));
+        p.on_started(secs(3.0), pre);
+        p.release(secs(5.0), pre);
+        assert_eq!(p.usage().busy, secs(2.0));
+    }
+
+    #[test]
+    fn expired_instances_shut_down_until_stopped_and_usage_is_per_instance() {
+        // Keep-alive 5 s, at most one instance: a is cold-started at 0, ready at 0.5,
+        // busy until 2, expires at 7 and takes until 9 to stop.
+        let mut p = FunctionPool::new(FunctionPoolParams {
+            keep_alive: Duration::from_secs(5),
+            max_instances: Some(1),
+            prewarmed: 0,
+        });
+        p.keep_history();
+        let Acquire::Cold(a) = p.acquire(secs(0.0)) else {
+            panic!()
+        };
+        p.on_started(secs(0.5), a);
+        p.release(secs(2.0), a);
+        assert_eq!(p.handle_timeout(secs(7.2)), vec![a]);
+        assert_eq!((p.alive(), p.stopping()), (0, 1));
+        // A stopping instance does not count against max_instances (alive = booting +
+        // busy + idle), but its id is not reused before it stopped.
+        let Acquire::Cold(b) = p.acquire(secs(7.5)) else {
+            panic!("room for a new instance while a shuts down")
+        };
+        assert_ne!(a, b);
+        p.on_stopped(secs(9.0), a);
+        assert_eq!(p.stopping(), 0);
+        let u = *p.usage();
+        assert_eq!(
+            u.shutdown,
+            secs(9.0) - secs(7.0),
+            "from the expiry at 2 + 5 s"
+        );
+        let inst = p.instances();
+        assert_eq!(inst.len(), 2);
+        let ia = inst[0];
+        assert_eq!(
+            (ia.id, ia.serial, ia.cold_starts, ia.warm_starts),
+            (a, 0, 1, 0)
+        );
+        assert_eq!(ia.startup, secs(0.5));
+        assert_eq!(ia.busy, secs(1.5));
+        assert_eq!(ia.idle, secs(5.0));
+        assert_eq!(ia.shutdown, secs(2.0));
+        assert_eq!(ia.stopped_at, Some(secs(9.0)));
+        let hours = (0.5 + 1.5 + 5.0 + 2.0) / 3600.0;
+        assert!((ia.instance_hours() - hours).abs() < 1e-12);
+        assert_eq!((inst[1].serial, inst[1].stopped_at), (1, None));
+        // Pool totals are the sums over instances.
+        assert!(
+            (u.instance_hours() - hours).abs() < 1e-12,
+            "b has no usage yet"
+        );
+        // Without history the gateway lists only instances not yet stopped.
+        let mut q = p.clone();
+        q.history = None;
+        assert_eq!(q.instances().len(), 1);
     }
 }

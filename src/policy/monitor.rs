@@ -68,6 +68,39 @@ pub struct EpochClosed {
     pub report: Option<TrafficReport>,
 }
 
+/// Empty epochs [`TrafficMonitor::close_empty_epochs`] computes one by one (bit-identical
+/// to closing them separately) before it switches to the closed form: 2¹⁷, about 0.3 ms.
+pub const EXACT_IDLE_STEPS: u64 = 1 << 17;
+
+/// (avg, std) after `m` empty epochs from (`avg`, `std`), in closed form (see
+/// [`TrafficMonitor::close_empty_epochs`]). Equal to `m` steps of the update rule within
+/// rounding.
+pub fn idle_ewma(avg: f64, std: f64, alpha: f64, beta: f64, m: u64) -> (f64, f64) {
+    if m == 0 {
+        return (avg, std);
+    }
+    let (q, r) = (1.0 - alpha, 1.0 - beta);
+    let mf = m as f64;
+    // Σⱼ₌₀^{m−1} r^{m−1−j}·qʲ = M^{m−1}·Σᵢ₌₀^{m−1} yⁱ with M = max(q, r), y = min/max ≤ 1,
+    // and Σ yⁱ = (1 − yᵐ)/(1 − y) = expm1(m·ln y)/expm1(ln y) (no cancellation near 1).
+    let (big, small) = if q >= r { (q, r) } else { (r, q) };
+    let sum = if big <= 0.0 {
+        if m == 1 { 1.0 } else { 0.0 }
+    } else {
+        let y = small / big;
+        let geometric = if y >= 1.0 {
+            mf
+        } else if y <= 0.0 {
+            1.0
+        } else {
+            let ln_y = ((small - big) / big).ln_1p();
+            (mf * ln_y).exp_m1() / ln_y.exp_m1()
+        };
+        big.powf(mf - 1.0) * geometric
+    };
+    (avg * q.powf(mf), r.powf(mf) * std + beta * avg.abs() * sum)
+}
+
 /// The traffic monitor state machine. See the [module docs](self).
 #[derive(Clone, Debug)]
 pub struct TrafficMonitor {
@@ -78,6 +111,9 @@ pub struct TrafficMonitor {
     /// `None` until the first epoch closes.
     ewma: Option<(f64, f64)>,
     last_closed: Option<EpochClosed>,
+    /// `epoch_start(current + 1)`, kept so that drivers asking after every event need
+    /// no multiplication.
+    ends_at: Time,
 }
 
 impl TrafficMonitor {
@@ -89,18 +125,35 @@ impl TrafficMonitor {
     pub fn new(params: MonitorParams) -> Self {
         assert!(!params.epoch.is_zero(), "epoch must be non-zero");
         assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
+        let ends_at = params.epoch;
         Self {
             params,
             current: 0,
             count: 0,
             ewma: None,
             last_closed: None,
+            ends_at,
         }
     }
 
     /// The parameters this monitor was built with.
     pub fn params(&self) -> &MonitorParams {
         &self.params
+    }
+
+    /// Use new smoothing and reporting parameters (α, β, K, F) from the next epoch that
+    /// closes on; the EWMAs, the open epoch's count and the epoch grid are kept (a
+    /// configuration reload, issue 12 item 10). `params.epoch` is ignored: the epoch
+    /// length is fixed for the monitor's life (the epoch grid starts at time zero).
+    ///
+    /// # Panics
+    /// If `params.decision_epochs` is zero (config validation rejects it).
+    pub fn retune(&mut self, params: MonitorParams) {
+        assert!(params.decision_epochs >= 1, "decision_epochs must be >= 1");
+        self.params = MonitorParams {
+            epoch: self.params.epoch,
+            ..params
+        };
     }
 
     /// Count one request arriving at `now`.
@@ -114,8 +167,9 @@ impl TrafficMonitor {
     }
 
     /// When the current epoch ends: the next time [`Self::handle_timeout`] has work.
+    #[inline]
     pub fn poll_timeout(&self) -> Time {
-        self.epoch_start(self.current + 1)
+        self.ends_at
     }
 
     /// Start time of epoch `index`.
@@ -133,6 +187,58 @@ impl TrafficMonitor {
         if now < self.poll_timeout() {
             return None;
         }
+        Some(self.close())
+    }
+
+    /// Close the open epoch and the `n − 1` after it, exactly as `n` calls of
+    /// [`Self::handle_timeout`] at their ends would with no request counted after this
+    /// call (the open epoch keeps what it counted), in O(1) time for any `n` (issue 14:
+    /// idle stretches of a trace). Returns the last epoch's summary, `None` for `n = 0`;
+    /// the reports of the epochs in between are not returned (a driver skipping a
+    /// stretch knows its scaling policy repeats them).
+    ///
+    /// An empty epoch maps (avg, std) to ((1−α)·avg, (1−β)·std + β·|avg|). Up to
+    /// [`EXACT_IDLE_STEPS`] epochs are computed with that very rule, stopping early once
+    /// the pair no longer changes (in floating point it settles on zero or on a tiny
+    /// subnormal after about 1075 / −log₂(1−α) epochs: every further empty epoch leaves
+    /// it there), so the result is bit-identical to closing the epochs one by one. Only
+    /// past that (α or β below about 0.006) the rest uses the closed form, equal within
+    /// rounding: with q = 1−α, r = 1−β after `m` more empty epochs
+    /// avg·qᵐ and rᵐ·std + β·avg·Σⱼ₌₀^{m−1} r^{m−1−j}·qʲ.
+    pub fn close_empty_epochs(&mut self, n: u64) -> Option<EpochClosed> {
+        let mut last = None;
+        let mut done = 0;
+        let mut settled = false;
+        while done < n && done < EXACT_IDLE_STEPS {
+            let before = self.ewma;
+            let counted = self.count;
+            last = Some(self.close());
+            done += 1;
+            if counted == 0 && before.is_some() && before == self.ewma {
+                settled = true;
+                break;
+            }
+        }
+        let rest = n - done;
+        if rest == 0 {
+            return last;
+        }
+        // Every remaining epoch is empty and starts from the state left above; a settled
+        // state stays as it is.
+        if !settled {
+            let (avg, std) = self.ewma.expect("an epoch closed above");
+            let p = &self.params;
+            self.ewma = Some(idle_ewma(avg, std, p.alpha, p.beta, rest));
+        }
+        // Close the last one for real (its bookkeeping, report and summary) from the
+        // state one epoch before it: only the counter needs moving, the EWMAs are set.
+        self.current += rest - 1;
+        let (avg, std) = self.ewma.expect("set above");
+        Some(self.summarise(avg, std))
+    }
+
+    /// The body of [`Self::handle_timeout`]: close the open epoch.
+    fn close(&mut self) -> EpochClosed {
         let x = self.count as f64;
         let (avg, std) = match self.ewma {
             None => (x, 0.0),
@@ -144,6 +250,12 @@ impl TrafficMonitor {
             }
         };
         self.ewma = Some((avg, std));
+        self.summarise(avg, std)
+    }
+
+    /// Record the open epoch as closed with the EWMAs (per epoch) `avg`, `std` and open
+    /// the next one.
+    fn summarise(&mut self, avg: f64, std: f64) -> EpochClosed {
         let secs = self.params.epoch.as_secs_f64();
         let index = self.current;
         let completed = index + 1;
@@ -168,9 +280,30 @@ impl TrafficMonitor {
             report,
         };
         self.current += 1;
+        self.ends_at = self.epoch_start(self.current + 1);
         self.count = 0;
         self.last_closed = Some(closed);
-        Some(closed)
+        closed
+    }
+
+    /// Whether closing one more empty epoch would leave the EWMAs exactly as they are
+    /// (they settled while idle; see [`Self::close_empty_epochs`]): from then on every
+    /// idle epoch reports the same avg and std.
+    pub fn idle_settled(&self) -> bool {
+        if self.count > 0 {
+            return false;
+        }
+        match self.ewma {
+            None => false,
+            Some((avg, std)) => {
+                let p = &self.params;
+                let next = (
+                    (1.0 - p.alpha) * avg + p.alpha * 0.0,
+                    (1.0 - p.beta) * std + p.beta * (avg - 0.0).abs(),
+                );
+                next == (avg, std)
+            }
+        }
     }
 
     /// Requests counted so far in the epoch that is still open.
@@ -338,5 +471,101 @@ mod tests {
         let e = m.handle_timeout(Duration::from_secs(2)).unwrap();
         assert_eq!((e.epoch, e.requests), (0, 2));
         assert_eq!(m.current_epoch_requests(), 0);
+    }
+}
+
+#[cfg(test)]
+mod props {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn close_enough(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * a.abs().max(b.abs()) + 1e-300
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(40))]
+
+        /// Issue 14: one `close_empty_epochs(n)` equals `n` single closes — bit for bit
+        /// when α, β ≥ 0.01 (the EWMAs settle within the exact steps), within rounding
+        /// for smaller weights (the closed form).
+        #[test]
+        fn n_empty_epochs_at_once_equal_n_single_closes(
+            alpha in prop_oneof![0.0005f64..0.01, 0.01f64..=1.0],
+            beta in prop_oneof![0.0005f64..0.01, 0.01f64..=1.0],
+            history in prop::collection::vec(0u64..5_000, 0..6),
+            open in prop_oneof![Just(0u64), 1u64..50],
+            n in prop_oneof![1u64..400, 400u64..300_000],
+            k in 1u32..500,
+            first in prop::option::of(1u32..10),
+            epoch_ms in 1u64..5_000,
+        ) {
+            let mut stepped = TrafficMonitor::new(MonitorParams {
+                epoch: Duration::from_millis(epoch_ms),
+                alpha,
+                beta,
+                decision_epochs: k,
+                first_decision_epoch: first,
+            });
+            for &c in &history {
+                for _ in 0..c {
+                    stepped.on_request(stepped.epoch_start(stepped.current_epoch()));
+                }
+                stepped.handle_timeout(stepped.poll_timeout()).expect("closes");
+            }
+            for _ in 0..open {
+                stepped.on_request(stepped.epoch_start(stepped.current_epoch()));
+            }
+            let mut bulk = stepped.clone();
+            let mut last = None;
+            for _ in 0..n {
+                last = stepped.handle_timeout(stepped.poll_timeout());
+            }
+            let once = bulk.close_empty_epochs(n);
+            let (s, b) = (last.expect("n ≥ 1"), once.expect("n ≥ 1"));
+            prop_assert_eq!(s.epoch, b.epoch);
+            prop_assert_eq!(s.requests, b.requests);
+            prop_assert_eq!(s.report.map(|r| r.epoch), b.report.map(|r| r.epoch));
+            prop_assert_eq!(stepped.current_epoch(), bulk.current_epoch());
+            prop_assert_eq!(stepped.poll_timeout(), bulk.poll_timeout());
+            prop_assert_eq!(stepped.last_closed(), Some(&s));
+            prop_assert_eq!(bulk.last_closed(), Some(&b));
+            if alpha >= 0.01 && beta >= 0.01 {
+                prop_assert_eq!(s, b);
+            } else {
+                prop_assert!(close_enough(s.avg_rps, b.avg_rps), "{:?} / {:?}", s, b);
+                prop_assert!(close_enough(s.std_rps, b.std_rps), "{:?} / {:?}", s, b);
+            }
+            // Either way both go on alike: one more busy epoch.
+            for m in [&mut stepped, &mut bulk] {
+                for _ in 0..7 {
+                    m.on_request(m.epoch_start(m.current_epoch()));
+                }
+            }
+            let (s, b) = (
+                stepped.handle_timeout(stepped.poll_timeout()).expect("closes"),
+                bulk.handle_timeout(bulk.poll_timeout()).expect("closes"),
+            );
+            prop_assert!(close_enough(s.avg_rps, b.avg_rps) && close_enough(s.std_rps, b.std_rps));
+        }
+    }
+
+    /// The closed form itself against the update rule, away from the exact steps: a small
+    /// α, β pair (α ≠ β) and α = β (the geometric sum's `y = 1` case).
+    #[test]
+    fn the_closed_form_follows_the_update_rule() {
+        for (alpha, beta) in [(0.003, 0.0007), (0.002, 0.002), (1.0, 0.3), (0.4, 1.0)] {
+            let (mut a, mut s) = (812.5f64, 37.25f64);
+            for m in 1..=20_000u64 {
+                let prev = a;
+                a = (1.0 - alpha) * a + alpha * 0.0;
+                s = (1.0 - beta) * s + beta * (prev - 0.0).abs();
+                if m % 997 == 0 || m <= 3 {
+                    let (ca, cs) = idle_ewma(812.5, 37.25, alpha, beta, m);
+                    assert!(close_enough(a, ca), "α {alpha} β {beta} m {m}: {a} vs {ca}");
+                    assert!(close_enough(s, cs), "α {alpha} β {beta} m {m}: {s} vs {cs}");
+                }
+            }
+        }
     }
 }

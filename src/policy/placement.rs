@@ -6,7 +6,8 @@
 //! * [`ZoneCapacity::Instances`] — instances spillway starts and sees (the local `process`
 //!   tier, the simulator's function model): a [`FunctionPool`] with booting, busy, idle and
 //!   pre-warmed instances, keep-alive and `max_instances`. A call takes a warm (idle)
-//!   instance or cold-starts a new one while `alive < max_instances`.
+//!   instance, else a pre-warmed instance still booting (and waits for it), else
+//!   cold-starts a new one while `alive < max_instances`.
 //! * [`ZoneCapacity::Concurrency`] — an endpoint whose instances spillway cannot see (an
 //!   `http` FaaS gateway, AWS Lambda): only the calls in flight are tracked, against
 //!   `max_concurrency`. Keep-alive and pre-warm do not apply (Lambda's pre-warm is
@@ -20,6 +21,9 @@
 //! * [`PlacementPolicy::WarmFirst`]: warm in `e`, warm in the cloud, new in `e`, new in the
 //!   cloud.
 //!
+//! "New" takes a booting pre-warmed instance of the zone before it cold-starts one (FaaSim
+//! allocates in the zone its policy chose: warm, else warming-up, else cold).
+//!
 //! A call without an edge origin goes to the cloud zone. With a single zone both policies
 //! reduce to "warm, else new, else throttled" — the behaviour of the one function tier.
 //! Keep-alive expiries are this module's timers: [`Placement::poll_timeout`] is the
@@ -28,7 +32,9 @@
 use std::time::Duration;
 
 use super::Time;
-use super::functions::{FunctionPool, FunctionPoolParams, FunctionUsage, InstanceId};
+use super::functions::{
+    FunctionPool, FunctionPoolParams, FunctionUsage, InstanceId, InstanceUsage,
+};
 
 /// Index of a zone in [`PlacementParams::zones`]; at most [`MAX_ZONES`] zones.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -130,6 +136,10 @@ pub enum Start {
     /// On a new instance (cold start): the driver starts it and reports
     /// [`Placement::on_started`] or [`Placement::on_failed`].
     Cold(InstanceId),
+    /// On a pre-warmed instance still booting: the call waits until the pre-warm's
+    /// [`Placement::on_started`] (not a cold start; FaaSim's warming-up resources). If the
+    /// boot fails, the call's attempt fails as a cold start does.
+    Booting(InstanceId),
     /// In a concurrency-only zone: no instance is visible.
     Untracked,
 }
@@ -148,7 +158,7 @@ impl Lease {
     /// The instance the call runs on, if the zone has visible instances.
     pub fn instance(&self) -> Option<InstanceId> {
         match self.start {
-            Start::Warm(i) | Start::Cold(i) => Some(i),
+            Start::Warm(i) | Start::Cold(i) | Start::Booting(i) => Some(i),
             Start::Untracked => None,
         }
     }
@@ -192,13 +202,21 @@ pub struct ZoneStatus {
     pub busy: u32,
     /// Idle warm instances (instance zones; 0 otherwise).
     pub idle: u32,
+    /// Expired instances still shutting down (instance zones; 0 otherwise).
+    pub stopping: u32,
     /// Instance zones: FaaSim's usage accounting.
     pub usage: Option<FunctionUsage>,
+    /// Instance zones: per-instance usage of the instances not yet stopped (and of the
+    /// stopped ones when [`Placement::keep_history`] is on), in start order.
+    pub instances: Vec<InstanceUsage>,
     /// Concurrency zones: calls and throttles.
     pub calls: Option<ConcurrencyUsage>,
 }
 
 #[derive(Clone, Debug)]
+// The pool is the variant every placement touches: boxing it would cost a pointer chase
+// per decision (issue 8's ≤ 100 ns goal); zones are few, so the size does not matter.
+#[allow(clippy::large_enum_variant)]
 enum ZoneState {
     Pool(FunctionPool),
     Concurrency {
@@ -224,7 +242,10 @@ impl Zone {
 
     fn new_call(&mut self, now: Time) -> Option<Start> {
         match &mut self.state {
-            ZoneState::Pool(p) => p.acquire_cold(now).map(Start::Cold),
+            ZoneState::Pool(p) => p
+                .acquire_booting(now)
+                .map(Start::Booting)
+                .or_else(|| p.acquire_cold(now).map(Start::Cold)),
             ZoneState::Concurrency {
                 max,
                 in_flight,
@@ -399,6 +420,41 @@ impl Placement {
         }
     }
 
+    /// Instance `instance` of `zone` finished shutting down after its keep-alive expiry
+    /// ([`Self::handle_timeout`]): its shutdown time ends, its id may be reused.
+    pub fn on_stopped(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
+        if let Some(ZoneState::Pool(p)) = self.state_mut(zone) {
+            p.on_stopped(now, instance);
+        }
+    }
+
+    /// Whether `instance` of `zone` is a pre-warmed instance, still booting, that a call
+    /// claimed ([`Start::Booting`]).
+    pub fn is_claimed_booting(&self, zone: ZoneId, instance: InstanceId) -> bool {
+        match self.zones.get(zone.0 as usize).map(|z| &z.state) {
+            Some(ZoneState::Pool(p)) => p.is_claimed_booting(instance),
+            _ => false,
+        }
+    }
+
+    /// Whether `instance` of `zone` is still booting.
+    pub fn is_starting(&self, zone: ZoneId, instance: InstanceId) -> bool {
+        match self.zones.get(zone.0 as usize).map(|z| &z.state) {
+            Some(ZoneState::Pool(p)) => p.is_starting(instance),
+            _ => false,
+        }
+    }
+
+    /// Keep every stopped instance's usage for [`Self::status`] (the simulator's
+    /// per-instance report; a gateway reports only the instances not yet stopped).
+    pub fn keep_history(&mut self) {
+        for z in &mut self.zones {
+            if let ZoneState::Pool(p) = &mut z.state {
+                p.keep_history();
+            }
+        }
+    }
+
     /// Instance `instance` of `zone` failed to start or died: it is forgotten (the
     /// driver stops whatever is left of it).
     pub fn on_failed(&mut self, now: Time, zone: ZoneId, instance: InstanceId) {
@@ -444,7 +500,7 @@ impl Placement {
     }
 
     /// Expire the idle instances whose keep-alive ran out by `now`; the driver stops
-    /// them. Never below a zone's pre-warmed count.
+    /// them and reports [`Self::on_stopped`]. Never below a zone's pre-warmed count.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<(ZoneId, InstanceId)> {
         let mut out = Vec::new();
         for (i, z) in self.zones.iter_mut().enumerate() {
@@ -481,7 +537,9 @@ impl Placement {
                     starting: p.starting(),
                     busy: p.busy(),
                     idle: p.idle(),
+                    stopping: p.stopping(),
                     usage: Some(*p.usage()),
+                    instances: p.instances(),
                     calls: None,
                 },
                 ZoneState::Concurrency {
@@ -492,7 +550,9 @@ impl Placement {
                     starting: 0,
                     busy: *in_flight,
                     idle: 0,
+                    stopping: 0,
                     usage: None,
+                    instances: Vec::new(),
                     calls: Some(*usage),
                 },
             })

@@ -61,6 +61,8 @@ pub struct RetryBudget {
     buckets: [(u64, u64); BUCKETS],
     /// The slot number of the newest bucket.
     current: u128,
+    /// When the slot after `current` starts, ns: earlier calls need no division.
+    next_slot_ns: u128,
     refused_total: u64,
     retried_total: u64,
 }
@@ -72,6 +74,7 @@ impl RetryBudget {
             params,
             buckets: [(0, 0); BUCKETS],
             current: 0,
+            next_slot_ns: 0,
             refused_total: 0,
             retried_total: 0,
         }
@@ -83,7 +86,13 @@ impl RetryBudget {
 
     /// Move the window to `now`, clearing buckets that fell out of it.
     fn roll(&mut self, now: Time) {
-        let slot = now.as_nanos() / self.slot_len();
+        let ns = now.as_nanos();
+        if ns < self.next_slot_ns {
+            return;
+        }
+        let len = self.slot_len();
+        let slot = ns / len;
+        self.next_slot_ns = slot.saturating_add(1).saturating_mul(len);
         if slot <= self.current {
             return;
         }

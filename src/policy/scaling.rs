@@ -94,6 +94,37 @@ pub struct ScaleDecision {
     pub reason: ScaleReason,
 }
 
+/// What a scaling policy is asked before a driver closes a stretch of idle epochs at once
+/// (issue 14: the simulator skips the empty seconds of a sparse trace): every epoch of the
+/// stretch has no request and the same VM utilisation, and the traffic EWMAs only decay.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct IdleView {
+    /// End of the first idle epoch of the stretch.
+    pub first_end: Time,
+    /// avg after the last closed epoch, requests/s (it never grows while idle).
+    pub avg_rps: f64,
+    /// std after the last closed epoch, requests/s.
+    pub std_rps: f64,
+    /// Whether avg and std no longer change while idle (the monitor settled; see
+    /// [`TrafficMonitor::idle_settled`](super::monitor::TrafficMonitor::idle_settled)).
+    pub traffic_settled: bool,
+    /// The utilisation the driver reports for each idle epoch (`None`: not measured).
+    pub vm_utilisation: Option<f64>,
+    /// The pool (it does not change during the stretch).
+    pub pool: PoolSnapshot,
+}
+
+/// A scaling policy's answer to [`ScalingPolicy::idle_outlook`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum IdleOutlook {
+    /// An idle epoch may still change the policy's state or decision: close the
+    /// epochs one by one.
+    Unsettled,
+    /// Every further idle epoch leaves the policy's state as it is and returns `None`
+    /// from [`ScalingPolicy::on_epoch`] or, on report epochs, this decision.
+    Settled(Option<ScaleDecision>),
+}
+
 /// A scaling policy: a sans-IO state machine fed once per epoch.
 pub trait ScalingPolicy: Send {
     /// Short name for reports (`"libra"`, `"auto"`, …).
@@ -109,6 +140,26 @@ pub trait ScalingPolicy: Send {
     /// that size the pool by it use the new value from their next decision on. Default:
     /// ignored (the baselines keep their own r_max).
     fn set_r_max(&mut self, _r_max_rps: f64) {}
+
+    /// LIBRA's scaling parameters in force, for a policy that has them (LIBRA §III-B);
+    /// `None` for the baselines.
+    fn libra_params(&self) -> Option<LibraScalingParams> {
+        None
+    }
+
+    /// Use new LIBRA scaling parameters (φ, r_max, min/max VMs, CIP) from the next
+    /// decision on, keeping every other state (a configuration reload, issue 12 item 10).
+    /// `false`: this policy has no such parameters and nothing changed.
+    fn set_libra_params(&mut self, _params: &LibraScalingParams) -> bool {
+        false
+    }
+
+    /// Whether idle epochs from `view.first_end` on can be closed many at once: see
+    /// [`IdleOutlook`]. Default: [`IdleOutlook::Unsettled`] (always correct; the driver
+    /// then closes them one by one).
+    fn idle_outlook(&self, _view: &IdleView) -> IdleOutlook {
+        IdleOutlook::Unsettled
+    }
 }
 
 /// LIBRA's scaling-manager parameters — LIBRA §III-B.
@@ -216,6 +267,32 @@ impl ScalingPolicy for LibraScaler {
     /// Alg. 1 line 3: the next decision divides by the adapted r_max.
     fn set_r_max(&mut self, r_max_rps: f64) {
         self.params.r_max_rps = r_max_rps;
+    }
+
+    fn libra_params(&self) -> Option<LibraScalingParams> {
+        Some(self.params.clone())
+    }
+
+    /// Whether traffic was seen stays: a reload does not bring back the idle start rule.
+    fn set_libra_params(&mut self, params: &LibraScalingParams) -> bool {
+        self.params = params.clone();
+        true
+    }
+
+    /// Idle reports repeat one decision when: no request was ever seen (the awaiting
+    /// decision), avg is already below the CIP (it only decays: every report releases
+    /// every VM), or the EWMAs settled (every report sees the same avg and std).
+    fn idle_outlook(&self, view: &IdleView) -> IdleOutlook {
+        if !self.seen_traffic {
+            return IdleOutlook::Settled(Some(ScaleDecision {
+                reason: ScaleReason::AwaitingTraffic,
+                ..self.initial()
+            }));
+        }
+        if view.avg_rps < self.params.cip_rps || view.traffic_settled {
+            return IdleOutlook::Settled(Some(self.decide(view.avg_rps, view.std_rps)));
+        }
+        IdleOutlook::Unsettled
     }
 }
 

@@ -54,6 +54,9 @@ impl Timer {
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct TimerTable {
     rows: [Option<Time>; Timer::ALL.len()],
+    /// The earliest row, kept up to date by [`Self::set`] (drivers ask after every
+    /// event; rows rarely change).
+    next: Option<(Timer, Time)>,
 }
 
 impl TimerTable {
@@ -63,8 +66,21 @@ impl TimerTable {
     }
 
     /// Set (or clear, with `None`) the deadline of `timer`.
+    #[inline]
     pub fn set(&mut self, timer: Timer, at: Option<Time>) {
+        if self.rows[timer as usize] == at {
+            return;
+        }
         self.rows[timer as usize] = at;
+        let mut best: Option<(Timer, Time)> = None;
+        for t in Timer::ALL {
+            if let Some(at) = self.rows[t as usize]
+                && best.is_none_or(|(_, b)| at < b)
+            {
+                best = Some((t, at));
+            }
+        }
+        self.next = best;
     }
 
     /// The deadline of `timer`.
@@ -74,18 +90,11 @@ impl TimerTable {
     }
 
     /// The earliest deadline and its owner; ties go to the row listed first in
-    /// [`Timer::ALL`]. `None` when no component has a deadline.
+    /// [`Timer::ALL`]. `None` when no component has a deadline. O(1).
     #[must_use]
+    #[inline]
     pub fn next(&self) -> Option<(Timer, Time)> {
-        let mut best: Option<(Timer, Time)> = None;
-        for t in Timer::ALL {
-            if let Some(at) = self.rows[t as usize]
-                && best.is_none_or(|(_, b)| at < b)
-            {
-                best = Some((t, at));
-            }
-        }
-        best
+        self.next
     }
 }
 

@@ -56,17 +56,23 @@ pub struct Observation(Option<RequestInfo>);
 /// A request arrived from `client`.
 pub fn begin<B>(req: &Request<B>, client: SocketAddr) -> Observation {
     m::in_flight(1);
+    let log = tracing::enabled!(target: "spillway::access", tracing::Level::INFO);
     Observation(Some(RequestInfo {
         start: Instant::now(),
         client,
         method: req.method().clone(),
-        path: req.uri().path().to_owned(),
+        // Only the log line reads it: no copy per request with the access log off.
+        path: if log {
+            req.uri().path().to_owned()
+        } else {
+            String::new()
+        },
         version: req.version(),
         bytes_in: req
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse().ok()),
-        log: tracing::enabled!(target: "spillway::access", tracing::Level::INFO),
+        log,
     }))
 }
 

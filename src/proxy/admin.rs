@@ -157,9 +157,17 @@ fn scrape_gauges(gw: &Gateway) {
         if let Some(u) = &z.usage {
             m::function_usage(&z.name, u);
         }
+        for i in &z.instances {
+            m::function_instance_usage(&z.name, i);
+        }
     }
     if let Some(q) = &st.core.queue {
         m::queue_gauges(q);
+    }
+    // At every scrape too, not only at the driver's tick: the first scrape after start
+    // shows the delay queue's series (`spillway_async_deadline_misses_total` at 0).
+    if let Some(d) = &st.core.delay {
+        m::delay_gauges(d, gw.now());
     }
     static ZEROED: std::sync::Once = std::sync::Once::new();
     ZEROED.call_once(|| {
@@ -320,9 +328,11 @@ fn seconds(d: std::time::Duration) -> Value {
 ///  "scaling": {"vm_reqs_rps": 44.3, "vm_budget_before_rho_rps": 40.0, "cip_rps": 2.0,
 ///              "target_vms": 3, "ready_vms": 2, "booting_vms": 1, "draining_vms": 0,
 ///              "executes_scaling": true, "last_decision": {…}},
+///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
+///  "libra": {"alpha": 0.3, "beta": 0.3, "phi": 1.0, "rho": 0.9, "decision_epochs": 300,
+///            "first_decision_epoch": null, "min_vms": 1, "max_vms": 10},
 ///  "retry_budget": {"window_requests": 412, "window_retries": 3, "window_allowed": 92.4,
 ///                   "retried_total": 17, "refused_total": 0},
-///  "routed": {"vm": 1200, "function": 310, "rejected": 0},
 ///  "vm_pool": {"kind": "process", "vms": […], "errors": {…}},
 ///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
 /// ```
@@ -358,6 +368,21 @@ pub fn status_json(gw: &Gateway) -> Value {
                 "reason": d.reason.as_str(),
             })),
         },
+        "routed": {
+            "vm": c.routed.vm,
+            "function": c.routed.function,
+            "rejected": c.routed.rejected,
+        },
+        "libra": s.core.tuning.as_ref().map(|t| json!({
+            "alpha": t.alpha,
+            "beta": t.beta,
+            "phi": t.scaling.phi,
+            "rho": t.rho,
+            "decision_epochs": t.decision_epochs,
+            "first_decision_epoch": t.first_decision_epoch,
+            "min_vms": t.scaling.min_vms,
+            "max_vms": t.scaling.max_vms,
+        })),
         "r_max": r_max_json(c.r_max_rps, s.core.r_max.as_ref()),
         "retry_budget": {
             "window_requests": s.core.retry_budget.requests,
@@ -365,11 +390,6 @@ pub fn status_json(gw: &Gateway) -> Value {
             "window_allowed": num(s.core.retry_budget.allowed),
             "retried_total": s.core.retry_budget.retried_total,
             "refused_total": s.core.retry_budget.refused_total,
-        },
-        "routed": {
-            "vm": c.routed.vm,
-            "function": c.routed.function,
-            "rejected": c.routed.rejected,
         },
         "vm_pool": {
             "kind": gw.vm_provider().kind(),
@@ -389,6 +409,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             "oldest_wait_seconds": d.oldest_accepted.map(|t| seconds(gw.now().saturating_sub(t))),
             "mode": d.mode.as_str(),
             "cpu_utilisation": d.cpu.map(m::round2),
+            "cpu_signal": gw.async_calls().map(|a| a.cpu_signal_status()),
             "mode_switches": d.switches,
             "released": d.released.iter().map(|r| json!({
                 "kind": r.kind, "tier": r.tier, "calls": r.count,
@@ -506,14 +527,28 @@ fn functions_json(
                 "throttled": throttled,
             },
             "usage": z.usage.map(|u| {
-                let hours = (u.startup + u.busy + u.idle).as_secs_f64() / 3600.0;
                 json!({
                     "startup_seconds": u.startup.as_secs_f64(),
                     "busy_seconds": u.busy.as_secs_f64(),
                     "idle_seconds": u.idle.as_secs_f64(),
-                    "instance_hours": hours,
+                    "shutdown_seconds": u.shutdown.as_secs_f64(),
+                    "instance_hours": u.instance_hours(),
                     "instances_started": u.instances_started,
                     "instances_expired": u.instances_expired,
+                    "instances_stopping": z.stopping,
+                    "prewarm_waits": u.prewarm_waits,
+                    // FaaSim usage per instance (not yet stopped), in start order.
+                    "instances": z.instances.iter().map(|i| json!({
+                        "id": i.id.0,
+                        "prewarmed": i.prewarmed,
+                        "cold_starts": i.cold_starts,
+                        "warm_starts": i.warm_starts,
+                        "startup_seconds": i.startup.as_secs_f64(),
+                        "busy_seconds": i.busy.as_secs_f64(),
+                        "idle_seconds": i.idle.as_secs_f64(),
+                        "shutdown_seconds": i.shutdown.as_secs_f64(),
+                        "instance_hours": i.instance_hours(),
+                    })).collect::<Vec<_>>(),
                 })
             }),
             "errors": redacted(backend.errors()),

@@ -25,6 +25,7 @@
 //! loads the pool only when it runs, and counting a deferred burst at accept would make
 //! LIBRA scale the pool for load the delay queue has just moved out of the peak.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -36,6 +37,7 @@ use hyper::body::Incoming;
 use tokio::time::Instant;
 
 use super::async_store::{CallRecord, CallResult, CallState, CallStore};
+use super::cpu_prometheus::PrometheusCpu;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use super::service::{self, ServiceSettings};
@@ -66,6 +68,10 @@ pub struct AsyncCalls {
     origin: Instant,
     /// The previous `/proc/stat` reading (busy, total jiffies), `process` signal.
     last_stat: Mutex<Option<(u64, u64)>>,
+    /// The previous reading of the VM processes' CPU, `process` signal.
+    last_vm_ticks: Mutex<Option<VmTicks>>,
+    /// The `prometheus` signal (with `cpu_signal: prometheus`).
+    prometheus: Option<Arc<PrometheusCpu>>,
 }
 
 /// A status URL request or an asynchronous request, as [`AsyncCalls::classify`] sees it.
@@ -97,7 +103,6 @@ impl AsyncCalls {
         Arc::new(Self {
             deadline_header: HeaderName::from_bytes(cfg.deadline_header.as_bytes())
                 .unwrap_or_else(|_| HeaderName::from_static("spillway-deadline-ms")),
-            cfg,
             routes,
             store,
             settings,
@@ -105,7 +110,25 @@ impl AsyncCalls {
             unix_origin_ms,
             origin: Instant::now(),
             last_stat: Mutex::new(None),
+            last_vm_ticks: Mutex::new(None),
+            prometheus: (cfg.cpu_signal == CpuSignal::Prometheus)
+                .then(|| PrometheusCpu::new(&cfg.prometheus))
+                .flatten()
+                .map(Arc::new),
+            cfg,
         })
+    }
+
+    /// Start the background work of the CPU signal: with `prometheus`, a query every
+    /// `async.sample_interval_seconds`. Needs the tokio runtime.
+    pub fn start(&self, gw: &Arc<Gateway>) {
+        if let Some(p) = &self.prometheus {
+            let gw = Arc::downgrade(gw);
+            p.spawn(
+                Duration::from_secs_f64(self.cfg.sample_interval_seconds),
+                Box::new(move || gw.upgrade().map(|g| g.ready_vm_bases())),
+            );
+        }
     }
 
     fn now_ms(&self) -> u64 {
@@ -298,19 +321,44 @@ impl AsyncCalls {
     }
 
     /// Queue every call the store still holds (queued, or running at a crash: run
-    /// again, at least once).
+    /// again, at least once). Records that cannot be read back are skipped with **one**
+    /// error naming the store file, their number and ids, so that a damaged row does not
+    /// hold back the other calls; they stay in the file for inspection.
     ///
     /// # Errors
-    /// The store's read error.
+    /// The store's read error (the store as a whole cannot be read).
     pub fn recover(self: &Arc<Self>, gw: &Arc<Gateway>) -> Result<usize, ProxyError> {
-        let pending = self
+        let found = self
             .store
-            .pending()
+            .recover()
             .map_err(|e| self.unavailable(e.to_string()))?;
-        for rec in &pending {
+        for rec in &found.calls {
             self.enqueue(gw, rec);
         }
-        Ok(pending.len())
+        if !found.unreadable.is_empty() {
+            const SHOWN: usize = 5;
+            let file = found
+                .file
+                .as_ref()
+                .map_or_else(|| "the store".to_owned(), |f| f.display().to_string());
+            let mut which: Vec<String> = found
+                .unreadable
+                .iter()
+                .take(SHOWN)
+                .map(|u| format!("{}: {}", u.id, u.error))
+                .collect();
+            if found.unreadable.len() > SHOWN {
+                which.push(format!("and {} more", found.unreadable.len() - SHOWN));
+            }
+            tracing::error!(
+                store = %file,
+                skipped = found.unreadable.len(),
+                recovered = found.calls.len(),
+                "asynchronous call records in {file} cannot be run and were skipped (left in the file): {}",
+                which.join("; ")
+            );
+        }
+        Ok(found.calls.len())
     }
 
     /// Answer `GET <prefix>/<id>` and `GET <prefix>/<id>/result`.
@@ -394,8 +442,62 @@ impl AsyncCalls {
     pub fn cpu_signal(&self, gw: &Gateway) -> f64 {
         match self.cfg.cpu_signal {
             CpuSignal::Outstanding => gw.outstanding_share(self.vm_slots),
-            CpuSignal::Process => self.proc_stat_share().unwrap_or(0.0),
+            CpuSignal::Process => {
+                let pids = gw.vm_provider().local_pids();
+                if pids.is_empty() {
+                    // No local VM process (another pool, or none launched yet): the host.
+                    self.proc_stat_share().unwrap_or(0.0)
+                } else {
+                    self.vm_process_share(&pids).unwrap_or(0.0)
+                }
+            }
+            CpuSignal::Prometheus => match self.prometheus.as_ref().and_then(|p| p.latest()) {
+                Some(u) => u,
+                None => gw.outstanding_share(self.vm_slots),
+            },
         }
+    }
+
+    /// `/status` `async.cpu_signal`: the configured source, the one in use (`outstanding`
+    /// while Prometheus fails) and, for `prometheus`, its query URL and last error.
+    pub fn cpu_signal_status(&self) -> serde_json::Value {
+        let configured = match self.cfg.cpu_signal {
+            CpuSignal::Outstanding => "outstanding",
+            CpuSignal::Process => "process",
+            CpuSignal::Prometheus => "prometheus",
+        };
+        match &self.prometheus {
+            Some(p) => serde_json::json!({
+                "configured": configured,
+                "in_use": if p.latest().is_some() { "prometheus" } else { "outstanding" },
+                "source": p.mode(),
+                "url": p.url(),
+                "queries": p.queries(),
+                "last_error": p.last_error().map(|e| e.to_string()),
+            }),
+            None => serde_json::json!({ "configured": configured, "in_use": configured }),
+        }
+    }
+
+    /// The local VM processes' share of the host's CPU time since the previous reading:
+    /// the growth of their `utime + stime` (`/proc/<pid>/stat`) over the growth of the
+    /// host's total CPU time (`/proc/stat`, every core), both in clock ticks. A process
+    /// seen for the first time counts from this reading on; load outside the VMs does
+    /// not count.
+    fn vm_process_share(&self, pids: &[u32]) -> Option<f64> {
+        let stat = std::fs::read_to_string("/proc/stat").ok()?;
+        let total = host_total_ticks(&stat)?;
+        let per_pid: HashMap<u32, u64> = pids
+            .iter()
+            .filter_map(|&pid| {
+                let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+                Some((pid, process_ticks(&s)?))
+            })
+            .collect();
+        let now = VmTicks { total, per_pid };
+        let mut last = self.last_vm_ticks.lock().unwrap_or_else(|p| p.into_inner());
+        let prev = last.replace(now);
+        vm_share(prev.as_ref()?, last.as_ref()?)
     }
 
     /// Non-idle share of the host CPU since the previous reading (`/proc/stat`).
@@ -528,5 +630,80 @@ impl AsyncCalls {
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.finish(&rec, &result)).await {
             tracing::warn!(call = %id, error = %e, "async call result not stored");
         }
+    }
+}
+
+/// A reading for the `process` CPU signal: the host's total CPU ticks (every core) and
+/// each VM process's `utime + stime`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct VmTicks {
+    total: u64,
+    per_pid: HashMap<u32, u64>,
+}
+
+/// The host's total CPU time in clock ticks: the sum of `/proc/stat`'s `cpu` line.
+fn host_total_ticks(proc_stat: &str) -> Option<u64> {
+    let line = proc_stat.lines().next()?.strip_prefix("cpu ")?;
+    Some(
+        line.split_whitespace()
+            .filter_map(|x| x.parse::<u64>().ok())
+            .sum(),
+    )
+}
+
+/// `utime + stime` of a `/proc/<pid>/stat` line, clock ticks (fields 14 and 15, counted
+/// after the parenthesised command name, which may hold spaces).
+fn process_ticks(pid_stat: &str) -> Option<u64> {
+    let rest = &pid_stat[pid_stat.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    // `rest` starts at field 3 (state): utime is field 14, stime field 15.
+    Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+}
+
+/// The VM processes' share of the host CPU between two readings, in [0, 1]; processes
+/// missing from the earlier reading count from the later one on.
+fn vm_share(prev: &VmTicks, now: &VmTicks) -> Option<f64> {
+    let dt = now.total.checked_sub(prev.total).filter(|&d| d > 0)?;
+    let used: u64 = now
+        .per_pid
+        .iter()
+        .filter_map(|(pid, t)| Some(t.saturating_sub(*prev.per_pid.get(pid)?)))
+        .sum();
+    Some((used as f64 / dt as f64).min(1.0))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn process_ticks_read_utime_and_stime_after_a_command_with_spaces() {
+        // pid (comm) state ppid pgrp session tty tpgid flags minflt cminflt majflt
+        // cmajflt utime stime cutime cstime ...
+        let line = "4242 (sample api) S 1 4242 4242 0 -1 4194560 900 0 3 0 137 29 5 7 20 0 9 0";
+        assert_eq!(process_ticks(line), Some(137 + 29));
+        assert_eq!(process_ticks("4242 (x) S 1"), None);
+        let stat = "cpu  100 5 50 800 20 0 5 0 0 0\ncpu0 50 2 25 400 10 0 3 0 0 0\n";
+        assert_eq!(host_total_ticks(stat), Some(100 + 5 + 50 + 800 + 20 + 5));
+    }
+
+    #[test]
+    fn the_vm_share_counts_only_vm_processes_over_all_host_ticks() {
+        let prev = VmTicks {
+            total: 10_000,
+            per_pid: HashMap::from([(1, 300), (2, 50)]),
+        };
+        let now = VmTicks {
+            total: 10_800,
+            // VM 1 used 120 ticks, VM 2 used 60, VM 3 is new (counts from here on).
+            per_pid: HashMap::from([(1, 420), (2, 110), (3, 9_999)]),
+        };
+        let got = vm_share(&prev, &now).unwrap();
+        assert!((got - (120.0 + 60.0) / 800.0).abs() < 1e-12, "{got}");
+        let same = VmTicks {
+            total: 10_000,
+            per_pid: HashMap::new(),
+        };
+        assert_eq!(vm_share(&prev, &same), None, "no time passed");
     }
 }

@@ -92,6 +92,27 @@ pub enum StoreError {
     Io(String),
 }
 
+/// A stored call that a restart cannot run: its record does not decode (a damaged or
+/// foreign row) or its request body is gone. It is left in the store for inspection.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnreadableCall {
+    /// The row's key (the call id, when the store wrote it).
+    pub id: String,
+    /// What is wrong with it.
+    pub error: String,
+}
+
+/// What a restart finds: the calls to queue again and the ones it cannot run.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Recovered {
+    /// Calls still to run (queued, or running at a crash), with their bodies present.
+    pub calls: Vec<CallRecord>,
+    /// Rows skipped, with why.
+    pub unreadable: Vec<UnreadableCall>,
+    /// The store's file (for messages), if it has one.
+    pub file: Option<PathBuf>,
+}
+
 fn io(e: impl std::fmt::Display) -> StoreError {
     StoreError::Io(e.to_string())
 }
@@ -132,8 +153,20 @@ pub trait CallStore: Send + Sync {
     /// Every call still to run (queued, or running at a crash).
     ///
     /// # Errors
-    /// The store failed.
+    /// The store failed, or a record does not decode.
     fn pending(&self) -> Result<Vec<CallRecord>, StoreError>;
+    /// What a restart queues again: every pending call that can run, and the records
+    /// that cannot (skipped, so that one damaged row does not hold back the others).
+    /// The default is [`Self::pending`] with nothing skipped.
+    ///
+    /// # Errors
+    /// The store failed as a whole.
+    fn recover(&self) -> Result<Recovered, StoreError> {
+        Ok(Recovered {
+            calls: self.pending()?,
+            ..Recovered::default()
+        })
+    }
 }
 
 const CALLS: TableDefinition<&str, &[u8]> = TableDefinition::new("calls");
@@ -143,6 +176,7 @@ const RESULTS: TableDefinition<&str, &[u8]> = TableDefinition::new("results");
 /// The embedded store: `<store_dir>/calls.redb`. See the [module docs](self).
 pub struct RedbStore {
     db: Database,
+    path: PathBuf,
 }
 
 impl RedbStore {
@@ -163,7 +197,7 @@ impl RedbStore {
             w.open_table(t).map_err(|e| fail(e.to_string()))?;
         }
         w.commit().map_err(|e| fail(e.to_string()))?;
-        Ok(Self { db })
+        Ok(Self { db, path })
     }
 }
 
@@ -252,6 +286,35 @@ impl CallStore for RedbStore {
         }
         Ok(out)
     }
+
+    fn recover(&self) -> Result<Recovered, StoreError> {
+        let r = self.db.begin_read().map_err(io)?;
+        let calls = r.open_table(CALLS).map_err(io)?;
+        let bodies = r.open_table(BODIES).map_err(io)?;
+        let mut out = Recovered {
+            file: Some(self.path.clone()),
+            ..Recovered::default()
+        };
+        for row in calls.iter().map_err(io)? {
+            let (k, v) = row.map_err(io)?;
+            let id = k.value().to_owned();
+            match serde_json::from_slice::<CallRecord>(v.value()) {
+                Err(e) => out.unreadable.push(UnreadableCall {
+                    id,
+                    error: format!("record does not decode: {e}"),
+                }),
+                Ok(c) if !c.state.pending() => {}
+                Ok(c) if bodies.get(c.id.as_str()).map_err(io)?.is_none() => {
+                    out.unreadable.push(UnreadableCall {
+                        id,
+                        error: "request body missing".into(),
+                    });
+                }
+                Ok(c) => out.calls.push(c),
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[cfg(test)]
@@ -296,6 +359,45 @@ mod tests {
         assert_eq!(s.body("b").unwrap(), None, "dropped at finish");
         assert_eq!(s.result("b").unwrap().unwrap().status, 201);
         assert_eq!(s.get("b").unwrap().unwrap().state, CallState::Done);
+    }
+
+    #[test]
+    fn recovery_skips_damaged_rows_and_keeps_every_other_pending_call() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = RedbStore::open(dir.path()).unwrap();
+        for id in ["a", "b", "c"] {
+            s.insert(&call(id), b"body").unwrap();
+        }
+        // A half-written record and a call whose body is gone.
+        let w = s.db.begin_write().unwrap();
+        {
+            let whole = json(&call("b"));
+            w.open_table(CALLS)
+                .unwrap()
+                .insert("b", &whole[..whole.len() / 2])
+                .unwrap();
+            w.open_table(BODIES).unwrap().remove("c").unwrap();
+        }
+        w.commit().unwrap();
+        let r = s.recover().unwrap();
+        assert_eq!(r.calls, vec![call("a")]);
+        assert_eq!(
+            r.file.as_deref(),
+            Some(dir.path().join("calls.redb").as_path())
+        );
+        let why: Vec<(&str, &str)> = r
+            .unreadable
+            .iter()
+            .map(|u| (u.id.as_str(), u.error.as_str()))
+            .collect();
+        assert_eq!(why.len(), 2, "{why:?}");
+        assert_eq!(why[0].0, "b");
+        assert!(
+            why[0].1.starts_with("record does not decode: EOF"),
+            "{why:?}"
+        );
+        assert_eq!(why[1], ("c", "request body missing"));
+        assert!(s.pending().is_err(), "pending() reads strictly");
     }
 
     #[test]

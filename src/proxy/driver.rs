@@ -64,6 +64,19 @@ struct State {
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
     /// health loop and adopted again once healthy (issue 12 item 6).
     parked: Vec<(String, Uri)>,
+    /// Calls waiting for a booting pre-warmed instance they claimed
+    /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
+    /// when it came first; registered in the same lock as the core's state.
+    boot_waits: HashMap<(ZoneId, InstanceId), BootWait>,
+}
+
+/// A claimed pre-warmed instance's boot, seen by the call that waits for it.
+#[derive(Debug)]
+enum BootWait {
+    /// The call waits: `true` once the instance is ready, `false` if its boot failed.
+    Waiting(oneshot::Sender<bool>),
+    /// The boot failed before the call started waiting.
+    Failed,
 }
 
 /// How a wait in the gateway queue ended.
@@ -127,6 +140,7 @@ impl Gateway {
                 r_max_logged: None,
                 waiters: HashMap::new(),
                 parked: Vec::new(),
+                boot_waits: HashMap::new(),
             }),
             origin: Instant::now(),
             wake: Notify::new(),
@@ -185,6 +199,20 @@ impl Gateway {
             return 0.0;
         }
         (busy as f64 / (n * u64::from(slots.max(1))) as f64).min(1.0)
+    }
+
+    /// The base URLs of the ready VMs (the `prometheus` CPU signal scrapes each one's
+    /// host's node_exporter).
+    pub fn ready_vm_bases(&self) -> Vec<Uri> {
+        let st = self.lock();
+        st.core
+            .controller()
+            .vms()
+            .rows()
+            .iter()
+            .filter(|r| r.state == VmState::Ready)
+            .filter_map(|r| st.records.get(&r.id)?.base.clone())
+            .collect()
     }
 
     /// The VM address of a released call's VM decision.
@@ -265,9 +293,20 @@ impl Gateway {
         &self.vm_provider
     }
 
-    /// The cost-indifference point in force, requests/s.
+    /// The cost-indifference point in force, requests/s (the one the scaling policy
+    /// uses; a reload may change it).
     pub fn cip_rps(&self) -> f64 {
-        self.cip_rps
+        self.lock()
+            .core
+            .tuning()
+            .map_or(self.cip_rps, |t| t.scaling.cip_rps)
+    }
+
+    /// Use new LIBRA parameters from now on, keeping every in-flight state (a
+    /// configuration reload, issue 12 item 10; `Core::retune`). `false`: the core's
+    /// policies have no such parameters and nothing changed.
+    pub fn retune(&self, tuning: &controller::LibraTuning) -> bool {
+        self.with_core(|core, now| core.retune(now, tuning))
     }
 
     /// Adopt existing VMs, apply the initial scaling decision, start pre-warmed instances
@@ -775,8 +814,12 @@ impl Gateway {
                     ?instance,
                     "function instance expired (keep-alive)"
                 );
-                let backend = Arc::clone(self.zone_backend(zone));
-                tokio::spawn(async move { backend.stop_instance(instance).await });
+                let this = self.self_arc();
+                tokio::spawn(async move {
+                    this.zone_backend(zone).stop_instance(instance).await;
+                    // Its shutdown time ends (FaaSim usage); the id may be reused now.
+                    this.with_core(|core, now| core.on_instance_stopped(now, zone, instance));
+                });
             }
         }
     }
@@ -804,13 +847,55 @@ impl Gateway {
                     ?instance,
                     "pre-warmed function instance ready"
                 );
-                self.with_core(|core, now| core.on_instance_started(now, zone, instance));
+                self.with_core_state(|st, now| {
+                    st.core.on_instance_started(now, zone, instance);
+                    if let Some(BootWait::Waiting(tx)) = st.boot_waits.remove(&(zone, instance)) {
+                        let _ = tx.send(true);
+                    }
+                });
             }
             Err(e) => {
                 tracing::warn!(zone = zone.0, error = %e, "pre-warmed function instance failed to start");
-                self.with_core(|core, now| core.on_instance_failed(now, zone, instance));
+                self.with_core_state(|st, now| {
+                    // A call that claimed it fails its attempt (the core forgets the
+                    // instance then, once); otherwise it is forgotten now.
+                    if st.core.placement().is_claimed_booting(zone, instance) {
+                        match st.boot_waits.remove(&(zone, instance)) {
+                            Some(BootWait::Waiting(tx)) => {
+                                let _ = tx.send(false);
+                            }
+                            _ => {
+                                st.boot_waits.insert((zone, instance), BootWait::Failed);
+                            }
+                        }
+                    } else {
+                        st.boot_waits.remove(&(zone, instance));
+                        st.core.on_instance_failed(now, zone, instance);
+                    }
+                });
             }
         }
+    }
+
+    /// Wait until the booting pre-warmed `instance` of `zone`, claimed by a call
+    /// ([`Start::Booting`](crate::policy::placement::Start)), is ready: `true`, and the
+    /// instance is busy with the call; `false` when its boot failed (report
+    /// [`NotSentReason::ColdStartFailed`](crate::policy::attempt::NotSentReason)).
+    pub async fn await_booting(&self, zone: ZoneId, instance: InstanceId) -> bool {
+        let rx = {
+            let mut st = self.lock();
+            if let Some(BootWait::Failed) = st.boot_waits.remove(&(zone, instance)) {
+                return false;
+            }
+            if !st.core.placement().is_starting(zone, instance) {
+                return true;
+            }
+            let (tx, rx) = oneshot::channel();
+            st.boot_waits
+                .insert((zone, instance), BootWait::Waiting(tx));
+            rx
+        };
+        rx.await.unwrap_or(false)
     }
 
     fn self_arc(&self) -> Arc<Self> {
@@ -1082,6 +1167,12 @@ impl TicketGuard {
         let started = self.gw.cold_start(zone, instance).await;
         self.starting = None;
         started
+    }
+
+    /// Wait for the booting pre-warmed instance the current lease claimed
+    /// ([`Gateway::await_booting`]): `false` when its boot failed.
+    pub async fn await_booting(&mut self, zone: ZoneId, instance: InstanceId) -> bool {
+        self.gw.await_booting(zone, instance).await
     }
 
     /// The answering attempt's slot or lease is released elsewhere from now on.

@@ -17,6 +17,8 @@ pub mod access_log;
 pub mod admin;
 pub mod async_calls;
 pub mod async_store;
+pub mod cpu_node_exporter;
+pub mod cpu_prometheus;
 pub mod driver;
 pub mod error;
 pub mod reload;

@@ -5,7 +5,12 @@
 //!
 //! | applied live | restart needed (reported, not applied) |
 //! |---|---|
-//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, the admin token, the TLS certificate and key | `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `libra`, `pricing`, `vm_pool`, `function_tier` |
+//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, the admin token, the TLS certificate and key, `pricing` (the CIP), `libra.alpha`, `beta`, `phi`, `rho`, `decision_epochs`, `first_decision_epoch`, `min_vms`, `max_vms`, `cip_rps` and `r_max_rps` (without `r_max_adaptive`) | everything else: `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `origin_zone_header`, `libra.epoch_seconds`, `balancer`, `quota_truncate`, `max_outstanding_per_vm`, `r_max_adaptive`, any other `vm_pool` change, `function_tier`, `function_zones`, `placement`, `queue`, `routes`, `async`, `sim` |
+//!
+//! LIBRA's parameters go to the running policy core (`Core::retune`): the traffic
+//! monitor's EWMAs, the VM table, the balancer's tokens, function leases and queues are
+//! kept; the budget is republished at once and the next scaling decision uses the new
+//! φ, r_max, VM bounds and CIP.
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, RwLock};
@@ -16,24 +21,6 @@ use super::admin::AdminToken;
 use super::service::ServiceSettings;
 use crate::config::Config;
 use crate::net::tls;
-
-/// Gateway keys a reload applies (the rest of `gateway.*` needs a restart).
-const LIVE_GATEWAY_KEYS: [&str; 14] = [
-    "trusted_proxies",
-    "max_body_bytes",
-    "upstream_timeout_seconds",
-    "request_body_idle_timeout_seconds",
-    "response_body_idle_timeout_seconds",
-    "tunnel_idle_timeout_seconds",
-    "drain_timeout_seconds",
-    "max_header_bytes",
-    "max_header_count",
-    "max_uri_bytes",
-    "normalize_path",
-    "merge_slashes",
-    "path_with_escaped_slashes_action",
-    "admin_token_file",
-];
 
 /// What a reload did.
 #[derive(Clone, Debug, Default, serde::Serialize)]
@@ -112,6 +99,14 @@ impl Reloader {
 
     /// Re-read, validate, apply all or nothing; logs what changed.
     ///
+    /// The configuration that runs afterwards is the running one with the live keys of
+    /// the new file copied in ([`Self::live_part`]); it is validated as a whole before
+    /// anything is swapped. The report is derived from it, so it cannot claim more than
+    /// was applied: `applied` = what differs between the old and the running
+    /// configuration, `restart_required` = what still differs between the running
+    /// configuration and the file (any section or key this reloader does not apply —
+    /// zones, queue, async, routes, listen addresses… — lands there).
+    ///
     /// # Errors
     /// [`ReloadError`]: nothing was applied.
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
@@ -125,102 +120,155 @@ impl Reloader {
         if let Some(a) = self.overrides.1 {
             new.gateway.admin_listen = a;
         }
-        if let Some(problem) = new.gateway.admin_exposure_issue() {
-            return Err(ReloadError::Invalid(format!(
-                "gateway.admin_listen: {problem}"
-            )));
-        }
-        // Everything that can fail is prepared before anything is swapped.
-        let token = new.gateway.admin_token().map_err(ReloadError::Invalid)?;
         let old = self
             .current
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .clone();
-        let changed = changed_keys(&old, &new);
-        let mut report = ReloadReport::default();
-        let tls_changed = changed
-            .iter()
-            .any(|k| k.starts_with("gateway.tls.") && k != "gateway.tls.listen");
-        let acceptor = match (&new.gateway.tls, &self.tls) {
-            (Some(t), Some(_)) => Some(
+        let running = self.live_part(&old, &new);
+        // Everything that can fail is prepared before anything is swapped.
+        for c in [&new, &running] {
+            if let Some(problem) = c.gateway.admin_exposure_issue() {
+                return Err(ReloadError::Invalid(format!(
+                    "gateway.admin_listen: {problem}"
+                )));
+            }
+        }
+        if let Some(issue) = running.validate().first() {
+            // The new file is valid on its own, but its live keys do not fit the keys
+            // that stay until a restart.
+            return Err(ReloadError::Invalid(format!(
+                "{}: {} (with the settings that need a restart kept; restart instead)",
+                issue.path, issue.message
+            )));
+        }
+        let token = running
+            .gateway
+            .admin_token()
+            .map_err(ReloadError::Invalid)?;
+        let mut applied = changed_keys(&old, &running);
+        applied.retain(|k| !is_simulator_only(k));
+        let report = ReloadReport {
+            restart_required: changed_keys(&running, &new)
+                .into_iter()
+                .filter(|k| !is_simulator_only(k))
+                .collect(),
+            applied: applied.clone(),
+        };
+        let tls_changed = applied.iter().any(|k| k.starts_with("gateway.tls."));
+        let acceptor = match (&running.gateway.tls, &self.tls) {
+            (Some(t), Some(_)) if tls_changed => Some(
                 tls::load_server_config(&t.cert_file, &t.key_file)
                     .map(tokio_rustls::TlsAcceptor::from)
                     .map_err(|e| ReloadError::Invalid(e.to_string()))?,
             ),
             _ => None,
         };
-        // A static pool's `urls` apply live (same pool type).
-        let static_members = match (&old.vm_pool, &new.vm_pool) {
-            (
-                Some(crate::config::VmPoolConfig::Static(_)),
-                Some(crate::config::VmPoolConfig::Static(n)),
-            ) if changed.iter().any(|k| k == "vm_pool.urls") => Some(
-                crate::backends::vm_static::StaticVmPool::new(n)
-                    .map_err(|e| ReloadError::Invalid(e.to_string()))?
-                    .members(),
-            ),
+        let static_members = match &running.vm_pool {
+            Some(crate::config::VmPoolConfig::Static(n))
+                if applied.iter().any(|k| k == "vm_pool.urls") =>
+            {
+                Some(
+                    crate::backends::vm_static::StaticVmPool::new(n)
+                        .map_err(|e| ReloadError::Invalid(e.to_string()))?
+                        .members(),
+                )
+            }
             _ => None,
         };
-        for key in changed {
-            if key == "vm_pool.urls" && static_members.is_some() && self.gateway.is_some() {
-                report.applied.push(key);
-                continue;
-            }
-            let live = key
-                .strip_prefix("gateway.")
-                .is_some_and(|k| LIVE_GATEWAY_KEYS.contains(&k) || k == "admin_token_env")
-                || (key.starts_with("gateway.tls.")
-                    && key != "gateway.tls.listen"
-                    && self.tls.is_some());
-            if live {
-                report.applied.push(key);
-            } else {
-                report.restart_required.push(key);
-            }
-        }
-        // Apply: settings for new requests, the admin token, the TLS acceptor.
-        let settings = Arc::new(ServiceSettings::from_config(&new));
+        let tuning = running.libra_tuning();
+        let retune = tuning != old.libra_tuning();
+        // Apply: settings for new requests, the admin token, the static members, LIBRA's
+        // parameters, the TLS acceptor.
+        let settings = Arc::new(ServiceSettings::from_config(&running));
         *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
         self.admin_token.set(token);
-        if let (Some(members), Some(gw)) = (&static_members, &self.gateway) {
-            let (added, removed) = gw.set_static_members(members);
-            tracing::info!(added, removed, "static VM pool changed");
+        if let Some(gw) = &self.gateway {
+            if let Some(members) = &static_members {
+                let (added, removed) = gw.set_static_members(members);
+                tracing::info!(added, removed, "static VM pool changed");
+            }
+            if retune && !gw.retune(&tuning) {
+                // Not reachable with the gateway's LIBRA policies; said, not hidden.
+                tracing::warn!("the policy core has no LIBRA parameters; libra unchanged");
+            }
         }
-        if tls_changed && let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
+        if let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
             *slot.write().unwrap_or_else(|p| p.into_inner()) = acceptor;
         }
-        // Keep the restart-only values of the running gateway in `current`, so the next
-        // reload reports them again until a restart.
-        let mut kept = new;
-        kept.gateway.listen = old.gateway.listen;
-        kept.gateway.admin_listen = old.gateway.admin_listen;
-        kept.gateway.max_concurrent_streams = old.gateway.max_concurrent_streams;
-        kept.gateway.header_read_timeout_seconds = old.gateway.header_read_timeout_seconds;
-        kept.gateway.connect_timeout_seconds = old.gateway.connect_timeout_seconds;
-        kept.gateway.idle_timeout_seconds = old.gateway.idle_timeout_seconds;
-        kept.gateway.access_log = old.gateway.access_log;
-        kept.gateway.allow_loopback_upstreams = old.gateway.allow_loopback_upstreams;
-        kept.gateway.health_check_interval_seconds = old.gateway.health_check_interval_seconds;
-        kept.gateway.retry_budget_ratio = old.gateway.retry_budget_ratio;
-        kept.gateway.retry_budget_window_seconds = old.gateway.retry_budget_window_seconds;
-        kept.gateway.retry_budget_min_per_second = old.gateway.retry_budget_min_per_second;
-        if let (Some(k), Some(o)) = (&mut kept.gateway.tls, &old.gateway.tls) {
-            k.listen = o.listen;
-        }
-        kept.libra = old.libra.clone();
-        kept.pricing = old.pricing.clone();
-        if static_members.is_none() || self.gateway.is_none() {
-            kept.vm_pool = old.vm_pool.clone();
-        }
-        kept.function_tier = old.function_tier.clone();
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = kept;
+        // The running configuration keeps the restart-only values of the running
+        // gateway, so the next reload reports them again until a restart.
+        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = running;
         tracing::info!(
             applied = ?report.applied,
             restart_required = ?report.restart_required,
             "configuration reloaded"
         );
+        if !report.restart_required.is_empty() {
+            tracing::warn!(
+                keys = ?report.restart_required,
+                "changed keys need a restart and were not applied"
+            );
+        }
         Ok(report)
+    }
+
+    /// The configuration to run after a reload: `old` with the keys that apply live
+    /// taken from `new` — the request-path settings (timeouts, trusted proxies, limits,
+    /// path rules), the admin token's source, the TLS certificate and key (when TLS
+    /// runs), and, with a running gateway, a `static` pool's `urls`, `pricing` and the
+    /// LIBRA parameters [`crate::policy::controller::LibraTuning`] holds (r_max only
+    /// without adaptive r_max; the epoch length, the budget rule, the per-VM cap and the
+    /// adaptive controller need a restart).
+    fn live_part(&self, old: &Config, new: &Config) -> Config {
+        let mut run = old.clone();
+        let (g, n) = (&mut run.gateway, &new.gateway);
+        g.trusted_proxies.clone_from(&n.trusted_proxies);
+        g.max_body_bytes = n.max_body_bytes;
+        g.upstream_timeout_seconds = n.upstream_timeout_seconds;
+        g.request_body_idle_timeout_seconds = n.request_body_idle_timeout_seconds;
+        g.response_body_idle_timeout_seconds = n.response_body_idle_timeout_seconds;
+        g.tunnel_idle_timeout_seconds = n.tunnel_idle_timeout_seconds;
+        g.drain_timeout_seconds = n.drain_timeout_seconds;
+        g.max_header_bytes = n.max_header_bytes;
+        g.max_header_count = n.max_header_count;
+        g.max_uri_bytes = n.max_uri_bytes;
+        g.normalize_path = n.normalize_path;
+        g.merge_slashes = n.merge_slashes;
+        g.path_with_escaped_slashes_action = n.path_with_escaped_slashes_action;
+        g.admin_token_file.clone_from(&n.admin_token_file);
+        g.admin_token_env.clone_from(&n.admin_token_env);
+        if let (Some(t), Some(nt), Some(_)) = (&mut g.tls, &n.tls, &self.tls) {
+            t.cert_file.clone_from(&nt.cert_file);
+            t.key_file.clone_from(&nt.key_file);
+        }
+        // The simulator's section has no effect on `serve`: neither applied nor reported.
+        run.sim = new.sim.clone();
+        if self.gateway.is_none() {
+            return run;
+        }
+        if let (
+            Some(crate::config::VmPoolConfig::Static(s)),
+            Some(crate::config::VmPoolConfig::Static(ns)),
+        ) = (&mut run.vm_pool, &new.vm_pool)
+        {
+            s.urls.clone_from(&ns.urls);
+        }
+        run.pricing = new.pricing.clone();
+        let (l, nl) = (&mut run.libra, &new.libra);
+        l.alpha = nl.alpha;
+        l.beta = nl.beta;
+        l.phi = nl.phi;
+        l.rho = nl.rho;
+        l.decision_epochs = nl.decision_epochs;
+        l.first_decision_epoch = nl.first_decision_epoch;
+        l.min_vms = nl.min_vms;
+        l.max_vms = nl.max_vms;
+        l.cip_rps = nl.cip_rps;
+        if l.r_max_adaptive.is_none() && nl.r_max_adaptive.is_none() {
+            l.r_max_rps = nl.r_max_rps;
+        }
+        run
     }
 }
 
@@ -234,6 +282,11 @@ impl Reloader {
             .gateway;
         crate::backends::secs(g.drain_timeout_seconds)
     }
+}
+
+/// `sim.*`: read by the simulator only.
+fn is_simulator_only(key: &str) -> bool {
+    key == "sim" || key.starts_with("sim.")
 }
 
 /// Dotted paths of the leaves that differ between `a` and `b` (a whole section when it

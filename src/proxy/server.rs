@@ -161,6 +161,28 @@ impl Server {
         spillway_exe: PathBuf,
         store: Option<Arc<dyn CallStore>>,
     ) -> Result<Server, ServeError> {
+        Self::bind_with(config, spillway_exe, store, None).await
+    }
+
+    /// [`Self::bind`] with upstream connections made by `client` (the request-path bench
+    /// passes [`UpstreamClient::in_memory`]).
+    ///
+    /// # Errors
+    /// As [`Self::bind`].
+    pub async fn bind_with_client(
+        config: Config,
+        spillway_exe: PathBuf,
+        client: UpstreamClient,
+    ) -> Result<Server, ServeError> {
+        Self::bind_with(config, spillway_exe, None, Some(client)).await
+    }
+
+    async fn bind_with(
+        config: Config,
+        spillway_exe: PathBuf,
+        store: Option<Arc<dyn CallStore>>,
+        client: Option<UpstreamClient>,
+    ) -> Result<Server, ServeError> {
         let g = &config.gateway;
         if let Some(problem) = g.admin_exposure_issue() {
             return Err(ServeError::Admin(problem));
@@ -168,9 +190,11 @@ impl Server {
         let admin_token =
             super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
-        let client = UpstreamClient::new(ClientSettings {
-            connect_timeout: secs(g.connect_timeout_seconds),
-            idle_timeout: secs(g.idle_timeout_seconds),
+        let client = client.unwrap_or_else(|| {
+            UpstreamClient::new(ClientSettings {
+                connect_timeout: secs(g.connect_timeout_seconds),
+                idle_timeout: secs(g.idle_timeout_seconds),
+            })
         });
         let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
@@ -190,7 +214,14 @@ impl Server {
             ),
             #[cfg(feature = "aws")]
             VmPoolConfig::Ec2(e) => (
-                Arc::new(crate::backends::ec2::Ec2VmPool::new(e, client.clone()).await?),
+                Arc::new(
+                    crate::backends::ec2::Ec2VmPool::new(
+                        e,
+                        client.clone(),
+                        g.allow_loopback_upstreams,
+                    )
+                    .await?,
+                ),
                 ReadinessSettings::from_secs(
                     &e.health_path,
                     e.boot_timeout_seconds,
@@ -288,6 +319,7 @@ impl Server {
             );
             gateway.set_async_calls(Arc::clone(&a));
             gateway.start().await?;
+            a.start(&gateway);
             let n = a
                 .recover(&gateway)
                 .map_err(|e| ServeError::AsyncStore(e.to_string()))?;
@@ -347,10 +379,18 @@ impl Server {
         &self.gateway
     }
 
+    /// A server of client connections on any byte stream with this gateway and the
+    /// configuration's settings (no reload): the request path without listeners.
+    pub fn connections(&self) -> Connections {
+        let settings = Arc::new(std::sync::RwLock::new(Arc::new(
+            ServiceSettings::from_config(&self.config),
+        )));
+        Connections::new(&self.config, Arc::clone(&self.gateway), settings)
+    }
+
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
-        let rules = g.request_rules();
         let settings = Arc::new(std::sync::RwLock::new(Arc::new(
             ServiceSettings::from_config(&self.config),
         )));
@@ -368,26 +408,7 @@ impl Server {
         };
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(secs(g.header_read_timeout_seconds))
-            .keep_alive(true)
-            // Header limits (issue 11 item 3): hyper answers 431 itself past these outer
-            // bounds (more fields than the limit; a head that does not fit its read
-            // buffer); `validate::check` applies the exact ones, the same as on h2.
-            .max_headers(g.max_header_count)
-            .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
-        // h2 limits, explicit (http-cases C12).
-        builder
-            .http2()
-            .timer(TokioTimer::new())
-            .max_concurrent_streams(g.max_concurrent_streams)
-            .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
-            .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
-            .max_header_list_size(rules.h2_max_header_list_size());
-        let builder = Arc::new(builder);
+        let connections = Connections::new(&self.config, Arc::clone(&self.gateway), settings);
         let graceful = GracefulShutdown::new();
         let handshake_timeout = secs(g.header_read_timeout_seconds);
 
@@ -435,25 +456,6 @@ impl Server {
             })
         };
 
-        let serve = |stream: TcpStream, peer: SocketAddr, scheme: &'static str| {
-            let gw = Arc::clone(&self.gateway);
-            let settings = Arc::clone(&settings);
-            let cancels = Arc::new(CancelWatch::default());
-            let watch = Arc::clone(&cancels);
-            let svc = service_fn(move |req| {
-                let gw = Arc::clone(&gw);
-                // A request keeps the settings in force when it arrived (reload).
-                let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
-                let pending = watch.begin();
-                async move {
-                    let resp = service::handle(gw, settings, req, peer, scheme).await;
-                    pending.done();
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            (stream, svc, cancels)
-        };
-
         tokio::pin!(shutdown);
         let mut backoff = AcceptBackoff::new("proxy");
         let mut tls_backoff = AcceptBackoff::new("tls");
@@ -472,8 +474,7 @@ impl Server {
                         }
                     };
                     let _ = stream.set_nodelay(true);
-                    let (stream, svc, cancels) = serve(stream, peer, "http");
-                    let builder = Arc::clone(&builder);
+                    let connections = connections.clone();
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
                         // hyper's header-read timer starts with the first byte; a client
@@ -481,8 +482,7 @@ impl Server {
                         if !matches!(tokio::time::timeout(handshake_timeout, stream.peek(&mut [0u8; 1])).await, Ok(Ok(1..))) {
                             return tracing::debug!(%peer, "client sent nothing before the header timeout");
                         }
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), svc).into_owned();
-                        if let Err(e) = until_cancel_flood(watcher.watch(conn), cancels, peer).await {
+                        if let Err(e) = connections.serve(stream, peer, "http", Some(watcher)).await {
                             tracing::debug!(error = %e, "client connection ended with an error");
                         }
                     });
@@ -499,8 +499,7 @@ impl Server {
                         }
                         None => continue,
                     };
-                    let (stream, svc, cancels) = serve(stream, peer, "https");
-                    let builder = Arc::clone(&builder);
+                    let connections = connections.clone();
                     let watcher = graceful.watcher();
                     tokio::spawn(async move {
                         let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
@@ -508,8 +507,7 @@ impl Server {
                             Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
                             Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
                         };
-                        let conn = builder.serve_connection_with_upgrades(TokioIo::new(tls), svc).into_owned();
-                        if let Err(e) = until_cancel_flood(watcher.watch(conn), cancels, peer).await {
+                        if let Err(e) = connections.serve(tls, peer, "https", Some(watcher)).await {
                             tracing::debug!(error = %e, "TLS client connection ended with an error");
                         }
                     });
@@ -538,6 +536,95 @@ impl Server {
         admin_task.abort();
         self.gateway.shutdown_backends().await;
         tracing::info!("stopped");
+    }
+}
+
+/// Serves client connections, on TCP, TLS or any other byte stream (in-memory streams
+/// in the request-path bench): HTTP/1.1 with upgrades and h2 (prior knowledge) through
+/// hyper-util's auto builder, with the gateway's header limits and timeouts, each
+/// request through [`service::handle`]. Cheap to clone.
+#[derive(Clone)]
+pub struct Connections {
+    builder: Arc<auto::Builder<TokioExecutor>>,
+    gateway: Arc<Gateway>,
+    /// The request path's settings in force (a reload replaces them).
+    settings: Arc<std::sync::RwLock<Arc<ServiceSettings>>>,
+}
+
+impl Connections {
+    /// Connection settings from `config.gateway`; requests go through `gateway` with the
+    /// request-path `settings` in force when each arrives.
+    pub fn new(
+        config: &Config,
+        gateway: Arc<Gateway>,
+        settings: Arc<std::sync::RwLock<Arc<ServiceSettings>>>,
+    ) -> Self {
+        let g = &config.gateway;
+        let rules = g.request_rules();
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(secs(g.header_read_timeout_seconds))
+            .keep_alive(true)
+            // Header limits (issue 11 item 3): hyper answers 431 itself past these outer
+            // bounds (more fields than the limit; a head that does not fit its read
+            // buffer); `validate::check` applies the exact ones, the same as on h2.
+            .max_headers(g.max_header_count)
+            .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
+        // h2 limits, explicit (http-cases C12).
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(g.max_concurrent_streams)
+            .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
+            .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
+            .max_header_list_size(rules.h2_max_header_list_size());
+        Self {
+            builder: Arc::new(builder),
+            gateway,
+            settings,
+        }
+    }
+
+    /// Serve one client connection from `peer` until it ends (or, with `watcher`, until
+    /// a graceful shutdown has let its in-flight requests finish), or until the client
+    /// cancels too many requests (see [`MAX_CANCELLED_REQUESTS`]).
+    ///
+    /// # Errors
+    /// The connection's protocol or I/O error (logged at debug level by the caller).
+    pub async fn serve<I>(
+        &self,
+        io: I,
+        peer: SocketAddr,
+        scheme: &'static str,
+        watcher: Option<hyper_util::server::graceful::Watcher>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let gw = Arc::clone(&self.gateway);
+        let settings = Arc::clone(&self.settings);
+        let cancels = Arc::new(CancelWatch::default());
+        let watch = Arc::clone(&cancels);
+        let svc = service_fn(move |req| {
+            let gw = Arc::clone(&gw);
+            // A request keeps the settings in force when it arrived (reload).
+            let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
+            let pending = watch.begin();
+            async move {
+                let resp = service::handle(gw, settings, req, peer, scheme).await;
+                pending.done();
+                Ok::<_, std::convert::Infallible>(resp)
+            }
+        });
+        let conn = self
+            .builder
+            .serve_connection_with_upgrades(TokioIo::new(io), svc);
+        match watcher {
+            Some(w) => until_cancel_flood(w.watch(conn.into_owned()), cancels, peer).await,
+            None => until_cancel_flood(conn, cancels, peer).await,
+        }
     }
 }
 

@@ -173,8 +173,9 @@ pub async fn handle(
 ) -> Response<Body> {
     let started = Instant::now();
     let observed = super::access_log::begin(&req, peer);
+    // For the failure log line (a shared-buffer clone, not a copy).
     let method = req.method().clone();
-    let path = req.uri().path().to_owned();
+    let uri = req.uri().clone();
     let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
@@ -191,7 +192,7 @@ pub async fn handle(
                 | ProxyError::Request(_) => {
                     tracing::debug!(error = %e, "local reply")
                 }
-                _ => tracing::warn!(error = %e, %method, %path, "request failed"),
+                _ => tracing::warn!(error = %e, %method, path = %uri.path(), "request failed"),
             }
             (tier, e.into_response())
         }
@@ -553,9 +554,22 @@ async fn attempts(
             }
             Decision::Function { lease, .. } => {
                 let mut request = request;
-                if let Start::Cold(instance) = lease.start
-                    && let Err(e) = ticket.cold_start(lease.zone, instance).await
-                {
+                let started = match lease.start {
+                    Start::Cold(instance) => ticket
+                        .cold_start(lease.zone, instance)
+                        .await
+                        .map_err(|e| e.to_string()),
+                    // A pre-warmed instance still booting: wait for it (FaaSim).
+                    Start::Booting(instance) => {
+                        if ticket.await_booting(lease.zone, instance).await {
+                            Ok(())
+                        } else {
+                            Err("pre-warmed instance failed to start".to_string())
+                        }
+                    }
+                    Start::Warm(_) | Start::Untracked => Ok(()),
+                };
+                if let Err(e) = started {
                     let failure = Failure::NotSent {
                         reason: NotSentReason::ColdStartFailed,
                         request_available: true,

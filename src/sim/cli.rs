@@ -48,6 +48,15 @@ pub enum PolicyArg {
     All,
 }
 
+/// `--generate` values: FaaSim's synthetic workloads ([`super::faasim`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum GenerateArg {
+    /// 100 calls within ~2 s every 30 s, 100 bursts over 5 zones (10 000 calls).
+    Burst,
+    /// 100 calls/s for 100 s over 5 zones (10 000 calls).
+    Stream,
+}
+
 /// `--queue-order` values (call scheduling §4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum QueueOrderArg {
@@ -84,9 +93,14 @@ pub struct SimArgs {
     /// config/sim/libra-paper.yaml.
     #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The trace file.
+    /// The trace file (with `--generate`: the file written, `-` for stdout).
     #[arg(long, value_name = "FILE")]
     pub trace: PathBuf,
+    /// Write FaaSim's synthetic `burst` or `stream` workload, made by the seeded
+    /// generator (`--seed`), to the `--trace` file as an `events` trace
+    /// (`<arrival seconds> <zone>` lines), and exit without simulating.
+    #[arg(long, value_enum, value_name = "PATTERN")]
+    pub generate: Option<GenerateArg>,
     /// Trace format; default: the config's `sim.trace_format`, else `counts`.
     #[arg(long, value_enum)]
     pub format: Option<TraceFormat>,
@@ -140,7 +154,8 @@ pub struct SimArgs {
     #[arg(long = "set", value_name = "PATH=VALUE")]
     pub set: Vec<String>,
     /// Run once per value of a dotted path (`placement=edge_first,warm_first`): one table
-    /// per value; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
+    /// per value, then a summary with one row per value and policy and a column for
+    /// PATH; with `--json`, `{"sweep": PATH, "rows": [{"value", "report"}]}`.
     #[arg(long, value_name = "PATH=V1,V2,...")]
     pub sweep: Option<String>,
     /// Run the delay-queue model (ProFaaStinate §3) instead of the cost report: an
@@ -189,10 +204,33 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
         VmBilling::PerHour => "per started hour".to_string(),
     };
     let f = &s.function;
+    let pct = |j: f64| {
+        if j > 0.0 {
+            format!(" ±{}%", (j * 1e5).round() / 1e3)
+        } else {
+            String::new()
+        }
+    };
+    // With function zones, keep-alive and instance caps are the zones' own.
+    let instances = if config.function_zones.is_empty() {
+        format!(
+            "keep-alive {} s, max {} instances",
+            f.keep_alive_seconds, f.max_concurrency
+        )
+    } else {
+        format!(
+            "{} function zones (keep-alive and max instances per zone){}",
+            config.function_zones.len(),
+            if f.exec_jitter > 0.0 {
+                format!(", execution{}", pct(f.exec_jitter))
+            } else {
+                String::new()
+            }
+        )
+    };
     let line = format!(
         "model: service {service}, {memory} MB; VM {} slots, boot {} s, billed {billing}{}; \
-         function cold start {} ms, warm start {} ms, keep-alive {} s, max {} instances; \
-         SLA {} ms",
+         function cold start {} ms{}, warm start {} ms{}, {instances}; SLA {} ms",
         s.vm.slots,
         s.vm.boot_seconds,
         if s.vm.bill_boot {
@@ -201,9 +239,9 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
             " from ready"
         },
         f.cold_start_ms,
+        pct(f.cold_start_jitter),
         f.warm_start_ms,
-        f.keep_alive_seconds,
-        f.max_concurrency,
+        pct(f.warm_start_jitter),
         s.sla_ms
     );
     let mut warnings = Vec::new();
@@ -334,6 +372,22 @@ pub fn selected_policies(args: &[PolicyArg]) -> Vec<PolicyKind> {
 /// Any [`SimError`]: unreadable or malformed files (with file and line), invalid
 /// configuration (with field paths), invalid options, plot failures.
 pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
+    if let Some(pattern) = args.generate {
+        let (name, calls) = match pattern {
+            GenerateArg::Burst => ("burst", super::faasim::burst(args.seed)),
+            GenerateArg::Stream => ("stream", super::faasim::stream(args.seed)),
+        };
+        write_file(&args.trace, &super::faasim::events_text(&calls))?;
+        if !args.quiet && args.trace != Path::new("-") {
+            eprintln!(
+                "wrote {} calls (FaaSim {name}, seed {}) to {}",
+                calls.len(),
+                args.seed,
+                args.trace.display()
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let mut config = load_config(args.config.as_deref())?;
     for text in &args.set {
         let (path, value) = split_assignment("--set", text)?;
@@ -343,6 +397,7 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     if let Some(sweep) = &args.sweep {
         let (path, values) = split_assignment("--sweep", sweep)?;
         let mut rows = Vec::new();
+        let mut reports = Vec::new();
         for value in values.split(',') {
             let c = crate::config::with_override(&config, path, value)
                 .map_err(|m| invalid("--sweep", m))?;
@@ -357,6 +412,16 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             }
             let report = run_one(&one, c)?;
             rows.push(serde_json::json!({"value": value, "report": report}));
+            reports.push((value.to_string(), report));
+        }
+        // One row per value and policy, a column for PATH.
+        let summary: Vec<(String, &super::report::SimReport)> = reports
+            .iter()
+            .filter_map(|(v, r)| r.as_ref().map(|r| (v.clone(), r)))
+            .collect();
+        if !args.quiet && !summary.is_empty() {
+            println!("sweep of {path}:");
+            print!("{}", super::report::sweep_table(path, &summary));
         }
         if let Some(p) = &args.json {
             let mut text = serde_json::to_string_pretty(&serde_json::json!({

@@ -173,6 +173,9 @@ pub fn run(
                     Action::StartInstance { zone, instance } => {
                         core.on_instance_started(now, zone, instance);
                     }
+                    Action::StopInstance { zone, instance } => {
+                        core.on_instance_stopped(now, zone, instance);
+                    }
                     Action::SampleCpu => {
                         let u = cpu(&vms, cores, load_at(now));
                         core.on_cpu_sample(now, u);

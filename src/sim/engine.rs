@@ -3,9 +3,10 @@
 //! Time is integer nanoseconds since the trace window's start. Three sources of events
 //! are merged in time order, jumping from one event to the next (no tick loop):
 //! 1. the trace's arrival stream (already time-ordered);
-//! 2. a binary heap of scheduled events — VM request completions, function call
+//! 2. a queue of scheduled events — VM request completions, function call
 //!    completions, VM readiness — ordered by `(time, sequence number)`, so ties resolve in
-//!    scheduling order and runs are deterministic;
+//!    scheduling order and runs are deterministic ([`EventQueue`]: a few sorted runs and a
+//!    binary heap, since most events are scheduled in time order);
 //! 3. epoch ends (the policy core's [`Controller::poll_timeout`]), closed before any
 //!    event at or after them.
 //!
@@ -42,8 +43,8 @@ use rand_chacha::ChaCha8Rng;
 use super::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
-    CostBreakdown, EpochRow, FunctionSpread, PolicyReport, QueueReport, RMaxReport, ResponseMs,
-    ResponseStats, SeriesBuffer, Spread, ZoneReport,
+    CostBreakdown, EpochRow, FunctionSpread, InstanceReport, PolicyReport, QueueReport, RMaxReport,
+    ResponseMs, ResponseStats, SeriesBuffer, Spread, ZoneReport,
 };
 use super::trace::Trace;
 use crate::config::Config;
@@ -113,6 +114,10 @@ pub struct SimParams {
     pub network: Option<NetworkModelConfig>,
     /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
     pub max_fixed_vms: Option<u32>,
+    /// Close idle stretches of epochs at once (issue 14; [`Core::close_idle_epochs`]):
+    /// `true` from [`SimParams::from_config`]. The results are those of closing every
+    /// epoch one by one; `false` does that (tests compare the two).
+    pub skip_idle: bool,
 }
 
 impl SimParams {
@@ -165,6 +170,7 @@ impl SimParams {
                 .collect(),
             network: s.network.clone(),
             max_fixed_vms: s.max_fixed_vms,
+            skip_idle: true,
         })
     }
 
@@ -236,6 +242,8 @@ pub struct RunStats {
     pub function_idle_s: f64,
     /// Simulated end time, s (the trace end or the last completion, whichever is later).
     pub end_s: f64,
+    /// Epochs closed in bulk while the trace was idle ([`SimParams::skip_idle`]).
+    pub epochs_skipped: u64,
 }
 
 /// Result of one policy's run.
@@ -256,8 +264,76 @@ enum EvKind {
     /// A function call ends: zone, instance.
     FnDone(u16, u32),
     VmReady(u32),
-    /// A cold-started function instance is ready: zone, instance.
+    /// A cold-started (or pre-warmed) function instance is ready: zone, instance.
     InstanceReady(u16, u32),
+    /// An expired function instance finished shutting down: zone, instance.
+    InstanceStopped(u16, u32),
+}
+
+/// A scheduled event: time (ns), sequence number, what happens.
+type Event = (u64, u64, EvKind);
+
+/// Sorted runs an [`EventQueue`] keeps before it falls back to its heap.
+const RUNS: usize = 4;
+
+/// The scheduled events, popped in `(time, sequence)` order. Most events are scheduled in
+/// time order (a fixed service time after the clock, which only moves forward), so an
+/// event goes to the first of a few sorted runs (deques) whose last event is not later —
+/// O(1) — and only an event earlier than every run's last one goes to a binary heap. The
+/// next event is the least of the runs' fronts and the heap's top: the same order a single
+/// heap gives, so results do not depend on where an event was kept.
+#[derive(Default)]
+struct EventQueue {
+    runs: [VecDeque<Event>; RUNS],
+    heap: BinaryHeap<Reverse<Event>>,
+}
+
+impl EventQueue {
+    #[inline]
+    fn push(&mut self, ev: Event) {
+        for run in &mut self.runs {
+            if run.back().is_none_or(|b| (b.0, b.1) <= (ev.0, ev.1)) {
+                run.push_back(ev);
+                return;
+            }
+        }
+        self.heap.push(Reverse(ev));
+    }
+
+    /// Where the next event is: a run (`0..RUNS`) or the heap (`RUNS`).
+    #[inline]
+    fn next_source(&self) -> Option<(usize, u64)> {
+        let mut best: Option<(usize, (u64, u64))> = None;
+        for (i, run) in self.runs.iter().enumerate() {
+            if let Some(f) = run.front()
+                && best.is_none_or(|(_, b)| (f.0, f.1) < b)
+            {
+                best = Some((i, (f.0, f.1)));
+            }
+        }
+        if let Some(Reverse(top)) = self.heap.peek()
+            && best.is_none_or(|(_, b)| (top.0, top.1) < b)
+        {
+            best = Some((RUNS, (top.0, top.1)));
+        }
+        best.map(|(i, (t, _))| (i, t))
+    }
+
+    /// The time of the next event.
+    #[inline]
+    fn peek_time(&self) -> Option<u64> {
+        self.next_source().map(|(_, t)| t)
+    }
+
+    #[inline]
+    fn pop(&mut self) -> Option<Event> {
+        let (i, _) = self.next_source()?;
+        if i == RUNS {
+            self.heap.pop().map(|Reverse(ev)| ev)
+        } else {
+            self.runs[i].pop_front()
+        }
+    }
 }
 
 struct VmSim {
@@ -281,7 +357,7 @@ fn dur(ns: u64) -> Time {
 struct Engine<'a> {
     p: &'a SimParams,
     core: Core,
-    heap: BinaryHeap<Reverse<(u64, u64, EvKind)>>,
+    heap: EventQueue,
     seq: u64,
     vms: Vec<VmSim>,
     alive_vms: u32,
@@ -310,7 +386,7 @@ struct Engine<'a> {
     epoch_violations: u64,
     epoch_delayed: u64,
     sum_response_ns: u128,
-    hist: Histogram<u64>,
+    hist: RunHist,
     cold_starts: u64,
     /// Σ memory_mb · billed_ms over function calls.
     mb_ms: u128,
@@ -322,9 +398,13 @@ struct Engine<'a> {
     calls: Option<Calls>,
     /// Client-side response times (platform + network), µs, and the extremes of both,
     /// ns: (platform min, platform max, client min, client max, Σ client).
-    client_hist: Histogram<u64>,
+    client_hist: RunHist,
     extremes: (u64, u64, u64, u64, u128),
     rtt_rng: ChaCha8Rng,
+    /// Draws of the start-up and execution jitter (`sim.function.*_jitter`).
+    jitter_rng: ChaCha8Rng,
+    /// Ready time (ns) of each pre-warmed instance still booting: zone, instance.
+    prewarm_ready: HashMap<(u16, u32), u64>,
 }
 
 /// A call in the simulation's gateway queue or in service.
@@ -370,6 +450,41 @@ impl Calls {
     }
 }
 
+/// A response-time histogram that records runs of equal values at once (a fixed service
+/// time gives millions of equal responses; one `record_n` per run instead of one
+/// `record` per response). Read `hist` after [`RunHist::flush`].
+struct RunHist {
+    hist: Histogram<u64>,
+    value: u64,
+    count: u64,
+}
+
+impl RunHist {
+    fn new() -> Self {
+        Self {
+            hist: hist(),
+            value: 0,
+            count: 0,
+        }
+    }
+
+    #[inline]
+    fn record(&mut self, value: u64) {
+        if value != self.value {
+            self.flush();
+            self.value = value;
+        }
+        self.count += 1;
+    }
+
+    fn flush(&mut self) {
+        if self.count > 0 {
+            self.hist.saturating_record_n(self.value, self.count);
+            self.count = 0;
+        }
+    }
+}
+
 fn hist() -> Histogram<u64> {
     Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds")
 }
@@ -405,12 +520,12 @@ impl<'a> Engine<'a> {
         x.2 = x.2.min(c);
         x.3 = x.3.max(c);
         x.4 += u128::from(c);
-        self.client_hist.saturating_record(c / 1000);
+        self.client_hist.record(c / 1000);
         self.respond(arrival, start, done);
     }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
         self.seq += 1;
-        self.heap.push(Reverse((t, self.seq, kind)));
+        self.heap.push((t, self.seq, kind));
         self.seq
     }
 
@@ -456,15 +571,33 @@ impl<'a> Engine<'a> {
                         }
                     }
                 }
-                // Modelled pre-warmed instances are ready at once; idle ones that expire
-                // need no physics (their usage is the core's accounting).
+                // Pre-warmed instances are ready at once, or after `prewarm_boot_ms`
+                // (a call may claim one meanwhile and wait for it).
                 Action::StartInstance { zone, instance } => {
-                    self.core.on_instance_started(dur(now), zone, instance);
+                    let boot = (self.p.function.prewarm_boot_ms * 1e6).round() as u64;
+                    if boot == 0 {
+                        self.core.on_instance_started(dur(now), zone, instance);
+                    } else {
+                        let id = instance.0 as u32;
+                        self.prewarm_ready.insert((zone.0, id), now + boot);
+                        self.schedule(now + boot, EvKind::InstanceReady(zone.0, id));
+                    }
+                }
+                // An expired instance stops after `shutdown_ms` (its shutdown time).
+                Action::StopInstance { zone, instance } => {
+                    let stop = (self.p.function.shutdown_ms * 1e6).round() as u64;
+                    if stop == 0 {
+                        self.core.on_instance_stopped(dur(now), zone, instance);
+                    } else {
+                        self.schedule(
+                            now + stop,
+                            EvKind::InstanceStopped(zone.0, instance.0 as u32),
+                        );
+                    }
                 }
                 Action::Scaling(
                     controller::Action::Drain { .. } | controller::Action::Decided { .. },
                 )
-                | Action::StopInstance { .. }
                 | Action::VmBootTimedOut { .. } => {}
                 Action::Dequeued { id, decision } => {
                     let call = self
@@ -605,7 +738,7 @@ impl<'a> Engine<'a> {
             self.delayed += 1;
             self.epoch_delayed += 1;
         }
-        self.hist.saturating_record(r / 1000);
+        self.hist.record(r / 1000);
     }
 
     fn handle(&mut self, t: u64, seq: u64, kind: EvKind) {
@@ -651,8 +784,14 @@ impl<'a> Engine<'a> {
                 }
             }
             EvKind::InstanceReady(zone, id) => {
+                self.prewarm_ready.remove(&(zone, id));
                 self.core
                     .on_instance_started(dur(t), ZoneId(zone), InstanceId(u64::from(id)));
+                self.drain_actions(t, false);
+            }
+            EvKind::InstanceStopped(zone, id) => {
+                self.core
+                    .on_instance_stopped(dur(t), ZoneId(zone), InstanceId(u64::from(id)));
                 self.drain_actions(t, false);
             }
         }
@@ -698,6 +837,18 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// `ms` with a uniform jitter of ± `jitter` × `ms` (FaaSim's variances), in ns. No
+    /// draw without jitter, so runs without it keep their random streams.
+    fn jittered_ns(&mut self, ms: f64, jitter: f64) -> u64 {
+        use rand::Rng as _;
+        let f = if jitter > 0.0 {
+            1.0 + self.jitter_rng.random_range(-jitter..=jitter)
+        } else {
+            1.0
+        };
+        (ms * f * 1e6).round().max(0.0) as u64
+    }
+
     /// Start `call` at `now` (its arrival, or when it leaves the queue) as `decision`
     /// says: on a VM slot, or on a function instance.
     fn start(&mut self, now: u64, call: SimCall, decision: Decision) {
@@ -727,13 +878,32 @@ impl<'a> Engine<'a> {
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
+                let f = &self.p.function;
+                let (warm_ms, warm_j, cold_ms, cold_j) = (
+                    f.warm_start_ms,
+                    f.warm_start_jitter,
+                    f.cold_start_ms,
+                    f.cold_start_jitter,
+                );
+                let service_ns = if self.p.function.exec_jitter > 0.0 {
+                    self.jittered_ns(service_ns as f64 / 1e6, self.p.function.exec_jitter)
+                } else {
+                    service_ns
+                };
                 let (id, start) = match lease.start {
-                    Start::Warm(id) => (
-                        id,
-                        now + (self.p.function.warm_start_ms * 1e6).round() as u64,
-                    ),
+                    Start::Warm(id) => (id, now + self.jittered_ns(warm_ms, warm_j)),
+                    Start::Booting(id) => {
+                        // A booting pre-warmed instance: the call waits for its boot, then
+                        // pays a warm start (FaaSim: max(ready, arrival) + warm + exec).
+                        let ready = self
+                            .prewarm_ready
+                            .get(&(zone, id.0 as u32))
+                            .copied()
+                            .unwrap_or(now);
+                        (id, ready.max(now) + self.jittered_ns(warm_ms, warm_j))
+                    }
                     Start::Cold(id) => {
-                        let cold = (self.p.function.cold_start_ms * 1e6).round() as u64;
+                        let cold = self.jittered_ns(cold_ms, cold_j);
                         // Ready after its cold start; busy with this call meanwhile.
                         self.schedule(now + cold, EvKind::InstanceReady(zone, id.0 as u32));
                         self.cold_starts += 1;
@@ -745,7 +915,7 @@ impl<'a> Engine<'a> {
                     }
                     Start::Untracked => (
                         InstanceId(u64::from(UNTRACKED)),
-                        t + (self.p.function.warm_start_ms * 1e6).round() as u64,
+                        t + self.jittered_ns(warm_ms, warm_j),
                     ),
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
@@ -767,6 +937,39 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// Close the idle epochs from the one ending at `at` up to `t` (the next event) in
+    /// bulk when nothing happens in them: no VM busy, no per-epoch series (issue 14).
+    /// `false`: nothing closed, close the epoch at `at` normally.
+    fn skip_idle(&mut self, at: u64, t: u64) -> bool {
+        let until = t.min(self.trace_end_ns);
+        if !self.p.skip_idle
+            || self.series.is_some()
+            || until < at + self.epoch_ns
+            || self.busy.iter().any(|&b| b != 0.0)
+        {
+            return false;
+        }
+        // An idle epoch's utilisation is 0 (no busy slot), measured or not.
+        let u = self.feed_util.then_some(0.0);
+        let Some(end) = self.core.close_idle_epochs(dur(until), u) else {
+            return false;
+        };
+        let end = end.as_nanos() as u64;
+        let n = self.core.controller().monitor().current_epoch() - self.open_epoch;
+        if self.measure_util {
+            self.integrate_cap(end);
+            self.cap_integral = 0.0;
+            let k = (n as usize).min(self.busy.len());
+            self.busy.drain(..k);
+        }
+        self.open_epoch += n;
+        self.epoch_violations = 0;
+        self.epoch_delayed = 0;
+        self.stats.epochs_skipped += n;
+        self.drain_actions(end, false);
+        true
+    }
+
     /// Fire every policy deadline at or before `t`; epoch ends only up to the trace end
     /// (the report's epochs), with the VM utilisation measured before each closes.
     fn fire_timers(&mut self, t: u64) {
@@ -777,7 +980,9 @@ impl<'a> Engine<'a> {
                 break;
             }
             if timer == Timer::EpochEnd {
-                self.close_epoch(at);
+                if !self.skip_idle(at, t) {
+                    self.close_epoch(at);
+                }
             } else {
                 self.core.handle_timeout(dur(at));
                 self.drain_actions(at, false);
@@ -837,7 +1042,7 @@ pub fn run_policy_with(
     let mut e = Engine {
         p,
         core,
-        heap: BinaryHeap::new(),
+        heap: EventQueue::default(),
         seq: 0,
         vms: Vec::new(),
         alive_vms: 0,
@@ -860,21 +1065,30 @@ pub fn run_policy_with(
         epoch_delayed: 0,
         sum_response_ns: 0,
         // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
-        hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        hist: RunHist::new(),
         cold_starts: 0,
         mb_ms: 0,
         last_done_ns: 0,
         series: series_rows.map(SeriesBuffer::new),
         last_routed_fn: 0,
         calls,
-        client_hist: Histogram::new_with_bounds(1, 100_000_000_000, 3).expect("valid bounds"),
+        client_hist: RunHist::new(),
         extremes: (u64::MAX, 0, u64::MAX, 0, 0),
         rtt_rng: {
             let mut r = ChaCha8Rng::seed_from_u64(seed);
             r.set_stream(2);
             r
         },
+        jitter_rng: {
+            let mut r = ChaCha8Rng::seed_from_u64(seed);
+            r.set_stream(3);
+            r
+        },
+        prewarm_ready: HashMap::new(),
     };
+    if p.placement.is_some() {
+        e.core.keep_function_history();
+    }
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
     let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
@@ -886,7 +1100,7 @@ pub fn run_policy_with(
     let mut next = stream.next_arrival();
     let mut arrived = 0u64;
     loop {
-        let heap_t = e.heap.peek().map(|Reverse((t, _, _))| *t);
+        let heap_t = e.heap.peek_time();
         let t = match (heap_t, next.as_ref()) {
             (None, None) => break,
             (Some(h), None) => h,
@@ -897,7 +1111,7 @@ pub fn run_policy_with(
         // arrivals.
         e.fire_timers(t);
         if heap_t == Some(t) {
-            let Some(Reverse((t, seq, kind))) = e.heap.pop() else {
+            let Some((t, seq, kind)) = e.heap.pop() else {
                 unreachable!()
             };
             e.handle(t, seq, kind);
@@ -958,6 +1172,7 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
             a.startup += u.startup;
             a.busy += u.busy;
             a.idle += u.idle;
+            a.shutdown += u.shutdown;
             a
         });
     e.stats.vm_billed_seconds = billed;
@@ -966,11 +1181,13 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     e.stats.function_busy_s = usage.busy.as_secs_f64();
     e.stats.function_idle_s = usage.idle.as_secs_f64();
     e.stats.end_s = end_ns as f64 / NS as f64;
+    e.hist.flush();
+    e.client_hist.flush();
     let q = |x: f64| {
         if e.served == 0 {
             0.0
         } else {
-            round_sig3(e.hist.value_at_quantile(x) as f64 / 1000.0)
+            round_sig3(e.hist.hist.value_at_quantile(x) as f64 / 1000.0)
         }
     };
     let response_ms = ResponseMs {
@@ -997,8 +1214,9 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     };
     let zoned = e.p.placement.is_some();
     let x = e.extremes;
-    let platform_response_ms = zoned.then(|| stats(&e.hist, e.sum_response_ns as f64, x.0, x.1));
-    let client_response_ms = zoned.then(|| stats(&e.client_hist, x.4 as f64, x.2, x.3));
+    let platform_response_ms =
+        zoned.then(|| stats(&e.hist.hist, e.sum_response_ns as f64, x.0, x.1));
+    let client_response_ms = zoned.then(|| stats(&e.client_hist.hist, x.4 as f64, x.2, x.3));
     let report = PolicyReport {
         name: kind.name().to_string(),
         requests: arrived,
@@ -1030,6 +1248,11 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
             .placement
             .is_some()
             .then(|| zone_reports.iter().map(|z| z.instance_hours).sum()),
+        mean_instances: e
+            .p
+            .placement
+            .is_some()
+            .then(|| zone_reports.iter().map(|z| z.mean_instances).sum()),
         zones: if e.p.placement.is_some() {
             zone_reports
         } else {
@@ -1093,7 +1316,7 @@ fn queue_report(core: &Core, c: &Calls) -> QueueReport {
 /// One zone's FaaSim usage at the end of a run of `end_s` seconds.
 fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
     let u = z.usage.unwrap_or_default();
-    let instance_s = (u.startup + u.busy + u.idle).as_secs_f64();
+    let instance_s = u.instance_hours() * 3600.0;
     ZoneReport {
         name: z.name.clone(),
         kind: z.kind.as_str(),
@@ -1103,8 +1326,27 @@ fn zone_report(z: &ZoneStatus, end_s: f64) -> ZoneReport {
         startup_s: u.startup.as_secs_f64(),
         busy_s: u.busy.as_secs_f64(),
         idle_s: u.idle.as_secs_f64(),
+        shutdown_s: u.shutdown.as_secs_f64(),
+        prewarm_waits: u.prewarm_waits,
         instance_hours: instance_s / 3600.0,
         mean_instances: if end_s > 0.0 { instance_s / end_s } else { 0.0 },
+        instances: z
+            .instances
+            .iter()
+            .map(|i| InstanceReport {
+                id: i.serial,
+                prewarmed: i.prewarmed,
+                started_s: i.started_at.as_secs_f64(),
+                stopped_s: i.stopped_at.map(|t| t.as_secs_f64()),
+                cold_starts: i.cold_starts,
+                warm_starts: i.warm_starts,
+                startup_s: i.startup.as_secs_f64(),
+                busy_s: i.busy.as_secs_f64(),
+                idle_s: i.idle.as_secs_f64(),
+                shutdown_s: i.shutdown.as_secs_f64(),
+                instance_hours: i.instance_hours(),
+            })
+            .collect(),
     }
 }
 

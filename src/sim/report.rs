@@ -83,10 +83,14 @@ pub struct PolicyReport {
     pub cold_starts: u64,
     /// Response times of served requests.
     pub response_ms: ResponseMs,
-    /// FaaSim usage over every function zone: instance time (start-up + busy + idle),
-    /// hours (configs with `function_zones` only).
+    /// FaaSim usage over every function zone: instance time (start-up + busy + idle +
+    /// shutdown), hours (configs with `function_zones` only).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub instance_hours: Option<f64>,
+    /// Mean instances alive over the run, all zones (instance time / run length; configs
+    /// with `function_zones` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mean_instances: Option<f64>,
     /// Per function zone (configs with `function_zones` only; FaaSim two-tier).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub zones: Vec<ZoneReport>,
@@ -168,10 +172,44 @@ pub struct ZoneReport {
     pub busy_s: f64,
     /// Idle (kept-alive) time, s.
     pub idle_s: f64,
-    /// Instance time (start-up + busy + idle), hours.
+    /// Shutdown time of expired instances (`sim.function.shutdown_ms` each), s.
+    pub shutdown_s: f64,
+    /// Calls that waited for a booting pre-warmed instance (counted as warm starts).
+    pub prewarm_waits: u64,
+    /// Instance time (start-up + busy + idle + shutdown), hours.
     pub instance_hours: f64,
     /// Mean instances alive over the run (instance time / run length).
     pub mean_instances: f64,
+    /// Every instance of an instance zone, in start order (FaaSim's usage per instance).
+    pub instances: Vec<InstanceReport>,
+}
+
+/// One function instance's usage (FaaSim, papers.md §2: UT = start-up + busy + idle +
+/// shutdown).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct InstanceReport {
+    /// Its number in the zone, from 0 in start order.
+    pub id: u64,
+    /// A pre-warmed instance.
+    pub prewarmed: bool,
+    /// Started (cold start or pre-warm), s.
+    pub started_s: f64,
+    /// Stopped (end of its shutdown), s; `null` when alive at the end of the run.
+    pub stopped_s: Option<f64>,
+    /// 1 when a call cold-started it.
+    pub cold_starts: u64,
+    /// Calls it served without a cold start.
+    pub warm_starts: u64,
+    /// Start-up time, s.
+    pub startup_s: f64,
+    /// Busy time, s.
+    pub busy_s: f64,
+    /// Idle time, s.
+    pub idle_s: f64,
+    /// Shutdown time, s.
+    pub shutdown_s: f64,
+    /// Usage time, hours.
+    pub instance_hours: f64,
 }
 
 /// Where the adaptive r_max controller went during a run (LIBRA §III-B).
@@ -355,6 +393,43 @@ pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
                 r.delayed,
                 r.vm_utilisation.map_or(String::new(), fmt_f),
                 r.cost_usd
+            );
+        }
+    }
+    out
+}
+
+/// The `--sweep` summary: one row per swept value and policy, the first column the value
+/// of `path`, then cold starts, mean platform and client response times (ms; `-` without
+/// function zones) and instance-hours (`-` without function zones) — the README's
+/// experiment tables.
+pub fn sweep_table(path: &str, rows: &[(String, &SimReport)]) -> String {
+    let width = rows
+        .iter()
+        .map(|(v, _)| v.len())
+        .chain([path.len()])
+        .max()
+        .unwrap_or(0);
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{path:<width$}  {:<10} {:>8} {:>10} {:>10} {:>10} {:>10}",
+        "policy", "cold", "mean_ms", "client_ms", "inst_hours", "cost_usd"
+    );
+    let opt = |x: Option<f64>, prec: usize| x.map_or("-".to_string(), |x| format!("{x:.prec$}"));
+    for (value, report) in rows {
+        for p in &report.policies {
+            let _ = writeln!(
+                out,
+                "{value:<width$}  {:<10} {:>8} {:>10.1} {:>10} {:>10} {:>10.2}",
+                p.name,
+                p.cold_starts,
+                p.platform_response_ms
+                    .as_ref()
+                    .map_or(p.response_ms.mean, |r| r.mean),
+                opt(p.client_response_ms.as_ref().map(|r| r.mean), 1),
+                opt(p.instance_hours, 2),
+                p.cost_usd.total,
             );
         }
     }

@@ -125,9 +125,22 @@ pub async fn call_function_from(
         let Decision::Function { lease, .. } = decision else {
             return Err(format!("not a function decision: {decision:?}"));
         };
-        if let Start::Cold(instance) = lease.start
-            && let Err(e) = ticket.cold_start(lease.zone, instance).await
-        {
+        let started = match lease.start {
+            Start::Cold(instance) => ticket
+                .cold_start(lease.zone, instance)
+                .await
+                .map_err(|e| e.to_string()),
+            // A booting pre-warmed instance: wait for it, as the service does.
+            Start::Booting(instance) => {
+                if ticket.await_booting(lease.zone, instance).await {
+                    Ok(())
+                } else {
+                    Err("pre-warmed instance failed to start".to_string())
+                }
+            }
+            Start::Warm(_) | Start::Untracked => Ok(()),
+        };
+        if let Err(e) = started {
             let failure = Failure::NotSent {
                 reason: NotSentReason::ColdStartFailed,
                 request_available: true,
