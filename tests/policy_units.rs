@@ -780,6 +780,14 @@ mod policy {
             assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(1)]);
             assert_eq!(p.poll_timeout(), None);
             assert_eq!(counts(&p), (1, 0, 0, 1));
+            // Expired instances shut down until the driver reports them stopped: they no
+            // longer count as alive, but their slots are not free yet.
+            assert_eq!(p.stopping(), 2);
+            p.on_stopped(ms(4_650), pre[0]); // 150 ms shutdown
+            // 1 expired at 4600 (handled late, at 9000): its shutdown runs from 4600.
+            p.on_stopped(ms(9_400), InstanceId(1)); // 4800 ms shutdown
+            p.on_stopped(ms(9_500), InstanceId(1)); // twice: nothing more
+            assert_eq!(p.stopping(), 0);
             p.finish(ms(10_000)); // 2 idle since 3100: 6900
             p.finish(ms(10_000)); // twice: nothing more
             // 0 idle 400–1000 after its pre-warm, then 0 and 1 a full keep-alive each,
@@ -792,6 +800,7 @@ mod policy {
             assert_eq!(u.startup, ms(300) + ms(700));
             assert_eq!(u.busy, ms(1_000) + ms(800) + ms(500) + ms(100));
             assert_eq!(u.idle, idle);
+            assert_eq!(u.shutdown, ms(150) + ms(4_800));
             // A freed slot is reused for the next instance.
             assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(InstanceId(2)));
             assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(1)));
