@@ -1504,5 +1504,48 @@ mod policy {
             core.abandon_dequeued(ms(3_000), d);
             assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 0);
         }
+
+        /// With the gateway queue, the first decision notes each call's arrival on its
+        /// ticket (the key, the time, the key's previous arrival, the arrivals within the
+        /// Fair-Choice window): the proxy reads `key()` and `arrival()` to report the
+        /// call's response time per route key.
+        #[test]
+        fn the_first_decision_notes_the_arrival_on_the_ticket() {
+            use spillway::policy::sched::{Arrival, Order, SchedParams};
+            let zones = vec![concurrency("fn", ZoneKind::Cloud, 4)];
+            let mut core = core_with(zones, false, 0).with_queue(
+                Some(SchedParams {
+                    order: Order::FairChoice,
+                    max_queue_length: 3,
+                    max_queue_wait: ms(4_000),
+                    default_processing: ms(100),
+                    fair_choice_window: ms(10_000),
+                }),
+                Vec::new(),
+                8,
+            );
+            core.start(ms(0));
+            let thumb = core.key_named("thumb");
+            let plain = ticket(None);
+            assert_eq!((plain.key(), plain.arrival()), (None, None));
+            let mut first = ticket(None).with_key(thumb);
+            assert_eq!(first.key(), Some(thumb));
+            core.route(ms(1_500), &mut first);
+            let mut second = ticket(None).with_key(thumb);
+            core.route(ms(2_300), &mut second);
+            let mut late = ticket(None).with_key(thumb);
+            core.route(ms(12_000), &mut late);
+            let arrival = |at: u64, previous: u64, recent: u32| Arrival {
+                key: thumb,
+                at: ms(at),
+                previous: ms(previous),
+                recent,
+            };
+            assert_eq!(first.arrival(), Some(arrival(1_500, 1_500, 1)));
+            assert_eq!(second.arrival(), Some(arrival(2_300, 1_500, 2)));
+            // 12 000 − 10 000: the call at 1500 has left the window, the one at 2300 not.
+            assert_eq!(late.arrival(), Some(arrival(12_000, 2_300, 2)));
+            assert_eq!(late.key(), Some(thumb));
+        }
     }
 }
