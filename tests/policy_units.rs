@@ -1530,11 +1530,14 @@ mod policy {
             assert_eq!((plain.key(), plain.arrival()), (None, None));
             let mut first = ticket(None).with_key(thumb);
             assert_eq!(first.key(), Some(thumb));
-            core.route(ms(1_500), &mut first);
+            let d = core.route(ms(1_500), &mut first);
+            assert!(matches!(d, Decision::Function { .. }), "{d:?}");
             let mut second = ticket(None).with_key(thumb);
-            core.route(ms(2_300), &mut second);
+            let d = core.route(ms(2_300), &mut second);
+            assert!(matches!(d, Decision::Function { .. }), "{d:?}");
             let mut late = ticket(None).with_key(thumb);
-            core.route(ms(12_000), &mut late);
+            let d = core.route(ms(12_000), &mut late);
+            assert!(matches!(d, Decision::Function { .. }), "{d:?}");
             let arrival = |at: u64, previous: u64, recent: u32| Arrival {
                 key: thumb,
                 at: ms(at),
@@ -1546,6 +1549,144 @@ mod policy {
             // 12 000 − 10 000: the call at 1500 has left the window, the one at 2300 not.
             assert_eq!(late.arrival(), Some(arrival(12_000, 2_300, 2)));
             assert_eq!(late.key(), Some(thumb));
+        }
+
+        /// Idle epochs (issue 14: the simulator skips idle stretches), closed by the core:
+        /// epochs of 2 s that never reach a decision (K = 1000), one VM booting from
+        /// t = 1 s with a 7 s boot deadline.
+        mod idle {
+            use super::*;
+            use spillway::policy::delay::DelayParams;
+            use spillway::policy::rmax::RMaxParams;
+            use spillway::policy::sched::{Order, SchedParams};
+
+            fn core_2s(min_vms: u32, zone_calls: u32) -> Core {
+                Core::new(
+                    CoreParams {
+                        controller: ControllerParams {
+                            monitor: MonitorParams {
+                                epoch: ms(2_000),
+                                alpha: 0.3,
+                                beta: 0.2,
+                                decision_epochs: 1000,
+                                first_decision_epoch: None,
+                            },
+                            r_max_rps: 2.0,
+                            execute_scaling: true,
+                        },
+                        placement: PlacementParams {
+                            zones: vec![concurrency("fn", ZoneKind::Cloud, zone_calls)],
+                            policy: PlacementPolicy::EdgeFirst,
+                        },
+                        vm_boot_timeout: Some(ms(7_000)),
+                    },
+                    libra(min_vms),
+                    Box::new(VmFirst::new(0.5).with_max_outstanding_per_vm(Some(2))),
+                )
+            }
+
+            fn epoch(core: &Core) -> u64 {
+                core.controller().monitor().current_epoch()
+            }
+
+            /// Up to `until` when no other deadline comes first; else up to the last epoch
+            /// end before that deadline. The result is the end of the last epoch closed.
+            #[test]
+            fn epochs_close_up_to_until_and_stop_before_another_deadline() {
+                let mut core = core_2s(1, 4);
+                core.start(ms(1_000));
+                assert_eq!(launches(&drain(&mut core)).len(), 1, "min_vms = 1");
+                assert_eq!(core.next_timer(), (Timer::EpochEnd, ms(2_000)));
+                // The boot deadline (1000 + 7000 = 8000) lies past 5000: not a limit.
+                assert_eq!(core.close_idle_epochs(ms(5_000), None), Some(ms(4_000)));
+                assert_eq!(epoch(&core), 2, "the epochs ending at 2000 and 4000 closed");
+                // Past 8000 the boot deadline stops it: the epoch ending at 8000 is left
+                // for the step that handles the deadline.
+                assert_eq!(core.close_idle_epochs(ms(11_000), None), Some(ms(6_000)));
+                assert_eq!(epoch(&core), 3);
+                assert_eq!(core.close_idle_epochs(ms(11_000), None), None);
+                assert_eq!(core.poll_timeout(), ms(8_000));
+                // Nothing to close before the next epoch end.
+                let mut fresh = core_2s(0, 4);
+                fresh.start(ms(1_000));
+                assert_eq!(fresh.close_idle_epochs(ms(1_999), None), None);
+                assert_eq!(epoch(&fresh), 0);
+            }
+
+            /// The adaptive r_max controller and the asynchronous-call queue keep their
+            /// books per event: with either, no epoch is closed at once (their own
+            /// timers lie far past `until` here, so only that rule stops it).
+            #[test]
+            fn per_event_components_close_nothing() {
+                let adaptive = RMaxParams {
+                    start_rps: 2.0,
+                    target_quantile: 0.9,
+                    target: ms(100),
+                    kp: 0.1,
+                    ki: 0.45,
+                    kd: 0.03,
+                    min_rps: 1.0,
+                    max_rps: 40.0,
+                    max_step_rps: 100.0,
+                    period: ms(600_000),
+                    min_load_fraction: 0.4,
+                };
+                let mut core = core_2s(0, 4).with_adaptive_r_max(Some(adaptive));
+                core.start(ms(1_000));
+                assert_eq!(core.close_idle_epochs(ms(9_000), None), None);
+                assert_eq!(epoch(&core), 0);
+                let delay = DelayParams {
+                    busy_utilisation: 0.6,
+                    sample_interval: ms(600_000),
+                    window: ms(900_000),
+                    min_switch: ms(0),
+                    urgency_window: ms(8_000),
+                    release_batch: 3,
+                    deadline_margin: ms(2_000),
+                    expected_processing: ms(1_500),
+                    vm_slots: Some(2),
+                };
+                let mut core = core_2s(0, 4).with_delay_queue(Some(delay));
+                core.start(ms(1_000));
+                assert_eq!(core.close_idle_epochs(ms(9_000), None), None);
+                assert_eq!(epoch(&core), 0);
+            }
+
+            /// The gateway queue stops it only while a call waits in it.
+            #[test]
+            fn a_waiting_call_stops_it_an_empty_queue_does_not() {
+                let queued = |core: Core| {
+                    core.with_queue(
+                        Some(SchedParams {
+                            order: Order::Fifo,
+                            max_queue_length: 4,
+                            max_queue_wait: ms(600_000),
+                            default_processing: ms(100),
+                            fair_choice_window: ms(60_000),
+                        }),
+                        Vec::new(),
+                        8,
+                    )
+                };
+                let mut empty = queued(core_2s(0, 1));
+                empty.start(ms(1_000));
+                assert_eq!(empty.close_idle_epochs(ms(5_000), None), Some(ms(4_000)));
+                let mut core = queued(core_2s(0, 1));
+                core.start(ms(1_000));
+                // No VM, one function call at a time: the second call waits.
+                let mut first = ticket(None);
+                assert!(matches!(
+                    core.route(ms(1_100), &mut first),
+                    Decision::Function { .. }
+                ));
+                let mut second = ticket(None);
+                assert!(matches!(
+                    core.route(ms(1_200), &mut second),
+                    Decision::Queue { .. }
+                ));
+                assert_eq!(core.close_idle_epochs(ms(5_000), None), None);
+                assert_eq!(epoch(&core), 0);
+            }
         }
     }
 }
