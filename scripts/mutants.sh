@@ -1,41 +1,38 @@
 #!/usr/bin/env bash
 # Mutation testing of the policy core (issue 19) with cargo-mutants
 # (`cargo install cargo-mutants --locked`): every mutant of the given files must make
-# a policy test fail. File by file (the build is the slow part; one job, so it fits a
-# small machine). Results per file under $MUTANTS_OUT (default target/mutants/<file>):
-# caught.txt, missed.txt, timeout.txt, unviable.txt.
+# a policy test fail. One job, so it fits a small machine; more jobs or shards through
+# MUTANTS_EXTRA (`-j 2`, `--shard 0/2`). Results under $MUTANTS_OUT (default
+# target/mutants/policy): caught.txt, missed.txt, timeout.txt, unviable.txt, and a count
+# per file on stdout.
 #
-#   scripts/mutants.sh                          # the core files (list below)
+#   scripts/mutants.sh                          # every file of src/policy
 #   scripts/mutants.sh src/policy/monitor.rs    # one file
 #   scripts/mutants.sh --in-diff changes.diff   # only mutants in changed policy lines
 #
-# Tests run: the library's policy tests, tests/policy_props.rs and tests/policy_units.rs
-# (`cargo test --lib --test policy_props --test policy_units -- policy:: decisions_follow
-# routing_respects`): the unit tests of the module under test, the properties over it
-# and the unit tests written against missed mutants, not the slow end-to-end tests.
-# Timeouts: 30 s per test run (the policy tests take ~5 s; a mutant that loops forever
-# is a timeout), 900 s per build. MUTANTS_BASELINE=skip skips the unmutated run.
+# Tests run: every test of the policy crate (src/policy is its own crate,
+# spillway-policy): its unit tests, src/policy/tests/policy_props.rs and
+# src/policy/tests/policy_units.rs (`cargo test -p spillway-policy`, ~4 s on an idle
+# machine). Only that crate is rebuilt per mutant (~2 s), not the gateway.
+# Timeouts: 30 s per test run (a mutant that loops forever is a timeout), 300 s per
+# build. MUTANTS_BASELINE=skip skips the unmutated run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 command -v cargo-mutants >/dev/null || {
   echo "cargo-mutants is required: cargo install cargo-mutants --locked" >&2; exit 2; }
 
-CORE=(monitor scaling controller balancer cost functions placement timers attempt core)
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
 common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
-        --build-timeout "${MUTANTS_BUILD_TIMEOUT:-900}" --no-shuffle)
+        --build-timeout "${MUTANTS_BUILD_TIMEOUT:-300}" --no-shuffle)
 # Extra cargo-mutants options, e.g. MUTANTS_EXTRA='-E monitor.rs:(99|109):' to leave
 # out mutants already tested.
 # shellcheck disable=SC2206
 common+=(${MUTANTS_EXTRA:-})
-# Only these three test targets are built and run for each mutant (`-C`: every cargo
-# call, the build included; without it `cargo test --no-run` links every integration
-# test and the binary for each mutant).
-common+=(-C --lib -C --test=policy_props -C --test=policy_units)
-# MUTANTS_TEST_EXTRA: more test-harness arguments, e.g. '--skip policy::rmax::' to leave
-# out the tests of modules the mutated file's code cannot reach.
+# The mutated file's package only (cargo-mutants' default): spillway-policy. Extra
+# test-harness arguments, e.g. MUTANTS_TEST_EXTRA='--skip rmax::' to leave out the tests
+# of modules the mutated file's code cannot reach.
 # shellcheck disable=SC2206
-test_args=(-- -- policy:: decisions_follow routing_respects ${MUTANTS_TEST_EXTRA:-})
+test_args=(-- -- ${MUTANTS_TEST_EXTRA:-})
 
 status=0
 summary() { # dir label
@@ -63,18 +60,22 @@ fi
 
 files=("$@")
 if [ ${#files[@]} -eq 0 ]; then
-  for f in "${CORE[@]}"; do files+=("src/policy/$f.rs"); done
+  files=(src/policy/*.rs)
 fi
-baseline=${MUTANTS_BASELINE:-run}
+# One cargo-mutants run over every file: one copy of the tree, one unmutated build.
+args=()
+for f in "${files[@]}"; do args+=(--file "$f"); done
+out="$out_root/policy"
+mkdir -p "$out"
+cargo mutants "${common[@]}" --baseline "${MUTANTS_BASELINE:-run}" "${args[@]}" \
+  --output "$out" "${test_args[@]}" || status=$?
+# 0: all caught; 2: some missed; 3: some timed out (cargo-mutants exit codes).
 for f in "${files[@]}"; do
-  name=$(basename "$f" .rs)
-  mkdir -p "$out_root/$name"
-  rc=0
-  cargo mutants "${common[@]}" --baseline "$baseline" --file "$f" \
-    --output "$out_root/$name" "${test_args[@]}" || rc=$?
-  # 0: all caught; 2: some missed; 3: some timed out (cargo-mutants exit codes).
-  [ "$rc" -eq 0 ] || status=$rc
-  summary "$out_root/$name" "$f"
-  baseline=skip # the unmutated tree passed once; later files skip that build
+  printf '%-34s' "$f"
+  for n in caught missed timeout unviable; do
+    c=$(grep -c "^$f:" "$out/mutants.out/$n.txt" 2>/dev/null || true)
+    printf ' %s %3d' "$n" "${c:-0}"
+  done
+  echo
 done
 exit "$status"

@@ -23,7 +23,7 @@ pub mod build_info;
 pub mod cli;
 pub mod config;
 pub mod net;
-pub mod policy;
+pub use spillway_policy as policy;
 pub mod proxy;
 pub mod sample_api;
 pub mod sim;

@@ -293,8 +293,8 @@ impl Ticket {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::functions::InstanceId;
-    use crate::policy::placement::Start;
+    use crate::functions::InstanceId;
+    use crate::placement::Start;
 
     #[test]
     fn labels_are_the_documented_ones() {

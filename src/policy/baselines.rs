@@ -393,9 +393,9 @@ impl RoutingPolicy for SpockRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::VmId;
-    use crate::policy::monitor::EpochClosed;
-    use crate::policy::scaling::PoolSnapshot;
+    use crate::VmId;
+    use crate::monitor::EpochClosed;
+    use crate::scaling::PoolSnapshot;
 
     fn obs(u: f64, ready: u32) -> EpochObservation {
         EpochObservation {

@@ -671,8 +671,8 @@ impl Controller {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::balancer::{RouteReason, VmFirst};
-    use crate::policy::scaling::{LibraScaler, LibraScalingParams};
+    use crate::balancer::{RouteReason, VmFirst};
+    use crate::scaling::{LibraScaler, LibraScalingParams};
     use std::time::Duration;
 
     fn controller(min_vms: u32, cip: f64) -> Controller {

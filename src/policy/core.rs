@@ -1100,13 +1100,13 @@ impl Core {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::policy::attempt::NotSentReason as N;
-    use crate::policy::balancer::{RequestMeta, VmFirst};
-    use crate::policy::baselines::{FixedScaler, FunctionOnly};
-    use crate::policy::functions::FunctionPoolParams;
-    use crate::policy::monitor::MonitorParams;
-    use crate::policy::placement::{Start, ZoneCapacity, ZoneKind, ZoneParams};
-    use crate::policy::scaling::{LibraScaler, LibraScalingParams};
+    use crate::attempt::NotSentReason as N;
+    use crate::balancer::{RequestMeta, VmFirst};
+    use crate::baselines::{FixedScaler, FunctionOnly};
+    use crate::functions::FunctionPoolParams;
+    use crate::monitor::MonitorParams;
+    use crate::placement::{Start, ZoneCapacity, ZoneKind, ZoneParams};
+    use crate::scaling::{LibraScaler, LibraScalingParams};
 
     fn secs(s: f64) -> Time {
         Duration::from_secs_f64(s)
@@ -1164,7 +1164,7 @@ mod tests {
     /// calls until their urgency window.
     #[test]
     fn deferred_calls_are_released_by_deadline_capacity_and_mode() {
-        use crate::policy::delay::{CallId, DelayParams, Mode, ReleaseKind};
+        use crate::delay::{CallId, DelayParams, Mode, ReleaseKind};
         let params = CoreParams {
             controller: ControllerParams {
                 execute_scaling: false,
@@ -1319,7 +1319,7 @@ mod tests {
     /// wait leaves with `QueueTimedOut`; a cancelled one never gets a slot.
     #[test]
     fn saturated_calls_wait_and_are_served_shortest_expected_first() {
-        use crate::policy::sched::Order;
+        use crate::sched::Order;
         let (core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 1)]);
         let mut core = core.with_queue(
             Some(SchedParams {
@@ -1531,7 +1531,7 @@ mod tests {
         // Budget: 25 % of first attempts, no floor; every request fails after send.
         let (core, vm) = vm_and_zones(vec![concurrency("fn", ZoneKind::Cloud, 50)]);
         let ratio = 0.25;
-        let mut core = core.with_retry_budget(crate::policy::retry::RetryBudgetParams {
+        let mut core = core.with_retry_budget(crate::retry::RetryBudgetParams {
             ratio,
             window: Duration::from_secs(10_000),
             min_per_second: 0.0,
@@ -1651,7 +1651,7 @@ mod tests {
     /// divides by the new value; the budget cap is republished with it.
     #[test]
     fn an_adapted_r_max_sizes_the_pool_and_caps_the_budget() {
-        use crate::policy::rmax::RMaxParams;
+        use crate::rmax::RMaxParams;
         let params = CoreParams {
             controller: ControllerParams {
                 monitor: MonitorParams {

@@ -25,7 +25,10 @@
 //! | [`routes`] | call scheduling §4 (f(i)) | the route key ("function") of a call |
 //! | [`delay`] | ProFaaStinate §3 | asynchronous calls: deadline-ordered queue, CPU-aware busy/idle release |
 //!
-//! Purity is enforced by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
+//! This is its own crate, `spillway-policy` (re-exported by the gateway as
+//! `spillway::policy`): its dependency list (`src/policy/Cargo.toml`: hdrhistogram and
+//! serde) proves it imports no I/O, and mutation testing rebuilds only it per mutant.
+//! Purity is also checked by `scripts/check-policy-purity.sh` (run by `.ci/run`) and by
 //! `clippy.toml`'s `disallowed-methods` (no `Instant::now`/`SystemTime::now`).
 
 pub mod attempt;

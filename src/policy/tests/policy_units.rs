@@ -10,7 +10,7 @@ mod policy {
     mod cost {
         use std::time::Duration;
 
-        use spillway::policy::cost::{
+        use spillway_policy::cost::{
             Architecture, DEFAULT_LAMBDA_ARM64_GB_SECOND_USD, DEFAULT_LAMBDA_REQUEST_USD,
             FunctionPricing, faas_cost_per_second, hybrid_cost_per_second, iaas_cost_per_second,
         };
@@ -97,15 +97,15 @@ mod policy {
         use std::sync::{Arc, Mutex};
         use std::time::Duration;
 
-        use spillway::policy::VmId;
-        use spillway::policy::balancer::{
+        use spillway_policy::VmId;
+        use spillway_policy::balancer::{
             Attempt, RequestMeta, Route, RouteReason, RoutingPolicy, VmState, VmTable,
         };
-        use spillway::policy::controller::{
+        use spillway_policy::controller::{
             Action, Controller, ControllerParams, RoutedTotals, ScaleDirection,
         };
-        use spillway::policy::monitor::MonitorParams;
-        use spillway::policy::scaling::{
+        use spillway_policy::monitor::MonitorParams;
+        use spillway_policy::scaling::{
             EpochObservation, PoolSnapshot, ScaleDecision, ScaleReason, ScalingPolicy,
         };
 
@@ -711,7 +711,7 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway::policy::functions::{Acquire, FunctionPool, FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{Acquire, FunctionPool, FunctionPoolParams, InstanceId};
 
         fn ms(n: u64) -> Duration {
             Duration::from_millis(n)
@@ -874,8 +874,8 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway::policy::functions::{FunctionPoolParams, InstanceId};
-        use spillway::policy::placement::{
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::placement::{
             ConcurrencyUsage, Lease, Placement, PlacementParams, PlacementPolicy, Start,
             ZoneCapacity, ZoneId, ZoneKind, ZoneParams, ZoneSet,
         };
@@ -1190,21 +1190,21 @@ mod policy {
         use std::sync::{Arc, Mutex};
         use std::time::Duration;
 
-        use spillway::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
-        use spillway::policy::balancer::{RequestMeta, RouteReason, VmFirst};
-        use spillway::policy::controller::{self, ControllerParams};
-        use spillway::policy::core::{Action, Core, CoreParams};
-        use spillway::policy::functions::{FunctionPoolParams, InstanceId};
-        use spillway::policy::monitor::MonitorParams;
-        use spillway::policy::placement::{
+        use spillway_policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
+        use spillway_policy::balancer::{RequestMeta, RouteReason, VmFirst};
+        use spillway_policy::controller::{self, ControllerParams};
+        use spillway_policy::core::{Action, Core, CoreParams};
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::monitor::MonitorParams;
+        use spillway_policy::placement::{
             PlacementParams, PlacementPolicy, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
         };
-        use spillway::policy::scaling::{
+        use spillway_policy::scaling::{
             EpochObservation, LibraScaler, LibraScalingParams, ScaleDecision, ScaleReason,
             ScalingPolicy,
         };
-        use spillway::policy::timers::Timer;
-        use spillway::policy::{Time, VmId};
+        use spillway_policy::timers::Timer;
+        use spillway_policy::{Time, VmId};
 
         fn ms(n: u64) -> Duration {
             Duration::from_millis(n)
@@ -1511,7 +1511,7 @@ mod policy {
         /// call's response time per route key.
         #[test]
         fn the_first_decision_notes_the_arrival_on_the_ticket() {
-            use spillway::policy::sched::{Arrival, Order, SchedParams};
+            use spillway_policy::sched::{Arrival, Order, SchedParams};
             let zones = vec![concurrency("fn", ZoneKind::Cloud, 4)];
             let mut core = core_with(zones, false, 0).with_queue(
                 Some(SchedParams {
@@ -1556,9 +1556,9 @@ mod policy {
         /// t = 1 s with a 7 s boot deadline.
         mod idle {
             use super::*;
-            use spillway::policy::delay::DelayParams;
-            use spillway::policy::rmax::RMaxParams;
-            use spillway::policy::sched::{Order, SchedParams};
+            use spillway_policy::delay::DelayParams;
+            use spillway_policy::rmax::RMaxParams;
+            use spillway_policy::sched::{Order, SchedParams};
 
             fn core_2s(min_vms: u32, zone_calls: u32) -> Core {
                 Core::new(

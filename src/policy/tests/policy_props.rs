@@ -5,12 +5,12 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use spillway::policy::VmId;
-use spillway::policy::balancer::VmFirst;
-use spillway::policy::balancer::{Attempt, RequestMeta, Route, RouteReason, VmState};
-use spillway::policy::controller::{Action, Controller, ControllerParams};
-use spillway::policy::monitor::MonitorParams;
-use spillway::policy::scaling::{LibraScaler, LibraScalingParams};
+use spillway_policy::VmId;
+use spillway_policy::balancer::VmFirst;
+use spillway_policy::balancer::{Attempt, RequestMeta, Route, RouteReason, VmState};
+use spillway_policy::controller::{Action, Controller, ControllerParams};
+use spillway_policy::monitor::MonitorParams;
+use spillway_policy::scaling::{LibraScaler, LibraScalingParams};
 
 #[derive(Clone, Debug)]
 enum Ev {
