@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Mutation testing of the policy core (issue 19) with cargo-mutants
 # (`cargo install cargo-mutants --locked`): every mutant of the given files must make
-# a policy test fail. One job, so it fits a small machine; more jobs or shards through
-# MUTANTS_EXTRA (`-j 2`, `--shard 0/2`). Results under $MUTANTS_OUT (default
+# a policy test fail. One job by default (MUTANTS_JOBS=2: two copies building and testing
+# side by side); shards through MUTANTS_EXTRA (`--shard 0/2`). Results under $MUTANTS_OUT (default
 # target/mutants/policy): caught.txt, missed.txt, timeout.txt, unviable.txt, and a count
 # per file on stdout.
 #
@@ -22,7 +22,7 @@ command -v cargo-mutants >/dev/null || {
   echo "cargo-mutants is required: cargo install cargo-mutants --locked" >&2; exit 2; }
 
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
-common=(--test-tool cargo -j 1 --timeout "${MUTANTS_TIMEOUT:-30}"
+common=(--test-tool cargo -j "${MUTANTS_JOBS:-1}" --timeout "${MUTANTS_TIMEOUT:-30}"
         --build-timeout "${MUTANTS_BUILD_TIMEOUT:-300}" --no-shuffle)
 # Extra cargo-mutants options, e.g. MUTANTS_EXTRA='-E monitor.rs:(99|109):' to leave
 # out mutants already tested.
