@@ -22,7 +22,7 @@ command -v cargo-mutants >/dev/null || {
   echo "cargo-mutants is required: cargo install cargo-mutants --locked" >&2; exit 2; }
 
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
-common=(--test-tool cargo -j "${MUTANTS_JOBS:-1}" --timeout "${MUTANTS_TIMEOUT:-30}"
+common=(--package spillway-policy --test-tool cargo -j "${MUTANTS_JOBS:-1}" --timeout "${MUTANTS_TIMEOUT:-30}"
         --build-timeout "${MUTANTS_BUILD_TIMEOUT:-300}" --no-shuffle)
 # Extra cargo-mutants options, e.g. MUTANTS_EXTRA='-E monitor.rs:(99|109):' to leave
 # out mutants already tested.
