@@ -1689,4 +1689,18 @@ mod policy {
             }
         }
     }
+
+    /// The names the gateway shows for VMs and tiers (`/status`, metric labels, logs).
+    mod labels {
+        use spillway_policy::{Tier, VmId};
+
+        #[test]
+        fn vm_ids_and_tiers_have_their_documented_names() {
+            assert_eq!(VmId(12).to_string(), "vm-12");
+            assert_eq!(
+                (Tier::Vm.as_str(), Tier::Function.as_str()),
+                ("vm", "function")
+            );
+        }
+    }
 }
