@@ -1703,4 +1703,82 @@ mod policy {
             );
         }
     }
+
+    /// LIBRA §IV's baselines as the simulator builds them: each kind's report name, the
+    /// scaler it builds (named like it), whether the driver must measure utilisation, and
+    /// the fixed pools' first decision.
+    mod baselines {
+        use std::time::Duration;
+
+        use spillway_policy::balancer::VmFirst;
+        use spillway_policy::baselines::{AutoParams, FixedScaler, PolicyKind, PolicyParams};
+        use spillway_policy::scaling::{
+            LibraScalingParams, ScaleDecision, ScaleReason, ScalingPolicy,
+        };
+
+        fn params() -> PolicyParams {
+            PolicyParams {
+                libra: LibraScalingParams {
+                    phi: 1.5,
+                    r_max_rps: 4.0,
+                    min_vms: 0,
+                    max_vms: 9,
+                    cip_rps: 0.5,
+                },
+                balancer: VmFirst::new(0.8),
+                auto: AutoParams {
+                    scale_out_utilisation: 0.7,
+                    scale_in_utilisation: 0.3,
+                    window_epochs: 3,
+                    step_vms: 2,
+                    grace: Duration::from_secs(5),
+                    min_vms: 1,
+                    max_vms: 4,
+                    r_max_rps: 4.0,
+                },
+                max_vms: 7,
+                slots_per_vm: 3,
+            }
+        }
+
+        #[test]
+        fn each_kind_builds_its_own_named_scaler() {
+            let names: Vec<_> = PolicyKind::ALL.iter().map(|k| k.name()).collect();
+            assert_eq!(names, ["libra", "max", "faas", "auto", "spock"]);
+            let measured: Vec<_> = PolicyKind::ALL
+                .iter()
+                .map(|k| k.uses_utilisation())
+                .collect();
+            assert_eq!(measured, [false, false, false, true, true]);
+            let p = params();
+            for kind in PolicyKind::ALL {
+                let (scaler, _) = kind.build(&p);
+                assert_eq!(scaler.name(), kind.name());
+            }
+        }
+
+        /// MAX runs its pool with no budget limit from the start; FAAS runs no VM and
+        /// sends VMs nothing.
+        #[test]
+        fn the_fixed_pools_start_at_their_size() {
+            assert_eq!(
+                FixedScaler::max(7).initial(),
+                ScaleDecision {
+                    target_vms: 7,
+                    vm_reqs_rps: f64::INFINITY,
+                    reason: ScaleReason::Baseline,
+                }
+            );
+            assert_eq!(
+                FixedScaler::faas().initial(),
+                ScaleDecision {
+                    target_vms: 0,
+                    vm_reqs_rps: 0.0,
+                    reason: ScaleReason::Baseline,
+                }
+            );
+            let (max, _) = PolicyKind::Max.build(&params());
+            assert_eq!(max.initial().target_vms, 7);
+        }
+    }
 }
