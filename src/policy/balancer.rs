@@ -284,6 +284,10 @@ impl ReadyIndex {
         while n > 1 {
             v = v.min(self.tree[n ^ 1]);
             n /= 2;
+            // A node that keeps its value leaves every ancestor as it was.
+            if self.tree[n] == v {
+                break;
+            }
             self.tree[n] = v;
         }
     }
