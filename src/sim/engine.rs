@@ -748,8 +748,16 @@ impl<'a> Engine<'a> {
 
     fn add_busy(&mut self, start: u64, end: u64) {
         let e = self.epoch_ns;
-        let mut idx = start / e;
-        let last = (end.saturating_sub(1)) / e;
+        // `x / e` without a division for the open epoch and the next (a request starts
+        // in the open epoch and, with service times up to an epoch, ends by the next).
+        let open = self.open_epoch * e;
+        let epoch_of = |x: u64| match x.checked_sub(open) {
+            Some(d) if d < e => self.open_epoch,
+            Some(d) if d - e < e => self.open_epoch + 1,
+            _ => x / e,
+        };
+        let mut idx = epoch_of(start);
+        let last = epoch_of(end.saturating_sub(1));
         while idx <= last {
             let lo = start.max(idx * e);
             let hi = end.min((idx + 1) * e);
