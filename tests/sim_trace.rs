@@ -52,6 +52,26 @@ fn counts_accepts_trailing_spaces_and_no_final_newline() {
     assert!(a.windows(2).all(|w| w[0].at_ns <= w[1].at_ns));
 }
 
+/// Counts spread each second's `n` arrivals at `second + ⌊j·1 s / n⌋` (the stream keeps
+/// the offset incrementally): the instants equal the formula for counts that do not
+/// divide a second, for 1, for a large prime count, and after an empty
+/// second.
+#[test]
+fn counts_arrivals_sit_at_the_evenly_spaced_instants() {
+    let ns = 1_000_000_000u64;
+    let counts = [7u64, 0, 1, 3, 999_983, 13];
+    let text: String = counts.iter().map(|c| format!("{c}\n")).collect();
+    let t = Trace::parse(&text, Path::new("spacing.txt"), &opts(TraceFormat::Counts)).unwrap();
+    let expected: Vec<u64> = counts
+        .iter()
+        .enumerate()
+        .flat_map(|(s, &n)| (0..n).map(move |j| s as u64 * ns + j * ns / n))
+        .collect();
+    let got: Vec<u64> = arrivals(&t).iter().map(|a| a.at_ns).collect();
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "arrival instants differ from the formula");
+}
+
 /// A FaaSim workload (an attributed excerpt, tests/data/faasim): three bursts of 100 calls
 /// within ~2 s, 30 s apart, spread evenly over zones 0–4.
 #[test]

@@ -162,13 +162,82 @@ pub struct VmEntry {
 /// also indexed by `(outstanding, id)` in a tournament tree over the rows, so the
 /// least-loaded ready VM is found in O(1) (O(log n) when one VM is excluded) and a load
 /// change costs O(log n) array steps (a MAX fleet of thousands of VMs routes as fast as
-/// one of eight).
+/// one of eight). A row is found from its id in O(1) through [`RowIndex`].
 #[derive(Clone, Debug, Default)]
 pub struct VmTable {
     rows: Vec<VmEntry>,
     ready: ReadyIndex,
+    /// Row of each id (ids are dense: allocated increasing, a few removed).
+    by_id: RowIndex,
     /// Rows per [`VmState`] (`Booting`, `Ready`, `Draining`).
     counts: [u32; 3],
+}
+
+/// The row of each VM id, by offset from the first row's id: every request's VM lookup
+/// (route, finish) is one array read instead of a binary search over the rows once a
+/// scale-in removed VMs (ids no longer match row offsets). Entries are exact or
+/// [`RowIndex::NONE`]; a lookup that misses falls back to the binary search. Rebuilt
+/// with the ready index when rows move; left empty when the ids between the first and
+/// the last row are far more than the rows (one old VM among many relaunched ones), so
+/// its memory stays within a few words per row.
+#[derive(Clone, Debug, Default)]
+struct RowIndex {
+    /// Id of slot 0.
+    base: u64,
+    /// Row index per id offset, [`RowIndex::NONE`] for ids not in the table.
+    rows: Vec<u32>,
+}
+
+impl RowIndex {
+    const NONE: u32 = u32::MAX;
+
+    /// The most id slots kept for `rows` rows.
+    fn limit(rows: usize) -> usize {
+        4 * rows + 1024
+    }
+
+    fn rebuild(&mut self, rows: &[VmEntry]) {
+        self.rows.clear();
+        let (Some(first), Some(last)) = (rows.first(), rows.last()) else {
+            return;
+        };
+        let span = last.id.0 - first.id.0;
+        if span >= Self::limit(rows.len()) as u64 || rows.len() >= Self::NONE as usize {
+            return;
+        }
+        self.base = first.id.0;
+        self.rows.resize(span as usize + 1, Self::NONE);
+        for (i, r) in rows.iter().enumerate() {
+            self.rows[(r.id.0 - self.base) as usize] = i as u32;
+        }
+    }
+
+    /// Row `index` with id `id`, appended after every other row.
+    fn push(&mut self, rows: &[VmEntry], index: usize, id: VmId) {
+        if index == 0 {
+            self.base = id.0;
+            self.rows.clear();
+        } else if self.rows.is_empty() {
+            // Left empty by the limit: stays so until the next rebuild.
+            return;
+        }
+        let slot = (id.0 - self.base) as usize;
+        if slot >= Self::limit(rows.len()) || index >= Self::NONE as usize {
+            self.rows.clear();
+            return;
+        }
+        self.rows.resize(slot + 1, Self::NONE);
+        self.rows[slot] = index as u32;
+    }
+
+    #[inline]
+    fn get(&self, id: VmId) -> Option<usize> {
+        let slot = usize::try_from(id.0.checked_sub(self.base)?).ok()?;
+        match self.rows.get(slot) {
+            Some(&i) if i != Self::NONE => Some(i as usize),
+            _ => None,
+        }
+    }
 }
 
 /// A tournament (min segment) tree over the rows: leaf `i` holds
@@ -215,6 +284,10 @@ impl ReadyIndex {
         while n > 1 {
             v = v.min(self.tree[n ^ 1]);
             n /= 2;
+            // A node that keeps its value leaves every ancestor as it was.
+            if self.tree[n] == v {
+                break;
+            }
             self.tree[n] = v;
         }
     }
@@ -285,6 +358,10 @@ impl VmTable {
 
     #[inline]
     fn position(&self, id: VmId) -> Option<usize> {
+        if let Some(i) = self.by_id.get(id) {
+            debug_assert_eq!(self.rows[i].id, id);
+            return Some(i);
+        }
         // Ids increase by one per launch: without removals a row sits at its id's offset
         // from the first row, and never after it.
         let first = self.rows.first()?.id.0;
@@ -326,10 +403,12 @@ impl VmTable {
                 let i = self.rows.partition_point(|r| r.id < id);
                 self.rows.insert(i, row);
                 self.ready.rebuild(&self.rows);
+                self.by_id.rebuild(&self.rows);
             }
             _ => {
                 self.rows.push(row);
                 let i = self.rows.len() - 1;
+                self.by_id.push(&self.rows, i, id);
                 if i < self.ready.leaves {
                     self.ready.set(i, leaf_key(&row, i));
                 } else {
@@ -344,6 +423,7 @@ impl VmTable {
         let row = self.rows.remove(i);
         self.counts[row.state as usize] -= 1;
         self.ready.rebuild(&self.rows);
+        self.by_id.rebuild(&self.rows);
         Some(row)
     }
 
@@ -944,6 +1024,54 @@ mod tests {
             b.budget_rule(),
             BudgetRule::Quota { truncate: false },
             "reported as configured"
+        );
+    }
+
+    #[test]
+    fn every_vm_is_found_by_its_id_after_any_change_also_with_sparse_ids() {
+        // One VM kept from the start while thousands are launched and removed after it
+        // (a long-lived static upstream among autoscaled ones): the id span grows past
+        // the row index's limit, and lookups must still find exactly the rows present.
+        let mut t = VmTable::default();
+        t.insert(VmId(0), VmState::Ready);
+        let mut next = 1u64;
+        let mut x = 99u64;
+        let check = |t: &VmTable, upto: u64| {
+            for id in 0..upto + 3 {
+                let scan = t.rows().iter().find(|r| r.id == VmId(id));
+                assert_eq!(t.get(VmId(id)), scan, "id {id}");
+            }
+        };
+        for step in 0..3_000u32 {
+            x = x
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            if (x >> 33).is_multiple_of(3) && t.rows().len() > 1 {
+                // Remove a VM other than the first one.
+                let i = 1 + ((x >> 20) as usize) % (t.rows().len() - 1);
+                let id = t.rows()[i].id;
+                assert!(t.remove(id).is_some());
+            } else {
+                t.insert(VmId(next), VmState::Booting);
+                next += 1;
+            }
+            if step.is_multiple_of(97) {
+                check(&t, next);
+            }
+        }
+        // A smaller id inserted out of order, then the table emptied and refilled.
+        t.insert(VmId(1), VmState::Ready);
+        check(&t, next);
+        let ids: Vec<VmId> = t.rows().iter().map(|r| r.id).collect();
+        for id in ids {
+            t.remove(id);
+        }
+        check(&t, next);
+        t.insert(VmId(next + 5), VmState::Ready);
+        check(&t, next + 5);
+        assert!(
+            next > RowIndex::limit(t.rows().len()) as u64,
+            "the span passed the limit"
         );
     }
 

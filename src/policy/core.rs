@@ -1076,24 +1076,14 @@ impl Core {
 
     #[inline]
     fn refresh(&mut self) {
-        self.timers
-            .set(Timer::EpochEnd, Some(self.controller.poll_timeout()));
-        self.timers
-            .set(Timer::VmBoot, self.booting.iter().map(|(_, at)| *at).min());
-        self.timers
-            .set(Timer::KeepAlive, self.placement.poll_timeout());
-        self.timers.set(
-            Timer::RMax,
-            self.r_max.as_ref().map(RMaxController::poll_timeout),
-        );
-        self.timers.set(
-            Timer::QueueWait,
-            self.sched.as_ref().and_then(Scheduler::poll_timeout),
-        );
-        self.timers.set(
-            Timer::DelayQueue,
-            self.delay.as_ref().and_then(DelayQueue::poll_timeout),
-        );
+        let mut rows = [None; Timer::ALL.len()];
+        rows[Timer::EpochEnd as usize] = Some(self.controller.poll_timeout());
+        rows[Timer::VmBoot as usize] = self.booting.iter().map(|(_, at)| *at).min();
+        rows[Timer::KeepAlive as usize] = self.placement.poll_timeout();
+        rows[Timer::RMax as usize] = self.r_max.as_ref().map(RMaxController::poll_timeout);
+        rows[Timer::QueueWait as usize] = self.sched.as_ref().and_then(Scheduler::poll_timeout);
+        rows[Timer::DelayQueue as usize] = self.delay.as_ref().and_then(DelayQueue::poll_timeout);
+        self.timers.set_all(rows);
     }
 }
 

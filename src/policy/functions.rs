@@ -159,6 +159,9 @@ pub struct FunctionPool {
     /// Usage of stopped (and failed) instances, when kept ([`Self::keep_history`]).
     history: Option<Vec<InstanceUsage>>,
     serial: u64,
+    /// [`Self::expiry`] as of the last change ([`Self::poll_timeout`] is asked after every
+    /// event, the pool changes on function calls only).
+    next_expiry: Option<Time>,
 }
 
 impl FunctionPool {
@@ -175,6 +178,7 @@ impl FunctionPool {
             records: Vec::new(),
             history: None,
             serial: 0,
+            next_expiry: None,
         }
     }
 
@@ -228,6 +232,7 @@ impl FunctionPool {
     /// warm start), or `None` when no instance is idle. FaaSim §3: instance reuse.
     pub fn acquire_warm(&mut self, now: Time) -> Option<InstanceId> {
         let (id, since) = self.idle.pop_back()?;
+        self.next_expiry = self.expiry();
         let idle = now.saturating_sub(since);
         self.usage.idle += idle;
         self.slots[id.0 as usize] = State::Busy { since: now };
@@ -327,6 +332,7 @@ impl FunctionPool {
                 self.unclaimed_booting -= 1;
                 self.slots[i] = State::Idle;
                 self.idle.push_back((id, now));
+                self.next_expiry = self.expiry();
             }
         }
     }
@@ -361,6 +367,7 @@ impl FunctionPool {
             self.records[id.0 as usize].busy += busy;
             self.slots[id.0 as usize] = State::Idle;
             self.idle.push_back((id, now));
+            self.next_expiry = self.expiry();
         }
     }
 
@@ -387,6 +394,7 @@ impl FunctionPool {
                     _ => {}
                 }
                 self.alive -= 1;
+                self.next_expiry = self.expiry();
                 self.retire(now, i);
             }
         }
@@ -437,7 +445,14 @@ impl FunctionPool {
     }
 
     /// When the oldest idle instance's keep-alive runs out (`None`: nothing to expire).
+    #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
+        debug_assert_eq!(self.next_expiry, self.expiry());
+        self.next_expiry
+    }
+
+    /// The earliest keep-alive expiry, computed.
+    fn expiry(&self) -> Option<Time> {
         if self.alive <= self.params.prewarmed {
             return None;
         }
@@ -451,7 +466,7 @@ impl FunctionPool {
     /// the expiry until then). Never shrinks the pool below the pre-warmed count.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<InstanceId> {
         let mut expired = Vec::new();
-        while let Some(at) = self.poll_timeout() {
+        while let Some(at) = self.expiry() {
             if at > now {
                 break;
             }
@@ -464,6 +479,7 @@ impl FunctionPool {
             // Shutting down from its expiry until the driver reports it stopped.
             self.slots[i] = State::Stopping { since: at };
             self.alive -= 1;
+            self.next_expiry = self.expiry();
             expired.push(id);
         }
         expired
@@ -477,6 +493,7 @@ impl FunctionPool {
             self.records[id.0 as usize].idle += idle;
             *since = now;
         }
+        self.next_expiry = self.expiry();
     }
 
     /// Instances alive (starting, busy or idle).
@@ -517,6 +534,7 @@ impl FunctionPool {
 
     fn alloc(&mut self, now: Time, prewarmed: bool, state: State) -> InstanceId {
         self.alive += 1;
+        self.next_expiry = self.expiry();
         let i = if let Some(i) = self.free.pop() {
             self.slots[i] = state;
             i

@@ -61,6 +61,8 @@ pub struct RetryBudget {
     buckets: [(u64, u64); BUCKETS],
     /// The slot number of the newest bucket.
     current: u128,
+    /// `current % BUCKETS` (every request counts into it: no 128-bit division per call).
+    newest: usize,
     /// When the slot after `current` starts, ns: earlier calls need no division.
     next_slot_ns: u128,
     refused_total: u64,
@@ -74,6 +76,7 @@ impl RetryBudget {
             params,
             buckets: [(0, 0); BUCKETS],
             current: 0,
+            newest: 0,
             next_slot_ns: 0,
             refused_total: 0,
             retried_total: 0,
@@ -104,10 +107,11 @@ impl RetryBudget {
             }
         }
         self.current = slot;
+        self.newest = (slot % BUCKETS as u128) as usize;
     }
 
     fn newest(&mut self) -> &mut (u64, u64) {
-        &mut self.buckets[(self.current % BUCKETS as u128) as usize]
+        &mut self.buckets[self.newest]
     }
 
     /// A first attempt at `now`.

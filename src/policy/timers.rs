@@ -83,6 +83,26 @@ impl TimerTable {
         self.next = best;
     }
 
+    /// Set every row at once, in [`Timer::ALL`] order: what [`Self::set`] of each row
+    /// gives, in one comparison when nothing changed (the policy core refreshes the whole
+    /// table after every event).
+    #[inline]
+    pub fn set_all(&mut self, rows: [Option<Time>; Timer::ALL.len()]) {
+        if self.rows == rows {
+            return;
+        }
+        self.rows = rows;
+        let mut best: Option<(Timer, Time)> = None;
+        for t in Timer::ALL {
+            if let Some(at) = self.rows[t as usize]
+                && best.is_none_or(|(_, b)| at < b)
+            {
+                best = Some((t, at));
+            }
+        }
+        self.next = best;
+    }
+
     /// The deadline of `timer`.
     #[must_use]
     pub fn get(&self, timer: Timer) -> Option<Time> {
@@ -116,6 +136,25 @@ mod tests {
         t.set(Timer::KeepAlive, None);
         assert_eq!(t.next(), Some((Timer::EpochEnd, Duration::from_secs(9))));
         assert_eq!(t.get(Timer::KeepAlive), None);
+    }
+
+    #[test]
+    fn setting_all_rows_equals_setting_each() {
+        let ms = Duration::from_millis;
+        let states: [[Option<Time>; 6]; 4] = [
+            [Some(ms(9)), None, Some(ms(7)), None, None, Some(ms(7))],
+            [Some(ms(9)), Some(ms(3)), None, Some(ms(3)), None, None],
+            [None; 6],
+            [Some(ms(4)), None, None, None, Some(ms(2)), Some(ms(5))],
+        ];
+        let (mut each, mut all) = (TimerTable::new(), TimerTable::new());
+        for rows in states.iter().chain(states.iter().rev()) {
+            for t in Timer::ALL {
+                each.set(t, rows[t as usize]);
+            }
+            all.set_all(*rows);
+            assert_eq!(all, each);
+        }
     }
 
     #[test]

@@ -282,15 +282,25 @@ const RUNS: usize = 4;
 /// O(1) — and only an event earlier than every run's last one goes to a binary heap. The
 /// next event is the least of the runs' fronts and the heap's top: the same order a single
 /// heap gives, so results do not depend on where an event was kept.
+/// The location of the next event is cached between a peek and the pop (and across
+/// pushes of later events).
 #[derive(Default)]
 struct EventQueue {
     runs: [VecDeque<Event>; RUNS],
     heap: BinaryHeap<Reverse<Event>>,
+    /// [`Self::next_source`]'s answer with the next event's sequence number, while valid.
+    next: Option<Option<(usize, u64, u64)>>,
 }
 
 impl EventQueue {
     #[inline]
     fn push(&mut self, ev: Event) {
+        // An event no earlier than the cached next one leaves it next.
+        if let Some(next) = self.next
+            && next.is_none_or(|(_, t, seq)| (ev.0, ev.1) < (t, seq))
+        {
+            self.next = None;
+        }
         for run in &mut self.runs {
             if run.back().is_none_or(|b| (b.0, b.1) <= (ev.0, ev.1)) {
                 run.push_back(ev);
@@ -300,9 +310,13 @@ impl EventQueue {
         self.heap.push(Reverse(ev));
     }
 
-    /// Where the next event is: a run (`0..RUNS`) or the heap (`RUNS`).
+    /// Where the next event is: a run (`0..RUNS`) or the heap (`RUNS`), its time and
+    /// sequence number.
     #[inline]
-    fn next_source(&self) -> Option<(usize, u64)> {
+    fn next_source(&mut self) -> Option<(usize, u64, u64)> {
+        if let Some(next) = self.next {
+            return next;
+        }
         let mut best: Option<(usize, (u64, u64))> = None;
         for (i, run) in self.runs.iter().enumerate() {
             if let Some(f) = run.front()
@@ -316,18 +330,21 @@ impl EventQueue {
         {
             best = Some((RUNS, (top.0, top.1)));
         }
-        best.map(|(i, (t, _))| (i, t))
+        let next = best.map(|(i, (t, seq))| (i, t, seq));
+        self.next = Some(next);
+        next
     }
 
     /// The time of the next event.
     #[inline]
-    fn peek_time(&self) -> Option<u64> {
-        self.next_source().map(|(_, t)| t)
+    fn peek_time(&mut self) -> Option<u64> {
+        self.next_source().map(|(_, t, _)| t)
     }
 
     #[inline]
     fn pop(&mut self) -> Option<Event> {
-        let (i, _) = self.next_source()?;
+        let (i, _, _) = self.next_source()?;
+        self.next = None;
         if i == RUNS {
             self.heap.pop().map(|Reverse(ev)| ev)
         } else {
@@ -340,8 +357,28 @@ struct VmSim {
     launch_ns: u64,
     ready_ns: Option<u64>,
     stop_ns: Option<u64>,
-    /// Time each slot becomes free (min-heap).
-    slots: BinaryHeap<Reverse<u64>>,
+    /// Time each slot becomes free, ascending: a request takes the front (the earliest
+    /// free slot) and its end goes back in order — at the back in O(1) when service times
+    /// are equal (ends then come in order), else by a short scan (`slots` is small).
+    slots: VecDeque<u64>,
+}
+
+impl VmSim {
+    /// Take the earliest free slot for a request arriving (or dequeued) at `now` that
+    /// runs `service_ns`: its `(start, end)`, ns.
+    #[inline]
+    fn take_slot(&mut self, now: u64, service_ns: u64) -> (u64, u64) {
+        let free = self.slots.pop_front().expect("a VM has at least one slot");
+        let start = free.max(now);
+        let end = start + service_ns;
+        if self.slots.back().is_none_or(|&b| b <= end) {
+            self.slots.push_back(end);
+        } else {
+            let i = self.slots.partition_point(|&x| x <= end);
+            self.slots.insert(i, end);
+        }
+        (start, end)
+    }
 }
 
 const NS: u64 = 1_000_000_000;
@@ -405,6 +442,8 @@ struct Engine<'a> {
     jitter_rng: ChaCha8Rng,
     /// Ready time (ns) of each pre-warmed instance still booting: zone, instance.
     prewarm_ready: HashMap<(u16, u32), u64>,
+    /// Warm and cold start, ns, when they have no jitter (computed once, not per call).
+    fixed_starts: (Option<u64>, Option<u64>),
 }
 
 /// A call in the simulation's gateway queue or in service.
@@ -546,7 +585,7 @@ impl<'a> Engine<'a> {
                         launch_ns: now,
                         ready_ns: None,
                         stop_ns: None,
-                        slots: (0..self.p.vm.slots).map(|_| Reverse(0)).collect(),
+                        slots: (0..self.p.vm.slots).map(|_| 0).collect(),
                     });
                     self.stats.vms_launched += 1;
                     self.alive_vms += 1;
@@ -563,7 +602,7 @@ impl<'a> Engine<'a> {
                     let v = &mut self.vms[vm.0 as usize];
                     if v.stop_ns.is_none() {
                         v.stop_ns = Some(now);
-                        v.slots = BinaryHeap::new();
+                        v.slots = VecDeque::new();
                         self.alive_vms -= 1;
                         if v.ready_ns.is_some() {
                             self.integrate_cap(now);
@@ -709,8 +748,16 @@ impl<'a> Engine<'a> {
 
     fn add_busy(&mut self, start: u64, end: u64) {
         let e = self.epoch_ns;
-        let mut idx = start / e;
-        let last = (end.saturating_sub(1)) / e;
+        // `x / e` without a division for the open epoch and the next (a request starts
+        // in the open epoch and, with service times up to an epoch, ends by the next).
+        let open = self.open_epoch * e;
+        let epoch_of = |x: u64| match x.checked_sub(open) {
+            Some(d) if d < e => self.open_epoch,
+            Some(d) if d - e < e => self.open_epoch + 1,
+            _ => x / e,
+        };
+        let mut idx = epoch_of(start);
+        let last = epoch_of(end.saturating_sub(1));
         while idx <= last {
             let lo = start.max(idx * e);
             let hi = end.min((idx + 1) * e);
@@ -837,6 +884,30 @@ impl<'a> Engine<'a> {
         }
     }
 
+    /// The warm start of one call, ns ([`Self::jittered_ns`] of the function model's).
+    #[inline]
+    fn warm_start_ns(&mut self) -> u64 {
+        match self.fixed_starts.0 {
+            Some(ns) => ns,
+            None => {
+                let f = &self.p.function;
+                self.jittered_ns(f.warm_start_ms, f.warm_start_jitter)
+            }
+        }
+    }
+
+    /// The cold start of one call, ns ([`Self::jittered_ns`] of the function model's).
+    #[inline]
+    fn cold_start_ns(&mut self) -> u64 {
+        match self.fixed_starts.1 {
+            Some(ns) => ns,
+            None => {
+                let f = &self.p.function;
+                self.jittered_ns(f.cold_start_ms, f.cold_start_jitter)
+            }
+        }
+    }
+
     /// `ms` with a uniform jitter of ± `jitter` × `ms` (FaaSim's variances), in ns. No
     /// draw without jitter, so runs without it keep their random streams.
     fn jittered_ns(&mut self, ms: f64, jitter: f64) -> u64 {
@@ -863,12 +934,7 @@ impl<'a> Engine<'a> {
                 if kind == AttemptKind::FallBack {
                     self.stats.fell_back += 1;
                 }
-                let v = &mut self.vms[vm.0 as usize];
-                let mut top = v.slots.peek_mut().expect("a VM has at least one slot");
-                let start = top.0.max(now);
-                let end = start + service_ns;
-                *top = Reverse(end);
-                drop(top);
+                let (start, end) = self.vms[vm.0 as usize].take_slot(now, service_ns);
                 if self.measure_util {
                     self.add_busy(start, end);
                 }
@@ -878,20 +944,13 @@ impl<'a> Engine<'a> {
             }
             Decision::Function { lease, .. } => {
                 let zone = lease.zone.0;
-                let f = &self.p.function;
-                let (warm_ms, warm_j, cold_ms, cold_j) = (
-                    f.warm_start_ms,
-                    f.warm_start_jitter,
-                    f.cold_start_ms,
-                    f.cold_start_jitter,
-                );
                 let service_ns = if self.p.function.exec_jitter > 0.0 {
                     self.jittered_ns(service_ns as f64 / 1e6, self.p.function.exec_jitter)
                 } else {
                     service_ns
                 };
                 let (id, start) = match lease.start {
-                    Start::Warm(id) => (id, now + self.jittered_ns(warm_ms, warm_j)),
+                    Start::Warm(id) => (id, now + self.warm_start_ns()),
                     Start::Booting(id) => {
                         // A booting pre-warmed instance: the call waits for its boot, then
                         // pays a warm start (FaaSim: max(ready, arrival) + warm + exec).
@@ -900,10 +959,10 @@ impl<'a> Engine<'a> {
                             .get(&(zone, id.0 as u32))
                             .copied()
                             .unwrap_or(now);
-                        (id, ready.max(now) + self.jittered_ns(warm_ms, warm_j))
+                        (id, ready.max(now) + self.warm_start_ns())
                     }
                     Start::Cold(id) => {
-                        let cold = self.jittered_ns(cold_ms, cold_j);
+                        let cold = self.cold_start_ns();
                         // Ready after its cold start; busy with this call meanwhile.
                         self.schedule(now + cold, EvKind::InstanceReady(zone, id.0 as u32));
                         self.cold_starts += 1;
@@ -913,10 +972,9 @@ impl<'a> Engine<'a> {
                         }
                         (id, now + cold)
                     }
-                    Start::Untracked => (
-                        InstanceId(u64::from(UNTRACKED)),
-                        t + self.jittered_ns(warm_ms, warm_j),
-                    ),
+                    Start::Untracked => {
+                        (InstanceId(u64::from(UNTRACKED)), t + self.warm_start_ns())
+                    }
                 };
                 self.mb_ms += u128::from(memory_mb) * u128::from(service_ns.div_ceil(1_000_000));
                 self.stats.function_served += 1;
@@ -1085,6 +1143,16 @@ pub fn run_policy_with(
             r
         },
         prewarm_ready: HashMap::new(),
+        fixed_starts: {
+            // What `jittered_ns` gives without jitter (no draw either way).
+            let f = &p.function;
+            let fixed =
+                |ms: f64, jitter: f64| (jitter <= 0.0).then(|| (ms * 1e6).round().max(0.0) as u64);
+            (
+                fixed(f.warm_start_ms, f.warm_start_jitter),
+                fixed(f.cold_start_ms, f.cold_start_jitter),
+            )
+        },
     };
     if p.placement.is_some() {
         e.core.keep_function_history();

@@ -356,6 +356,8 @@ impl Trace {
             unit: 0,
             j: 0,
             buf: Vec::new(),
+            spacing: (0, 0),
+            offset: (0, 0),
         }
     }
 }
@@ -954,6 +956,11 @@ pub struct ArrivalStream<'a> {
     /// Index within the unit.
     j: u32,
     buf: Vec<Arrival>,
+    /// Counts: `NS / n` and `NS % n` for the second's `n` arrivals.
+    spacing: (u64, u64),
+    /// Counts: `⌊j·NS / n⌋` and `j·NS mod n`, advanced by `spacing` per arrival (no
+    /// division per arrival; the same instants as the formula).
+    offset: (u64, u64),
 }
 
 impl ArrivalStream<'_> {
@@ -964,7 +971,19 @@ impl ArrivalStream<'_> {
             TraceData::Counts(c) => loop {
                 let &n = c.get(self.unit)?;
                 if self.j < n {
-                    let at_ns = self.unit as u64 * NS + u64::from(self.j) * NS / u64::from(n);
+                    // at = unit·NS + ⌊j·NS / n⌋, kept incrementally.
+                    let n = u64::from(n);
+                    if self.j == 0 {
+                        self.spacing = (NS / n, NS % n);
+                        self.offset = (0, 0);
+                    }
+                    let at_ns = self.unit as u64 * NS + self.offset.0;
+                    self.offset.0 += self.spacing.0;
+                    self.offset.1 += self.spacing.1;
+                    if self.offset.1 >= n {
+                        self.offset.0 += 1;
+                        self.offset.1 -= n;
+                    }
                     self.j += 1;
                     return Some(Arrival {
                         at_ns,
