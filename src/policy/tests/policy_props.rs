@@ -156,22 +156,24 @@ proptest! {
         }
     }
 
-    /// Algorithm 1: after each report the target is 0 below the CIP, else
-    /// clamp(ceil((avg + φ·std) / r_max), min, max).
+    /// Algorithm 1: after each report the target is `min_vms` (1) until the first
+    /// request, then 0 below the CIP, else clamp(ceil((avg + φ·std) / r_max), min, max).
     #[test]
     fn decisions_follow_algorithm_1(counts in proptest::collection::vec(0u32..200, 1..40), cip in 0.0f64..50.0) {
         let mut c = controller(0.8, 10.0, 2, 1, 12, cip);
         while c.poll_action().is_some() {}
+        let mut seen = false;
         for (i, n) in counts.iter().enumerate() {
             let start = Duration::from_millis(500 * i as u64);
             for j in 0..*n {
                 c.route(start + Duration::from_micros(u64::from(j)), &RequestMeta::default(), Attempt::First);
             }
+            seen |= *n > 0;
             c.handle_timeout(start + Duration::from_millis(500));
             while let Some(a) = c.poll_action() {
                 if let Action::Decided { decision, .. } = a {
                     let s = c.status();
-                    let expected = if s.avg_rps < cip { 0 } else {
+                    let expected = if !seen { 1 } else if s.avg_rps < cip { 0 } else {
                         ((s.avg_rps + s.std_rps) / 10.0).ceil().clamp(1.0, 12.0) as u32
                     };
                     prop_assert_eq!(decision.target_vms, expected);
