@@ -176,3 +176,32 @@ fn a_prewarm_failing_while_booting_is_not_claimed() {
     assert!(matches!(p.acquire(ms(420)), Acquire::Cold(_)));
     assert_eq!(p.usage().prewarm_waits, 1);
 }
+
+/// An idle (warm) instance that crashes is gone: it is no longer idle or alive, its idle
+/// time so far is its record's, and the next call cold-starts rather than being handed
+/// the dead instance as a warm start.
+#[test]
+fn an_idle_instance_that_fails_is_not_reused() {
+    let mut p = pool(6_000, None, 0);
+    p.keep_history();
+    let Acquire::Cold(a) = p.acquire(ms(0)) else {
+        panic!("an empty pool cold-starts")
+    };
+    let (ready, done, crash) = (200, 900, 1_700);
+    p.on_started(ms(ready), a);
+    p.release(ms(done), a);
+    assert_eq!(p.idle(), 1);
+    p.on_failed(ms(crash), a);
+    assert_eq!((p.alive(), p.idle(), p.busy()), (0, 0, 0));
+    assert_eq!(p.poll_timeout(), None, "nothing idle is left to expire");
+    let Acquire::Cold(b) = p.acquire(ms(2_000)) else {
+        panic!("the failed instance is not warm")
+    };
+    assert_eq!(b, a, "its id is free again");
+    assert_eq!((p.usage().cold_starts, p.usage().warm_starts), (2, 0));
+    let recs = p.instances();
+    assert_eq!(recs.len(), 2);
+    assert_eq!(recs[0].busy, ms(done - ready));
+    assert_eq!(recs[0].stopped_at, Some(ms(crash)));
+    assert_eq!(recs[1].serial, recs[0].serial + 1);
+}
