@@ -250,6 +250,22 @@ impl FunctionPool {
     /// as a warm start and in [`FunctionUsage::prewarm_waits`]. `None` when there is no
     /// such instance.
     pub fn acquire_booting(&mut self, _now: Time) -> Option<InstanceId> {
+        // The counter is a shortcut for the scan below; a count that drifted would only
+        // show as a slower scan, so debug builds check it.
+        debug_assert_eq!(
+            self.unclaimed_booting as usize,
+            self.slots
+                .iter()
+                .filter(|s| matches!(
+                    s,
+                    State::Starting {
+                        counted: false,
+                        claimed: false,
+                        ..
+                    }
+                ))
+                .count()
+        );
         if self.unclaimed_booting == 0 {
             return None;
         }
