@@ -1781,4 +1781,47 @@ mod policy {
             assert_eq!(max.initial().target_vms, 7);
         }
     }
+
+    /// A reload retunes the traffic monitor's smoothing and reporting, never its epoch
+    /// length: the epoch grid the running EWMAs were built on stays.
+    mod monitor {
+        use std::time::Duration;
+
+        use spillway_policy::monitor::{MonitorParams, TrafficMonitor};
+
+        #[test]
+        fn a_retune_keeps_the_epoch_length() {
+            let s = Duration::from_secs;
+            let params = MonitorParams {
+                epoch: s(60),
+                alpha: 0.3,
+                beta: 0.2,
+                decision_epochs: 4,
+                first_decision_epoch: None,
+            };
+            let mut m = TrafficMonitor::new(params.clone());
+            m.retune(MonitorParams {
+                epoch: s(15),
+                alpha: 0.6,
+                beta: 0.1,
+                decision_epochs: 2,
+                first_decision_epoch: Some(1),
+            });
+            assert_eq!(
+                m.params(),
+                &MonitorParams {
+                    epoch: s(60),
+                    alpha: 0.6,
+                    beta: 0.1,
+                    decision_epochs: 2,
+                    first_decision_epoch: Some(1),
+                }
+            );
+            assert_eq!(
+                m.poll_timeout(),
+                s(60),
+                "the first epoch still ends at 60 s"
+            );
+        }
+    }
 }
