@@ -1824,4 +1824,88 @@ mod policy {
             );
         }
     }
+
+    /// LIBRA's idle outlook (issue 14: the simulator closes idle epochs at once when it
+    /// is settled) once traffic was seen: settled below the CIP (every report releases
+    /// every VM) or when the EWMAs settled, with the decision Algorithm 1 gives then;
+    /// unsettled otherwise — at the CIP itself too (the CIP rule is `avg < CIP`).
+    mod libra_idle {
+        use std::time::Duration;
+
+        use spillway_policy::monitor::EpochClosed;
+        use spillway_policy::scaling::{
+            EpochObservation, IdleOutlook, IdleView, LibraScaler, LibraScalingParams, PoolSnapshot,
+            ScaleDecision, ScaleReason, ScalingPolicy,
+        };
+
+        fn view(avg_rps: f64, std_rps: f64, traffic_settled: bool) -> IdleView {
+            IdleView {
+                first_end: Duration::from_secs(120),
+                avg_rps,
+                std_rps,
+                traffic_settled,
+                vm_utilisation: None,
+                pool: PoolSnapshot::default(),
+            }
+        }
+
+        #[test]
+        fn after_traffic_it_settles_below_the_cip_or_when_the_ewmas_settled() {
+            let mut l = LibraScaler::new(LibraScalingParams {
+                phi: 1.5,
+                r_max_rps: 4.0,
+                min_vms: 1,
+                max_vms: 9,
+                cip_rps: 2.5,
+            });
+            let _ = l.on_epoch(
+                Duration::from_secs(60),
+                &EpochObservation {
+                    traffic: EpochClosed {
+                        epoch: 0,
+                        requests: 10,
+                        avg_rps: 0.0,
+                        std_rps: 0.0,
+                        report: None,
+                    },
+                    epoch_seconds: 60.0,
+                    vm_requests: 0,
+                    function_requests: 10,
+                    vm_utilisation: None,
+                    pool: PoolSnapshot::default(),
+                },
+            );
+            let below = ScaleDecision {
+                target_vms: 0,
+                vm_reqs_rps: 0.0,
+                reason: ScaleReason::BelowCostIndifferencePoint,
+            };
+            assert_eq!(
+                l.idle_outlook(&view(1.0, 0.5, false)),
+                IdleOutlook::Settled(Some(below))
+            );
+            assert_eq!(
+                l.idle_outlook(&view(1.0, 0.5, true)),
+                IdleOutlook::Settled(Some(below))
+            );
+            // At the CIP (not below it) and not settled: the EWMAs still move.
+            assert_eq!(
+                l.idle_outlook(&view(2.5, 0.5, false)),
+                IdleOutlook::Unsettled
+            );
+            assert_eq!(
+                l.idle_outlook(&view(6.0, 1.0, false)),
+                IdleOutlook::Unsettled
+            );
+            // Settled above the CIP: ceil((6 + 1.5 · 1) / 4) = 2 VMs for 7.5 req/s.
+            assert_eq!(
+                l.idle_outlook(&view(6.0, 1.0, true)),
+                IdleOutlook::Settled(Some(ScaleDecision {
+                    target_vms: 2,
+                    vm_reqs_rps: 7.5,
+                    reason: ScaleReason::Provision,
+                }))
+            );
+        }
+    }
 }
