@@ -165,7 +165,10 @@ fn scrape_gauges(gw: &Gateway) {
         m::queue_gauges(q);
     }
     // At every scrape too, not only at the driver's tick: the first scrape after start
-    // shows the delay queue's series (`spillway_async_deadline_misses_total` at 0).
+    // shows the controller's series (`spillway_r_max_rps`, the pool, the EWMAs) and the
+    // delay queue's (`spillway_async_deadline_misses_total` at 0), which the dashboard
+    // and the alert rules read.
+    m::controller_gauges(&st.core.controller);
     if let Some(d) = &st.core.delay {
         m::delay_gauges(d, gw.now());
     }
