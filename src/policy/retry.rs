@@ -236,4 +236,35 @@ mod tests {
         assert_eq!(b.status().requests, 0);
         assert_eq!(b.status().retries, allowed as u64);
     }
+
+    /// An event exactly at the start of a slot belongs to that slot: the bucket it reuses
+    /// (a window earlier) is cleared first, so the requests of that older slot no longer
+    /// raise the retries allowed. (Issue 19: `<` → `<=` in the fast path of
+    /// `RetryBudget::roll`.)
+    #[test]
+    fn an_event_at_a_slot_boundary_starts_the_new_slot() {
+        let p = RetryBudgetParams {
+            ratio: 0.4,
+            window: Duration::from_secs(10),
+            min_per_second: 0.0,
+        };
+        let slot = p.window.as_secs_f64() / BUCKETS as f64;
+        let mut b = RetryBudget::new(p);
+        let (old, recent) = (20u32, 5u32);
+        for _ in 0..old {
+            b.on_request(secs(0.5 * slot));
+        }
+        // The last slot of that window: the next event may fall on the boundary after it.
+        for _ in 0..recent {
+            b.on_request(secs((BUCKETS as f64 - 0.5) * slot));
+        }
+        // At exactly one window after slot 0 began, slot 0 has left the window.
+        let boundary = BUCKETS as f64 * slot;
+        let allowed = (p.ratio * f64::from(recent)).floor() as usize;
+        assert_eq!(
+            (0..100).filter(|_| b.try_retry(secs(boundary))).count(),
+            allowed
+        );
+        assert_eq!(b.status().requests, u64::from(recent));
+    }
 }
