@@ -1356,4 +1356,131 @@ mod tests {
             }
         }
     }
+
+    /// Rows with the given ids, in order (state and load do not matter to [`RowIndex`]).
+    fn entries(ids: &[u64]) -> Vec<VmEntry> {
+        ids.iter()
+            .map(|&id| VmEntry {
+                id: VmId(id),
+                state: VmState::Ready,
+                outstanding: 0,
+            })
+            .collect()
+    }
+
+    /// A [`RowIndex`] built as `VmTable::insert` builds it: one `push` per appended row.
+    fn pushed(ids: &[u64]) -> (RowIndex, Vec<VmEntry>) {
+        let rows = entries(ids);
+        let mut index = RowIndex::default();
+        for i in 0..rows.len() {
+            index.push(&rows[..=i], i, rows[i].id);
+        }
+        (index, rows)
+    }
+
+    /// Every id from `lo` to `hi` maps to its row in `rows`, or to none when absent.
+    fn assert_exact(index: &RowIndex, rows: &[VmEntry], lo: u64, hi: u64) {
+        for id in lo..=hi {
+            let want = rows.iter().position(|r| r.id == VmId(id));
+            assert_eq!(index.get(VmId(id)), want, "id {id}");
+        }
+    }
+
+    /// Issue 19 (missed mutants of `RowIndex::limit`): the index keeps at most
+    /// 4 slots per row plus 1024, so its memory stays within a few words per row.
+    #[test]
+    fn the_row_index_keeps_four_slots_per_row_plus_1024() {
+        for rows in [0usize, 3, 250] {
+            assert_eq!(RowIndex::limit(rows), 4 * rows + 1024, "{rows} rows");
+        }
+    }
+
+    /// Issue 19 (missed mutants of `RowIndex::rebuild` and `get`): a rebuilt index finds
+    /// every row of ids that do not start at 0 (contiguous, then with gaps) in O(1), and
+    /// no row for the ids between, before or after them.
+    #[test]
+    fn a_rebuilt_row_index_finds_each_row_from_its_id() {
+        let base = 600;
+        let ids: Vec<u64> = (base..base + 6).collect();
+        let rows = entries(&ids);
+        let mut index = RowIndex::default();
+        index.rebuild(&rows);
+        assert_exact(&index, &rows, 0, base + 10);
+        assert_eq!(index.get(VmId(base + 3)), Some(3));
+
+        let rows = entries(&[base + 10, base + 12, base + 17]);
+        index.rebuild(&rows);
+        assert_exact(&index, &rows, base, base + 30);
+        assert_eq!(index.get(VmId(base + 17)), Some(2));
+
+        // No rows: nothing found, not even the ids found before.
+        index.rebuild(&[]);
+        assert_eq!(index.get(VmId(base + 12)), None);
+    }
+
+    /// Issue 19: ids spanning exactly `limit(rows)` slots leave the rebuilt index empty
+    /// (every lookup goes to the binary search); one slot less is still indexed.
+    #[test]
+    fn a_rebuilt_row_index_stays_empty_from_the_limit_on() {
+        let base = 7;
+        let within = entries(&[base, base + RowIndex::limit(2) as u64 - 1]);
+        let mut index = RowIndex::default();
+        index.rebuild(&within);
+        assert_eq!(index.get(within[0].id), Some(0));
+        assert_eq!(index.get(within[1].id), Some(1));
+
+        let at = entries(&[base, base + RowIndex::limit(2) as u64]);
+        index.rebuild(&at);
+        assert_eq!(index.get(at[0].id), None);
+        assert_eq!(index.get(at[1].id), None);
+    }
+
+    /// Issue 19 (missed mutants of `RowIndex::push`): rows appended one by one are found
+    /// from their ids (contiguous and with gaps, from a base other than 0).
+    #[test]
+    fn pushed_rows_are_found_from_their_ids() {
+        let ids = [40, 41, 42, 45, 50];
+        let (index, rows) = pushed(&ids);
+        assert_exact(&index, &rows, 0, 60);
+        assert_eq!(index.get(VmId(45)), Some(3));
+    }
+
+    /// Issue 19: a push whose slot reaches `limit(rows)` empties the index; it stays
+    /// empty for later pushes until a push at row 0 (a fresh base) or a rebuild.
+    #[test]
+    fn a_push_at_the_limit_empties_the_row_index_until_row_zero_or_a_rebuild() {
+        let base = 30;
+        // One slot below the limit: kept.
+        let edge = base + RowIndex::limit(2) as u64 - 1;
+        let (index, rows) = pushed(&[base, edge]);
+        assert_eq!(index.get(VmId(base)), Some(0));
+        assert_eq!(index.get(VmId(edge)), Some(1));
+
+        // At the limit: emptied.
+        let far = base + RowIndex::limit(2) as u64;
+        let (mut index, _) = pushed(&[base, far]);
+        assert_eq!(index.get(VmId(base)), None);
+        assert_eq!(index.get(VmId(far)), None);
+
+        // A later push (its slot well within the limit of three rows) leaves it empty.
+        let rows3 = entries(&[base, far, far + 1]);
+        index.push(&rows3, 2, VmId(far + 1));
+        assert_eq!(index.get(VmId(far + 1)), None);
+        assert_eq!(index.get(VmId(base)), None);
+
+        // Row 0 pushed again (the table was emptied): its id is the new base.
+        let fresh = base + 5_000;
+        let rows1 = entries(&[fresh]);
+        index.push(&rows1, 0, VmId(fresh));
+        assert_eq!(index.get(VmId(fresh)), Some(0));
+        assert_eq!(index.get(VmId(base)), None);
+        let rows2 = entries(&[fresh, fresh + 2]);
+        index.push(&rows2, 1, VmId(fresh + 2));
+        assert_exact(&index, &rows2, fresh - 3, fresh + 5);
+
+        // A rebuild of rows within the limit indexes them again.
+        let (mut index, _) = pushed(&[base, far]);
+        index.rebuild(&rows);
+        assert_exact(&index, &rows, base - 2, edge + 2);
+    }
 }

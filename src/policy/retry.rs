@@ -200,4 +200,71 @@ mod tests {
         }
         assert_eq!((0..10).filter(|_| b.try_retry(secs(1.5))).count(), 3);
     }
+
+    /// Issue 19 (missed mutant `%` → `/` in `RetryBudget::roll`): requests count in the
+    /// bucket of their own slot, so as the window slides by fewer than `BUCKETS` slots
+    /// they leave it exactly one window after their slot began — not when another slot's
+    /// bucket is cleared. The retries granted show it.
+    #[test]
+    fn requests_stay_in_the_budget_for_one_window_as_it_slides() {
+        let p = RetryBudgetParams {
+            ratio: 0.3,
+            window: Duration::from_secs(10),
+            min_per_second: 0.0,
+        };
+        let slot = p.window.as_secs_f64() / BUCKETS as f64;
+        let mut b = RetryBudget::new(p);
+        let n = 10u32;
+        // All in slot 3 (not slot 0: its bucket index differs from slot / BUCKETS).
+        let sent = 3.5 * slot;
+        for _ in 0..n {
+            b.on_request(secs(sent));
+        }
+        let allowed = (p.ratio * f64::from(n)).floor() as usize;
+        // Slot 10: the window (slots 1..=10) slid by seven slots and still holds slot 3.
+        let later = sent + 7.0 * slot;
+        assert_eq!(
+            (0..100).filter(|_| b.try_retry(secs(later))).count(),
+            allowed
+        );
+        assert_eq!(b.status().requests, u64::from(n));
+        assert_eq!(b.status().retries, allowed as u64);
+        // Slot 13: slot 3 has left the window; the retries of slot 10 are still in it,
+        // and with no first attempts left nothing more is allowed.
+        let gone = sent + 10.0 * slot;
+        assert!(!b.try_retry(secs(gone)));
+        assert_eq!(b.status().requests, 0);
+        assert_eq!(b.status().retries, allowed as u64);
+    }
+
+    /// An event exactly at the start of a slot belongs to that slot: the bucket it reuses
+    /// (a window earlier) is cleared first, so the requests of that older slot no longer
+    /// raise the retries allowed. (Issue 19: `<` → `<=` in the fast path of
+    /// `RetryBudget::roll`.)
+    #[test]
+    fn an_event_at_a_slot_boundary_starts_the_new_slot() {
+        let p = RetryBudgetParams {
+            ratio: 0.4,
+            window: Duration::from_secs(10),
+            min_per_second: 0.0,
+        };
+        let slot = p.window.as_secs_f64() / BUCKETS as f64;
+        let mut b = RetryBudget::new(p);
+        let (old, recent) = (20u32, 5u32);
+        for _ in 0..old {
+            b.on_request(secs(0.5 * slot));
+        }
+        // The last slot of that window: the next event may fall on the boundary after it.
+        for _ in 0..recent {
+            b.on_request(secs((BUCKETS as f64 - 0.5) * slot));
+        }
+        // At exactly one window after slot 0 began, slot 0 has left the window.
+        let boundary = BUCKETS as f64 * slot;
+        let allowed = (p.ratio * f64::from(recent)).floor() as usize;
+        assert_eq!(
+            (0..100).filter(|_| b.try_retry(secs(boundary))).count(),
+            allowed
+        );
+        assert_eq!(b.status().requests, u64::from(recent));
+    }
 }
