@@ -158,10 +158,12 @@ if start_quickstart quickstart --access-log; then
   else
     fail "curl -s 127.0.0.1:9090/status | head -40"
   fi
-  if curl -s "http://$ADMIN/metrics" | grep -q '^spillway_requests_total{tier="vm",status="2xx"} 1'; then
+  # Polled (at most 10 s), not read once: in a fresh-clone CI run under load one
+  # single read missed it although the request had been served by the VM.
+  if wait_for "curl -s http://$ADMIN/metrics | grep -q '^spillway_requests_total{tier=\"vm\",status=\"2xx\"} 1'" 10; then
     pass "curl -s 127.0.0.1:9090/metrics | grep '^spillway_'"
   else
-    fail "curl -s 127.0.0.1:9090/metrics | grep '^spillway_'"
+    fail "curl -s 127.0.0.1:9090/metrics | grep '^spillway_' (expected vm 2xx = 1):"$'\n'"$(curl -s "http://$ADMIN/metrics" | grep '^spillway_requests_total')"
   fi
   if wait_for "grep -q 'spillway::access: request .*status=200 tier=vm' '$LOG'" 10; then
     pass "serve --access-log: one access line per request"
