@@ -115,6 +115,23 @@ fn not_sent(reason: NotSentReason) -> Failure {
     }
 }
 
+/// The adaptive r_max controller's parameters (a 5 s period, 10 req/s at the start).
+fn rmax() -> RMaxParams {
+    RMaxParams {
+        start_rps: 10.0,
+        target_quantile: 0.9,
+        target: ms(100),
+        kp: 0.1,
+        ki: 0.45,
+        kd: 0.03,
+        min_rps: 2.0,
+        max_rps: 40.0,
+        max_step_rps: 100.0,
+        period: Duration::from_secs(5),
+        min_load_fraction: 0.4,
+    }
+}
+
 mod retries {
     use super::*;
 
@@ -261,22 +278,6 @@ mod accessors {
             max_queue_wait: ms(4_000),
             default_processing: ms(100),
             fair_choice_window: ms(60_000),
-        }
-    }
-
-    fn rmax() -> RMaxParams {
-        RMaxParams {
-            start_rps: 10.0,
-            target_quantile: 0.9,
-            target: ms(100),
-            kp: 0.1,
-            ki: 0.45,
-            kd: 0.03,
-            min_rps: 2.0,
-            max_rps: 40.0,
-            max_step_rps: 100.0,
-            period: Duration::from_secs(5),
-            min_load_fraction: 0.4,
         }
     }
 
@@ -613,20 +614,8 @@ fn a_cancelled_boot_drops_only_its_own_deadline() {
 /// raised; the report shows the requests per ready-VM second it judged by.
 #[test]
 fn adaptive_r_max_holds_when_the_ready_vms_ran_light() {
-    let period = Duration::from_secs(5);
-    let params = RMaxParams {
-        start_rps: 10.0,
-        target_quantile: 0.9,
-        target: ms(100),
-        kp: 0.1,
-        ki: 0.45,
-        kd: 0.03,
-        min_rps: 2.0,
-        max_rps: 40.0,
-        max_step_rps: 100.0,
-        period,
-        min_load_fraction: 0.4,
-    };
+    let params = rmax();
+    let period = params.period;
     let mut core = Core::new(
         CoreParams {
             controller: ControllerParams {
