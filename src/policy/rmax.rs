@@ -22,14 +22,22 @@
 //! * **Limits**, in this order: the step from the current r_max is at most
 //!   `max_step_rps` (rate limit), then the result is clamped to `[min_rps, max_rps]`.
 //!
-//! # Anti-windup: conditional integration
+//! # Anti-windup: back-calculation at the rate limit, conditional integration at a bound
 //!
-//! The integrator `I` is only updated when the new value is not limited, or when it is
-//! limited but the error pulls back out of the limit. When the rate limit or a bound cut
-//! the commanded r_max and the error pushes further in the same direction, `I` keeps its
-//! value (clamping), so it never runs ahead of what was applied and there is no overshoot
-//! when the limit releases. Two more holds keep the loop from integrating on periods that
-//! carry no information about r_max:
+//! * **Rate limit** (`max_step_rps` cut the step): the integrator is set to the applied
+//!   position, `I = ln(r_max / r₀)`, so the next command starts from the r_max in force.
+//!   Holding `I` there instead would leave it at its value before a long rate-limited
+//!   descent (from an overloaded start, `I` stays near 0, i.e. at `r₀`); once the error
+//!   shrinks near the target, the command jumps back towards `r₀` and the rate limit
+//!   sends r_max up one full step into overload again — a limit cycle of one step
+//!   (seen: 20 ↔ 26 req/s from a start of 35).
+//! * **Bound** (`min_rps` / `max_rps` cut the command): `I` is only updated when the
+//!   error pulls back out of the bound; while it pushes further in, `I` keeps its value
+//!   (clamping), so it never runs ahead of what was applied and r_max leaves the bound in
+//!   the first period whose error points the other way.
+//!
+//! Two more holds keep the loop from integrating on periods that carry no information
+//! about r_max:
 //! * fewer than `⌈1 / (1 − q)⌉` samples (a p99 needs 100 responses to exist): the window is
 //!   extended into the next period instead of adjusting (`too_few_samples`);
 //! * latency below target while the VMs ran below `min_load_fraction · r_max` requests/s
@@ -363,10 +371,16 @@ impl RMaxController {
         } else {
             None
         };
-        // Conditional integration: keep I when a limit cut the command and the error
-        // pushes further into it.
-        let winding = limit.is_some() && (command - next) * e > 0.0;
-        if !winding {
+        if limit == Some(Limit::Step) {
+            // Back-calculation: after a rate-limited step the integrator takes the
+            // applied position, `I = ln(r_max / r₀)`, so the next command starts from
+            // the r_max in force. Holding I instead (as at a bound) leaves it at the
+            // value before the descent, and once the error shrinks the command jumps
+            // back towards it: a limit cycle of one rate-limit step.
+            self.integral = (next / self.p.start_rps).ln();
+        } else if limit.is_none() || (command - next) * e <= 0.0 {
+            // Conditional integration: at a bound, keep I while the error pushes
+            // further into it.
             self.integral = integral;
         }
         self.prev_error = Some(e);
@@ -508,12 +522,42 @@ mod tests {
         let s = steps(&traj);
         // Overloaded (y = 60 s, e = −1): rate-limited steps of max_step_rps, then the
         // error is measured on the curve and the steps shrink.
+        // Steps below 1 % of r* (0.2 req/s) are the alternating proportional mode
+        // around the settled value (see the module's tuning notes), not a trend.
         let free = s.iter().position(|d| *d < 6.0 - 1e-9).unwrap();
         assert!(s[..free].iter().all(|d| (d - 6.0).abs() < 1e-9), "{s:?}");
+        let fine = s.iter().position(|d| *d < 0.2).unwrap();
+        assert!(fine > free, "{s:?}");
         assert!(
-            s[free..].windows(2).all(|w| w[1] <= w[0] + 1e-9),
+            s[free..fine].windows(2).all(|w| w[1] <= w[0] + 1e-9),
             "shrinking after the rate limit: {s:?} ({traj:?})"
         );
+        assert!(s[fine..].iter().all(|d| *d < 0.2), "stays settled: {s:?}");
+    }
+
+    /// The limit cycle the noisy property found at random (a 20 ↔ 26 req/s cycle from a
+    /// high start): while the rate limit cut every step down from 35, conditional
+    /// integration held `I` at 0, so once the latency neared the target the command
+    /// jumped back towards the start value (`r₀·e^(kp·e + ki·e)`) and the rate limit
+    /// sent r_max up by a full step into overload again. Back-calculating `I` to the
+    /// applied r_max after a rate-limited step lets it settle.
+    #[test]
+    fn from_above_capacity_the_rate_limited_descent_settles_instead_of_cycling() {
+        for start in [35.0, 38.0, 45.0, 60.0] {
+            let mut c = RMaxController::new(params(start));
+            let traj = run(&mut c, 30, mm1, |_| 1.0);
+            let tail = &traj[15..];
+            assert!(
+                tail.iter().all(|r| (r / 20.0 - 1.0).abs() <= 0.05),
+                "from {start}: settles within 5 % of 20 by period 15: {traj:?}"
+            );
+            let overload = 20.0 / 0.6;
+            let first_under = traj.iter().position(|r| *r < overload).unwrap();
+            assert!(
+                traj[first_under..].iter().all(|r| *r < overload),
+                "from {start}: never back into overload once below capacity: {traj:?}"
+            );
+        }
     }
 
     #[test]
