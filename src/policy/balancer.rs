@@ -1357,6 +1357,36 @@ mod tests {
         }
     }
 
+    /// Issue 19 (`EpochQuota::roll`): with an epoch of 250 ms (not 1 s, so an epoch's
+    /// start `i·E` is not `i + E`), each epoch `[i·E, (i+1)·E)` admits its own quota:
+    /// the last nanosecond before a boundary still counts against the closing epoch, the
+    /// boundary itself opens the next one. ρ = 0.6, vm_reqs = 20 req/s → 0.6·20·0.25 = 3
+    /// per epoch.
+    #[test]
+    fn a_quarter_second_quota_opens_each_epoch_exactly_at_its_start() {
+        let epoch = Duration::from_millis(250);
+        let mut b =
+            VmFirst::new(0.6).with_budget_rule(BudgetRule::Quota { truncate: false }, epoch);
+        b.set_vm_budget(Time::ZERO, 20.0);
+        let per_epoch = (0.6_f64 * 20.0 * 0.25).round() as usize;
+        assert_eq!(per_epoch, 3);
+        let vms = table(1);
+        let plain = RequestMeta::default();
+        let mut vm =
+            |now: Time| matches!(b.route(now, &plain, Attempt::First, &vms), Route::Vm { .. });
+        let ns = Duration::from_nanos;
+        for i in [0u32, 1, 2, 3, 7] {
+            let start = epoch * i;
+            let end = epoch * (i + 1);
+            // The first admission at the epoch's very start (the boundary opens it, also
+            // after the quiet epochs 4–6), the last one in its last nanosecond.
+            assert!(vm(start), "epoch {i} opens at {start:?}");
+            assert!(vm(start + epoch / 2), "epoch {i}");
+            assert!(vm(end - ns(1)), "epoch {i}: its last nanosecond");
+            assert!(!vm(end - ns(1)), "epoch {i}: quota of {per_epoch} used up");
+        }
+    }
+
     /// Rows with the given ids, in order (state and load do not matter to [`RowIndex`]).
     fn entries(ids: &[u64]) -> Vec<VmEntry> {
         ids.iter()
