@@ -1387,6 +1387,20 @@ mod tests {
         }
     }
 
+    /// BUG (reported in issue 19, not fixed): with the quota rule a deferred asynchronous
+    /// call released in idle mode asks `take_deferred_token`, which takes from the token
+    /// bucket — a bucket the quota rule never fills — so no deferred call is ever
+    /// admitted to a VM however much of the epoch's quota is left.
+    #[test]
+    #[ignore = "bug: VmFirst::take_deferred_token ignores the quota rule"]
+    fn deferred_calls_take_room_in_the_epoch_quota() {
+        let mut b = quota(0.5, false); // E = 1 s
+        b.set_vm_budget(Time::ZERO, 8.0); // 0.5·8 = 4 per epoch
+        let t = Duration::from_millis(100);
+        let admitted = (0..10).filter(|_| b.take_deferred_token(t)).count();
+        assert_eq!(admitted, 4);
+    }
+
     /// Rows with the given ids, in order (state and load do not matter to [`RowIndex`]).
     fn entries(ids: &[u64]) -> Vec<VmEntry> {
         ids.iter()
