@@ -201,19 +201,25 @@ mod tests {
         assert_eq!((0..10).filter(|_| b.try_retry(secs(1.5))).count(), 3);
     }
 
+    /// A budget over a 10 s window with no floor, its parameters and its slot length
+    /// (seconds).
+    fn sliding(ratio: f64) -> (RetryBudgetParams, f64, RetryBudget) {
+        let p = RetryBudgetParams {
+            ratio,
+            window: Duration::from_secs(10),
+            min_per_second: 0.0,
+        };
+        let slot = p.window.as_secs_f64() / BUCKETS as f64;
+        (p, slot, RetryBudget::new(p))
+    }
+
     /// Issue 19 (missed mutant `%` → `/` in `RetryBudget::roll`): requests count in the
     /// bucket of their own slot, so as the window slides by fewer than `BUCKETS` slots
     /// they leave it exactly one window after their slot began — not when another slot's
     /// bucket is cleared. The retries granted show it.
     #[test]
     fn requests_stay_in_the_budget_for_one_window_as_it_slides() {
-        let p = RetryBudgetParams {
-            ratio: 0.3,
-            window: Duration::from_secs(10),
-            min_per_second: 0.0,
-        };
-        let slot = p.window.as_secs_f64() / BUCKETS as f64;
-        let mut b = RetryBudget::new(p);
+        let (p, slot, mut b) = sliding(0.3);
         let n = 10u32;
         // All in slot 3 (not slot 0: its bucket index differs from slot / BUCKETS).
         let sent = 3.5 * slot;
@@ -243,13 +249,7 @@ mod tests {
     /// `RetryBudget::roll`.)
     #[test]
     fn an_event_at_a_slot_boundary_starts_the_new_slot() {
-        let p = RetryBudgetParams {
-            ratio: 0.4,
-            window: Duration::from_secs(10),
-            min_per_second: 0.0,
-        };
-        let slot = p.window.as_secs_f64() / BUCKETS as f64;
-        let mut b = RetryBudget::new(p);
+        let (p, slot, mut b) = sliding(0.4);
         let (old, recent) = (20u32, 5u32);
         for _ in 0..old {
             b.on_request(secs(0.5 * slot));
