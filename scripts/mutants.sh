@@ -22,6 +22,12 @@ command -v cargo-mutants >/dev/null || {
   echo "cargo-mutants is required: cargo install cargo-mutants --locked" >&2; exit 2; }
 
 out_root=${MUTANTS_OUT:-${CARGO_TARGET_DIR:-target}/mutants}
+# cargo-mutants builds each mutant in a copy of the tree, but with CARGO_TARGET_DIR set
+# the copy builds into that shared directory: the last mutant's spillway-policy (same
+# crate hash: cargo hashes paths relative to the workspace) stays there and a later
+# `cargo test` of the real tree can take it as fresh and fail (seen). So the copies
+# build in their own target directory (~20 s more for the unmutated build).
+mutants() { env -u CARGO_TARGET_DIR cargo mutants "$@"; }
 common=(--package spillway-policy --test-tool cargo -j "${MUTANTS_JOBS:-1}" --timeout "${MUTANTS_TIMEOUT:-30}"
         --build-timeout "${MUTANTS_BUILD_TIMEOUT:-300}" --no-shuffle)
 # Extra cargo-mutants options, e.g. MUTANTS_EXTRA='-E monitor.rs:(99|109):' to leave
@@ -52,7 +58,7 @@ if [ "${1:-}" = "--in-diff" ]; then
     echo "mutants: the diff touches no policy code"; exit 0
   fi
   mkdir -p "$out_root/in-diff"
-  cargo mutants "${common[@]}" --in-diff "$diff" --file 'src/policy/**/*.rs' \
+  mutants "${common[@]}" --in-diff "$diff" --file 'src/policy/**/*.rs' \
     --output "$out_root/in-diff" "${test_args[@]}" || status=$?
   summary "$out_root/in-diff" "in-diff"
   exit "$status"
@@ -67,7 +73,7 @@ args=()
 for f in "${files[@]}"; do args+=(--file "$f"); done
 out="$out_root/policy"
 mkdir -p "$out"
-cargo mutants "${common[@]}" --baseline "${MUTANTS_BASELINE:-run}" "${args[@]}" \
+mutants "${common[@]}" --baseline "${MUTANTS_BASELINE:-run}" "${args[@]}" \
   --output "$out" "${test_args[@]}" || status=$?
 # 0: all caught; 2: some missed; 3: some timed out (cargo-mutants exit codes).
 for f in "${files[@]}"; do
