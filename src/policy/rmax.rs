@@ -358,6 +358,13 @@ impl RMaxController {
         let integral = self.integral + self.p.ki * e;
         let command = (self.p.start_rps.ln() + p + integral + d).exp();
         let command = if command.is_nan() { self.r } else { command };
+        // `exp(ln r)` may differ from r in the last bits: a command within rounding of
+        // the current r_max is no adjustment (no changed r_max, log line or count).
+        let command = if (command - self.r).abs() <= 1e-12 * self.r {
+            self.r
+        } else {
+            command
+        };
         let stepped = command.clamp(self.r - self.p.max_step_rps, self.r + self.p.max_step_rps);
         let next = stepped.clamp(self.p.min_rps, self.p.max_rps);
         let limit = if next != stepped {
