@@ -327,3 +327,27 @@ fn at_the_upper_bound_the_integrator_holds_when_pushed_and_moves_when_pulled() {
     let want = 100.0 * (-KP + KI * e1 - KI + KD * (-1.0 - e1)).exp();
     assert!(close(r2, want), "{r2} vs {want}");
 }
+
+/// The "no adjustment within rounding" tolerance is relative to r_max: for large r_max
+/// `exp(ln r)` misses r by several ulps (more than 1e-12 / r), and a period exactly on
+/// target must still leave r_max exactly where it was. (In-diff mutant `* r` → `/ r`.)
+#[test]
+fn a_period_on_target_leaves_a_large_r_max_exactly_unchanged() {
+    let starts: Vec<f64> = (100..20_000)
+        .map(f64::from)
+        .filter(|r| (r.ln().exp() - r).abs() > 1e-12 / r)
+        .take(20)
+        .collect();
+    assert_eq!(starts.len(), 20, "{starts:?}");
+    for start in starts {
+        let mut c = RMaxController::new(RMaxParams {
+            max_rps: 20_000.0,
+            ..params(start)
+        });
+        c.set_ready_vms(Time::ZERO, 1);
+        assert_eq!(period(&mut c, 1, 10, 1000), None, "start {start}");
+        let st = c.status();
+        assert_eq!((st.r_max_rps, st.adjustments), (start, 0), "start {start}");
+        assert_eq!(st.last.unwrap().error, Some(0.0));
+    }
+}
