@@ -18,20 +18,25 @@
 //! * **Output** acts on `ln r_max` (position form, referenced to the start value `r₀`):
 //!   `ln r = ln r₀ + kp·e + I + kd·(e − e_prev)` with `I ← I + ki·e`, gains per period and
 //!   dimensionless: `ki = 0.5` moves r_max by `e^(0.5·e)`, ≈ +5 % for a latency 10 % below
-//!   target. So "latency above target → lower r_max" holds for any positive gains.
+//!   target. So for any positive gains the integral term pushes r_max down while the
+//!   latency is above target; the proportional and derivative terms can still move it up
+//!   a little in a period whose (negative) error is smaller than the last one's.
 //! * **Limits**, in this order: the step from the current r_max is at most
 //!   `max_step_rps` (rate limit), then the result is clamped to `[min_rps, max_rps]`.
 //!
 //! # Anti-windup: back-calculation at the rate limit, conditional integration at a bound
 //!
-//! * **Rate limit** (`max_step_rps` cut the step): the integrator is set to the applied
-//!   position, `I = ln(r_max / r₀)`, so the next command starts from the r_max in force.
+//! * **Rate limit** (`max_step_rps` cut the step, whether or not a bound then cut it
+//!   further): the integrator is set to the applied position, `I = ln(r_max / r₀)`, so
+//!   the next command starts from the r_max in force (with this period's P and D terms
+//!   kept in `I`: the textbook `ln(r_max / r₀) − p − d` cycled worse in the tests' plant).
 //!   Holding `I` there instead would leave it at its value before a long rate-limited
 //!   descent (from an overloaded start, `I` stays near 0, i.e. at `r₀`); once the error
 //!   shrinks near the target, the command jumps back towards `r₀` and the rate limit
 //!   sends r_max up one full step into overload again — a limit cycle of one step
 //!   (seen: 20 ↔ 26 req/s from a start of 35).
-//! * **Bound** (`min_rps` / `max_rps` cut the command): `I` is only updated when the
+//! * **Bound** (`min_rps` / `max_rps` cut a command the rate limit let through): `I` is
+//!   only updated when the
 //!   error pulls back out of the bound; while it pushes further in, `I` keeps its value
 //!   (clamping), so it never runs ahead of what was applied and r_max leaves the bound in
 //!   the first period whose error points the other way.
@@ -43,7 +48,7 @@
 //! * latency below target while the VMs ran below `min_load_fraction · r_max` requests/s
 //!   each (ready-VM seconds of the period): r_max did not limit them, so their low latency
 //!   says nothing about it and r_max is not raised (`vms_below_r_max`). A latency above
-//!   target always lowers r_max (the safe direction).
+//!   target is never held (the safe direction).
 //!
 //! # Tuning (the defaults of `libra.r_max_adaptive`)
 //!
@@ -378,10 +383,12 @@ impl RMaxController {
         } else {
             None
         };
-        if limit == Some(Limit::Step) {
-            // Back-calculation: after a rate-limited step the integrator takes the
-            // applied position, `I = ln(r_max / r₀)`, so the next command starts from
-            // the r_max in force. Holding I instead (as at a bound) leaves it at the
+        if stepped != command {
+            // Back-calculation: after a rate-limited step (also one that a bound then
+            // cut further) the integrator takes the applied position,
+            // `I = ln(r_max / r₀)`, so the next command starts from the r_max in force
+            // (plus this period's P and D, deliberately kept in I: the textbook
+            // `I = ln(r_max / r₀) − p − d` cycled worse in the tests' plant). Holding I instead (as at a bound) leaves it at the
             // value before the descent, and once the error shrinks the command jumps
             // back towards it: a limit cycle of one rate-limit step.
             self.integral = (next / self.p.start_rps).ln();
@@ -565,6 +572,36 @@ mod tests {
                 "from {start}: never back into overload once below capacity: {traj:?}"
             );
         }
+    }
+
+    /// The rate limit and a bound cut the same step: a descent from 50 onto
+    /// `min_rps` 14.8 just under the true r_max 15. The integrator takes the applied
+    /// position there too; holding it (as for a bound alone) kept it one step above the
+    /// bound, and the next period jumped back to 20.7 req/s, 2.3× the latency target.
+    #[test]
+    fn a_step_cut_again_by_a_bound_still_back_calculates() {
+        // M/M/1-like: s = 100 ms, capacity 25 req/s: the 250 ms target at 15 req/s.
+        let curve = |r: f64| {
+            let (s, c) = (0.1, 25.0);
+            if r < c {
+                Duration::from_secs_f64(s / (1.0 - r / c))
+            } else {
+                Duration::from_secs(60)
+            }
+        };
+        let mut c = RMaxController::new(RMaxParams {
+            min_rps: 14.8,
+            ..params(50.0)
+        });
+        let traj = run(&mut c, 14, curve, |_| 1.0);
+        let at_min = traj
+            .iter()
+            .position(|r| *r == 14.8)
+            .expect("reaches min_rps");
+        assert!(
+            traj[at_min..].iter().all(|r| *r <= 15.0 * 1.05),
+            "stays within 5 % of 15 once at the bound: {traj:?}"
+        );
     }
 
     #[test]
