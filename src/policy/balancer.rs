@@ -1394,11 +1394,34 @@ mod tests {
     /// got a VM (found by the mutation run of issue 19).
     #[test]
     fn deferred_calls_take_room_in_the_epoch_quota() {
-        let mut b = quota(0.5, false); // E = 1 s
-        b.set_vm_budget(Time::ZERO, 8.0); // 0.5·8 = 4 per epoch
+        // ρ = 0.6, vm_reqs = 10 req/s, 1 s epochs: 6 VM admissions per epoch, shared by
+        // requests and deferred calls.
+        let mut b = quota(0.6, false);
+        b.set_vm_budget(Time::ZERO, 10.0);
+        let per_epoch = (0.6_f64 * 10.0).round() as usize;
+        let vms = table(1);
+        let plain = RequestMeta::default();
         let t = Duration::from_millis(100);
-        let admitted = (0..10).filter(|_| b.take_deferred_token(t)).count();
-        assert_eq!(admitted, 4);
+        // Two requests first: the deferred calls get what is left of the quota.
+        for _ in 0..2 {
+            assert!(matches!(
+                b.route(t, &plain, Attempt::First, &vms),
+                Route::Vm { .. }
+            ));
+        }
+        let deferred = (0..10).filter(|_| b.take_deferred_token(t)).count();
+        assert_eq!(deferred, per_epoch - 2);
+        // And a request after them finds the epoch's quota used up.
+        assert!(!matches!(
+            b.route(t, &plain, Attempt::First, &vms),
+            Route::Vm { .. }
+        ));
+        // The next epoch opens a fresh quota for deferred calls too.
+        let next = Duration::from_millis(1_100);
+        assert_eq!(
+            (0..10).filter(|_| b.take_deferred_token(next)).count(),
+            per_epoch
+        );
     }
 
     /// Rows with the given ids, in order (state and load do not matter to [`RowIndex`]).
