@@ -2,18 +2,18 @@
 # Mutation testing of the policy core (issue 19) with cargo-mutants
 # (`cargo install cargo-mutants --locked`): every mutant of the given files must make
 # a policy test fail. One job by default (MUTANTS_JOBS=2: two copies building and testing
-# side by side); shards through MUTANTS_EXTRA (`--shard 0/2`). Results under $MUTANTS_OUT (default
-# target/mutants/policy): caught.txt, missed.txt, timeout.txt, unviable.txt, and a count
-# per file on stdout.
+# side by side); shards through MUTANTS_EXTRA (`--shard 0/2`). Results under $MUTANTS_OUT/policy/mutants.out
+# ($MUTANTS_OUT/in-diff/mutants.out for --in-diff; MUTANTS_OUT defaults to
+# ${CARGO_TARGET_DIR:-target}/mutants): caught.txt, missed.txt, timeout.txt,
+# unviable.txt, and a count per file on stdout.
 #
 #   scripts/mutants.sh                          # every file of src/policy
 #   scripts/mutants.sh src/policy/monitor.rs    # one file
 #   scripts/mutants.sh --in-diff changes.diff   # only mutants in changed policy lines
 #
 # Tests run: every test of the policy crate (src/policy is its own crate,
-# spillway-policy): its unit tests, src/policy/tests/policy_props.rs and
-# src/policy/tests/policy_units.rs (`cargo test -p spillway-policy`, ~4 s on an idle
-# machine). Only that crate is rebuilt per mutant (~2 s), not the gateway.
+# spillway-policy): its unit tests and every src/policy/tests/*.rs
+# (`cargo test -p spillway-policy`, ~4 s on an idle machine). Only that crate is rebuilt per mutant (~2 s), not the gateway.
 # Timeouts: 30 s per test run (a mutant that loops forever is a timeout), 300 s per
 # build. MUTANTS_BASELINE=skip skips the unmutated run.
 set -euo pipefail
