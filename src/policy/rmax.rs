@@ -362,10 +362,10 @@ impl RMaxController {
         let d = self.prev_error.map_or(0.0, |prev| self.p.kd * (e - prev));
         let integral = self.integral + self.p.ki * e;
         let command = (self.p.start_rps.ln() + p + integral + d).exp();
-        let command = if command.is_nan() { self.r } else { command };
-        // `exp(ln r)` may differ from r in the last bits: a command within rounding of
-        // the current r_max is no adjustment (no changed r_max, log line or count).
-        let command = if (command - self.r).abs() <= 1e-12 * self.r {
+        // A NaN command, or one within rounding of the current r_max (`exp(ln r)` may
+        // differ from r in the last bits), is no adjustment: no changed r_max, log line
+        // or count.
+        let command = if command.is_nan() || (command - self.r).abs() <= 1e-12 * self.r {
             self.r
         } else {
             command
@@ -384,13 +384,8 @@ impl RMaxController {
             None
         };
         if stepped != command {
-            // Back-calculation: after a rate-limited step (also one that a bound then
-            // cut further) the integrator takes the applied position,
-            // `I = ln(r_max / r₀)`, so the next command starts from the r_max in force
-            // (plus this period's P and D, deliberately kept in I: the textbook
-            // `I = ln(r_max / r₀) − p − d` cycled worse in the tests' plant). Holding I instead (as at a bound) leaves it at the
-            // value before the descent, and once the error shrinks the command jumps
-            // back towards it: a limit cycle of one rate-limit step.
+            // Back-calculation after a rate-limited step, also one a bound then cut
+            // further: I takes the applied position (module docs, "Anti-windup").
             self.integral = (next / self.p.start_rps).ln();
         } else if limit.is_none() || (command - next) * e <= 0.0 {
             // Conditional integration: at a bound, keep I while the error pushes
