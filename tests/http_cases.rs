@@ -1261,3 +1261,84 @@ fn connection_limits_close_connections_over_the_total_and_per_client_ip() {
     }
     assert!(stub.requests_to("/a-over").is_empty() && stub.requests_to("/c-over").is_empty());
 }
+
+/// TCP half-close: a client that sends a complete request and then shuts down its write
+/// side (`shutdown(SHUT_WR)`, as some HTTP/1 clients and probes do) is served — a GET
+/// and a POST with a body — and the upstream gets each request once.
+#[test]
+fn a_request_followed_by_a_write_shutdown_is_answered() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(get("/half-closed").as_bytes())
+        .shutdown_write()
+        .response()
+        .expect("an answer after the client's write shutdown");
+    assert_eq!(String::from_utf8_lossy(&r.body), "path=/half-closed");
+    assert!(c.closed(), "closed after the answer");
+
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(b"POST /half-closed-post HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+        .shutdown_write()
+        .response()
+        .expect("an answer to the POST");
+    assert_eq!(r.status, 200);
+    // HTTP/1.0 without keep-alive, and a request split over two writes.
+    let mut c = Client::connect(gw.proxy);
+    c.send(b"GET /half-closed-10 HTTP/1.0\r\n");
+    c.send(b"\r\n");
+    let r = c.shutdown_write().response().expect("HTTP/1.0");
+    assert_eq!(r.status, 200);
+    assert_eq!(stub.requests_to("/half-closed").len(), 1);
+    let post = stub.requests_to("/half-closed-post");
+    assert_eq!(post.len(), 1);
+    assert_eq!(post[0].body, b"hello");
+    assert_eq!(stub.requests_to("/half-closed-10").len(), 1);
+}
+
+/// Header names with `_`: a backend that folds `_` into `-` (CGI, WSGI, many frameworks)
+/// would read `X_Forwarded_For` or `X_Real_IP` as the headers the gateway controls. By
+/// default such fields are dropped (the request is forwarded without them);
+/// `reject_request` answers 400 and forwards nothing; `allow` passes them unchanged.
+#[test]
+fn header_names_with_underscores_are_dropped_by_default() {
+    let stub = Stub::start(scripted);
+    let forged = "GET /u HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 10.6.6.6\r\nX_Real_IP: 10.6.6.6\r\nX-Auth_User: admin\r\nX-Plain: kept\r\n\r\n";
+    let gw = static_gateway(&[stub.url()], "");
+    assert_eq!(status_of(gw.proxy, forged), 200);
+    let got = &stub.requests_to("/u")[0];
+    assert!(
+        got.headers.iter().all(|(k, _)| !k.contains('_')),
+        "{:?}",
+        got.headers
+    );
+    assert!(
+        got.headers
+            .iter()
+            .all(|(_, v)| !v.contains("10.6.6.6") && v != "admin"),
+        "{:?}",
+        got.headers
+    );
+    assert_eq!(got.all("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(got.all("x-plain"), ["kept"]);
+
+    let reject = static_gateway(
+        &[stub.url()],
+        "  headers_with_underscores_action: reject_request",
+    );
+    assert_eq!(
+        status_of(reject.proxy, &forged.replace("/u", "/u-reject")),
+        400
+    );
+    assert!(stub.requests_to("/u-reject").is_empty());
+
+    let allow = static_gateway(&[stub.url()], "  headers_with_underscores_action: allow");
+    assert_eq!(
+        status_of(allow.proxy, &forged.replace("/u", "/u-allow")),
+        200
+    );
+    let got = &stub.requests_to("/u-allow")[0];
+    assert_eq!(got.all("x_real_ip"), ["10.6.6.6"]);
+}

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigIssue;
-use crate::net::validate::{self, EscapedSlashesAction, PathRules, RequestRules};
+use crate::net::validate::{
+    self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
+};
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
@@ -226,6 +228,10 @@ pub struct GatewayConfig {
     /// Most client connections from one client IP address (peers in `trusted_proxies`
     /// only count towards `max_connections`). Absent: a quarter of `max_connections`.
     pub max_connections_per_client_ip: Option<usize>,
+    /// Request header fields whose name holds `_` (`X_Forwarded_For`, which CGI/WSGI-style
+    /// backends read as `X-Forwarded-For`): `drop_header` (default), `reject_request`
+    /// (400) or `allow` (Envoy's option of that name).
+    pub headers_with_underscores_action: UnderscoresAction,
 }
 
 impl GatewayConfig {
@@ -302,6 +308,7 @@ impl GatewayConfig {
                 merge_slashes: self.merge_slashes,
                 escaped_slashes: self.path_with_escaped_slashes_action,
             },
+            underscores: self.headers_with_underscores_action,
         }
     }
 }
@@ -322,6 +329,7 @@ impl Default for GatewayConfig {
             http2_keepalive_timeout_seconds: DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
             max_connections: None,
             max_connections_per_client_ip: None,
+            headers_with_underscores_action: UnderscoresAction::DropHeader,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,

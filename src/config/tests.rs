@@ -318,6 +318,7 @@ fn request_limits_and_path_options_are_checked_and_mapped() {
                 merge_slashes: false,
                 escaped_slashes: crate::net::validate::EscapedSlashesAction::UnescapeAndRedirect,
             },
+            underscores: crate::net::validate::UnderscoresAction::DropHeader,
         }
     );
     // Defaults: 16 KiB, 100 fields, 8 KiB targets, normalize + merge, reject escaped

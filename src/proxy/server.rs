@@ -644,6 +644,9 @@ impl Connections {
             // The header-read deadline is `lifetime`'s: hyper's timer would also run
             // between keep-alive requests.
             .header_read_timeout(None)
+            // A client that sends its request and then shuts down its write side
+            // (`shutdown(SHUT_WR)`) still gets the answer (HAProxy does the same).
+            .half_close(true)
             .keep_alive(true)
             // Header limits: hyper answers 431 itself past these outer
             // bounds (more fields than the limit; a head that does not fit its read
