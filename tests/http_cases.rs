@@ -224,6 +224,18 @@ fn scripted(req: &StubRequest) -> Reply {
                 .to_vec(),
         ),
         "/hold" => Reply::Hold,
+        "/many-headers" => {
+            let fields: String = (0..101).map(|i| format!("X-R{i}: v\r\n")).collect();
+            Reply::Raw(format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok").into_bytes())
+        }
+        "/big-head" => Reply::Raw(
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 2\r\n\r\nok",
+                "b".repeat(10_000)
+            )
+            .into_bytes(),
+        ),
+        "/garbled" => raw_reply("HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok"),
         _ => ok_reply(req),
     }
 }
@@ -1341,4 +1353,45 @@ fn header_names_with_underscores_are_dropped_by_default() {
     );
     let got = &stub.requests_to("/u-allow")[0];
     assert_eq!(got.all("x_real_ip"), ["10.6.6.6"]);
+}
+
+/// A response that arrived but cannot be parsed — more header fields than
+/// `max_response_header_count`, a head over `max_response_header_bytes`, a garbled status
+/// line — is answered 502 and the request (an idempotent GET, which a failure before any
+/// response byte would re-send) is not sent again: not to the VM, not to the function
+/// tier. The limits are settings.
+#[test]
+fn an_unparsable_response_is_a_502_and_never_sent_again() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "  max_response_header_bytes: 8192");
+    for path in ["/many-headers", "/big-head", "/garbled"] {
+        assert_eq!(status_of(gw.proxy, &get(path)), 502, "{path}");
+        assert_eq!(stub.requests_to(path).len(), 1, "{path} sent again");
+    }
+    let s = gw.status();
+    assert_eq!(
+        u64_at(&s, "/routed/function"),
+        0,
+        "replayed on the function tier"
+    );
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_retries_total",
+            &[r#"kind="connect_failure""#]
+        ),
+        0.0
+    );
+
+    // Raised limits: the same responses are forwarded.
+    let roomy = static_gateway(
+        &[stub.url()],
+        "  max_response_header_count: 150\n  max_response_header_bytes: 20000",
+    );
+    for path in ["/many-headers", "/big-head"] {
+        let r = one(roomy.proxy, &get(path)).expect(path);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]), "{path}");
+    }
 }

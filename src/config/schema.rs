@@ -232,6 +232,12 @@ pub struct GatewayConfig {
     /// backends read as `X-Forwarded-For`): `drop_header` (default), `reject_request`
     /// (400) or `allow` (Envoy's option of that name).
     pub headers_with_underscores_action: UnderscoresAction,
+    /// Most header fields in an upstream response head; more → 502, and the request is
+    /// not sent again (its upstream processed it).
+    pub max_response_header_count: usize,
+    /// Largest upstream response head (status line and header fields), bytes; larger →
+    /// 502, not sent again. At least 8192 is used.
+    pub max_response_header_bytes: usize,
 }
 
 impl GatewayConfig {
@@ -330,6 +336,8 @@ impl Default for GatewayConfig {
             max_connections: None,
             max_connections_per_client_ip: None,
             headers_with_underscores_action: UnderscoresAction::DropHeader,
+            max_response_header_count: 100,
+            max_response_header_bytes: 64 * 1024,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -1147,6 +1155,21 @@ impl Config {
             is.push(
                 "gateway.max_header_count",
                 format!("must be in [1, 10000], got {}", g.max_header_count),
+            );
+        }
+        if !(1..=10_000).contains(&g.max_response_header_count) {
+            is.push(
+                "gateway.max_response_header_count",
+                format!("must be in [1, 10000], got {}", g.max_response_header_count),
+            );
+        }
+        if !(8192..=MAX_HEAD_LIMIT_BYTES).contains(&g.max_response_header_bytes) {
+            is.push(
+                "gateway.max_response_header_bytes",
+                format!(
+                    "must be in [8192, {MAX_HEAD_LIMIT_BYTES}], got {}",
+                    g.max_response_header_bytes
+                ),
             );
         }
         if g.max_concurrent_streams == 0 {

@@ -195,10 +195,16 @@ impl Server {
             super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
         let client = client.unwrap_or_else(|| {
-            UpstreamClient::new(ClientSettings {
-                connect_timeout: secs(g.connect_timeout_seconds),
-                idle_timeout: secs(g.idle_timeout_seconds),
-            })
+            UpstreamClient::with_limits(
+                ClientSettings {
+                    connect_timeout: secs(g.connect_timeout_seconds),
+                    idle_timeout: secs(g.idle_timeout_seconds),
+                },
+                crate::net::client::ResponseLimits {
+                    max_headers: g.max_response_header_count,
+                    max_head_bytes: g.max_response_header_bytes,
+                },
+            )
         });
         let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
