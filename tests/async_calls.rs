@@ -1,4 +1,4 @@
-//! Asynchronous calls over HTTP (ProFaaStinate §3, issue 10): `Prefer: respond-async` →
+//! Asynchronous calls over HTTP (ProFaaStinate §3): `Prefer: respond-async` →
 //! 202 + `Location` + `Preference-Applied`, the status URL through a call's life, the
 //! stored result and its expiry, and every refusal (400, 413, 503 + `Retry-After`) —
 //! against the real binary and a stub upstream on loopback.

@@ -1,4 +1,4 @@
-//! Durability of asynchronous calls (issue 10): 1,000 accepted calls, `kill -9` of the
+//! Durability of asynchronous calls: 1,000 accepted calls, `kill -9` of the
 //! gateway while they are being released, a restart on the same store — every call runs
 //! (its id in the upstream's log), twice only when it was running at the kill
 //! (at-least-once), and every status URL ends `done`. And a `kill -9` while calls are

@@ -11,7 +11,7 @@
 //! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
 //! | [`tls`] | rustls configuration: the TLS listener, and HTTPS upstreams (roots, CA bundle, client certificate) |
 //! | [`upstream`] | the upstream address policy, at parse time and at connect time |
-//! | [`validate`] | request validation and path normalization before routing (issue 11) |
+//! | [`validate`] | request validation and path normalization before routing |
 
 pub mod body;
 pub mod client;

@@ -1,4 +1,4 @@
-//! Configuration reload (issue 12 item 10): `SIGHUP` or `POST /reload` on the admin
+//! Configuration reload: `SIGHUP` or `POST /reload` on the admin
 //! listener re-reads the file the gateway was started with, validates it like `serve`
 //! does, and applies what can change while serving — all of it or nothing. In-flight
 //! requests keep the settings they started with; new requests get the new ones.
