@@ -194,18 +194,37 @@ impl Server {
         let admin_token =
             super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
-        let client = client.unwrap_or_else(|| {
-            UpstreamClient::with_limits(
-                ClientSettings {
+        // Two clients under the address policy (net::upstream): user-given upstreams
+        // (static, http, EC2) per `allow_loopback_upstreams`, spillway's own processes
+        // on loopback. Both never reach the gateway's listeners (recorded after bind).
+        let (client, own_client) = match client {
+            Some(c) => (c.clone(), c),
+            None => {
+                let settings = ClientSettings {
                     connect_timeout: secs(g.connect_timeout_seconds),
                     idle_timeout: secs(g.idle_timeout_seconds),
-                },
-                crate::net::client::ResponseLimits {
+                };
+                let limits = crate::net::client::ResponseLimits {
                     max_headers: g.max_response_header_count,
                     max_head_bytes: g.max_response_header_bytes,
-                },
-            )
-        });
+                };
+                let policy = crate::net::upstream::AddressPolicy::new(g.allow_loopback_upstreams);
+                (
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        policy,
+                        g.upstream_tls_config()?,
+                    ),
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        crate::net::upstream::AddressPolicy::new(true),
+                        None,
+                    ),
+                )
+            }
+        };
         let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
             .as_ref()
@@ -251,7 +270,7 @@ impl Server {
         for spec in &specs {
             zones.push(match &spec.tier {
                 FunctionTierConfig::Process(f) => {
-                    ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
+                    ProcessFunctionTier::new(f, spillway_exe.clone(), own_client.clone())
                 }
                 FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
                 #[cfg(feature = "aws")]
@@ -286,11 +305,16 @@ impl Server {
                 .enabled
                 .then(|| config.async_calls.delay_params(config.slots_per_vm())),
         );
+        let vm_client = if matches!(config.vm_pool, Some(VmPoolConfig::Process(_))) {
+            own_client.clone()
+        } else {
+            client.clone()
+        };
         let gateway = Gateway::new(
             core,
             vm_provider,
             zones,
-            client,
+            vm_client,
             readiness,
             config.cip_rps(),
         );
@@ -313,6 +337,14 @@ impl Server {
             }
             None => None,
         };
+        let mut listeners = vec![proxy.local_addr(), admin.local_addr()];
+        listeners.extend(tls.as_ref().map(|(l, _)| l.local_addr()));
+        let listeners: Vec<SocketAddr> = listeners.into_iter().filter_map(Result::ok).collect();
+        for c in [&client, &own_client] {
+            if let Some(policy) = c.address_policy() {
+                policy.set_gateway_listeners(&listeners);
+            }
+        }
         if config.async_calls.enabled {
             let store: Arc<dyn CallStore> = match store {
                 Some(s) => s,
