@@ -143,18 +143,7 @@ impl Config {
     /// column) or [`ConfigError::Invalid`] (every type and semantic problem at once).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let bytes = read(path)?;
-        Self::from_bytes(&bytes, &path.display().to_string()).map(|c| c.relative_to(path))
-    }
-
-    /// Relative file paths of the configuration (`async.store_dir`) are relative to the
-    /// directory of the file that names them.
-    fn relative_to(mut self, file: &Path) -> Self {
-        let dir = file.parent().unwrap_or(Path::new(""));
-        let store = Path::new(&self.async_calls.store_dir);
-        if store.is_relative() && !dir.as_os_str().is_empty() {
-            self.async_calls.store_dir = dir.join(store).display().to_string();
-        }
-        self
+        Self::from_bytes(&bytes, &path.display().to_string())
     }
 
     /// [`Config::load`] plus what `spillway serve` needs ([`Config::gateway_issues`]:
@@ -166,7 +155,7 @@ impl Config {
         let bytes = read(path)?;
         let file = path.display().to_string();
         let text = yaml::decode(&bytes).map_err(|e| parse_error(&file, e))?;
-        Self::from_yaml_for_serve(text, &file).map(|c| c.relative_to(path))
+        Self::from_yaml_for_serve(text, &file)
     }
 
     /// The embedded quickstart configuration.
