@@ -8,7 +8,7 @@ use spillway::build_info;
 use spillway::cli::{Cli, Command, ConfigCommand, LogFormat};
 use spillway::config::{Config, ConfigError};
 
-/// jemalloc as the global allocator (issues 18 and 12 item 13). Under the proxy's load
+/// jemalloc as the global allocator. Under the proxy's load
 /// glibc malloc spent ~13 % of the gateway's CPU (fastbin consolidation, arena locks),
 /// and it keeps the memory of closed connections until `malloc_trim`; jemalloc's
 /// per-thread caches are cheaper, and its background thread returns unused pages to the

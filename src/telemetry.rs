@@ -15,8 +15,8 @@
 //! | `spillway_traffic_avg_rps` | gauge | — (EWMA of requests per epoch, per second) |
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
-//! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit; issue 12 item 9) |
-//! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle (issue 12 items 1–2) |
+//! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit) |
+//! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle |
 //! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
 //! | `spillway_async_deadline_misses_total` | counter | — (asynchronous calls that finished after their deadline, ProFaaStinate §3; set at every scrape from the delay queue)
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
@@ -178,7 +178,7 @@ const REQUEST_TIERS: [&str; 3] = ["vm", "function", "local"];
 const STATUS_CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
 /// Handles of the metrics every request touches, resolved once when the recorder is
-/// installed (issue 18): a `counter!` with labels builds its key, hashes it and looks
+/// installed: a `counter!` with labels builds its key, hashes it and looks
 /// it up in the registry on every call; a handle is one atomic add.
 struct Hot {
     in_flight: Gauge,

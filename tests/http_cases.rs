@@ -1,5 +1,6 @@
-//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/http-cases.md), and issue 11 (request and
-//! response validation) over HTTP/1.1, against the real gateway with sample-API
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/http-cases.md), and
+//! request and
+//! response validation over HTTP/1.1, against the real gateway with sample-API
 //! upstreams that report what they received (`/headers`, `/stats`) and scripted stub
 //! upstreams that log every byte (`common::stub`), over raw sockets where the bytes
 //! matter. The h2 side of the same rules is in `data_plane.rs`.
@@ -186,7 +187,7 @@ fn c17_connect_failures_retry_idempotent_requests_once_and_never_non_idempotent_
 }
 
 // ---------------------------------------------------------------------------------------
-// Issue 11: request and response validation, with scripted stubs that log every byte.
+// Request and response validation, with scripted stubs that log every byte.
 // ---------------------------------------------------------------------------------------
 
 fn raw_reply(text: &str) -> Reply {
@@ -241,10 +242,10 @@ fn seen(stub: &Stub) -> Vec<String> {
     stub.requests().into_iter().map(|r| r.target).collect()
 }
 
-/// Issue 11 item 1: Host rules on HTTP/1.1 and the absolute-form policy (the URI's
+/// Host rules on HTTP/1.1 and the absolute-form policy (the URI's
 /// authority wins, RFC 9112 §3.2.2).
 #[test]
-fn item1_host_rules_and_absolute_form() {
+fn host_rules_and_absolute_form() {
     let stub = Stub::start(scripted);
     let gw = static_gateway(&[stub.url()], "");
     for (what, req) in [
@@ -291,11 +292,11 @@ fn item1_host_rules_and_absolute_form() {
     assert!(got[0].get("x-forwarded-host").is_none());
 }
 
-/// Issue 11 item 2: dot-segments are resolved before routing and before a function
+/// Dot-segments are resolved before routing and before a function
 /// tier's base path is joined, so no request leaves `/fn/api`; ambiguous forms are
 /// refused.
 #[test]
-fn item2_paths_are_normalized_and_never_leave_the_function_base_path() {
+fn paths_are_normalized_and_never_leave_the_function_base_path() {
     let stub = Stub::start(scripted);
     let gw = Gateway::start(&function_http_config(&format!("{}/fn/api", stub.url()), ""));
     for (sent, upstream) in [
@@ -337,11 +338,11 @@ fn item2_paths_are_normalized_and_never_leave_the_function_base_path() {
     assert!(all.iter().all(|t| t.starts_with("/fn/api/")), "{all:?}");
 }
 
-/// Issue 11 item 2, the options: without normalization a dot-segment is refused (never
+/// Path options: without normalization a dot-segment is refused (never
 /// forwarded); `keep_unchanged` forwards escaped slashes as sent; `unescape_and_redirect`
 /// answers 307 with the normalized path.
 #[test]
-fn item2_path_options_change_what_is_forwarded_refused_or_redirected() {
+fn path_options_change_what_is_forwarded_refused_or_redirected() {
     let stub = Stub::start(scripted);
     let raw = static_gateway(
         &[stub.url()],
@@ -396,11 +397,11 @@ fn padded_request(target: &str, fields: &[(String, String)]) -> String {
     req
 }
 
-/// Issue 11 item 3 and http-cases C11 (b), (c) on HTTP/1.1: `max_header_bytes`,
+/// Header limits and http-cases C11 (b), (c) on HTTP/1.1: `max_header_bytes`,
 /// `max_header_count` and `max_uri_bytes`, exactly at and one past the limit, and the
 /// literal cases against the defaults (16 KiB, 100).
 #[test]
-fn item3_c11_header_and_target_limits_http1() {
+fn c11_header_and_target_limits_http1() {
     let stub = Stub::start(scripted);
     let gw = static_gateway(
         &[stub.url()],
@@ -469,10 +470,10 @@ fn item3_c11_header_and_target_limits_http1() {
     assert!(stub.requests_to("/c11b").is_empty() && stub.requests_to("/c11c").is_empty());
 }
 
-/// Issue 11 item 4: CONNECT gets 405 with Allow (no tunnel is offered), request-target
+/// CONNECT gets 405 with Allow (no tunnel is offered), request-target
 /// forms are checked per method (RFC 9112 §3.2), `OPTIONS *` is answered locally.
 #[test]
-fn item4_connect_and_request_target_forms() {
+fn connect_and_request_target_forms() {
     let stub = Stub::start(scripted);
     let gw = static_gateway(&[stub.url()], "");
     let mut c = Client::connect(gw.proxy);
@@ -522,9 +523,9 @@ fn item4_connect_and_request_target_forms() {
     assert_eq!(methods, ["OPTIONS", "PURGE"]);
 }
 
-/// Issue 11 item 5 on HTTP/1.1: several Cookie lines reach the upstream as one.
+/// On HTTP/1.1: several Cookie lines reach the upstream as one.
 #[test]
-fn item5_cookie_lines_are_joined() {
+fn cookie_lines_are_joined() {
     let stub = Stub::start(scripted);
     let gw = static_gateway(&[stub.url()], "");
     let r = one(
@@ -536,11 +537,11 @@ fn item5_cookie_lines_are_joined() {
     assert_eq!(stub.requests_to("/c")[0].all("cookie"), ["s=1; t=2; u=3"]);
 }
 
-/// Issue 11 items 6 and 7 on HTTP/1.1: Transfer-Encoding wins over Content-Length, other
+/// On HTTP/1.1: Transfer-Encoding wins over Content-Length, other
 /// transfer codings are refused, the status line is the gateway's HTTP/1.1, upstream
 /// 1xx responses never break the exchange (103 is dropped).
 #[test]
-fn item6_item7_response_framing_and_informational_responses() {
+fn response_framing_and_informational_responses() {
     let stub = Stub::start(scripted);
     let gw = static_gateway(&[stub.url()], "");
     let mut c = Client::connect(gw.proxy);
@@ -582,11 +583,11 @@ fn item6_item7_response_framing_and_informational_responses() {
     assert_eq!(r.status, 502);
 }
 
-/// Issue 11 item 8: every client-supplied identity or origin header is replaced or
+/// Every client-supplied identity or origin header is replaced or
 /// removed for an untrusted peer, kept for a trusted proxy; `Forwarded` carries the
 /// gateway's own element.
 #[test]
-fn item8_client_identity_headers_are_replaced_or_stripped_unless_trusted() {
+fn client_identity_headers_are_replaced_or_stripped_unless_trusted() {
     let stub = Stub::start(scripted);
     let spoofed = [
         "X-Forwarded-For",

@@ -128,8 +128,7 @@ pub struct GatewayConfig {
     pub admin_listen: SocketAddr,
     /// File holding the admin bearer token (surrounding whitespace ignored). With a
     /// token, `/status`, `/metrics` and `/reload` need `Authorization: Bearer TOKEN`;
-    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token (issue 12
-    /// item 11).
+    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token.
     pub admin_token_file: Option<std::path::PathBuf>,
     /// Name of an environment variable holding the admin bearer token (instead of
     /// `admin_token_file`).
@@ -145,14 +144,13 @@ pub struct GatewayConfig {
     /// TCP connect timeout to upstreams.
     pub connect_timeout_seconds: f64,
     /// Time to wait for an upstream's response head after the request body was sent;
-    /// then 504 (issue 12 item 2: a slow upload does not count).
+    /// then 504 (a slow upload does not count).
     pub upstream_timeout_seconds: f64,
     /// Longest pause between two pieces of a client's request body; then 408 and the
-    /// upstream request is aborted (issue 12 item 2).
+    /// upstream request is aborted.
     pub request_body_idle_timeout_seconds: f64,
     /// Longest pause between two pieces of an upstream's response body; then the
-    /// client's response is aborted and the VM slot or function lease freed (issue 12
-    /// item 1).
+    /// client's response is aborted and the VM slot or function lease freed.
     pub response_body_idle_timeout_seconds: f64,
     /// Longest time an `Upgrade` tunnel (WebSocket) may carry no byte either way; then
     /// it is closed and its VM slot freed.
@@ -160,7 +158,7 @@ pub struct GatewayConfig {
     /// Idle time before a pooled upstream connection is closed.
     pub idle_timeout_seconds: f64,
     /// Retries of failed VM attempts per first attempt in the retry window (0.2 = at
-    /// most 20 % more requests upstream; issue 12 items 3–4). `0` with
+    /// most 20 % more requests upstream). `0` with
     /// `retry_budget_min_per_second: 0` turns retries off.
     pub retry_budget_ratio: f64,
     /// The retry budget's sliding window.
@@ -170,13 +168,13 @@ pub struct GatewayConfig {
     pub retry_budget_min_per_second: f64,
     /// Interval between health probes of every ready VM (`health_path`) and of parked
     /// `static` members; a VM failing two in a row is replaced at once (a `static`
-    /// member is parked and re-added when it answers again; issue 12 items 5–6).
+    /// member is parked and re-added when it answers again).
     /// `0` turns the probes off.
     pub health_check_interval_seconds: f64,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
     pub drain_timeout_seconds: f64,
     /// Largest request header section, bytes: Σ (name + value + 4) over the fields, the
-    /// same on HTTP/1.1 and h2; larger → 431 (issue 11 item 3, http-cases C11 (b)).
+    /// same on HTTP/1.1 and h2; larger → 431 (http-cases C11 (b)).
     pub max_header_bytes: usize,
     /// Most request header fields (h1 and h2); more → 431 (http-cases C11 (c)).
     pub max_header_count: usize,
@@ -185,7 +183,7 @@ pub struct GatewayConfig {
     /// Most concurrent streams per h2 client connection (http-cases C12).
     pub max_concurrent_streams: u32,
     /// Normalize request paths per RFC 3986 (decode unreserved, resolve dot-segments)
-    /// before routing; when off, paths with dot-segments are refused (issue 11 item 2).
+    /// before routing; when off, paths with dot-segments are refused.
     pub normalize_path: bool,
     /// Merge runs of `/` in request paths.
     pub merge_slashes: bool,
@@ -200,12 +198,12 @@ pub struct GatewayConfig {
     pub origin_zone_header: Option<String>,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
-    /// Link-local and cloud metadata addresses are refused either way (issue 12 item 12).
+    /// Link-local and cloud metadata addresses are refused either way.
     pub allow_loopback_upstreams: bool,
 }
 
 impl GatewayConfig {
-    /// The admin bearer token, when one is configured (issue 12 item 11).
+    /// The admin bearer token, when one is configured.
     ///
     /// # Errors
     /// In words: an unreadable or empty token file, an unset or empty variable.
@@ -617,7 +615,7 @@ pub enum VmPoolConfig {
     Process(ProcessVmPoolConfig),
     /// Fixed upstream URLs; scaling decisions are computed and reported, not executed.
     Static(StaticVmPoolConfig),
-    /// EC2 instances launched and terminated through the EC2 API (issue 4). Always
+    /// EC2 instances launched and terminated through the EC2 API. Always
     /// parses; `spillway serve` needs a binary built with the `aws` cargo feature.
     Ec2(Box<Ec2VmPoolConfig>),
 }
@@ -704,12 +702,12 @@ pub const DEFAULT_EC2_UPSTREAM_PORT: u16 = 8080;
 pub const DEFAULT_EC2_UPSTREAM_TAG_KEY: &str = "spillway:upstream";
 /// Tag key every instance of an EC2 pool carries, with the pool name as value.
 pub const EC2_POOL_TAG_KEY: &str = "spillway:pool";
-/// Default interval of the EC2 pool audit, seconds (issue 13 items 1, 6, 7).
+/// Default interval of the EC2 pool audit, seconds.
 pub const DEFAULT_EC2_AUDIT_INTERVAL_SECONDS: f64 = 60.0;
 /// Longest EC2 user data, bytes, before base64 (EC2's limit).
 pub const EC2_MAX_USER_DATA_BYTES: usize = 16 * 1024;
 
-/// `vm_pool: {type: ec2}` — an EC2 VM pool (issue 4, "EC2 VM pool provider").
+/// `vm_pool: {type: ec2}` — an EC2 VM pool.
 ///
 /// Either `launch_template` or `image_id` + `instance_type` says what to launch; the
 /// other launch fields override or complete the template. Credentials come only from
@@ -780,7 +778,7 @@ pub struct Ec2VmPoolConfig {
     /// What happens to the pool's instances when the gateway stops.
     #[serde(default)]
     pub on_shutdown: Ec2ShutdownPolicy,
-    /// This gateway's name within the pool (issue 13 item 7, one writer per pool's
+    /// This gateway's name within the pool (one writer per pool's
     /// instances): every instance it launches is tagged `spillway:gateway=<gateway_id>`,
     /// and it adopts, audits and terminates only instances with its own id (or one of
     /// `adopt_gateway_ids`); instances of other ids are left alone. Two gateways may share
@@ -870,7 +868,7 @@ pub enum FunctionTierConfig {
     Process(ProcessFunctionTierConfig),
     /// An existing function endpoint (OpenFaaS, Knative, …).
     Http(HttpFunctionTierConfig),
-    /// An AWS Lambda function called through the Invoke API (issue 4). Always parses;
+    /// An AWS Lambda function called through the Invoke API. Always parses;
     /// `spillway serve` needs a binary built with the `aws` cargo feature.
     Lambda(super::lambda::LambdaFunctionTierConfig),
 }
@@ -1300,8 +1298,8 @@ impl Config {
             })
     }
 
-    /// A gateway-wide timeout must not cut an Invoke the function may still answer
-    /// (issue 13 item 11): on every Lambda tier or zone, `gateway.upstream_timeout_seconds`
+    /// A gateway-wide timeout must not cut an Invoke the function may still answer:
+    /// on every Lambda tier or zone, `gateway.upstream_timeout_seconds`
     /// must be at least `timeout_seconds + invoke_margin_seconds`.
     fn check_invoke_deadlines(&self, is: &mut Issues) {
         let tiers = self
@@ -1411,8 +1409,8 @@ impl Config {
         }
     }
 
-    /// LIBRA's parameters a running core can take on reload (`Core::retune`, issue 12
-    /// item 10): α, β, K, F, φ, r_max, VM bounds, the CIP (from `pricing` when not set)
+    /// LIBRA's parameters a running core can take on reload (`Core::retune`): α, β, K, F,
+    /// φ, r_max, VM bounds, the CIP (from `pricing` when not set)
     /// and ρ.
     pub fn libra_tuning(&self) -> crate::policy::controller::LibraTuning {
         crate::policy::controller::LibraTuning {

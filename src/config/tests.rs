@@ -395,7 +395,7 @@ libra:
     );
 }
 
-/// Issue 13 item 11: on a Lambda tier the gateway waits `timeout_seconds +
+/// On a Lambda tier the gateway waits `timeout_seconds +
 /// invoke_margin_seconds`; `check` refuses a `gateway.upstream_timeout_seconds` that would
 /// cut a call before that deadline, and accepts one equal to it.
 #[test]

@@ -32,7 +32,7 @@ pub struct ClientSettings {
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
     inner: Client<Connector, Body>,
-    /// No pool: every request on a new connection (retries, issue 12 item 3).
+    /// No pool: every request on a new connection (retries).
     fresh: Client<Connector, Body>,
 }
 
@@ -212,7 +212,7 @@ impl UpstreamClient {
 
     fn with_connector(settings: ClientSettings, connector: Connector) -> Self {
         // A request hyper never wrote because its pooled connection closed first goes
-        // out again on a new connection (nothing of it was sent; issue 12 item 3).
+        // out again on a new connection (nothing of it was sent).
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.idle_timeout)
             .pool_timer(TokioTimer::new())
@@ -240,7 +240,7 @@ impl UpstreamClient {
     }
 
     /// [`Self::forward`] on a new connection that is closed afterwards: a retry must not
-    /// meet another stale pooled connection (issue 12 item 3).
+    /// meet another stale pooled connection.
     ///
     /// # Errors
     /// As [`Self::forward`].

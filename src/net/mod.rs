@@ -10,8 +10,8 @@
 //! | [`client`] | pooled upstream client |
 //! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
 //! | [`tls`] | rustls server configuration |
-//! | [`upstream`] | which upstream addresses users may configure (issue 12 item 12) |
-//! | [`validate`] | request validation and path normalization before routing (issue 11) |
+//! | [`upstream`] | which upstream addresses users may configure |
+//! | [`validate`] | request validation and path normalization before routing |
 
 pub mod body;
 pub mod client;

@@ -1,4 +1,4 @@
-//! Which upstream addresses a user may configure (issue 12 item 12): an upstream URL
+//! Which upstream addresses a user may configure: an upstream URL
 //! the gateway did not create itself (a `static` VM URL, an `http` function tier URL)
 //! must not point at link-local or cloud metadata addresses (`169.254.169.254`,
 //! `fd00:ec2::254`: the gateway would hand its instance credentials to a client), and

@@ -1,4 +1,4 @@
-//! Request validation and normalization (issue 11 items 1–5, http-cases C11 (b)–(c)): the
+//! Request validation and normalization (http-cases C11 (b)–(c)): the
 //! checks every request passes before routing, in one pure function, [`check`], so that
 //! the router, the VM pool and every function tier see the same, normalized request.
 //!

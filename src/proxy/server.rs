@@ -119,7 +119,7 @@ pub enum ServeError {
     )]
     AwsFeatureDisabled(&'static str),
     /// The admin listener cannot be served safely: a non-loopback address without a
-    /// token, or a token that cannot be read (issue 12 item 11).
+    /// token, or a token that cannot be read.
     #[error("config: gateway.admin_listen: {0}")]
     Admin(String),
     /// The asynchronous-call store could not be opened or read (the file is named).
@@ -392,7 +392,7 @@ impl Server {
     }
 
     /// Enable reloads (SIGHUP, `POST /reload`) from `path`, keeping the command line's
-    /// `--listen` / `--admin-listen` overrides (issue 12 item 10).
+    /// `--listen` / `--admin-listen` overrides.
     pub fn set_reload_source(
         &mut self,
         path: Option<PathBuf>,
@@ -614,7 +614,7 @@ impl Connections {
             .timer(TokioTimer::new())
             .header_read_timeout(secs(g.header_read_timeout_seconds))
             .keep_alive(true)
-            // Header limits (issue 11 item 3): hyper answers 431 itself past these outer
+            // Header limits: hyper answers 431 itself past these outer
             // bounds (more fields than the limit; a head that does not fit its read
             // buffer); `validate::check` applies the exact ones, the same as on h2.
             .max_headers(g.max_header_count)
@@ -721,7 +721,7 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per listener per this interval while `accept` keeps failing.
 pub const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Back-off of an accept loop (issue 12 item 9): at the file-descriptor limit `accept`
+/// Back-off of an accept loop: at the file-descriptor limit `accept`
 /// fails at once (EMFILE), and retrying at once spins a core. Each failure in a row
 /// doubles the pause from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]; failures
 /// are counted in `spillway_accept_errors_total{listener}` and logged once per
@@ -769,7 +769,7 @@ impl AcceptBackoff {
     }
 }
 
-/// Reload the configuration on every SIGHUP (issue 12 item 10); a failed reload is
+/// Reload the configuration on every SIGHUP; a failed reload is
 /// logged and changes nothing.
 async fn reload_on_sighup(reloader: Arc<super::reload::Reloader>) {
     #[cfg(unix)]
