@@ -1450,6 +1450,15 @@ impl Config {
         self.queue.as_ref().map(super::queue::QueueConfig::params)
     }
 
+    /// Whether asynchronous calls are on: some `routes:` entry enables them
+    /// (`async: prefer` or `always`). Off, the gateway opens no store and ignores
+    /// `Prefer: respond-async`.
+    pub fn async_enabled(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| r.async_mode != super::routes::AsyncMode::Off)
+    }
+
     /// The configured route keys, in order.
     pub fn route_defs(&self) -> Vec<crate::policy::routes::RouteDef> {
         self.routes
