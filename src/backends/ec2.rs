@@ -1449,7 +1449,9 @@ mod tests {
                 parse_upstream(url).unwrap()
             );
         }
-        assert!(instance_upstream("https://10.0.3.7", true).is_err());
+        // `scheme: https` instances are reached over TLS (gateway.upstream_tls).
+        let tls = instance_upstream("https://10.0.3.7", false).unwrap();
+        assert_eq!(tls.scheme_str(), Some("https"));
     }
 
     #[test]
