@@ -1,21 +1,24 @@
 #!/usr/bin/env bash
-# Run every example of README.md, on 127.0.0.1 only, each bounded in time.
+# Run every example of README.md and of the manual's pages (docs/src/**/*.md), on 127.0.0.1
+# only, each bounded in time.
 #
 #   scripts/readme-examples.sh            # all of them (about 6 minutes after the build)
 #   scripts/readme-examples.sh --short    # without the two real-time load-test replays
 #
-# * `cargo run --release [-p spillway-loadtest] --` in the README is the release binary
+# * `cargo run --release [-p spillway-loadtest] --` in an example is the release binary
 #   built here (`cargo build --release --locked`), `spillway` is target/release/spillway.
 # * The gateway examples use free ports (`--listen localhost:0 --admin-listen
-#   127.0.0.1:0`, the README's documented override) instead of 8080/9090.
-# * Every ```console block is run and its output compared with the README: stdout (or
-#   stderr when stdout is empty) must equal the lines shown, a `...` line standing for
-#   any number of lines.
+#   127.0.0.1:0`, the README's documented override) instead of 8080/9090: the README's
+#   quickstart and square wave (section 2), the WITS replay of docs/src/guide/load-test.md
+#   (section 3), the command line of docs/src/guide/admin.md and guide/aws.md (section 4).
+# * Every ```console block of README.md and docs/src/**/*.md is run and its output compared
+#   with the page: stdout (or stderr when stdout is empty) must equal the lines shown, a
+#   `...` line standing for any number of lines.
 # * Examples that replay traces/wits_per_second.txt or traces/square_per_second.txt are
 #   skipped, with the reason, when scripts/fetch-traces.sh has not put them there; the
 #   AWS `check` example when no binary with the `aws` feature was built.
 # * Not run: the benchmark and cold-build commands of "Measured numbers" (measurements,
-#   not examples), and `.ci/run` on a fresh clone (it runs this script).
+#   not examples; docs/src/results/), and `.ci/run` on a fresh clone (it runs this script).
 # Exit status: 0 when every example that ran passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,11 +56,15 @@ echo "== console examples"
 python3 - "$SPILLWAY" "$LOADTEST" "$work" >"$work/console.txt" <<'PY' || true
 import os, re, subprocess, sys
 spillway, loadtest, work = sys.argv[1:4]
-readme = open("README.md", encoding="utf-8").read()
-blocks = re.findall(r"```console\n(.*?)```", readme, re.S)
+pages = ["README.md"] + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
+blocks = []
+for page in pages:
+    text = open(page, encoding="utf-8").read()
+    blocks += [(page, b) for b in re.findall(r"```console\n(.*?)```", text, re.S)]
 have_traces = os.path.exists("traces/wits_per_second.txt") and os.path.exists("traces/square_per_second.txt")
 failures = 0
-for block in blocks:
+for page, block in blocks:
     lines = block.rstrip("\n").split("\n")
     i = 0
     while i < len(lines):
@@ -73,7 +80,7 @@ for block in blocks:
         while i < len(lines) and not lines[i].startswith("$ "):
             expected.append(lines[i])
             i += 1
-        shown = cmd
+        shown = f"{cmd}  ({page})"
         if "traces/" in cmd and not have_traces:
             print(f"skipped $ {shown}  (traces/ lacks WITS and square: run scripts/fetch-traces.sh)")
             continue
@@ -98,7 +105,7 @@ for block in blocks:
             print(f"ok      $ {shown}")
         else:
             failures += 1
-            print(f"FAILED  $ {shown}\n--- README shows\n" + "\n".join(expected)
+            print(f"FAILED  $ {shown}\n--- the page shows\n" + "\n".join(expected)
                   + "\n--- actual\n" + "\n".join(actual))
 sys.exit(1 if failures else 0)
 PY
@@ -263,5 +270,5 @@ else
   skip "spillway check config/aws.yaml (no binary built with --features aws; scripts/test.sh builds one)"
 fi
 
-echo "== README examples: $passed passed, $failed failed, $skipped skipped in $((SECONDS - started)) s"
+echo "== README and manual examples: $passed passed, $failed failed, $skipped skipped in $((SECONDS - started)) s"
 [ $failed = 0 ]
