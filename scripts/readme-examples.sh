@@ -8,7 +8,7 @@
 # * `cargo run --release [-p spillway-loadtest] --` in an example is the release binary
 #   built here (`cargo build --release --locked`), `spillway` is target/release/spillway.
 # * The gateway examples use free ports (`--listen localhost:0 --admin-listen
-#   127.0.0.1:0`, the README's documented override) instead of 8080/9090: the README's
+#   127.0.0.1:0`, the README's documented override) instead of 8080/9901: the README's
 #   quickstart and square wave (section 2), the WITS replay of docs/src/guide/load-test.md
 #   (section 3), the command line of docs/src/guide/admin.md and guide/aws.md (section 4).
 # * Every ```console block of README.md and docs/src/**/*.md is run and its output compared
@@ -161,16 +161,16 @@ if start_quickstart quickstart --access-log; then
     fail "curl -i 127.0.0.1:8080/  (expected 200 from vm-…):"$'\n'"$headers"
   fi
   if curl -s "http://$ADMIN/status" | head -40 | grep -q '"routed"'; then
-    pass "curl -s 127.0.0.1:9090/status | head -40"
+    pass "curl -s 127.0.0.1:9901/status | head -40"
   else
-    fail "curl -s 127.0.0.1:9090/status | head -40"
+    fail "curl -s 127.0.0.1:9901/status | head -40"
   fi
   # Polled (at most 10 s), not read once: in a fresh-clone CI run under load one
   # single read missed it although the request had been served by the VM.
   if wait_for "curl -s http://$ADMIN/metrics | grep -q '^spillway_requests_total{tier=\"vm\",status=\"2xx\"} 1'" 10; then
-    pass "curl -s 127.0.0.1:9090/metrics | grep '^spillway_'"
+    pass "curl -s 127.0.0.1:9901/metrics | grep '^spillway_'"
   else
-    fail "curl -s 127.0.0.1:9090/metrics | grep '^spillway_' (expected vm 2xx = 1):"$'\n'"$(curl -s "http://$ADMIN/metrics" | grep '^spillway_requests_total')"
+    fail "curl -s 127.0.0.1:9901/metrics | grep '^spillway_' (expected vm 2xx = 1):"$'\n'"$(curl -s "http://$ADMIN/metrics" | grep '^spillway_requests_total')"
   fi
   if wait_for "grep -q 'spillway::access: request .*status=200 tier=vm' '$LOG'" 10; then
     pass "serve --access-log: one access line per request"
@@ -200,9 +200,9 @@ PY
     fi
   fi
   if curl -s "http://$ADMIN/status" | head -30 | grep -q '"scaling"'; then
-    pass "watch -n1 'curl -s 127.0.0.1:9090/status | head -30' (one round)"
+    pass "watch -n1 'curl -s 127.0.0.1:9901/status | head -30' (one round)"
   else
-    fail "curl -s 127.0.0.1:9090/status | head -30"
+    fail "curl -s 127.0.0.1:9901/status | head -30"
   fi
   if stop_gateway; then pass "Ctrl-C/SIGTERM: the gateway exits 0"; else fail "SIGTERM: exit status"; fi
 else
