@@ -14,6 +14,8 @@
 # * Every ```console block of README.md and docs/src/**/*.md is run and its output compared
 #   with the page: stdout (or stderr when stdout is empty) must equal the lines shown, a
 #   `...` line standing for any number of lines.
+# * Every ```yaml block is a config fragment: put over the quickstart, it must pass
+#   `spillway check` (section 1b).
 # * Examples that replay traces/wits_per_second.txt or traces/square_per_second.txt are
 #   skipped, with the reason, when scripts/fetch-traces.sh has not put them there; the
 #   AWS `check` example when no binary with the `aws` feature was built.
@@ -113,6 +115,77 @@ cat "$work/console.txt"
 passed=$((passed + $(grep -c '^ok ' "$work/console.txt" || true)))
 failed=$((failed + $(grep -c '^FAILED ' "$work/console.txt" || true)))
 skipped=$((skipped + $(grep -c '^skipped ' "$work/console.txt" || true)))
+
+# --- 1b. YAML examples: every ```yaml block passes `spillway check` ------------------
+# A block is a fragment of a config: its top-level sections replace the quickstart's
+# (config/quickstart.yaml; `function_zones` also replaces `function_tier`, whose one zone
+# would be a second cloud zone), and the whole must pass `spillway check` as `serve`
+# would read it. Files a block names under /etc/spillway/ (TLS certificates and keys) are
+# made here with openssl — a self-signed CA and a client certificate and key — and the
+# paths point at them. A block whose first line is `# not a spillway config` is skipped.
+echo "== YAML examples (spillway check)"
+python3 - "$SPILLWAY" "$work" >"$work/yaml.txt" <<'PY' || true
+import os, re, subprocess, sys
+spillway, work = sys.argv[1:3]
+pages = ["README.md"] + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
+
+def sections(text):
+    """Top-level `key:` sections of a block YAML text, in order: [(key, text)]."""
+    out, key, lines = [], None, []
+    for line in text.split("\n"):
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*):", line)
+        if m:
+            if key is not None or lines:
+                out.append((key, "\n".join(lines)))
+            key, lines = m.group(1), [line]
+        else:
+            lines.append(line)
+    out.append((key, "\n".join(lines)))
+    return out
+
+base = sections(open("config/quickstart.yaml", encoding="utf-8").read())
+etc = os.path.join(work, "etc-spillway")
+os.makedirs(etc, exist_ok=True)
+def self_signed(cert, key, cn):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={cn}",
+                    "-keyout", os.path.join(etc, key), "-out", os.path.join(etc, cert)],
+                   capture_output=True, check=False)
+self_signed("upstream-ca.pem", "upstream-ca.key", "spillway examples CA")
+self_signed("gateway.crt", "gateway.key", "spillway gateway")
+def local_files(yaml):
+    return re.sub(r"/etc/spillway/([A-Za-z0-9._-]+)",
+                  lambda m: os.path.join(etc, m.group(1)) if os.path.exists(os.path.join(etc, m.group(1)))
+                  else m.group(0), yaml)
+n = 0
+for page in pages:
+    text = open(page, encoding="utf-8").read()
+    for m in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+        block = m.group(1)
+        line = text.count("\n", 0, m.start()) + 2
+        where = f"{page}:{line}"
+        if block.startswith("# not a spillway config"):
+            print(f"skipped yaml {where} (not a spillway config)")
+            continue
+        frag = sections(block)
+        keys = {k for k, _ in frag if k}
+        drop = set(keys) | ({"function_tier"} if "function_zones" in keys else set())
+        merged = "\n".join(s for k, s in base if k not in drop) + "\n" + local_files(block)
+        n += 1
+        path = os.path.join(work, f"example-{n}.yaml")
+        open(path, "w", encoding="utf-8").write(merged)
+        out = subprocess.run([spillway, "check", path], capture_output=True, text=True, timeout=60)
+        if out.returncode == 0:
+            print(f"ok      yaml {where}")
+        else:
+            print(f"FAILED  yaml {where}: spillway check of the block on the quickstart ({path}):\n"
+                  + (out.stdout + out.stderr).rstrip())
+PY
+cat "$work/yaml.txt"
+passed=$((passed + $(grep -c '^ok ' "$work/yaml.txt" || true)))
+failed=$((failed + $(grep -c '^FAILED ' "$work/yaml.txt" || true)))
+skipped=$((skipped + $(grep -c '^skipped ' "$work/yaml.txt" || true)))
 
 # --- 2. the quickstart: serve, curl, (square wave), shut down ----------------------------
 # Start the quickstart with --listen/--admin-listen on free ports; sets PROXY, ADMIN, LOG.
