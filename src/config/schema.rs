@@ -26,7 +26,9 @@ pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default admin listen address (loopback, so that it may run without an admin token).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// Port 9901, the admin port Envoy uses by convention; it was 9090 before, Prometheus's
+/// own port, so a Prometheus beside the gateway could not start (or scraped itself).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 /// Default maximum request body, bytes (10 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 /// Default time to receive a request's headers, seconds.
