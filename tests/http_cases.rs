@@ -224,6 +224,9 @@ fn scripted(req: &StubRequest) -> Reply {
                 .to_vec(),
         ),
         "/hold" => Reply::Hold,
+        "/ws-101-h2c" => Reply::Upgrade(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n".to_vec(),
+        ),
         "/many-headers" => {
             let fields: String = (0..101).map(|i| format!("X-R{i}: v\r\n")).collect();
             Reply::Raw(format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok").into_bytes())
@@ -1394,4 +1397,138 @@ fn an_unparsable_response_is_a_502_and_never_sent_again() {
         let r = one(roomy.proxy, &get(path)).expect(path);
         assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]), "{path}");
     }
+}
+
+fn ws_upgrade(path: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+}
+
+/// Upgrades the gateway cannot carry: `Upgrade: h2c` is never forwarded (the request
+/// goes on as an ordinary one, so an h2c tunnel cannot smuggle requests past the
+/// gateway's rules); a 101 is accepted only for a request that asked for that protocol —
+/// an unasked 101, or a 101 to another protocol, is a 502 with nothing tunnelled, and
+/// over h2 it is a 502 too (never a 1xx frame). Other protocols pass only when listed in
+/// `upgrade_protocols`.
+#[test]
+fn only_supported_upgrades_are_forwarded_and_a_101_must_match_the_request() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let h2c = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+        )
+    };
+    // h2c: forwarded as a plain request, without Upgrade.
+    let r = one(gw.proxy, &h2c("/h2c-plain")).unwrap();
+    assert_eq!(r.status, 200);
+    let got = &stub.requests_to("/h2c-plain")[0];
+    assert!(
+        got.get("upgrade").is_none()
+            && got.get("connection").is_none()
+            && got.get("http2-settings").is_none(),
+        "{got:?}"
+    );
+    // An upstream that switches to h2c anyway: 502, and the bytes after the request are
+    // never tunnelled to it.
+    let mut c = Client::connect(gw.proxy);
+    c.send(format!("{}PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", h2c("/ws-101")).as_bytes());
+    let r = c.response().expect("an answer");
+    assert_eq!(r.status, 502);
+    // An unasked 101 to a plain GET, and a 101 to another protocol than requested.
+    assert_eq!(status_of(gw.proxy, &get("/ws-101")), 502);
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101-h2c").as_bytes())
+        .response_to(true)
+        .expect("an answer");
+    assert_eq!(r.status, 502);
+    assert!(
+        !stub.raw().windows(3).any(|w| w == b"PRI"),
+        "h2 bytes reached the upstream"
+    );
+    // WebSocket still tunnels.
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101").as_bytes())
+        .response_to(true)
+        .expect("101");
+    assert_eq!(r.status, 101);
+    c.send(b"ping");
+    let mut echoed = Vec::new();
+    while echoed.len() < 4 {
+        let more = c.read_some();
+        assert!(!more.is_empty(), "tunnel closed early");
+        echoed.extend(more);
+    }
+    assert_eq!(echoed, b"ping");
+
+    // Over h2 an upstream 101 becomes a 502.
+    let addr = gw.proxy;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get("http://a/ws-101")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        send.send_request(req).await.unwrap().status()
+    });
+    assert_eq!(status, 502);
+
+    // Another protocol only when configured.
+    let listed = static_gateway(&[stub.url()], "  upgrade_protocols: [websocket, tcp]");
+    let mut c = Client::connect(listed.proxy);
+    c.send(b"GET /tcp-up HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: TCP\r\n\r\n");
+    let _ = c.response();
+    assert_eq!(stub.requests_to("/tcp-up")[0].all("upgrade"), ["TCP"]);
+}
+
+/// A WebSocket tunnel open at SIGTERM gets the drain period: it keeps carrying bytes
+/// after the gateway stopped accepting, and the gateway exits once it closes; one that
+/// stays open is closed at `drain_timeout_seconds`.
+#[test]
+fn websocket_tunnels_get_the_drain_period_at_sigterm() {
+    let stub = Stub::start(scripted);
+    let mut gw = static_gateway(&[stub.url()], "  drain_timeout_seconds: 30");
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101").as_bytes())
+        .response_to(true)
+        .expect("101");
+    assert_eq!(r.status, 101);
+    gw.proc.signal("TERM");
+    gw.proc.wait_line("shutting down: draining", LONG);
+    c.send(b"after-sigterm");
+    let mut echoed = Vec::new();
+    while echoed.len() < b"after-sigterm".len() {
+        let more = c.read_some();
+        assert!(!more.is_empty(), "the tunnel was cut at SIGTERM");
+        echoed.extend(more);
+    }
+    assert_eq!(echoed, b"after-sigterm");
+    drop(c);
+    assert_eq!(gw.proc.wait_exit(LONG), Some(0));
+
+    let mut gw = static_gateway(&[stub.url()], "  drain_timeout_seconds: 1");
+    let mut c = Client::connect(gw.proxy);
+    assert_eq!(
+        c.send(ws_upgrade("/ws-101").as_bytes())
+            .response_to(true)
+            .map(|r| r.status),
+        Some(101)
+    );
+    gw.proc.signal("TERM");
+    assert_eq!(gw.proc.wait_exit(LONG), Some(0));
+    assert!(
+        c.closed_within(LONG),
+        "the tunnel outlived the drain timeout"
+    );
 }
