@@ -242,9 +242,34 @@ pub struct GatewayConfig {
     /// request asking for any other is forwarded without `Upgrade`. `h2c` is refused: it
     /// would carry h2 past the gateway's request rules.
     pub upgrade_protocols: Vec<String>,
+    /// Trust and identity towards `https://` upstreams (absent: the system's root
+    /// certificates, no client certificate).
+    pub upstream_tls: Option<UpstreamTlsConfig>,
 }
 
 impl GatewayConfig {
+    /// The TLS configuration of `https://` upstreams: `None` when `upstream_tls` is
+    /// absent (the upstream client then trusts the system roots, loaded on the first
+    /// HTTPS connection).
+    ///
+    /// # Errors
+    /// [`crate::net::tls::TlsError`] naming the file.
+    pub fn upstream_tls_config(
+        &self,
+    ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, crate::net::tls::TlsError> {
+        self.upstream_tls
+            .as_ref()
+            .map(|t| {
+                crate::net::tls::load_client_config(crate::net::tls::ClientTlsFiles {
+                    ca_file: t.ca_file.as_deref(),
+                    system_roots: t.system_roots,
+                    client_cert_file: t.client_cert_file.as_deref(),
+                    client_key_file: t.client_key_file.as_deref(),
+                })
+            })
+            .transpose()
+    }
+
     /// The admin bearer token, when one is configured.
     ///
     /// # Errors
@@ -364,6 +389,7 @@ impl Default for GatewayConfig {
             access_log: false,
             origin_zone_header: None,
             allow_loopback_upstreams: false,
+            upstream_tls: None,
         }
     }
 }
@@ -434,6 +460,35 @@ pub struct TlsConfig {
     pub cert_file: PathBuf,
     /// PEM private key.
     pub key_file: PathBuf,
+}
+
+/// `gateway.upstream_tls:` — how the gateway verifies `https://` upstreams (static VM
+/// URLs, `http` function tiers and zones, EC2 instances with `scheme: https`) and the
+/// client certificate it presents to those that ask (mutual TLS).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTlsConfig {
+    /// PEM bundle of CA certificates trusted for upstreams (a private CA), in addition
+    /// to the system's roots when `system_roots`.
+    pub ca_file: Option<PathBuf>,
+    /// Trust the system's root certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR`, or the
+    /// platform store). `false` with a `ca_file`: only that CA.
+    pub system_roots: bool,
+    /// PEM certificate chain presented to upstreams that ask for a client certificate.
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file` (PKCS#8, PKCS#1 or SEC1).
+    pub client_key_file: Option<PathBuf>,
+}
+
+impl Default for UpstreamTlsConfig {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            system_roots: true,
+            client_cert_file: None,
+            client_key_file: None,
+        }
+    }
 }
 
 /// `libra:` — LIBRA §III parameters.
@@ -841,7 +896,8 @@ pub struct Ec2VmPoolConfig {
     /// Port the API listens on inside the instance (`private_ip`, `public_ip`).
     #[serde(default = "default_ec2_upstream_port")]
     pub upstream_port: u16,
-    /// Scheme of the upstream URL; only `http` (the upstream client speaks plain HTTP).
+    /// Scheme of the upstream URL built from the instance's address: `http` or `https`
+    /// (verified with `gateway.upstream_tls`; the certificate must name the IP address).
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// Readiness probe path (GET, 2xx = ready).
@@ -1109,10 +1165,11 @@ fn check_path(issues: &mut Issues, path: &str, value: &str) {
 
 fn check_url(issues: &mut Issues, path: &str, value: &str) {
     match value.parse::<http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http")) && uri.authority().is_some() => {}
+        Ok(uri)
+            if matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some() => {}
         Ok(_) => issues.push(
             path,
-            format!("must be an http:// URL with a host, got {value:?}"),
+            format!("must be an http:// or https:// URL with a host, got {value:?}"),
         ),
         Err(e) => issues.push(path, format!("not a URL ({e}): {value:?}")),
     }
@@ -1416,6 +1473,15 @@ impl Config {
         self.queue.as_ref().map(super::queue::QueueConfig::params)
     }
 
+    /// Whether asynchronous calls are on: some `routes:` entry enables them
+    /// (`async: prefer` or `always`). Off, the gateway opens no store and ignores
+    /// `Prefer: respond-async`.
+    pub fn async_enabled(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| r.async_mode != super::routes::AsyncMode::Off)
+    }
+
     /// The configured route keys, in order.
     pub fn route_defs(&self) -> Vec<crate::policy::routes::RouteDef> {
         self.routes
@@ -1498,6 +1564,9 @@ impl Config {
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {
             is.push("gateway.tls", e.to_string());
+        }
+        if let Err(e) = self.gateway.upstream_tls_config() {
+            is.push("gateway.upstream_tls", e.to_string());
         }
         if !cfg!(feature = "aws") {
             if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
@@ -1787,13 +1856,10 @@ impl Ec2VmPoolConfig {
         if self.upstream_port == 0 {
             is.push("vm_pool.upstream_port", "must be 1-65535");
         }
-        if self.scheme != "http" {
+        if self.scheme != "http" && self.scheme != "https" {
             is.push(
                 "vm_pool.scheme",
-                format!(
-                    "only `http` is supported (the upstream client speaks plain HTTP), got {:?}",
-                    self.scheme
-                ),
+                format!("must be `http` or `https`, got {:?}", self.scheme),
             );
         }
         check_path(is, "vm_pool.health_path", &self.health_path);

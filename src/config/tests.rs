@@ -220,7 +220,7 @@ vm_pool:
   launch_template: {id: lt-1, name: both, version: latest}
   tags: {"spillway:pool": x}
   upstream_port: 0
-  scheme: https
+  scheme: ftp
   health_path: health
   boot_timeout_seconds: 0
   probe_interval_seconds: -1

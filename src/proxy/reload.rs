@@ -111,9 +111,13 @@ impl Reloader {
     /// [`ReloadError`]: nothing was applied.
     pub async fn reload(&self) -> Result<ReloadReport, ReloadError> {
         let _one = self.busy.lock().await;
-        let path = self.path.as_ref().ok_or(ReloadError::NoFile)?;
-        let mut new =
-            Config::load_for_serve(path).map_err(|e| ReloadError::Invalid(e.to_string()))?;
+        let path = self.path.clone().ok_or(ReloadError::NoFile)?;
+        // Reading is bounded (size, nesting, aliases: `crate::config::MAX_*`) but may take
+        // a moment on a large file: off the runtime's worker threads.
+        let mut new = tokio::task::spawn_blocking(move || Config::load_for_serve(&path))
+            .await
+            .map_err(|e| ReloadError::Invalid(format!("the configuration reader failed: {e}")))?
+            .map_err(|e| ReloadError::Invalid(e.to_string()))?;
         if let Some(a) = self.overrides.0 {
             new.gateway.listen = a;
         }

@@ -129,6 +129,40 @@ pub enum ServeError {
     /// The asynchronous-call store could not be opened or read (the file is named).
     #[error("{0}")]
     AsyncStore(String),
+    /// A route enables asynchronous calls but no state directory could be chosen.
+    #[error(transparent)]
+    StateDir(#[from] crate::state_dir::NoStateDir),
+}
+
+/// Where the asynchronous-call store comes from.
+enum Store {
+    /// The embedded store in this state directory (`None`: the default one).
+    In(Option<PathBuf>),
+    /// This store (tests).
+    Given(Arc<dyn CallStore>),
+}
+
+/// Open the embedded store in the state directory `dir` (or the default one).
+fn open_store(dir: Option<&std::path::Path>) -> Result<RedbStore, ServeError> {
+    let state = crate::state_dir::from_env(dir)?;
+    let store_dir = state.join("async");
+    crate::state_dir::create(&store_dir).map_err(|e| {
+        ServeError::AsyncStore(format!(
+            "cannot create the state directory {}: {e}; choose a writable one with \
+             --state-dir DIR (or SPILLWAY_STATE_DIR)",
+            store_dir.display()
+        ))
+    })?;
+    RedbStore::open(&store_dir).map_err(|e| match e {
+        super::async_store::StoreError::Locked { path } => ServeError::AsyncStore(format!(
+            "the asynchronous-call store {} is in use by another process — another \
+             spillway with the state directory {}? Each gateway needs its own: start this \
+             one with --state-dir DIR (or SPILLWAY_STATE_DIR=DIR), or stop the other",
+            path.display(),
+            state.display()
+        )),
+        other => ServeError::AsyncStore(other.to_string()),
+    })
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -152,7 +186,22 @@ impl Server {
     /// # Errors
     /// [`ServeError`] naming the listener, TLS file or backend.
     pub async fn bind(config: Config, spillway_exe: PathBuf) -> Result<Server, ServeError> {
-        Self::bind_with_store(config, spillway_exe, None).await
+        Self::bind_in(config, spillway_exe, None).await
+    }
+
+    /// [`Self::bind`] with the asynchronous-call store in `state_dir` (`--state-dir`;
+    /// `None`: the default of [`crate::state_dir`]). The directory is chosen, created
+    /// and locked only when a route enables asynchronous calls.
+    ///
+    /// # Errors
+    /// As [`Self::bind`]; [`ServeError::AsyncStore`] when another process holds the
+    /// store (the message names the directory and `--state-dir`).
+    pub async fn bind_in(
+        config: Config,
+        spillway_exe: PathBuf,
+        state_dir: Option<PathBuf>,
+    ) -> Result<Server, ServeError> {
+        Self::bind_with(config, spillway_exe, Store::In(state_dir), None).await
     }
 
     /// [`Self::bind`] with the asynchronous calls kept in `store` instead of the embedded
@@ -165,6 +214,7 @@ impl Server {
         spillway_exe: PathBuf,
         store: Option<Arc<dyn CallStore>>,
     ) -> Result<Server, ServeError> {
+        let store = store.map_or(Store::In(None), Store::Given);
         Self::bind_with(config, spillway_exe, store, None).await
     }
 
@@ -178,13 +228,13 @@ impl Server {
         spillway_exe: PathBuf,
         client: UpstreamClient,
     ) -> Result<Server, ServeError> {
-        Self::bind_with(config, spillway_exe, None, Some(client)).await
+        Self::bind_with(config, spillway_exe, Store::In(None), Some(client)).await
     }
 
     async fn bind_with(
         config: Config,
         spillway_exe: PathBuf,
-        store: Option<Arc<dyn CallStore>>,
+        store: Store,
         client: Option<UpstreamClient>,
     ) -> Result<Server, ServeError> {
         let g = &config.gateway;
@@ -194,18 +244,37 @@ impl Server {
         let admin_token =
             super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
-        let client = client.unwrap_or_else(|| {
-            UpstreamClient::with_limits(
-                ClientSettings {
+        // Two clients under the address policy (net::upstream): user-given upstreams
+        // (static, http, EC2) per `allow_loopback_upstreams`, spillway's own processes
+        // on loopback. Both never reach the gateway's listeners (recorded after bind).
+        let (client, own_client) = match client {
+            Some(c) => (c.clone(), c),
+            None => {
+                let settings = ClientSettings {
                     connect_timeout: secs(g.connect_timeout_seconds),
                     idle_timeout: secs(g.idle_timeout_seconds),
-                },
-                crate::net::client::ResponseLimits {
+                };
+                let limits = crate::net::client::ResponseLimits {
                     max_headers: g.max_response_header_count,
                     max_head_bytes: g.max_response_header_bytes,
-                },
-            )
-        });
+                };
+                let policy = crate::net::upstream::AddressPolicy::new(g.allow_loopback_upstreams);
+                (
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        policy,
+                        g.upstream_tls_config()?,
+                    ),
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        crate::net::upstream::AddressPolicy::new(true),
+                        None,
+                    ),
+                )
+            }
+        };
         let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
             .as_ref()
@@ -251,7 +320,7 @@ impl Server {
         for spec in &specs {
             zones.push(match &spec.tier {
                 FunctionTierConfig::Process(f) => {
-                    ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
+                    ProcessFunctionTier::new(f, spillway_exe.clone(), own_client.clone())
                 }
                 FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
                 #[cfg(feature = "aws")]
@@ -282,15 +351,19 @@ impl Server {
         .with_retry_budget(config.gateway.retry_budget())
         .with_delay_queue(
             config
-                .async_calls
-                .enabled
+                .async_enabled()
                 .then(|| config.async_calls.delay_params(config.slots_per_vm())),
         );
+        let vm_client = if matches!(config.vm_pool, Some(VmPoolConfig::Process(_))) {
+            own_client.clone()
+        } else {
+            client.clone()
+        };
         let gateway = Gateway::new(
             core,
             vm_provider,
             zones,
-            client,
+            vm_client,
             readiness,
             config.cip_rps(),
         );
@@ -313,12 +386,18 @@ impl Server {
             }
             None => None,
         };
-        if config.async_calls.enabled {
+        let mut listeners = vec![proxy.local_addr(), admin.local_addr()];
+        listeners.extend(tls.as_ref().map(|(l, _)| l.local_addr()));
+        let listeners: Vec<SocketAddr> = listeners.into_iter().filter_map(Result::ok).collect();
+        for c in [&client, &own_client] {
+            if let Some(policy) = c.address_policy() {
+                policy.set_gateway_listeners(&listeners);
+            }
+        }
+        if config.async_enabled() {
             let store: Arc<dyn CallStore> = match store {
-                Some(s) => s,
-                None => Arc::new(RedbStore::open(std::path::Path::new(
-                    &config.async_calls.store_dir,
-                ))?),
+                Store::Given(s) => s,
+                Store::In(dir) => Arc::new(open_store(dir.as_deref())?),
             };
             let a = AsyncCalls::new(
                 config.async_calls.clone(),
