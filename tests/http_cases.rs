@@ -1532,3 +1532,157 @@ fn websocket_tunnels_get_the_drain_period_at_sigterm() {
         "the tunnel outlived the drain timeout"
     );
 }
+
+/// `n` GETs of `path` at once, each on its own connection; the statuses.
+fn burst(addr: std::net::SocketAddr, path: &str, n: usize) -> Vec<u16> {
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (start, path) = (std::sync::Arc::clone(&start), path.to_string());
+            std::thread::spawn(move || {
+                start.wait();
+                http(addr, "GET", &path, &[], b"").0
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// A dead VM's burst: after a VM is killed, a burst of GETs that would land on its
+/// pooled keep-alive connections is served without one failure, with the default retry
+/// budget — the first failure marks the VM suspect (so the rest of the burst is routed
+/// elsewhere as first attempts) and attempts that were never written (connect refused)
+/// are re-routed without spending the budget.
+#[test]
+fn a_dead_vms_burst_is_served_within_the_default_retry_budget() {
+    let a = SampleApi::start("vm-a");
+    let b = SampleApi::start("vm-b");
+    let mut a = a;
+    let gw = static_gateway(
+        &[format!("http://{}", a.addr), format!("http://{}", b.addr)],
+        "",
+    );
+    // Pooled connections to both VMs.
+    let warm = burst(gw.proxy, "/sleep?ms=200", 16);
+    assert!(warm.iter().all(|c| *c == 200), "{warm:?}");
+    assert!(u64_at(&a.stats(), "/by_path/~1sleep") > 0, "A took part");
+    a.proc.child.kill().unwrap();
+    a.proc.child.wait().unwrap();
+    let statuses = burst(gw.proxy, "/sleep?ms=20", 64);
+    let failed = statuses.iter().filter(|c| **c != 200).count();
+    let s = gw.status();
+    assert_eq!(failed, 0, "{statuses:?}\n{:#}", s["retry_budget"]);
+    assert_eq!(u64_at(&s, "/retry_budget/refused_total"), 0);
+    // The rest of the burst went elsewhere as first attempts: few ever tried the dead VM
+    // (without the suspect mark, about half of the burst did, each a retry).
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    let retried = metric(
+        &metrics,
+        "spillway_retries_total",
+        &[r#"kind="connect_failure""#],
+    );
+    assert!(
+        retried <= 16.0,
+        "{retried} of 64 requests were sent to the dead VM first"
+    );
+}
+
+/// The retry budget still caps re-sends under overload: when every VM takes requests
+/// and fails them before answering (a real re-send each time), at most
+/// `ratio · requests + min_per_second · window` (the default budget) are sent again;
+/// the rest answer with their own error.
+#[test]
+fn the_retry_budget_still_caps_re_sends_when_every_vm_fails_after_the_request() {
+    // Probes pass; every request is read, held 50 ms, and its connection closed.
+    let failing = |r: &StubRequest| {
+        if r.target == "/" {
+            return ok_reply(r);
+        }
+        std::thread::sleep(Duration::from_millis(50)); // the upstream's own work
+        Reply::Close
+    };
+    let a = Stub::start(failing);
+    let b = Stub::start(failing);
+    let gw = static_gateway(&[a.url(), b.url()], "");
+    let n = 80;
+    for round in 0..2 {
+        burst(gw.proxy, &format!("/fail-{round}"), n / 2);
+    }
+    let s = gw.status();
+    let budget = &s["retry_budget"];
+    let retried = u64_at(&s, "/retry_budget/retried_total");
+    let allowed = f64_at(&s, "/retry_budget/window_allowed");
+    assert!(allowed <= 0.2 * n as f64 + 10.0 + 1.0, "{budget:#}");
+    assert!(retried as f64 <= allowed, "{budget:#}");
+    assert!(
+        u64_at(&s, "/retry_budget/refused_total") > 0,
+        "the budget never capped: {budget:#}"
+    );
+    let sent = [&a, &b]
+        .iter()
+        .flat_map(|st| st.requests())
+        .filter(|r| r.target != "/")
+        .count();
+    assert!(
+        sent as u64 <= n as u64 + retried,
+        "{sent} sent for {n} requests, {retried} retries granted"
+    );
+}
+
+/// The derived default connection cap keeps a gateway with few file descriptors up: with
+/// `ulimit -n 256` (cap (256 − 64) / 2 = 96, 24 per client IP), 300 connections from one
+/// client that never send a request leave the admin listener answering and another
+/// client served, and the gateway never fails an `accept`.
+#[test]
+fn silent_connections_cannot_exhaust_the_descriptors_with_the_default_caps() {
+    let stub = Stub::start(scripted);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.yaml");
+    std::fs::write(
+        &path,
+        static_config(&[stub.url()], "  header_read_timeout_seconds: 60"),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "ulimit -n 256 && exec \"$0\" serve --config \"$1\"",
+        exe(),
+        path.to_str().unwrap(),
+    ]);
+    let proc = Proc::spawn_command(cmd);
+    let line = proc.wait_line("spillway listening", LONG);
+    let addr = |key: &str| -> std::net::SocketAddr {
+        let rest = &line[line.find(&format!("{key}=")).unwrap() + key.len() + 1..];
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (proxy, admin) = (addr("proxy"), addr("admin"));
+    let held: Vec<Client> = (0..300).map(|_| connect_from("127.0.0.1", proxy)).collect();
+    proc.wait_line("connection limit reached", LONG);
+    let (code, _, _) = http(admin, "GET", "/status", &[], b"");
+    assert_eq!(code, 200, "admin listener starved");
+    let mut other = connect_from("127.0.0.2", proxy);
+    let r = other.send(get("/other-client").as_bytes()).response();
+    assert_eq!(
+        r.map(|r| r.status),
+        Some(200),
+        "another client was not served"
+    );
+    let metrics = String::from_utf8_lossy(&http(admin, "GET", "/metrics", &[], b"").2).to_string();
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_client_connections",
+            &[r#"budget="proxy""#]
+        ),
+        25.0,
+        "24 silent connections from one client, and the other client's"
+    );
+    assert!(
+        !proc.log_text().contains("accept failed"),
+        "{}",
+        proc.log_text()
+    );
+    drop(held);
+}

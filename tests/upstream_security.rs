@@ -357,7 +357,12 @@ async fn a_name_resolving_only_to_refused_addresses_is_never_sent_a_byte() {
         other => panic!("expected a connect failure, got {other}"),
     };
 
-    let strict = UpstreamClient::for_upstreams(settings, Default::default(), AddressPolicy::new(false), None);
+    let strict = UpstreamClient::for_upstreams(
+        settings,
+        Default::default(),
+        AddressPolicy::new(false),
+        None,
+    );
     let why = reason(strict.forward(&base, get()).await.unwrap_err());
     assert!(
         why.contains("`localhost` resolves only to refused addresses")

@@ -521,7 +521,9 @@ async fn attempts(
                             tracing::warn!(%vm, error = %err, "upstream response refused; not sent again");
                         } else {
                             // Sent (or partly), no response byte: a bodiless idempotent
-                            // request may go once more elsewhere (C17).
+                            // request may go once more elsewhere (C17). The VM may be
+                            // dead (a killed VM's pooled connections fail so): suspect.
+                            gw.suspect_vm(&vm_target);
                             tracing::warn!(%vm, error = %err, "upstream failed before answering");
                         }
                         let failure = Failure::FailedAfterSend {
