@@ -792,7 +792,13 @@ fn accept_at_the_descriptor_limit_backs_off() {
     let stub = Stub::start(ok_reply);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.yaml");
-    std::fs::write(&path, static_config(&[stub.url()], "")).unwrap();
+    // A connection cap above what 64 descriptors allow (the derived default stays
+    // below the limit, so accept would never fail).
+    std::fs::write(
+        &path,
+        static_config(&[stub.url()], "  max_connections: 1000"),
+    )
+    .unwrap();
     let mut cmd = std::process::Command::new("sh");
     cmd.args([
         "-c",

@@ -240,6 +240,10 @@ pub struct GatewayConfig {
     /// Largest upstream response head (status line and header fields), bytes; larger →
     /// 502, not sent again. At least 8192 is used.
     pub max_response_header_bytes: usize,
+    /// `Upgrade` protocols forwarded to VMs (case-insensitive names, without version); a
+    /// request asking for any other is forwarded without `Upgrade`. `h2c` is refused: it
+    /// would carry h2 past the gateway's request rules.
+    pub upgrade_protocols: Vec<String>,
     /// Trust and identity towards `https://` upstreams (absent: the system's root
     /// certificates, no client certificate).
     pub upstream_tls: Option<UpstreamTlsConfig>,
@@ -365,6 +369,7 @@ impl Default for GatewayConfig {
             headers_with_underscores_action: UnderscoresAction::DropHeader,
             max_response_header_count: 100,
             max_response_header_bytes: 64 * 1024,
+            upgrade_protocols: vec!["websocket".to_string()],
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -1230,6 +1235,24 @@ impl Config {
                     g.max_response_header_bytes
                 ),
             );
+        }
+        for (i, p) in g.upgrade_protocols.iter().enumerate() {
+            let path = format!("gateway.upgrade_protocols[{i}]");
+            if p.eq_ignore_ascii_case("h2c") {
+                is.push(
+                    &path,
+                    "h2c is never forwarded: an h2c tunnel would carry requests past the gateway's request rules",
+                );
+            } else if p.is_empty()
+                || !p
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                is.push(
+                    &path,
+                    format!("must be a protocol name token (like websocket), got `{p}`"),
+                );
+            }
         }
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");
