@@ -19,7 +19,8 @@
 //! every replica's count of the epoch before.
 //!
 //! **The leader** holds a lease with a term (the fencing token). Each epoch it renews
-//! the lease, sums the replicas' counts of the previous epoch ([`aggregate`]: a replica
+//! the lease and, half an epoch after the epoch ended (a second round trip: every
+//! replica has written its count by then), sums the replicas' counts ([`aggregate`]: a replica
 //! that missed it is imputed from its last count), hands the sum to its core (the
 //! monitor closes that epoch, Algorithm 1 runs every K epochs), computes every replica's
 //! budget share ([`budget_shares`]) and publishes all of it, fenced: a publication or a
@@ -41,9 +42,10 @@
 //! Counts are buffered and sent when the store answers again.
 //!
 //! A new leader that finds EWMAs resumes them; one that finds none makes no scale-in for
-//! K epochs (`Core::hold_scale_in`). The monitor sums epoch `e` one epoch after it ended
-//! (every replica has written it by then), so the shared decisions lag a single
-//! gateway's by one epoch.
+//! K epochs (`Core::hold_scale_in`). The leader's monitor closes epoch `e` half an epoch
+//! after it ended and the followers take the decision at their next round, so shared
+//! decisions lag a single gateway's by half an epoch (leader) to one epoch
+//! (followers).
 
 pub mod memory;
 pub mod redis;
@@ -252,6 +254,18 @@ fn split(ms: u64, epoch: Duration, at: Instant) -> (Instant, u64) {
     let into = Duration::from_nanos((ns - index * e) as u64);
     let origin = at.checked_sub(into).unwrap_or(at);
     (origin, index as u64)
+}
+
+/// This replica's id: the host name (a Kubernetes pod's name) and the process id, so
+/// that replicas on one host differ and a restarted one is a new replica.
+pub fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "spillway".into());
+    format!("{host}-{}", std::process::id())
 }
 
 #[allow(clippy::disallowed_methods)] // The fallback really is the host's wall clock.
@@ -468,14 +482,14 @@ impl Coordinator {
                     i.leader = x.leader.as_ref().map(|k| k.replica.clone());
                     i.replicas = u32::try_from(x.live.len()).unwrap_or(u32::MAX).max(1);
                 }
-                self.on_exchange(report.sum_epoch, x).await;
+                self.on_exchange(ended, x).await;
             }
             Err(e) => self.on_store_down(&e, &fresh),
         }
         self.refresh();
     }
 
-    async fn on_exchange(&self, sum_epoch: u64, x: Exchange) {
+    async fn on_exchange(&self, ended: u64, x: Exchange) {
         let key = self.lock().key.clone();
         match (&key, &x.leader) {
             (Some(mine), Some(holder)) if mine == holder => {
@@ -483,7 +497,7 @@ impl Coordinator {
                     .op("renew", self.store.renew(mine, self.settings.lease))
                     .await
                 {
-                    Ok(true) => self.lead(mine, sum_epoch, &x).await,
+                    Ok(true) => self.sum_and_lead(mine, ended).await,
                     Ok(false) => self.step_down("the lease was lost"),
                     Err(_) => self.freeze(),
                 }
@@ -507,7 +521,7 @@ impl Coordinator {
                             term,
                         };
                         self.take_over(&mine, &x);
-                        self.lead(&mine, sum_epoch, &x).await;
+                        self.sum_and_lead(&mine, ended).await;
                         return;
                     }
                 }
@@ -555,6 +569,7 @@ impl Coordinator {
             resumed = ewma.is_some(),
             "became the scaling leader"
         );
+        self.refresh();
     }
 
     fn step_down(&self, why: &'static str) {
@@ -574,6 +589,29 @@ impl Coordinator {
     fn freeze(&self) {
         self.host
             .with_core(&mut |core, now| core.set_pool_writer(now, false));
+    }
+
+    /// The leader, half an epoch after `ended` ended (every replica has written its
+    /// count by then): read every count of `ended` and lead on their sum. A second
+    /// round trip for the leader only; the decision lags a single gateway's by half an
+    /// epoch.
+    async fn sum_and_lead(&self, key: &LeaderKey, ended: u64) {
+        let e = self.settings.epoch;
+        let local_end = (ended + 1).saturating_sub(self.settings.base_epoch);
+        let at = e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2;
+        tokio::time::sleep(at.saturating_sub(self.host.now())).await;
+        let report = Report {
+            replica: self.settings.replica.clone(),
+            counts: Vec::new(),
+            sum_epoch: ended,
+            live_window: e * (self.settings.grace_epochs + 1),
+            counts_ttl: e * 100,
+        };
+        match self.op("exchange", self.store.exchange(&report)).await {
+            Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
+            Ok(_) => self.step_down("the lease moved before the sum was read"),
+            Err(_) => self.freeze(),
+        }
     }
 
     async fn lead(&self, key: &LeaderKey, sum_epoch: u64, x: &Exchange) {

@@ -27,7 +27,7 @@
 //! The two rules the leader applies are functions here: [`aggregate`] (sum the
 //! replicas' counts, imputing a replica that missed an epoch from its last count) and
 //! [`budget_shares`] (each replica's share of the VM budget: proportional to its own
-//! traffic, max-min fair).
+//! traffic, a surplus divided max-min fairly).
 
 use serde::{Deserialize, Serialize};
 
@@ -115,40 +115,43 @@ pub fn aggregate(epoch: u64, replicas: &[ReplicaCount], impute_epochs: u64) -> A
 /// Each replica's share of the VM budget (the shares sum to 1; empty for no replica).
 ///
 /// `budget` is what the VMs admit in an epoch (ρ·vm_reqs·E requests) and `demands` each
-/// replica's last epoch count. The budget is divided max-min fairly over the demands
-/// (water-filling: a replica that asks for less than an equal part gets all it asks,
-/// the rest is split equally among the others, and so on) — so each replica's VM
-/// admissions follow its own traffic, as one gateway's would, without a busy replica
-/// taking the whole budget. What the demands leave over is split in proportion to them
-/// (equally when no replica had traffic, or when the budget is zero or not finite).
+/// replica's last epoch count. While the budget does not cover the demands (the usual
+/// case: ρ < 1) the shares are proportional to the demands, so every replica spills the
+/// same fraction of its traffic, as one gateway at the same total load would, and a
+/// load that moves between replicas moves its budget along. A budget above the demands
+/// leaves a surplus, divided max-min fairly: the smallest allocations are raised first
+/// to a common level (water-filling with the demands as floors), so an idle replica gets
+/// room for a burst before a busy one gets more than it asked. Equal shares when no
+/// replica had traffic; proportional ones when the budget is zero or not finite.
 pub fn budget_shares(budget: f64, demands: &[u64]) -> Vec<f64> {
     let n = demands.len();
     if n == 0 {
         return Vec::new();
     }
     let total: u64 = demands.iter().sum();
-    if total == 0 || !(budget.is_finite() && budget > 0.0) {
-        return match total {
-            0 => vec![1.0 / n as f64; n],
-            _ => demands.iter().map(|&d| d as f64 / total as f64).collect(),
-        };
+    if total == 0 {
+        return vec![1.0 / n as f64; n];
     }
-    let mut order: Vec<usize> = (0..n).collect();
-    order.sort_by_key(|&i| demands[i]);
-    let mut alloc = vec![0.0; n];
-    let mut left = budget;
-    for (k, &i) in order.iter().enumerate() {
-        let fair = left / (n - k) as f64;
-        let d = demands[i] as f64;
-        alloc[i] = d.min(fair);
-        left -= alloc[i];
+    if !(budget.is_finite() && budget > total as f64) {
+        return demands.iter().map(|&d| d as f64 / total as f64).collect();
     }
-    if left > 0.0 {
-        for (a, &d) in alloc.iter_mut().zip(demands) {
-            *a += left * d as f64 / total as f64;
+    // The level L with Σ max(d_i, L) = budget: the k smallest demands are raised to L.
+    let mut sorted: Vec<f64> = demands.iter().map(|&d| d as f64).collect();
+    sorted.sort_by(f64::total_cmp);
+    let mut above: f64 = sorted.iter().sum();
+    let mut level = budget / n as f64;
+    for k in 1..=n {
+        above -= sorted[k - 1];
+        let l = (budget - above) / k as f64;
+        if k == n || l <= sorted[k] {
+            level = l;
+            break;
         }
     }
-    alloc.into_iter().map(|a| a / budget).collect()
+    demands
+        .iter()
+        .map(|&d| (d as f64).max(level) / budget)
+        .collect()
 }
 
 #[cfg(test)]
@@ -202,26 +205,34 @@ mod tests {
     }
 
     #[test]
-    fn shares_are_max_min_fair_over_the_demands() {
-        // 70/20/10 under a budget of 80: the small ones get what they ask, the big one
-        // the rest (an equal split would waste 16.7 on the smallest).
+    fn a_rationed_budget_is_shared_in_proportion_to_the_traffic() {
+        // 70/20/10 under a budget of 80: each replica spills a fifth, like one gateway.
         let s = budget_shares(80.0, &[70, 20, 10]);
-        assert!(close(&s, &[50.0 / 80.0, 20.0 / 80.0, 10.0 / 80.0]), "{s:?}");
-        // Two large demands share what the small one leaves equally.
-        let s = budget_shares(60.0, &[5, 100, 40]);
-        assert!(close(&s, &[5.0 / 60.0, 27.5 / 60.0, 27.5 / 60.0]), "{s:?}");
-        // Order of the replicas does not matter.
-        let s = budget_shares(60.0, &[100, 40, 5]);
-        assert!(close(&s, &[27.5 / 60.0, 27.5 / 60.0, 5.0 / 60.0]), "{s:?}");
+        assert!(close(&s, &[0.7, 0.2, 0.1]), "{s:?}");
+        let s = budget_shares(100.0, &[10, 30, 60]);
+        assert!(close(&s, &[0.1, 0.3, 0.6]), "{s:?}");
     }
 
     #[test]
-    fn a_budget_above_the_demands_is_split_in_proportion() {
-        // Demands 30 + 10 under a budget of 60: each gets its demand, the 20 left
-        // goes 3:1.
+    fn a_surplus_raises_the_smallest_allocations_first() {
+        // Demands 30 + 10 under a budget of 60: the small one is raised to 30 first.
         let s = budget_shares(60.0, &[30, 10]);
-        assert!(close(&s, &[45.0 / 60.0, 15.0 / 60.0]), "{s:?}");
-        let sum: f64 = s.iter().sum();
+        assert!(close(&s, &[0.5, 0.5]), "{s:?}");
+        // 5, 100, 40 under 200: the two small ones rise to 50, the big one keeps 100.
+        let s = budget_shares(200.0, &[5, 100, 40]);
+        assert!(close(&s, &[0.25, 0.5, 0.25]), "{s:?}");
+        // Order does not matter; a surplus over every demand is split level.
+        let s = budget_shares(200.0, &[100, 40, 5]);
+        assert!(close(&s, &[0.5, 0.25, 0.25]), "{s:?}");
+        let s = budget_shares(400.0, &[100, 40, 5]);
+        assert!(close(&s, &[1.0 / 3.0; 3]), "{s:?}");
+        // Exactly the demands: no surplus, proportional.
+        let s = budget_shares(40.0, &[30, 10]);
+        assert!(close(&s, &[0.75, 0.25]), "{s:?}");
+        // Just above: the small one takes the surplus.
+        let s = budget_shares(41.0, &[30, 10]);
+        assert!(close(&s, &[30.0 / 41.0, 11.0 / 41.0]), "{s:?}");
+        let sum: f64 = budget_shares(123.0, &[7, 50, 1, 0]).iter().sum();
         assert!((sum - 1.0).abs() < 1e-12);
     }
 
@@ -230,6 +241,8 @@ mod tests {
         assert!(budget_shares(10.0, &[]).is_empty());
         assert!(close(&budget_shares(10.0, &[0, 0, 0, 0]), &[0.25; 4]));
         assert!(close(&budget_shares(0.0, &[0, 0]), &[0.5, 0.5]));
+        // A surplus over one idle replica and one busy one.
+        assert!(close(&budget_shares(10.0, &[0, 4]), &[0.5, 0.5]));
         // No (or an unlimited) budget: shares follow the traffic.
         assert!(close(&budget_shares(0.0, &[30, 10]), &[0.75, 0.25]));
         assert!(close(

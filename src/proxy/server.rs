@@ -23,6 +23,8 @@ use crate::backends::vm_process::ProcessVmPool;
 use crate::backends::vm_static::StaticVmPool;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider, secs};
 use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
+use crate::coord::redis::RedisStore;
+use crate::coord::{Coordinator, Host, Store};
 use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
@@ -125,6 +127,13 @@ pub enum ServeError {
     /// The asynchronous-call store could not be opened or read (the file is named).
     #[error("{0}")]
     AsyncStore(String),
+    /// `coordination.url` cannot be used by the Redis client.
+    #[error("config: coordination.url: {source}")]
+    Coordination {
+        /// Cause.
+        #[source]
+        source: redis::RedisError,
+    },
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -276,14 +285,49 @@ impl Server {
                 .enabled
                 .then(|| config.async_calls.delay_params(config.slots_per_vm())),
         );
-        let gateway = Gateway::new(
+        // Several replicas (`coordination: {type: redis}`): epochs aligned on the
+        // store's clock, the coordinator in place before the core starts (so that a
+        // replica that is not the leader launches nothing at start).
+        let coordination = match config.coordination.redis() {
+            Some(r) => {
+                let epoch = secs(config.libra.epoch_seconds);
+                let op_timeout = r.op_timeout(epoch);
+                let store: Arc<dyn Store> = Arc::new(
+                    RedisStore::new(&r.url, &r.cluster, op_timeout)
+                        .map_err(|source| ServeError::Coordination { source })?,
+                );
+                let (origin, base_epoch) = crate::coord::align(&*store, epoch, op_timeout).await;
+                let settings = crate::coord::Settings {
+                    replica: crate::coord::default_replica_id(),
+                    epoch,
+                    lease: Duration::from_millis(r.lease_ms),
+                    op_timeout,
+                    grace_epochs: r.grace_epochs,
+                    decision_epochs: config.libra.decision_epochs,
+                    base_epoch,
+                };
+                Some((store, origin, settings))
+            }
+            None => None,
+        };
+        let gateway = Gateway::new_at(
             core,
             vm_provider,
             zones,
             client,
             readiness,
             config.cip_rps(),
+            coordination
+                .as_ref()
+                .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
+        if let Some((store, _, settings)) = coordination {
+            crate::telemetry::zero_coordination();
+            tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");
+            let c = Coordinator::new(settings, store, Arc::clone(&gateway) as Arc<dyn Host>);
+            gateway.set_coordinator(Arc::clone(&c));
+            c.start();
+        }
 
         let bind = |what, addr| async move {
             TcpListener::bind(addr)
@@ -518,6 +562,11 @@ impl Server {
         drop(self.tls);
         sighup_task.abort();
         draining.store(true, Ordering::Release);
+        if let Some(c) = self.gateway.coordinator() {
+            // Hand the lease over at once: the next leader need not wait for it to
+            // expire.
+            c.shutdown().await;
+        }
         let drain = reloader.drain_timeout();
         tracing::info!(
             in_flight_connections = graceful.count(),
