@@ -1,5 +1,5 @@
-//! Criterion benchmark of one function placement decision and its completion (issue 8
-//! goal: ≤ 100 ns with 6 zones × 100 instances): `Placement::place` for a call from an
+//! Criterion benchmark of one function placement decision and its completion (goal:
+//! ≤ 100 ns with 6 zones × 100 instances): `Placement::place` for a call from an
 //! edge zone, then `Placement::release`, under edge-first and warm-first. Every zone
 //! holds 100 idle pre-warmed instances, so each call is a warm start that keeps the
 //! state steady; one call in ten comes from no edge zone (the cloud).

@@ -1,4 +1,4 @@
-//! Criterion benchmark of the whole request path (issue 18), without sockets: a client
+//! Criterion benchmark of the whole request path, without sockets: a client
 //! connection → the gateway's connection server (hyper, validation, header hygiene,
 //! LIBRA routing, metrics) → the pooled upstream client → an upstream, every link an
 //! in-memory `tokio::io::duplex` stream. One current-thread runtime runs all three, so

@@ -1,4 +1,4 @@
-//! Simulator throughput: simulated requests per second, per policy (issue 3 goal:
+//! Simulator throughput: simulated requests per second, per policy (goal:
 //! ≥ 3 M requests/s per policy on a 2-core machine, release build).
 //!
 //! `cargo bench --bench sim` replays `traces/wits_per_second.txt` (45,000 s, 6,432,107
@@ -51,8 +51,9 @@ fn bench(c: &mut Criterion) {
         });
     }
     g.finish();
-    // What `spillway sim --policy all` does: the five policies, one per core (issue 14
-    // goal: full WITS in ≤ 2 s wall on 2 cores). Throughput counts every policy's requests.
+    // What `spillway sim --policy all` does: the five policies, one per core
+    // (goal: full WITS in ≤ 2 s wall on 2 cores). Throughput counts every policy's
+    // requests.
     let mut g = c.benchmark_group("sim_all");
     g.throughput(Throughput::Elements(
         trace.total_requests() * PolicyKind::ALL.len() as u64,
@@ -66,7 +67,7 @@ fn bench(c: &mut Criterion) {
     g.finish();
 }
 
-/// FaaSim's burst pattern (issue 8) from the seeded generator (`sim::faasim::burst`, whose
+/// FaaSim's burst pattern from the seeded generator (`sim::faasim::burst`, whose
 /// shape a test checks against FaaSim's original file). Events format; parsing is outside
 /// the measurement.
 fn burst_trace() -> Trace {

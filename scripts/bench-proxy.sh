@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Side-by-side proxy benchmark on loopback (issue 18): an nginx origin answered directly,
+# Side-by-side proxy benchmark on loopback: an nginx origin answered directly,
 # through nginx, through HAProxy and through spillway (a `static` pool of that origin,
 # LIBRA routing, metrics and header hygiene on, access log off). Prints markdown tables:
 #   * wrk -t1 -c64 -d10s keep-alive, two rounds (req/s, p50, p99, spillway / nginx);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Module layering: no import cycles between spillway's top-level modules, and the edges
-# that would re-create the old ones are named and refused (issue 7, item 4):
+# that would re-create the old ones are named and refused:
 #   * src/policy imports no other spillway module (the sans-IO core is a leaf);
 #   * src/net imports no other spillway module (HTTP primitives, shared by proxy and backends);
 #   * src/backends never imports crate::proxy (backends only execute);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Mutation testing of the policy core (issue 19) with cargo-mutants
+# Mutation testing of the policy core with cargo-mutants
 # (`cargo install cargo-mutants --locked`): every mutant of the given files must make
 # a policy test fail. One job by default (MUTANTS_JOBS=2: two copies building and testing
 # side by side); shards through MUTANTS_EXTRA (`--shard 0/2`). Results under $MUTANTS_OUT/policy/mutants.out

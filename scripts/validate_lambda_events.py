@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Validate Lambda events built by spillway against AWS Lambda Powertools' parser models.
 
-Issue 13 item 10; run by tests/aws_lambda.rs (events_validate_against_lambda_powertools_models).
+Run by tests/aws_lambda.rs (events_validate_against_lambda_powertools_models).
 
 Usage: validate_lambda_events.py DIR
 

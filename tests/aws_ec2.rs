@@ -1,4 +1,4 @@
-//! The EC2 VM pool through the real gateway binary (issues 4 and 13): against moto for
+//! The EC2 VM pool through the real gateway binary: against moto for
 //! scaling 0 → 3 → 1 → 0, restart adoption, boot-timeout termination, stopped instances
 //! and gateway ids sharing a pool; against the stateful local EC2 fake
 //! (`aws_common::ec2::FakeEc2`) for capacity, quota, throttling and access-denied errors,
@@ -339,8 +339,7 @@ impl Drop for Loader {
 }
 
 /// Gateway YAML with an EC2 pool (`address: tag`) and a local process function tier.
-/// The instances' tags point at loopback sample APIs: `allow_loopback_upstreams` is on
-/// (issue 12 item 12).
+/// The instances' tags point at loopback sample APIs: `allow_loopback_upstreams` is on.
 fn ec2_config(libra: &str, endpoint: &str, pool: &str, extra_pool: &str) -> String {
     let exe = common::exe();
     format!(
@@ -543,7 +542,7 @@ fn a_restarted_gateway_adopts_the_pool_instead_of_doubling_it() {
     });
 }
 
-/// Issue 12 item 12 on moto: an instance tag is checked like a user-given upstream.
+/// On moto: an instance tag is checked like a user-given upstream.
 /// Without `allow_loopback_upstreams` the loopback URL the agent writes is refused: the
 /// instance is never probed nor used, it is terminated, `/status` shows the alarm with
 /// its id and the log names it; requests go to the function tier meanwhile.
@@ -675,7 +674,7 @@ fn keeps_serving_and_reports(endpoint: &str, kind: &str, extra_pool: &str) -> Ga
     gw
 }
 
-/// Issue 13 item 6 on moto: the pool's stopped instances are terminated at start
+/// On moto: the pool's stopped instances are terminated at start
 /// (another gateway's are left alone).
 #[test]
 fn stopped_instances_of_the_pool_are_terminated_at_start() {
@@ -706,7 +705,7 @@ fn stopped_instances_of_the_pool_are_terminated_at_start() {
     assert_eq!(ec2.state(&theirs), "stopped");
 }
 
-/// Issue 13 item 7 on moto: gateways with their own `gateway_id` share a `pool_name`
+/// On moto: gateways with their own `gateway_id` share a `pool_name`
 /// without adopting or terminating each other's instances (even booting ones), a second
 /// gateway launching with the same id is an alarm, and `adopt_gateway_ids` takes a
 /// retired gateway's instances over explicitly.
@@ -860,7 +859,7 @@ fn throttling_is_reported_and_the_gateway_keeps_serving() {
 }
 
 /// Access denied on RunInstances (an IAM image condition that no longer matches the
-/// template's AMI, issue 13 item 14) is an alarm in `/status` until a launch succeeds.
+/// template's AMI) is an alarm in `/status` until a launch succeeds.
 #[test]
 fn access_denied_is_a_pool_alarm_until_a_launch_succeeds() {
     let (fake, _apis) = fake_with_apis();
@@ -902,7 +901,7 @@ fn fake_config(fake: &FakeEc2, pool: &str, libra: &str, extra_pool: &str) -> Str
     )
 }
 
-/// Issue 13 item 1: TerminateInstances answering NotFound right after RunInstances does
+/// TerminateInstances answering NotFound right after RunInstances does
 /// not drop the instance: the gateway confirms with DescribeInstances and terminates it
 /// once EC2 finds it.
 #[test]
@@ -940,7 +939,7 @@ fn a_not_yet_visible_instance_is_still_terminated() {
     assert!(describes >= 1, "confirmed with DescribeInstances");
 }
 
-/// Issue 13 item 2: a batch TerminateInstances with one id EC2 does not know terminates
+/// A batch TerminateInstances with one id EC2 does not know terminates
 /// the others (here: the stale instances found at start).
 #[test]
 fn batch_terminate_skips_the_ids_ec2_does_not_know() {
@@ -990,7 +989,7 @@ fn batch_terminate_skips_the_ids_ec2_does_not_know() {
     );
 }
 
-/// Issue 13 item 3: an ambiguous RunInstances failure (5xx after the instance was
+/// An ambiguous RunInstances failure (5xx after the instance was
 /// launched) is repeated with the same client token and subnet, and the VM gets the
 /// instance the first call launched — no second instance, nothing terminated.
 #[test]
@@ -1029,7 +1028,7 @@ fn an_ambiguous_launch_is_repeated_with_the_same_token_and_subnet() {
     assert!(all.contains_key(&instance), "{s:#}");
 }
 
-/// Issue 13 item 4: booting instances are described together in one call, and a
+/// Booting instances are described together in one call, and a
 /// throttled DescribeInstances backs off exponentially, starting at the probe interval.
 #[test]
 fn describes_are_batched_and_back_off_when_throttled() {
@@ -1117,7 +1116,7 @@ fn describes_are_batched_and_back_off_when_throttled() {
     );
 }
 
-/// Issue 13 item 5: `Unsupported` (the instance type is not offered in that subnet's
+/// `Unsupported` (the instance type is not offered in that subnet's
 /// zone) moves the launch to the next subnet; the instance launches with shutdown
 /// behaviour `terminate` and exactly the tag keys `deploy/aws/iam.yaml` allows.
 #[test]
@@ -1144,7 +1143,7 @@ fn unsupported_moves_the_launch_to_the_next_subnet() {
         s["vm_pool"]["errors"]["counts"]["run_instances.capacity"], 1,
         "{s:#}"
     );
-    // Issue 13 item 15: the tag keys sent are the ones the IAM policy allows.
+    // The tag keys sent are the ones the IAM policy allows.
     let allowed = iam_tag_keys();
     let expected: std::collections::BTreeSet<String> = spillway::backends::ec2::SPILLWAY_TAG_KEYS
         .iter()
@@ -1213,7 +1212,7 @@ fn iam_tag_keys() -> std::collections::BTreeSet<String> {
     lists.swap_remove(0)
 }
 
-/// Issue 13 item 5: an account quota (`VcpuLimitExceeded`) is the same in every subnet:
+/// An account quota (`VcpuLimitExceeded`) is the same in every subnet:
 /// one RunInstances per launch, and the pool alarm says so.
 #[test]
 fn a_quota_error_does_not_try_the_other_subnets() {
@@ -1237,7 +1236,7 @@ fn a_quota_error_does_not_try_the_other_subnets() {
     assert!(per_vm.values().all(|&n| n == 1), "{per_vm:?}");
 }
 
-/// Issue 13 item 6: a stopped instance of the pool is terminated by the pool audit.
+/// A stopped instance of the pool is terminated by the pool audit.
 #[test]
 fn the_audit_terminates_stopped_instances_of_the_pool() {
     let fake = fake_without_boot();
@@ -1265,7 +1264,7 @@ fn the_audit_terminates_stopped_instances_of_the_pool() {
     );
 }
 
-/// Issue 13 item 6: user data is limited to 16 KiB before base64.
+/// User data is limited to 16 KiB before base64.
 #[test]
 fn user_data_is_limited_to_16_kib_before_base64() {
     let dir = tempfile::tempdir().unwrap();

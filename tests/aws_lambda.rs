@@ -1,4 +1,4 @@
-//! The Lambda function tier through the real gateway binary (issue 4; http-cases C19,
+//! The Lambda function tier through the real gateway binary (http-cases C19,
 //! C20): against moto for the reply shapes, and against a local Invoke stub for what moto
 //! cannot answer (function errors, 429, access denied, provisioned concurrency), plus an
 //! endpoint on a closed port. Loopback only; every wait polls with a deadline.
@@ -276,7 +276,7 @@ fn slow_invoke_is_504() {
 }
 
 /// A reply that arrives after the function's own timeout but within the invoke margin
-/// reaches the client (issue 13 item 11): the gateway's deadline is `timeout_seconds +
+/// reaches the client: the gateway's deadline is `timeout_seconds +
 /// invoke_margin_seconds`, not `timeout_seconds`.
 #[test]
 fn a_reply_within_the_invoke_margin_reaches_the_client() {
@@ -405,7 +405,7 @@ fn throttled_call_without_a_vm_is_503_with_retry_after() {
 
 /// Pre-warm: `prewarmed_instances: 3` puts provisioned concurrency on the qualifier at
 /// start, follows it until `READY` (shown in `/status`) and, with
-/// `remove_prewarm_on_shutdown`, deletes it on shutdown (issue 13 item 12).
+/// `remove_prewarm_on_shutdown`, deletes it on shutdown.
 #[test]
 fn prewarm_becomes_provisioned_concurrency() {
     let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
@@ -490,7 +490,7 @@ fn failed_provisioned_concurrency_is_an_alarm_with_its_reason() {
     assert_eq!(code, 200);
 }
 
-/// Issue 13 item 12: `prewarmed_instances: 0` no longer removes provisioned concurrency;
+/// `prewarmed_instances: 0` no longer removes provisioned concurrency;
 /// `remove_prewarm_on_start: true` does. A failing provisioned-concurrency call does not
 /// stop the gateway from serving.
 #[test]
@@ -549,7 +549,7 @@ fn prewarm_zero_keeps_and_remove_on_start_deletes() {
     assert_eq!(code, 502);
 }
 
-/// Issue 11 item 5: an h2 client's split `cookie` fields reach the Lambda events joined
+/// An h2 client's split `cookie` fields reach the Lambda events joined
 /// once, before any backend sees the request: one `cookie` value `"a=1; b=2"` in
 /// payload 1.0 (`multiValueHeaders` and `headers`), the crumbs in 2.0's `cookies`.
 #[test]
@@ -595,7 +595,7 @@ fn h2_split_cookies_reach_lambda_events_joined() {
     assert!(events[1]["headers"].get("cookie").is_none());
 }
 
-/// Issue 13 item 9: the reply shapes API Gateway and the ALB accept reach the client in
+/// The reply shapes API Gateway and the ALB accept reach the client in
 /// every payload format; other shapes stay 502.
 #[test]
 fn lenient_replies_reach_the_client_in_every_format() {
@@ -632,7 +632,7 @@ fn lenient_replies_reach_the_client_in_every_format() {
     }
 }
 
-/// Issue 13 item 13: the Invoke call carries `X-Amzn-Trace-Id` (the client's, or one
+/// The Invoke call carries `X-Amzn-Trace-Id` (the client's, or one
 /// derived from its W3C `traceparent`), and both stay in the event's headers.
 #[test]
 fn invoke_carries_the_trace_header() {
@@ -671,7 +671,7 @@ fn invoke_carries_the_trace_header() {
     assert_eq!(ev["headers"]["traceparent"], tp);
 }
 
-/// Issue 13 item 10: every event the gateway sends, for a corpus of odd requests, in
+/// Every event the gateway sends, for a corpus of odd requests, in
 /// every payload format, validates against AWS Lambda Powertools' parser models
 /// (`APIGatewayProxyEventV2Model`, `APIGatewayProxyEventModel`, `AlbModel`), run by
 /// `scripts/validate_lambda_events.py` (needs `aws-lambda-powertools[parser]`).
@@ -778,7 +778,7 @@ fn odd_requests() -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Errors where the function never ran (issue 13 item 8): each of the documented codes
+/// Errors where the function never ran: each of the documented codes
 /// sends the request back to a VM with a free slot (token or not) instead of a 502; an
 /// error raised while the function ran stays a 502 and is not sent anywhere else.
 #[test]
@@ -844,7 +844,7 @@ fn never_ran_errors_fall_back_to_a_vm_and_other_errors_stay_502() {
     );
 }
 
-/// Issue 13 item 11: the gateway's connections to the Lambda API send TCP keepalives, so
+/// The gateway's connections to the Lambda API send TCP keepalives, so
 /// that a long Invoke survives a NAT gateway's 350 s idle timeout. While an Invoke is in
 /// flight (the stub answers after 3 s), `ss` shows the keepalive timer on the gateway's
 /// connection to the stub.

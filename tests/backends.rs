@@ -99,7 +99,7 @@ async fn process_function_tier_runs_the_sample_api() {
     let cfg = ProcessFunctionTierConfig {
         command: command("fn"),
         health_path: "/".into(),
-        // Generous (issue 19): the two instances must still be idle when the zone is read
+        // Generous: the two instances must still be idle when the zone is read
         // and the third call must find one warm, on a loaded 2-core machine; the expiry
         // itself is awaited with a polling deadline (`eventually`, 20 s).
         keep_alive_seconds: 4.0,

@@ -1,4 +1,4 @@
-//! Call scheduling on saturated capacity (issue 9; call scheduling §4), on real
+//! Call scheduling on saturated capacity (call scheduling §4), on real
 //! processes: one VM (a sample API) with 2 slots, a process function tier with
 //! `max_instances: 1` held busy, so every further call waits in the gateway queue.
 //! Real time (the gateway is another process): the harness measures with std's clock.

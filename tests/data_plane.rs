@@ -1,6 +1,6 @@
 //! Data-plane behaviour of the real gateway binary: TLS with ALPN h2, h2c, streaming
 //! bodies both ways, the body limit (413), the header-read timeout (hyper's timer is
-//! installed, http-cases C11 (a)), `Upgrade` pinning, the h2 side of issue 11's request
+//! installed, http-cases C11 (a)), `Upgrade` pinning, the h2 side of the request
 //! and response rules, h2 floods (C12) and trailers (C15).
 
 // Real processes on loopback: deadlines are wall-clock time.
@@ -253,7 +253,7 @@ fn a_malformed_chunked_body_is_the_clients_fault_400_not_502() {
 }
 
 // ---------------------------------------------------------------------------------------
-// Issue 11 over h2, http-cases C11 (a), C12, C15.
+// Request and response rules over h2, http-cases C11 (a), C12, C15.
 // ---------------------------------------------------------------------------------------
 
 fn raw_reply(text: &str) -> Reply {
@@ -330,7 +330,8 @@ fn h2_get(uri: &str, headers: &[(&str, &str)]) -> http::Request<()> {
     b.body(()).unwrap()
 }
 
-/// Issue 11 items 1, 3, 4 and 5 over h2: `:authority` against `Host`, the same header
+/// Host, header limits, target forms and cookies over h2: `:authority` against `Host`,
+/// the same header
 /// and target limits as HTTP/1.1 (431/414, C11 (b)–(c)), CONNECT → 405, split cookie
 /// fields joined with "; ".
 #[test]
@@ -345,7 +346,7 @@ fn h2_authority_limits_connect_and_cookies() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async move {
         let mut c = h2_client(addr).await;
-        // Item 1: a Host that differs from :authority is malformed; :authority is the Host.
+        // A Host that differs from :authority is malformed; :authority is the Host.
         let r = h2_send(
             &mut c,
             h2_get("http://a.example/mismatch", &[("host", "b.example")]),
@@ -366,7 +367,7 @@ fn h2_authority_limits_connect_and_cookies() {
         .await
         .unwrap();
         assert_eq!(r.status, 200);
-        // Item 5: split cookie crumbs become one field.
+        // Split cookie crumbs become one field.
         let r = h2_send(
             &mut c,
             h2_get(
@@ -378,7 +379,7 @@ fn h2_authority_limits_connect_and_cookies() {
         .await
         .unwrap();
         assert_eq!(r.status, 200);
-        // Item 3: exactly at the limits passes; one past gets 431 / 414. Fields:
+        // Exactly at the limits passes; one past gets 431 / 414. Fields:
         // x-pad = 5 + |v| + 4 (the h2 request carries no other regular field).
         let pad = "v".repeat(2048 - 9);
         let r = h2_send(
@@ -417,7 +418,7 @@ fn h2_authority_limits_connect_and_cookies() {
             .await
             .unwrap();
         assert_eq!(r.status, 414);
-        // Item 4: CONNECT → 405 with Allow.
+        // CONNECT → 405 with Allow.
         let connect = http::Request::builder()
             .method(http::Method::CONNECT)
             .uri("internal.example:443")
@@ -475,7 +476,8 @@ fn h2_authority_limits_connect_and_cookies() {
     assert_eq!(stub.requests_to("/cookies")[0].all("cookie"), ["a=1; b=2"]);
 }
 
-/// Issue 11 items 6 and 7 and http-cases C15 over h2: Content-Length next to chunked is
+/// Response framing, informational responses and http-cases C15 over h2: Content-Length
+/// next to chunked is
 /// dropped (an h2 client would reject the mismatch), a 103 does not break the exchange,
 /// and the upstream's trailers reach the client (`te: trailers` reaches the upstream).
 #[test]

@@ -345,7 +345,7 @@ async fn a_request_dropped_during_its_cold_start_leaks_nothing() {
     assert_eq!(gw.status().core.zones[0].usage.unwrap().cold_starts, 2);
 }
 
-/// Two function zones on paused time (issue 8; FaaSim two-tier edge/cloud): an edge with
+/// Two function zones on paused time (FaaSim two-tier edge/cloud): an edge with
 /// one pre-warmed instance (cold start 400 ms, keep-alive 1 s, at most 2) and a cloud
 /// (cold start 700 ms, keep-alive 5 s). A cloud instance is made warm, then two calls
 /// from the edge arrive together: both placements give the first the pre-warmed edge

@@ -1,4 +1,4 @@
-//! The live driver's gateway queue (issue 9) on paused tokio time: a call that finds no
+//! The live driver's gateway queue on paused tokio time: a call that finds no
 //! capacity waits; the longest wait is a deadline of the core's timer table that wakes
 //! the driver (503 then); a released lease serves the queue's head; a waiting request
 //! that is dropped leaves the queue.

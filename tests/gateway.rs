@@ -227,7 +227,7 @@ fn check_reports_every_semantic_error_at_once_and_exits_1() {
     assert_eq!(out.status.code(), Some(2));
 }
 
-/// Adaptive r_max (issue 15, LIBRA §III-B): the gateway measures its VM attempts' response
+/// Adaptive r_max (LIBRA §III-B): the gateway measures its VM attempts' response
 /// times (to the end of the body), and a p90 above the target lowers r_max, which caps
 /// the VM budget; `/status` and `/metrics` show the value, the error and the adjustment.
 #[test]

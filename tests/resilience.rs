@@ -1,4 +1,4 @@
-//! Issue 12, resilience, on real processes: the `spillway` binary in front of scripted
+//! Resilience on real processes: the `spillway` binary in front of scripted
 //! upstreams on 127.0.0.1 (port 0), short real timeouts, polling deadlines.
 
 // Real processes on loopback: deadlines are wall-clock time.
@@ -32,11 +32,11 @@ fn metric(gw: &Gateway, name_and_labels: &str) -> f64 {
         .unwrap_or_else(|| panic!("{name_and_labels} in\n{text}"))
 }
 
-/// Item 1: an upstream that sends its head and part of the body, then stalls, has the
+/// An upstream that sends its head and part of the body, then stalls, has the
 /// client's response aborted after `response_body_idle_timeout_seconds` (not the head
 /// timeout, which is much longer) and its VM slot freed.
 #[test]
-fn item1_stalled_response_body_is_aborted_and_frees_the_slot() {
+fn stalled_response_body_is_aborted_and_frees_the_slot() {
     const PROMISED: usize = 1000;
     const SENT: usize = 10;
     let stub = Stub::start(|req: &StubRequest| match req.target.as_str() {
@@ -80,12 +80,12 @@ fn item1_stalled_response_body_is_aborted_and_frees_the_slot() {
     );
 }
 
-/// Item 2: a steady slow upload longer than every timeout reaches the upstream whole and
+/// A steady slow upload longer than every timeout reaches the upstream whole and
 /// is answered; a body that pauses longer than `request_body_idle_timeout_seconds` gets
 /// 408; a request whose body was sent and gets no head within
 /// `upstream_timeout_seconds` gets 504, counted from the end of the body.
 #[test]
-fn item2_slow_upload_passes_idle_body_408_head_wait_counts_after_body() {
+fn slow_upload_passes_idle_body_408_head_wait_counts_after_body() {
     let stub = Stub::start(|req: &StubRequest| match req.target.as_str() {
         "/hold" => Reply::Hold,
         _ => ok_reply(req),
@@ -151,11 +151,11 @@ fn item2_slow_upload_passes_idle_body_408_head_wait_counts_after_body() {
     );
 }
 
-/// Item 1, tunnels: an `Upgrade` tunnel that carries no byte either way for
+/// Tunnels: an `Upgrade` tunnel that carries no byte either way for
 /// `tunnel_idle_timeout_seconds` is closed and its VM slot freed; one that keeps
 /// talking stays open past it.
 #[test]
-fn item1_idle_tunnel_is_closed_and_frees_the_slot() {
+fn idle_tunnel_is_closed_and_frees_the_slot() {
     let stub = Stub::start(|req: &StubRequest| {
         match req.target.as_str() {
         "/ws" => Reply::Upgrade(
@@ -203,12 +203,12 @@ fn item1_idle_tunnel_is_closed_and_frees_the_slot() {
     assert!(u64_at(&s, "/routed/vm") >= 1);
 }
 
-/// Items 3–4: an upstream that closes a reused keep-alive connection as the next request
+/// An upstream that closes a reused keep-alive connection as the next request
 /// arrives (no response byte) costs no idempotent request: each GET that met it is sent
 /// once more, on the other VM over a new connection. A POST that met it is never sent
 /// twice: it gets 502, and no upstream saw it more than once.
 #[test]
-fn item3_stale_connection_gets_are_retried_posts_are_not() {
+fn stale_connection_gets_are_retried_posts_are_not() {
     use std::collections::HashMap;
     use std::sync::Mutex;
     // A: the first request of each connection is answered with keep-alive, the next one
@@ -289,10 +289,10 @@ fn item3_stale_connection_gets_are_retried_posts_are_not() {
     );
 }
 
-/// Item 4: GETs in flight on a VM process that is killed are answered by the other VM;
+/// GETs in flight on a VM process that is killed are answered by the other VM;
 /// so are the GETs sent after the kill.
 #[test]
-fn item4_gets_in_flight_on_a_killed_vm_are_answered() {
+fn gets_in_flight_on_a_killed_vm_are_answered() {
     let mut a = common::SampleApi::start("a");
     let b = common::SampleApi::start("b");
     let urls = [format!("http://{}", a.addr), format!("http://{}", b.addr)];
@@ -350,10 +350,10 @@ fn ready_vm_ids(s: &serde_json::Value) -> Vec<String> {
         .collect()
 }
 
-/// Item 5: a VM process killed while idle is found by the health probes and replaced at
+/// A VM process killed while idle is found by the health probes and replaced at
 /// once, long before the next scaling decision.
 #[test]
-fn item5_a_vm_killed_while_idle_is_replaced_at_once() {
+fn a_vm_killed_while_idle_is_replaced_at_once() {
     let (epoch, k) = (1.0, 1000);
     let interval = 0.2;
     let gw = Gateway::start(&common::process_config(
@@ -392,10 +392,10 @@ fn item5_a_vm_killed_while_idle_is_replaced_at_once() {
     assert_eq!(code, 200);
 }
 
-/// Item 6: a `static` member that goes down leaves the pool and comes back when it
+/// A `static` member that goes down leaves the pool and comes back when it
 /// answers again, without a restart of the gateway.
 #[test]
-fn item6_a_static_member_down_for_a_while_is_added_back() {
+fn a_static_member_down_for_a_while_is_added_back() {
     let a = common::SampleApi::start("a");
     let b = common::SampleApi::start("b");
     let urls = [format!("http://{}", a.addr), format!("http://{}", b.addr)];
@@ -447,11 +447,11 @@ fn item6_a_static_member_down_for_a_while_is_added_back() {
     drop(a);
 }
 
-/// Item 7: with the function tier unreachable and an idle VM, every request is answered:
+/// With the function tier unreachable and an idle VM, every request is answered:
 /// each call that cannot be placed on the tier falls back to the VM, and `/status`
 /// counts the tier's failures and the fall-backs.
 #[test]
-fn item7_unreachable_function_tier_falls_back_to_the_vm_and_is_counted() {
+fn unreachable_function_tier_falls_back_to_the_vm_and_is_counted() {
     let vm = Stub::start(ok_reply);
     let dead = format!("http://127.0.0.1:{}", common::free_port());
     let yaml = format!(
@@ -493,10 +493,10 @@ function_tier:
     assert_eq!(common::u64_at(&s, "/functions/fall_backs_to_vm"), spilled);
 }
 
-/// Item 8: a `static` pool below the cost-indifference point keeps serving on its
+/// A `static` pool below the cost-indifference point keeps serving on its
 /// always-on VMs (up to ρ·r_max each) instead of sending everything to functions.
 #[test]
-fn item8_a_static_pool_below_the_cip_serves_on_its_vms() {
+fn a_static_pool_below_the_cip_serves_on_its_vms() {
     let a = common::SampleApi::start("a");
     let exe = common::exe();
     let yaml = format!(
@@ -555,10 +555,10 @@ function_tier:
     assert_eq!(common::u64_at(&s, "/scaling/target_vms"), 0, "{s:#}");
 }
 
-/// Item 11: with a bearer token, `/status` and `/metrics` need it and `/healthz` stays
+/// With a bearer token, `/status` and `/metrics` need it and `/healthz` stays
 /// open; `check` refuses a non-loopback admin listener without a token.
 #[test]
-fn item11_admin_token_protects_status_and_metrics_healthz_stays_open() {
+fn admin_token_protects_status_and_metrics_healthz_stays_open() {
     let stub = Stub::start(ok_reply);
     let dir = tempfile::tempdir().unwrap();
     let token = "s3cret-Token_42";
@@ -629,10 +629,10 @@ fn item11_admin_token_protects_status_and_metrics_healthz_stays_open() {
     );
 }
 
-/// Item 12: `check` refuses metadata and link-local upstreams always, loopback ones
+/// `check` refuses metadata and link-local upstreams always, loopback ones
 /// without `gateway.allow_loopback_upstreams`; `process` pools need no opt-in.
 #[test]
-fn item12_upstream_address_policy() {
+fn upstream_address_policy() {
     let dir = tempfile::tempdir().unwrap();
     let check = |name: &str, yaml: &str| {
         let path = dir.path().join(name);
@@ -687,12 +687,12 @@ fn item12_upstream_address_policy() {
     assert_eq!(code, Some(0), "{err}");
 }
 
-/// Item 10: SIGHUP reloads instead of killing: in-flight requests finish under the
+/// SIGHUP reloads instead of killing: in-flight requests finish under the
 /// settings they started with, new ones get the new values, listen changes are reported
 /// as needing a restart; `POST /reload` needs the admin token, and an invalid file
 /// changes nothing.
 #[test]
-fn item10_sighup_and_post_reload_apply_all_or_nothing_and_keep_in_flight_requests() {
+fn reload_on_sighup_and_post_is_all_or_nothing_and_keeps_in_flight_requests() {
     let hold = Duration::from_millis(1500);
     let stub = Stub::start(move |req: &StubRequest| {
         if req.target == "/slow" {
@@ -784,11 +784,11 @@ fn cpu_ticks(pid: u32) -> u64 {
     f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
 }
 
-/// Item 9: at the file-descriptor limit the accept loop backs off instead of spinning,
+/// At the file-descriptor limit the accept loop backs off instead of spinning,
 /// logs once per interval and counts the failures; it serves again once descriptors
 /// are free.
 #[test]
-fn item9_accept_at_the_descriptor_limit_backs_off() {
+fn accept_at_the_descriptor_limit_backs_off() {
     let stub = Stub::start(ok_reply);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.yaml");
@@ -848,10 +848,10 @@ fn item9_accept_at_the_descriptor_limit_backs_off() {
     assert!(failures >= 1.0, "{text}");
 }
 
-/// Item 10: during shutdown `/healthz` answers 503 `draining` while in-flight requests
+/// During shutdown `/healthz` answers 503 `draining` while in-flight requests
 /// finish.
 #[test]
-fn item10_healthz_reports_draining_during_shutdown() {
+fn healthz_reports_draining_during_shutdown() {
     let hold = Duration::from_millis(1500);
     let stub = Stub::start(move |req: &StubRequest| {
         if req.target == "/slow" {
@@ -879,10 +879,10 @@ fn item10_healthz_reports_draining_during_shutdown() {
     );
 }
 
-/// Item 10: a reload changes a `static` pool's members live: the old member leaves,
+/// A reload changes a `static` pool's members live: the old member leaves,
 /// the new one serves, without a restart.
 #[test]
-fn item10_reload_replaces_static_members() {
+fn reload_replaces_static_members() {
     let a = Stub::start(ok_reply);
     let b = Stub::start(ok_reply);
     let gw = Gateway::start(&static_config(&[a.url()], ""));
@@ -949,12 +949,12 @@ fn uneven_traffic(
     })
 }
 
-/// Item 10: a reload changes φ, ρ, α and the pricing of the running policy core: the
+/// A reload changes φ, ρ, α and the pricing of the running policy core: the
 /// reply lists them as applied, `/status` shows the new values, the CIP follows the
 /// new VM price, and the next epoch's scaling decision is `avg + φ_new·std` — while
 /// the EWMAs go on from their old values and no request fails.
 #[test]
-fn item10_reload_applies_libra_and_pricing_to_the_running_core() {
+fn reload_applies_libra_and_pricing_to_the_running_core() {
     let stub = Stub::start(ok_reply);
     let (phi0, rho0, phi1, rho1, alpha1) = (1.0, 0.9, 2.5, 0.6, 0.15);
     let (hourly0, hourly1) = (0.0416, 0.0832);
@@ -1042,12 +1042,12 @@ fn item10_reload_applies_libra_and_pricing_to_the_running_core() {
     );
 }
 
-/// Item 10: sections this gateway does not reload — function zones, the gateway queue,
+/// Sections this gateway does not reload — function zones, the gateway queue,
 /// the origin header — are reported as needing a restart and nothing of them applies
 /// (the new edge zone's client networks would claim every loopback client); a second
 /// reload reports them again.
 #[test]
-fn item10_reload_reports_zones_and_queue_as_restart_required_and_applies_nothing() {
+fn reload_reports_zones_and_queue_as_restart_required_and_applies_nothing() {
     let stub = Stub::start(ok_reply);
     let first = libra_config(&stub.url(), "", "");
     let gw = Gateway::start(&first);

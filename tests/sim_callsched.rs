@@ -1,4 +1,4 @@
-//! The simulator's call-scheduling preset (issue 9; call scheduling §4): one VM of N
+//! The simulator's call-scheduling preset (call scheduling §4): one VM of N
 //! cores, no scaling, no function tier, calls in the gateway queue in the configured
 //! order; `events` traces with function and processing-time columns.
 

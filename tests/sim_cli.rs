@@ -57,7 +57,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
         ),
         (1.0, 300, 1.0, 0.8, 0.2, 0.2, 16.0)
     );
-    // The authors' balancer and phase (issue 14): the first int(ρ·int(avg+φ·std)) requests
+    // The authors' balancer and phase: the first int(ρ·int(avg+φ·std)) requests
     // of each second to VMs, decisions after seconds 1, 301, …, no CIP rule.
     assert_eq!(l.balancer, spillway::config::BalancerRule::Quota);
     assert!(l.quota_truncate);
@@ -297,7 +297,7 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
     adaptive.libra.max_outstanding_per_vm = Some(16);
     // The adaptive preset keeps the budget rule, decision phase and CIP rule its README
     // figures were measured with (token bucket, first decision after K, CIP from
-    // pricing); the paper preset follows the LIBRA authors' simulator on those (issue 14).
+    // pricing); the paper preset follows the LIBRA authors' simulator on those.
     assert_eq!(
         adaptive.libra.balancer,
         spillway::config::BalancerRule::TokenBucket
@@ -350,7 +350,7 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
     );
 }
 
-/// The FaaSim preset with no other flag (issue 8): events format, one row per placement;
+/// The FaaSim preset with no other flag: events format, one row per placement;
 /// with 100 pre-warmed cloud instances (`--set`) warm-first takes them (no cold start),
 /// edge-first cold-starts the first burst on the edge. `--sweep` gives one report per
 /// value: without keep-alive every call is cold. A bad path is one error naming it.
@@ -443,7 +443,7 @@ fn the_faasim_preset_runs_one_row_per_placement_and_sweeps() {
     );
 }
 
-/// Issue 14: an all-zero day is simulated (idle cost is a valid question), every report
+/// An all-zero day is simulated (idle cost is a valid question), every report
 /// starts with the effective model, a model that makes the SLA unreachable is warned
 /// about, an events trace of Unix timestamps runs from its first event, and
 /// `--csv-max-rows` bounds the series by merging epochs.

@@ -1,4 +1,4 @@
-//! The delay-queue model (ProFaaStinate §3, issue 10) through `spillway sim
+//! The delay-queue model (ProFaaStinate §3) through `spillway sim
 //! --delay-queue`: the document-pipeline preset, and the named-column events format.
 
 // Real processes: wall-clock deadlines in the shared helpers.

@@ -372,7 +372,7 @@ fn the_per_vm_cap_removes_the_queueing_a_banked_bucket_causes() {
 
 /// A call no function instance can take falls back to a VM with a free slot and is
 /// served there, as the gateway does after a 429 — not counted as throttled or as an SLA
-/// violation (issue 7). One ready VM (16 slots), ρ·budget = 0.225 · 16 = 3.6 tokens/s
+/// violation. One ready VM (16 slots), ρ·budget = 0.225 · 16 = 3.6 tokens/s
 /// (the bucket starts full), functions capped at 2 instances, 500 ms calls, 20 arrivals
 /// 50 ms apart. An independent model of the bucket (tokens never within 0.02 of 1 at a
 /// decision) gives: 7 calls on the VM within budget, 4 on functions, and 9 that find both
@@ -468,7 +468,7 @@ fn adaptive_r_max_follows_the_modelled_vm_response_times() {
     assert!(max.series.iter().all(|e| e.r_max_rps == 10.0));
 }
 
-/// Function zones in the simulator (issue 8; FaaSim two-tier edge/cloud): an `events`
+/// Function zones in the simulator (FaaSim two-tier edge/cloud): an `events`
 /// trace's zone is the call's origin edge zone; edge-first and warm-first place calls
 /// differently when the edge's keep-alive (1 s) is shorter than the cloud's (10 s).
 #[test]
@@ -804,7 +804,7 @@ fn counts_of(c: &[u64]) -> Trace {
     counts(&c.iter().map(|x| format!("{x}\n")).collect::<String>())
 }
 
-/// The per-epoch series carries the utilisation and the cost so far (issue 14): MAX's one
+/// The per-epoch series carries the utilisation and the cost so far: MAX's one
 /// VM at 10 req/s of 1 s calls on 16 slots is 10/16 busy; FAAS's running cost at the
 /// trace end is every call started so far.
 #[test]
@@ -1007,7 +1007,7 @@ fn burst_gap_burst(gap: u64) -> Trace {
     Trace::parse(&text, Path::new("gap.txt"), &opts).unwrap()
 }
 
-/// Issue 14: idle stretches are closed in bulk (the monitor closes N empty epochs at
+/// Idle stretches are closed in bulk (the monitor closes N empty epochs at
 /// once once the policy settled) with the results of closing every epoch.
 ///
 /// Expectation: once a policy has settled in the gap (decisions repeat, idle function

@@ -329,7 +329,7 @@ proptest! {
     }
 }
 
-/// Issue 14's trace robustness: a byte-order mark is accepted, a non-UTF-8 byte names its
+/// Trace robustness: a byte-order mark is accepted, a non-UTF-8 byte names its
 /// line, `+5` is not a count, a count above u32 stops at its line, and the wrong
 /// `--format` says which one the file looks like.
 #[test]

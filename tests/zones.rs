@@ -1,4 +1,4 @@
-//! Function zones end to end (issue 8; FaaSim "two-tier edge/cloud"): the real gateway
+//! Function zones end to end (FaaSim "two-tier edge/cloud"): the real gateway
 //! binary with two `process` zones of sample-API instances on 127.0.0.1 and no VM, so
 //! every request is placed in a zone. Instance names say the zone (`edge-<port>`,
 //! `cloud-<port>`). Polling with deadlines; no fixed sleeps before assertions.

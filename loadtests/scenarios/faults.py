@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12 fault scenarios on loopback, each under a steady open-loop GET load:
+"""Fault scenarios on loopback, each under a steady open-loop GET load:
 
   vm-kill   a static pool of two `spillway sample-api` VMs; one is killed (SIGKILL)
             a third of the way in. Goal: 0 failed GETs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 12 item 13: gateway memory with many idle keep-alive client connections.
+"""Gateway memory with many idle keep-alive client connections.
 
 Starts `spillway serve` (static pool of one `spillway sample-api`), then:
   1. RSS baseline after one request,

@@ -1,7 +1,7 @@
 //! The HTTP client every AWS SDK call of the gateway goes through (EC2 and Lambda): the
 //! SDK's own stack — hyper-util's pooled client over hyper-rustls, HTTPS with the
 //! platform's root certificates, plain HTTP for an `http://` endpoint override such as
-//! moto on loopback — with **TCP keepalive** on every connection (issue 13 item 11).
+//! moto on loopback — with **TCP keepalive** on every connection.
 //!
 //! A synchronous Invoke may run for up to 15 minutes without a byte on its connection;
 //! NAT gateways drop idle TCP flows after 350 s, and the reply would then never arrive.
@@ -32,7 +32,7 @@ use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 /// Idle time on an AWS API connection before the first TCP keepalive probe, and the
 /// interval between probes: below the 350 s after which AWS NAT gateways forget an idle
-/// flow (issue 13 item 11).
+/// flow.
 pub const TCP_KEEPALIVE: Duration = Duration::from_secs(60);
 
 /// Pooled connections to an AWS API idle longer than this are closed (the SDK's default).

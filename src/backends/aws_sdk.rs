@@ -2,7 +2,7 @@
 //! only from `aws-config`'s default chain, the region and endpoint URL from the provider's
 //! config section (falling back to `AWS_REGION` / the profile), and per-provider timeouts
 //! and retries. Every call goes through [`super::aws_http::keepalive_client`] (TCP
-//! keepalive, issue 13 item 11).
+//! keepalive).
 
 use super::BackendError;
 

@@ -1,6 +1,5 @@
 //! `vm_pool: {type: ec2}`: VMs are EC2 instances launched and terminated through the EC2
-//! API with `aws-sdk-ec2` (issue 4, "EC2 VM pool provider"; issue 13, "AWS tiers ready
-//! for production"). Built with the `aws` cargo feature only.
+//! API with `aws-sdk-ec2`. Built with the `aws` cargo feature only.
 //!
 //! * **Credentials** come only from `aws-config`'s default chain; the region and an
 //!   optional endpoint URL come from the config ([`Ec2VmPoolConfig`]).
@@ -41,7 +40,7 @@
 //!   TerminateInstances again while the instance is visible and not terminated, for up
 //!   to [`TERMINATE_CONFIRM_FOR`]. An instance never confirmed stays tracked and the
 //!   pool audit tries again.
-//! * **One writer per pool's instances** (issue 13 item 7): every instance carries this
+//! * **One writer per pool's instances**: every instance carries this
 //!   gateway's id (`gateway_id`, default the host name). At start, instances of the pool
 //!   with this id (or one of `adopt_gateway_ids`, or no id: launched before the tag
 //!   existed) are this gateway's: those that are `running`, resolve and pass one health
@@ -89,7 +88,7 @@ use crate::policy::VmId;
 
 /// Tag carrying the controller's VM id (`vm-3`) on instances this gateway launched.
 pub const EC2_VM_TAG_KEY: &str = "spillway:vm";
-/// Tag carrying the launching gateway's id (`vm_pool.gateway_id`; issue 13 item 7).
+/// Tag carrying the launching gateway's id (`vm_pool.gateway_id`).
 pub const EC2_GATEWAY_TAG_KEY: &str = "spillway:gateway";
 /// Every tag key spillway itself sets at RunInstances (plus the `vm_pool.tags` keys).
 /// `deploy/aws/iam.yaml` allows exactly these in its `aws:TagKeys` condition (checked
@@ -142,8 +141,8 @@ const COND_LAUNCH: &str = "launch";
 const COND_WRITERS: &str = "pool_writers";
 /// `/status` condition: instances of the pool that belong to other gateway ids.
 const COND_OTHERS: &str = "other_gateways";
-/// Condition: an instance's upstream address was refused by the address policy (issue
-/// 12 item 12): the instance was not used. An alarm (a tag pointing at the metadata
+/// Condition: an instance's upstream address was refused by the address policy:
+/// the instance was not used. An alarm (a tag pointing at the metadata
 /// service is an attack or a broken boot script); it stays until a restart.
 const COND_ADDRESS: &str = "upstream_address";
 
@@ -216,8 +215,8 @@ impl Ec2VmPool {
     /// Load the AWS SDK configuration (default credential chain; region and endpoint from
     /// `cfg`) and build the pool. `http` is the gateway's upstream client, used for the
     /// health probe of instances found at start. `allow_loopback`
-    /// (`gateway.allow_loopback_upstreams`) accepts loopback instance addresses (issue 12
-    /// item 12; link-local and metadata addresses are always refused). No API call is
+    /// (`gateway.allow_loopback_upstreams`) accepts loopback instance addresses
+    /// (link-local and metadata addresses are always refused). No API call is
     /// made here.
     ///
     /// # Errors
@@ -1247,18 +1246,20 @@ pub fn instance_ids_in(message: &str) -> Vec<String> {
 /// An upstream base URL read from an instance (tag value or built from its address).
 ///
 /// # Errors
-/// A message when it is not an `http://host[:port]` URL.
+/// A message when it is not an `http://host[:port]` or `https://host[:port]` URL.
 pub fn parse_upstream(url: &str) -> Result<Uri, String> {
     match url.parse::<Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => Ok(u),
+        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() => {
+            Ok(u)
+        }
         _ => Err(format!(
-            "upstream URL {url:?} is not an http://host:port URL"
+            "upstream URL {url:?} is not an http(s)://host:port URL"
         )),
     }
 }
 
 /// An instance's upstream URL (from its tag, or built from its address) checked like a
-/// user-given upstream (issue 12 item 12, [`crate::net::upstream::check_host`]):
+/// user-given upstream ([`crate::net::upstream::check_host`]):
 /// link-local and metadata addresses (169.254.169.254, `fd00:ec2::254`) are refused,
 /// loopback and unspecified ones unless `allow_loopback`
 /// (`gateway.allow_loopback_upstreams`). An instance tag is written by whatever runs on
@@ -1403,12 +1404,13 @@ mod tests {
             parse_upstream("http://127.0.0.1:8080").unwrap().to_string(),
             "http://127.0.0.1:8080/"
         );
-        assert!(parse_upstream("https://x:1").is_err());
+        assert!(parse_upstream("https://x:1").is_ok());
+        assert!(parse_upstream("ftp://x:1").is_err());
         assert!(parse_upstream("127.0.0.1:80").is_err());
         assert!(parse_upstream("not a url").is_err());
     }
 
-    /// Issue 12 item 12: the address an instance tag gives is checked like a user-given
+    /// The address an instance tag gives is checked like a user-given
     /// upstream.
     #[test]
     fn instance_addresses_follow_the_upstream_policy() {

@@ -1,5 +1,5 @@
 //! `function_tier: {type: lambda}`: spilled requests run on an AWS Lambda function called
-//! through the Invoke API (issue 4, "Lambda function tier provider"; http-cases C19, C20).
+//! through the Invoke API (http-cases C19, C20).
 //!
 //! One call = one synchronous Invoke (`RequestResponse`) of `function_name[:qualifier]`:
 //! 1. an `Upgrade` request is refused ([`FunctionError::UpgradeNotSupported`], a 4xx:
@@ -11,7 +11,7 @@
 //!    before any invoke;
 //! 3. Invoke runs with the SDK's retries **off** (a retry would re-run a non-idempotent
 //!    request and hide the 429) and within the Invoke deadline `timeout_seconds +
-//!    invoke_margin_seconds` ([`FunctionError::TimedOut`], 504; issue 13 item 11);
+//!    invoke_margin_seconds` ([`FunctionError::TimedOut`], 504);
 //! 4. 429 (`TooManyRequestsException`) → [`FunctionError::NotSent`] (throttled) carrying the
 //!    original request rebuilt from the buffered body, so the balancer can spill it back
 //!    to a VM (a throttled call never ran the function);
@@ -22,12 +22,12 @@
 //! Response trailers do not exist in the Lambda reply shapes: function routes drop them
 //! (http-cases C15).
 //!
-//! **Tracing** (issue 13 item 13): the Invoke request carries an `X-Amzn-Trace-Id`
+//! **Tracing**: the Invoke request carries an `X-Amzn-Trace-Id`
 //! header so that the function's X-Ray segment joins the caller's trace
 //! ([`xray_trace_header`]: the request's own `X-Amzn-Trace-Id`, else one derived from a
 //! W3C `traceparent`); both headers also stay in the event's `headers`.
 //!
-//! **Errors where the function never ran** ([`never_ran`], issue 13 item 8): Lambda
+//! **Errors where the function never ran** ([`never_ran`]): Lambda
 //! rejects some Invoke calls before any code runs (the version is not ready, ENIs or
 //! subnet addresses ran out, the KMS key is unusable, …). Like a 429, such a call is
 //! reported as not sent (`NotSentReason::NeverRan`, the request handed back): the policy
@@ -41,7 +41,7 @@
 //! or `FAILED`; the status, its reason and the allocated count are shown in `/status` as
 //! `functions.errors.conditions.provisioned_concurrency` (an alarm when `FAILED`).
 //! `remove_prewarm_on_start: true` deletes it at start (DeleteProvisionedConcurrencyConfig);
-//! `prewarmed_instances: 0` or absent leaves it alone (before issue 13, `0` deleted it).
+//! `prewarmed_instances: 0` or absent leaves it alone (earlier versions deleted it on `0`).
 //! On shutdown it is kept unless `remove_prewarm_on_shutdown: true` (a restart should
 //! not lose warm capacity that takes minutes to allocate). A failed call is logged and
 //! counted; the gateway keeps serving.
@@ -93,7 +93,7 @@ pub const PREWARM_POLL_FOR: Duration = Duration::from_secs(30 * 60);
 /// The `/status` condition name of the provisioned concurrency.
 pub const PREWARM_CONDITION: &str = "provisioned_concurrency";
 
-/// Invoke error codes that mean the function never ran (issue 13 item 8): the call was
+/// Invoke error codes that mean the function never ran: the call was
 /// refused before any code of the function executed, so the request may be placed
 /// elsewhere, as after a 429. From the Invoke API reference's error list.
 pub const NEVER_RAN_ERROR_CODES: [&str; 11] = [
@@ -118,8 +118,7 @@ pub fn never_ran(code: &str) -> bool {
     NEVER_RAN_ERROR_CODES.contains(&code)
 }
 
-/// The `X-Amzn-Trace-Id` to send with the Invoke call for a request with `headers`
-/// (issue 13 item 13):
+/// The `X-Amzn-Trace-Id` to send with the Invoke call for a request with `headers`:
 /// * the request's own `X-Amzn-Trace-Id` when it names a root (`Root=1-…`) and is at
 ///   most 512 bytes of visible ASCII;
 /// * else one derived from a valid W3C `traceparent`
@@ -481,7 +480,7 @@ impl LambdaFunctionTier {
                 self.errors.record("invoke", classify(&e), &message);
                 let code = e.as_service_error().and_then(ProvideErrorMetadata::code);
                 if code.is_some_and(never_ran) {
-                    // The function never ran (issue 13 item 8): hand the request back so
+                    // The function never ran: hand the request back so
                     // the core places it elsewhere, as after a 429.
                     let back = Request::from_parts(parts, body::full(bytes));
                     return Err(FunctionError::not_sent(NotSentReason::NeverRan, back));

@@ -1,4 +1,4 @@
-//! Pure mapping between HTTP and Lambda events (issue 4; http-cases C19, C20): request
+//! Pure mapping between HTTP and Lambda events (http-cases C19, C20): request
 //! → event JSON in payload format 2.0, 1.0 or ALB, and function reply → HTTP response.
 //! No I/O, no clock, no randomness: the caller passes the request id, the time and the
 //! peer address, so every function here is deterministic and fuzzable.
@@ -9,8 +9,8 @@
 //! * header names in events are lower-case (hyper does not keep the client's case);
 //! * the event is at most [`MAX_PAYLOAD_BYTES`] long, else [`EventError::TooLarge`];
 //! * every event has the fields AWS Lambda Powertools' parser models require
-//!   (`APIGatewayProxyEventV2Model`, `APIGatewayProxyEventModel`, `AlbModel`; issue 13
-//!   item 10): the formatted request time (`requestContext.time` in 2.0,
+//!   (`APIGatewayProxyEventV2Model`, `APIGatewayProxyEventModel`, `AlbModel`):
+//!   the formatted request time (`requestContext.time` in 2.0,
 //!   `requestContext.requestTime` in 1.0, `dd/Mon/yyyy:HH:mm:ss +0000`), a user agent
 //!   that is `""` (never null) without a client `User-Agent`, a `domainName` (the `Host`
 //!   header or the request target's authority without the port, else `localhost`), and
@@ -55,7 +55,7 @@ use serde_json::{Map, Value, json};
 use crate::config::LambdaPayloadFormat;
 
 /// Largest synchronous Invoke payload, bytes: 6 MiB = 6,291,456, measured on the JSON
-/// event after base64. Larger requests get 413 before any invoke (issue 4).
+/// event after base64. Larger requests get 413 before any invoke.
 pub const MAX_PAYLOAD_BYTES: usize = 6 * 1024 * 1024;
 
 /// The `routeKey` and `stage` of every event: spillway has a single catch-all route, as
@@ -512,8 +512,8 @@ struct ReplyParts {
 /// Format 2.0: a JSON object without `statusCode` (or any other JSON value) is the body
 /// of a 200 `application/json` response, byte for byte, as API Gateway does.
 ///
-/// In every format the reply shapes API Gateway and the ALB accept are accepted (issue 13
-/// item 9; see `normalize_reply`): `statusCode` as a decimal string (`"201"`), header
+/// In every format the reply shapes API Gateway and the ALB accept are accepted (see
+/// `normalize_reply`): `statusCode` as a decimal string (`"201"`), header
 /// values that are numbers or booleans, a missing or null `body`, `headers`,
 /// `multiValueHeaders` or `cookies`, and `multiValueHeaders` values that are a single
 /// value or lists of numbers and booleans.
@@ -940,7 +940,7 @@ mod tests {
         LambdaPayloadFormat::Alb,
     ];
 
-    /// Issue 13 item 9: the reply shapes API Gateway and the ALB accept, in every format.
+    /// The reply shapes API Gateway and the ALB accept, in every format.
     #[test]
     fn lenient_reply_shapes_are_accepted_in_every_format() {
         for f in FORMATS {
@@ -988,7 +988,7 @@ mod tests {
         }
     }
 
-    /// Issue 13 item 9: everything outside those shapes stays a bad reply (502).
+    /// Everything outside those shapes stays a bad reply (502).
     #[test]
     fn other_reply_shapes_stay_errors_in_every_format() {
         for f in FORMATS {
@@ -1054,7 +1054,7 @@ mod tests {
         assert_eq!(request_time(i64::MAX), "01/Jan/1970:00:00:00 +0000");
     }
 
-    /// Issue 13 item 10: the formatted time, a user agent that is never null, a domain
+    /// The formatted time, a user agent that is never null, a domain
     /// name and header objects in every event.
     #[test]
     fn events_have_time_user_agent_and_domain_without_client_headers() {
@@ -1105,7 +1105,7 @@ mod tests {
         assert_eq!(v2["requestContext"]["http"]["protocol"], "HTTP/2.0");
     }
 
-    /// Issue 13 item 10: query decoding per payload format (module docs' table).
+    /// Query decoding per payload format (module docs' table).
     #[test]
     fn query_decoding_follows_api_gateway_per_format() {
         let q = "q=a+b%2Bc&flag&e=&a=1&a=2&pct=100%25&bad=%ZZ&bin=%FF&k%20ey=v&&x=%3D%26";
@@ -1139,7 +1139,7 @@ mod tests {
     }
 
     /// Cross-check with the official adapter: `lambda_http` parses our 2.0 events back
-    /// into the same request (issue 4, "Cross-check with a peer").
+    /// into the same request.
     #[test]
     fn lambda_http_reconstructs_our_v2_events() {
         let mut cases = vec![c19_request()];

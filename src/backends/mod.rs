@@ -157,7 +157,7 @@ pub trait VmProvider: Send + Sync + 'static {
 /// Why a function call did not produce a response.
 ///
 /// Whose fault and what next: [`FunctionError::NotSent`] is the backend saying that the
-/// function never saw the request (the core may place the call elsewhere — issue 7's
+/// function never saw the request (the core may place the call elsewhere — the
 /// attempt protocol); every other variant happened after the request was handed over.
 #[derive(Debug, thiserror::Error)]
 pub enum FunctionError {
@@ -175,7 +175,7 @@ pub enum FunctionError {
     #[error(transparent)]
     Upstream(#[from] UpstreamError),
     /// The request is too large for the tier (Lambda: the JSON event would exceed the
-    /// Invoke payload limit, `limit` bytes); nothing was sent. Answered 413 (issue 4).
+    /// Invoke payload limit, `limit` bytes); nothing was sent. Answered 413.
     #[error("request too large for the function tier (limit {limit} bytes)")]
     PayloadTooLarge {
         /// The tier's limit, bytes.

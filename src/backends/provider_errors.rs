@@ -1,5 +1,5 @@
-//! Error accounting for cloud providers (issue 4: "failures are handled, logged and
-//! visible in `/status` and metrics").
+//! Error accounting for cloud providers: failures are handled, logged and
+//! visible in `/status` and metrics.
 //!
 //! A provider owns one [`ProviderErrors`] and calls [`ProviderErrors::record`] for every
 //! failed API call. Each record is logged (`warn`), counted in
@@ -8,8 +8,8 @@
 //! the last error's message. Label values come from fixed sets: `operation` is a
 //! provider-defined `&'static str` (`run_instances`, …) and `kind` an [`ErrorKind`].
 //!
-//! Besides single failures a provider has **standing conditions** (issue 13 items 7, 12,
-//! 14): a state that lasts until something changes, such as "every launch is denied by
+//! Besides single failures a provider has **standing conditions**: a state that lasts
+//! until something changes, such as "every launch is denied by
 //! IAM" or "provisioned concurrency is READY". [`ProviderErrors::set_condition`] records
 //! one (logged once per state change, at `error` level when it is an alarm),
 //! [`ProviderErrors::clear_condition`] ends it; `/status` shows them under

@@ -221,7 +221,7 @@ mod tests {
     #[test]
     fn a_redis_section_reads_with_its_defaults() {
         let c = crate::config::Config::from_yaml(
-            "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\nasync:\n  enabled: false\n",
+            "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n",
             "test.yaml",
         )
         .expect("valid");
@@ -239,7 +239,7 @@ mod tests {
     #[test]
     fn bad_values_are_reported_at_their_key() {
         let text = &check(
-            "libra:\n  epoch_seconds: 2\ncoordination:\n  type: redis\n  url: http://x\n  cluster: 'a b'\n  lease_ms: 1500\n  op_timeout_ms: 2000\n  grace_epochs: 0\nasync:\n  enabled: false\n",
+            "libra:\n  epoch_seconds: 2\ncoordination:\n  type: redis\n  url: http://x\n  cluster: 'a b'\n  lease_ms: 1500\n  op_timeout_ms: 2000\n  grace_epochs: 0\n",
         );
         for key in [
             "coordination.url",
@@ -255,18 +255,21 @@ mod tests {
 
     #[test]
     fn asynchronous_calls_on_local_disk_are_refused_with_coordination() {
-        let text = check("coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n");
-        assert!(text.contains("async.enabled"), "{text}");
+        let routes = "routes:\n  - name: jobs\n    path_prefix: /jobs\n    async: prefer\n";
+        let text = check(&format!(
+            "{routes}coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n"
+        ));
+        assert!(text.contains("routes[0].async"), "{text}");
         assert!(text.contains("another replica"), "{text}");
-        // Alone, asynchronous calls stay as they are.
-        assert_eq!(check("async:\n  enabled: true\n"), "");
+        // Alone, asynchronous routes stay as they are.
+        assert_eq!(check(routes), "");
     }
 
     #[test]
     fn an_ec2_pool_without_an_id_is_named_by_the_cluster() {
         let pool = "vm_pool:\n  type: ec2\n  pool_name: api\n  image_id: ami-1\n  instance_type: t3.micro\n";
         let c = crate::config::Config::from_yaml(
-            &format!("{pool}coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n  cluster: prod-eu\nasync:\n  enabled: false\n"),
+            &format!("{pool}coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n  cluster: prod-eu\n"),
             "test.yaml",
         )
         .expect("valid");
@@ -275,7 +278,7 @@ mod tests {
         };
         assert_eq!(e.gateway_id.as_deref(), Some("prod-eu"));
         let c = crate::config::Config::from_yaml(
-            &format!("{pool}  gateway_id: shared\ncoordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\nasync:\n  enabled: false\n"),
+            &format!("{pool}  gateway_id: shared\ncoordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n"),
             "test.yaml",
         )
         .expect("valid");

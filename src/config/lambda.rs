@@ -1,5 +1,5 @@
 //! `function_tier: {type: lambda}` — an AWS Lambda function invoked through the Invoke
-//! API (issue 4, "Lambda function tier provider").
+//! API.
 //!
 //! The section always parses and validates, so `spillway check` accepts it in any build;
 //! `spillway serve` needs a binary built with the `aws` cargo feature.

@@ -1,5 +1,5 @@
 //! `--set PATH=VALUE`: one configuration value replaced by a dotted path, for the
-//! simulator's parameter studies (`spillway sim --set`, `--sweep`; issue 8).
+//! simulator's parameter studies (`spillway sim --set`, `--sweep`).
 //!
 //! `PATH` is dotted keys with list indexes: `placement`,
 //! `function_zones[2].keep_alive_seconds`, or `function_zones[*].keep_alive_seconds` for

@@ -94,7 +94,7 @@ impl<G: Unpin> http_body::Body for GuardedBody<G> {
 /// A request body read with an idle timeout: when the client sends no byte for `idle`
 /// while the upstream side waits for more, the body fails with [`RequestBodyIdle`]
 /// (`gateway.request_body_idle_timeout_seconds`; the gateway answers 408). A steady slow
-/// upload never trips it, however long it takes (issue 12 item 2).
+/// upload never trips it, however long it takes.
 pub fn request_idle_timeout(idle: std::time::Duration, body: Body) -> Body {
     boxed(IdleTimeout::new(idle, body, move || {
         Box::new(RequestBodyIdle(idle)) as BoxError
@@ -104,7 +104,7 @@ pub fn request_idle_timeout(idle: std::time::Duration, body: Body) -> Body {
 /// A response body read with an idle timeout: an upstream that stops sending for `idle`
 /// while the client waits for more fails the body with [`ResponseBodyIdle`], which
 /// aborts the client's response and frees whatever the body's guard holds
-/// (`gateway.response_body_idle_timeout_seconds`, issue 12 item 1). `on_timeout` runs
+/// (`gateway.response_body_idle_timeout_seconds`). `on_timeout` runs
 /// once when it fires (metrics, log).
 pub fn response_idle_timeout<B>(
     idle: std::time::Duration,

@@ -1,7 +1,7 @@
 //! Proxy header hygiene: pure functions over [`http::HeaderMap`] that remove hop-by-hop
 //! headers (RFC 9110 §7.6.1), set the forwarding headers without trusting what an
-//! untrusted client sent (http-cases C8, issue 11 item 8), and make an upstream
-//! response's framing agree with what the client receives (issue 11 item 6).
+//! untrusted client sent (http-cases C8), and make an upstream
+//! response's framing agree with what the client receives.
 //!
 //! Order matters: call [`strip_hop_by_hop`] first, then [`set_forwarded`], so that a
 //! client naming `X-Forwarded-For` in its `Connection` header cannot delete the header the
@@ -21,7 +21,7 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Client-supplied identity and origin headers that the gateway does not set itself:
-/// removed from a request unless the peer is a trusted proxy (issue 11 item 8). Some
+/// removed from a request unless the peer is a trusted proxy. Some
 /// framework or upstream believes each of them about the client address (`X-Real-IP`,
 /// `True-Client-IP`, `CF-Connecting-IP`, …), the scheme or port the client used
 /// (`X-Forwarded-Port`, `-Ssl`, `-Scheme`, `Front-End-Https`, …), the host or the path
@@ -97,7 +97,7 @@ fn connection_tokens(headers: &HeaderMap) -> impl Iterator<Item = &[u8]> {
 /// tunnels upgrades must read them with [`wants_upgrade`] first and re-add them.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap, keep_te_trailers: bool) {
     // Most requests and responses carry none of these: one pass over the names present
-    // costs less than ten lookups by name, each parsing the name first (issue 18).
+    // costs less than ten lookups by name, each parsing the name first.
     if !headers
         .keys()
         .any(|n| *n == header::TE || HOP_BY_HOP.contains(&n.as_str()))
@@ -195,8 +195,7 @@ fn canonical_net(net: IpNet) -> IpNet {
 /// Otherwise every client-supplied value is discarded: `X-Forwarded-For` becomes the
 /// peer alone, `X-Forwarded-Proto` becomes `proto`, `X-Forwarded-Host` becomes `host`
 /// (removed when `host` is `None`), `Forwarded` becomes the gateway's one element, and
-/// every header of [`CLIENT_IDENTITY_HEADERS`] is removed (http-cases C8, issue 11
-/// item 8).
+/// every header of [`CLIENT_IDENTITY_HEADERS`] is removed (http-cases C8).
 ///
 /// A `proto` or `host` that is not a valid header value is treated as absent (the header
 /// is removed, or left as is for a trusted peer); this function never panics.
@@ -242,7 +241,7 @@ pub fn set_forwarded(
             HeaderValue::from_str(&element).ok(),
         );
         // Usually none is present: one pass over the names present instead of 24
-        // lookups by name, each parsing the name first (issue 18).
+        // lookups by name, each parsing the name first.
         if headers
             .keys()
             .any(|n| CLIENT_IDENTITY_HEADERS.contains(&n.as_str()))
@@ -325,8 +324,8 @@ pub enum ResponseFramingError {
     ContentLength(String),
 }
 
-/// Response hygiene before an upstream response goes to the client (issue 11 item 6,
-/// http-cases C7 on responses):
+/// Response hygiene before an upstream response goes to the client (http-cases C7 on
+/// responses):
 ///
 /// * `Transfer-Encoding` wins over `Content-Length` (RFC 9112 §6.3): with `chunked`, the
 ///   body the gateway forwards is the decoded one, so a `Content-Length` next to it is
@@ -709,7 +708,7 @@ mod tests {
         assert_eq!(values(&h, "x-forwarded-for"), ["203.0.113.7"]);
     }
 
-    /// Issue 11 item 8: every client identity alias is removed from an untrusted peer's
+    /// Every client identity alias is removed from an untrusted peer's
     /// request and kept from a trusted one.
     #[test]
     fn identity_aliases_are_stripped_unless_the_peer_is_trusted() {
@@ -763,7 +762,7 @@ mod tests {
         Ok(h)
     }
 
-    /// Issue 11 item 6: framing headers agree with the body the client receives.
+    /// Framing headers agree with the body the client receives.
     #[test]
     fn response_framing_transfer_encoding_wins() {
         let h = sanitized(

@@ -471,7 +471,7 @@ pub trait RoutingPolicy: Send {
     }
 
     /// Use a new ρ from the next [`Self::set_vm_budget`] on, keeping the tokens or the
-    /// epoch's admissions (a configuration reload, issue 12 item 10). `false`: this
+    /// epoch's admissions (a configuration reload). `false`: this
     /// policy has no ρ and nothing changed.
     fn set_rho(&mut self, _rho: f64) -> bool {
         false
@@ -872,7 +872,7 @@ mod tests {
         t
     }
 
-    /// A reload's new ρ (issue 12 item 10) keeps the tokens the bucket holds: the rate
+    /// A reload's new ρ keeps the tokens the bucket holds: the rate
     /// and depth change, nothing is refilled or dropped below the new depth.
     #[test]
     fn a_new_rho_keeps_the_bucket_tokens() {
@@ -1282,7 +1282,7 @@ mod tests {
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(300))]
 
-        /// The bucket's tight bound (issue 19): between any two token-taking VM routes at
+        /// The bucket's tight bound: between any two token-taking VM routes at
         /// `a` ≤ `b` (both counted), at most the capacity in force at `a` (one second of
         /// ρ·budget, at least 1) plus the refill ∫ρ·budget dt over `[a, b]` plus one full
         /// bucket per raise from a zero rate. A bucket holding two seconds, refilling at
@@ -1358,7 +1358,7 @@ mod tests {
         }
     }
 
-    /// Issue 19 (`EpochQuota::roll`): with an epoch of 250 ms (not 1 s, so an epoch's
+    /// `EpochQuota::roll`: with an epoch of 250 ms (not 1 s, so an epoch's
     /// start `i·E` is not `i + E`), each epoch `[i·E, (i+1)·E)` admits its own quota:
     /// the last nanosecond before a boundary still counts against the closing epoch, the
     /// boundary itself opens the next one. ρ = 0.6, vm_reqs = 20 req/s → 0.6·20·0.25 = 3
@@ -1391,7 +1391,7 @@ mod tests {
     /// Under the quota rule a deferred asynchronous call released in idle mode takes room
     /// in the epoch's quota, like a request (ProFaaStinate §3 on LIBRA's budget). It took
     /// from the token bucket, which the quota rule never fills, so no deferred call ever
-    /// got a VM (found by the mutation run of issue 19).
+    /// got a VM (found by a mutation run).
     #[test]
     fn deferred_calls_take_room_in_the_epoch_quota() {
         // ρ = 0.6, vm_reqs = 10 req/s, 1 s epochs: 6 VM admissions per epoch, shared by
@@ -1453,7 +1453,7 @@ mod tests {
         }
     }
 
-    /// Issue 19 (missed mutants of `RowIndex::limit`): the index keeps at most
+    /// Against missed mutants of `RowIndex::limit`: the index keeps at most
     /// 4 slots per row plus 1024, so its memory stays within a few words per row.
     #[test]
     fn the_row_index_keeps_four_slots_per_row_plus_1024() {
@@ -1462,7 +1462,7 @@ mod tests {
         }
     }
 
-    /// Issue 19 (missed mutants of `RowIndex::rebuild` and `get`): a rebuilt index finds
+    /// Against missed mutants of `RowIndex::rebuild` and `get`: a rebuilt index finds
     /// every row of ids that do not start at 0 (contiguous, then with gaps) in O(1), and
     /// no row for the ids between, before or after them.
     #[test]
@@ -1485,7 +1485,7 @@ mod tests {
         assert_eq!(index.get(VmId(base + 12)), None);
     }
 
-    /// Issue 19: ids spanning exactly `limit(rows)` slots leave the rebuilt index empty
+    /// Ids spanning exactly `limit(rows)` slots leave the rebuilt index empty
     /// (every lookup goes to the binary search); one slot less is still indexed.
     #[test]
     fn a_rebuilt_row_index_stays_empty_from_the_limit_on() {
@@ -1502,7 +1502,7 @@ mod tests {
         assert_eq!(index.get(at[1].id), None);
     }
 
-    /// Issue 19 (missed mutants of `RowIndex::push`): rows appended one by one are found
+    /// Against missed mutants of `RowIndex::push`: rows appended one by one are found
     /// from their ids (contiguous and with gaps, from a base other than 0).
     #[test]
     fn pushed_rows_are_found_from_their_ids() {
@@ -1512,7 +1512,7 @@ mod tests {
         assert_eq!(index.get(VmId(45)), Some(3));
     }
 
-    /// Issue 19: a push whose slot reaches `limit(rows)` empties the index; it stays
+    /// A push whose slot reaches `limit(rows)` empties the index; it stays
     /// empty for later pushes until a push at row 0 (a fresh base) or a rebuild.
     #[test]
     fn a_push_at_the_limit_empties_the_row_index_until_row_zero_or_a_rebuild() {

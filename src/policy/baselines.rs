@@ -502,7 +502,7 @@ mod tests {
         );
     }
 
-    /// AUTO scales in (issue 19): out to `max_vms`, then, past the grace period, below
+    /// AUTO scales in: out to `max_vms`, then, past the grace period, below
     /// `scale_in_utilisation` it removes `step_vms` but never goes under `min_vms`.
     #[test]
     fn auto_scales_in_after_the_grace_period_and_stops_at_min_vms() {

@@ -42,7 +42,7 @@ pub struct ControllerParams {
 }
 
 /// LIBRA's parameters a running controller can change without losing state (a
-/// configuration reload, issue 12 item 10): the monitor's smoothing and reporting
+/// configuration reload): the monitor's smoothing and reporting
 /// (LIBRA §III-A), the scaling manager's φ, r_max, VM bounds and CIP (§III-B) and the
 /// balancer's ρ (§III-C). The epoch length and the budget rule are fixed for the
 /// controller's life.
@@ -370,7 +370,7 @@ impl Controller {
 
     /// A ready VM died (failed its health probes, refused connections): it is forgotten
     /// and, when scaling is executed, replaced at once up to the target instead of
-    /// waiting for the next scaling decision (issue 12 item 5). A launch or boot failure
+    /// waiting for the next scaling decision. A launch or boot failure
     /// is [`Self::on_vm_failed`] instead, so a failing image does not relaunch in a loop.
     pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
         self.advance(now);
@@ -471,7 +471,7 @@ impl Controller {
         })
     }
 
-    /// Use new LIBRA parameters from `now` on (issue 12 item 10): epochs that ended
+    /// Use new LIBRA parameters from `now` on: epochs that ended
     /// before `now` close under the old ones; the EWMAs, the VM table, the target, the
     /// balancer's tokens and the routing counters are kept. The budget is republished at
     /// once with the new ρ and r_max; φ, the VM bounds and the CIP shape the next
@@ -759,7 +759,7 @@ impl Controller {
     /// Close the open epoch and every later one that ends at or before `until`, as if
     /// no further request arrived and the driver reported `utilisation` before each
     /// ([`Self::set_vm_utilisation`]; `None`: not measured) — the same state, decisions
-    /// and launch/stop actions as [`Self::handle_timeout`] at each end (issue 14: the
+    /// and launch/stop actions as [`Self::handle_timeout`] at each end (the
     /// simulator skips the idle stretches of a sparse trace). Returns the number of
     /// epochs closed.
     ///
@@ -913,8 +913,8 @@ impl Controller {
 
     /// Hand the balancer its VM budget: `min(vm_reqs, ready · r_max)` (LIBRA §III-C);
     /// in a report-only (`static`) pool the always-on VMs' whole capacity, whatever the
-    /// decision — below the CIP too (issue 12 item 8). Either times this replica's
-    /// budget share (1 for one gateway).
+    /// decision — below the CIP too. Either times this replica's budget share (1 for
+    /// one gateway).
     fn publish(&mut self, now: Time) {
         let capacity = f64::from(self.vms.count(VmState::Ready)) * self.params.r_max_rps;
         let budget = self.share
@@ -1017,7 +1017,7 @@ mod tests {
         assert_eq!(c.status().published_vm_reqs_rps, 30.0);
     }
 
-    /// A reload's new φ, α, ρ and r_max (issue 12 item 10): the EWMAs carry on from the
+    /// A reload's new φ, α, ρ and r_max: the EWMAs carry on from the
     /// old values, the next decision uses the new parameters, the budget is republished
     /// at once with the new r_max cap.
     #[test]

@@ -159,10 +159,10 @@ pub struct CoreStatus {
     pub r_max: Option<RMaxStatus>,
     /// The gateway queue, when configured.
     pub queue: Option<QueueStatus>,
-    /// The retry budget ([`super::retry`], issue 12 items 3–4).
+    /// The retry budget ([`super::retry`]).
     pub retry_budget: RetryBudgetStatus,
     /// Failed function attempts per zone and reason ([`NotSentReason::as_str`], or
-    /// `failed_after_send`), since start (issue 12 item 7).
+    /// `failed_after_send`), since start.
     pub function_failures: Vec<(ZoneId, &'static str, u64)>,
     /// Requests that fell back to a VM because no function zone could run them.
     pub fall_backs_to_vm: u64,
@@ -604,7 +604,7 @@ impl Core {
     }
 
     /// A ready VM died (health probes, refused connections): forgotten and replaced at
-    /// once up to the scaling target (issue 12 item 5); the launch comes as an action.
+    /// once up to the scaling target; the launch comes as an action.
     pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
         self.advance(now);
         self.booting.retain(|(v, _)| *v != vm);
@@ -680,7 +680,7 @@ impl Core {
     /// Close the epochs that end at or before `until` while nothing else happens — no
     /// request, no other deadline before them — as [`Self::handle_timeout`] at each end
     /// would, with `utilisation` reported before each ([`Self::set_vm_utilisation`];
-    /// `None`: not measured), in O(1) once the scaling policy is settled (issue 14: the
+    /// `None`: not measured), in O(1) once the scaling policy is settled (the
     /// simulator skips idle stretches; see [`Controller::close_idle_epochs`]). Stops
     /// before any other timer's deadline and after an epoch whose decision launched or
     /// stopped a VM; returns the end of the last epoch closed (the time of the actions it
@@ -814,7 +814,7 @@ impl Core {
 
     /// Use new LIBRA parameters from `now` on, keeping every in-flight state — EWMAs,
     /// VM table and outstanding counts, balancer tokens, function leases, queues,
-    /// timers (a configuration reload, issue 12 item 10; [`Controller::retune`]). With
+    /// timers (a configuration reload; [`Controller::retune`]). With
     /// adaptive r_max the adapted value stays in force and `tuning.scaling.r_max_rps`
     /// is ignored. `false` (nothing changed): a baseline policy without these
     /// parameters.

@@ -144,7 +144,7 @@ impl TrafficMonitor {
 
     /// Use new smoothing and reporting parameters (α, β, K, F) from the next epoch that
     /// closes on; the EWMAs, the open epoch's count and the epoch grid are kept (a
-    /// configuration reload, issue 12 item 10). `params.epoch` is ignored: the epoch
+    /// configuration reload). `params.epoch` is ignored: the epoch
     /// length is fixed for the monitor's life (the epoch grid starts at time zero).
     ///
     /// # Panics
@@ -193,7 +193,7 @@ impl TrafficMonitor {
 
     /// Close the open epoch and the `n − 1` after it, exactly as `n` calls of
     /// [`Self::handle_timeout`] at their ends would with no request counted after this
-    /// call (the open epoch keeps what it counted), in O(1) time for any `n` (issue 14:
+    /// call (the open epoch keeps what it counted), in O(1) time for any `n` (the
     /// idle stretches of a trace). Returns the last epoch's summary, `None` for `n = 0`;
     /// the reports of the epochs in between are not returned (a driver skipping a
     /// stretch knows its scaling policy repeats them).
@@ -502,7 +502,7 @@ mod tests {
         assert_eq!(m.current_epoch_requests(), 1);
     }
 
-    /// α ≠ β ≠ 0.5 (issue 19): the expectation is an EWMA computed here, so swapping α
+    /// α ≠ β ≠ 0.5: the expectation is an EWMA computed here, so swapping α
     /// and 1 − α, or α and β, or using the new average in the deviation, all fail.
     #[test]
     fn asymmetric_weights_match_an_independent_ewma() {
@@ -578,7 +578,7 @@ mod props {
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(40))]
 
-        /// Issue 14: one `close_empty_epochs(n)` equals `n` single closes — bit for bit
+        /// One `close_empty_epochs(n)` equals `n` single closes — bit for bit
         /// when α, β ≥ 0.01 (the EWMAs settle within the exact steps), within rounding
         /// for smaller weights (the closed form).
         #[test]

@@ -215,7 +215,8 @@ pub struct ZoneStatus {
 
 #[derive(Clone, Debug)]
 // The pool is the variant every placement touches: boxing it would cost a pointer chase
-// per decision (issue 8's ≤ 100 ns goal); zones are few, so the size does not matter.
+// per decision (the ≤ 100 ns goal of `benches/placement.rs`); zones are few, so the size
+// does not matter.
 #[allow(clippy::large_enum_variant)]
 enum ZoneState {
     Pool(FunctionPool),

@@ -2,7 +2,7 @@
 //! window (Finagle's `RetryBudget`: a share of the traffic plus a small floor per second
 //! so that a quiet gateway can still retry). It keeps a VM failure from turning into a
 //! retry storm: when many attempts fail at once, the ones over the budget answer with
-//! their own error instead of being sent again (issue 12 items 3–4).
+//! their own error instead of being sent again.
 //!
 //! Sans-IO: time comes in as `now`; counts live in `BUCKETS` buckets of `window / BUCKETS`
 //! each, so memory does not grow with the request rate.
@@ -213,7 +213,7 @@ mod tests {
         (p, slot, RetryBudget::new(p))
     }
 
-    /// Issue 19 (missed mutant `%` → `/` in `RetryBudget::roll`): requests count in the
+    /// Against the mutant `%` → `/` in `RetryBudget::roll`: requests count in the
     /// bucket of their own slot, so as the window slides by fewer than `BUCKETS` slots
     /// they leave it exactly one window after their slot began — not when another slot's
     /// bucket is cleared. The retries granted show it.
@@ -245,8 +245,8 @@ mod tests {
 
     /// An event exactly at the start of a slot belongs to that slot: the bucket it reuses
     /// (a window earlier) is cleared first, so the requests of that older slot no longer
-    /// raise the retries allowed. (Issue 19: `<` → `<=` in the fast path of
-    /// `RetryBudget::roll`.)
+    /// raise the retries allowed. (Against the mutant `<` → `<=` in the
+    /// fast path of `RetryBudget::roll`.)
     #[test]
     fn an_event_at_a_slot_boundary_starts_the_new_slot() {
         let (p, slot, mut b) = sliding(0.4);

@@ -95,7 +95,7 @@ pub struct ScaleDecision {
 }
 
 /// What a scaling policy is asked before a driver closes a stretch of idle epochs at once
-/// (issue 14: the simulator skips the empty seconds of a sparse trace): every epoch of the
+/// (the simulator skips the empty seconds of a sparse trace): every epoch of the
 /// stretch has no request and the same VM utilisation, and the traffic EWMAs only decay.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct IdleView {
@@ -148,7 +148,7 @@ pub trait ScalingPolicy: Send {
     }
 
     /// Use new LIBRA scaling parameters (φ, r_max, min/max VMs, CIP) from the next
-    /// decision on, keeping every other state (a configuration reload, issue 12 item 10).
+    /// decision on, keeping every other state (a configuration reload).
     /// `false`: this policy has no such parameters and nothing changed.
     fn set_libra_params(&mut self, _params: &LibraScalingParams) -> bool {
         false
@@ -412,7 +412,7 @@ mod tests {
         );
     }
 
-    /// φ ≠ 1 (issue 19): a scaler that ignored φ (49) or squared it (60.25) gives another
+    /// φ ≠ 1: a scaler that ignored φ (49) or squared it (60.25) gives another
     /// `vm_reqs`; the expectation is Alg. 1's formula evaluated here, not by `decide`.
     #[test]
     fn phi_weights_the_deviation_once() {
@@ -439,7 +439,7 @@ mod tests {
         assert_eq!(s.decide(30.0, 14.0).target_vms, 4);
     }
 
-    /// `min_vms` binds (issue 19): Alg. 1 asks for fewer VMs than the floor.
+    /// `min_vms` binds: Alg. 1 asks for fewer VMs than the floor.
     #[test]
     fn a_binding_min_vms_raises_the_count_but_not_the_budget() {
         let (phi, r_max, min_vms) = (0.75, 16.0, 3);

@@ -1,6 +1,6 @@
 //! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text), `GET /status`
 //! (JSON). With a bearer token configured (`gateway.admin_token_file` or
-//! `admin_token_env`, issue 12 item 11) every path but `/healthz` needs
+//! `admin_token_env`) every path but `/healthz` needs
 //! `Authorization: Bearer TOKEN` (401 otherwise); without one the listener must be on
 //! loopback.
 
@@ -237,7 +237,7 @@ fn redact_text_long(text: &str) -> String {
 pub const MAX_STATUS_ERROR_CHARS: usize = 200;
 
 /// Provider error stats for `/status`: the last message cut to
-/// [`MAX_STATUS_ERROR_CHARS`] with credentials-looking parts removed (issue 12 item 11).
+/// [`MAX_STATUS_ERROR_CHARS`] with credentials-looking parts removed.
 fn redacted(
     mut e: crate::backends::provider_errors::ProviderErrorStats,
 ) -> crate::backends::provider_errors::ProviderErrorStats {
@@ -577,7 +577,7 @@ fn functions_json(
                 })
             }),
             "errors": redacted(backend.errors()),
-            // Failed calls by reason (issue 12 item 7): unreachable, throttled,
+            // Failed calls by reason: unreachable, throttled,
             // cold_start_failed, instance_gone, never_ran, failed_after_send…
             "call_failures": gw_failures
                 .iter()

@@ -1,4 +1,4 @@
-//! The node_exporter form of the `prometheus` CPU signal (ProFaaStinate §3, issue 10):
+//! The node_exporter form of the `prometheus` CPU signal (ProFaaStinate §3):
 //! with `async.prometheus.node_exporter_port`, the gateway scrapes
 //! `http://<ready VM's host>:<port>/metrics` itself (no Prometheus server) once per
 //! `async.sample_interval_seconds`.

@@ -66,7 +66,7 @@ struct State {
     /// same lock as the decision that queued them.
     waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
-    /// health loop and adopted again once healthy (issue 12 item 6).
+    /// health loop and adopted again once healthy.
     parked: Vec<(String, Uri)>,
     /// Calls waiting for a booting pre-warmed instance they claimed
     /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
@@ -359,7 +359,7 @@ impl Gateway {
     }
 
     /// Use new LIBRA parameters from now on, keeping every in-flight state (a
-    /// configuration reload, issue 12 item 10; `Core::retune`). `false`: the core's
+    /// configuration reload; `Core::retune`). `false`: the core's
     /// policies have no such parameters and nothing changed.
     pub fn retune(&self, tuning: &controller::LibraTuning) -> bool {
         self.with_core(|core, now| core.retune(now, tuning))
@@ -586,9 +586,9 @@ impl Gateway {
         tokio::time::timeout(bound, probe).await.unwrap_or(false)
     }
 
-    /// A ready VM is dead: the core forgets it and launches a replacement at once
-    /// (issue 12 item 5); its instance is terminated, or, for a pool the gateway does
-    /// not scale (`static`), parked to be re-adopted when healthy again (item 6).
+    /// A ready VM is dead: the core forgets it and launches a replacement at once; its
+    /// instance is terminated, or, for a pool the gateway does not scale (`static`),
+    /// parked to be re-adopted when healthy again.
     async fn vm_died(&self, vm: VmId, why: &'static str) {
         let scales = self.vm_provider.executes_scaling();
         let record = self.with_core_state(|st, now| {
@@ -621,7 +621,7 @@ impl Gateway {
 
     /// Probe every ready VM and every parked static member each `interval`: a ready VM
     /// that fails [`UNHEALTHY_AFTER`] probes in a row dies ([`Self::vm_died`]); a parked
-    /// member that answers is adopted again (issue 12 items 5–6).
+    /// member that answers is adopted again.
     pub fn start_health_checks(self: &Arc<Self>, interval: Duration) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
@@ -677,8 +677,8 @@ impl Gateway {
         });
     }
 
-    /// Make the `static` pool exactly `members` (name = URL, base) on reload (issue 12
-    /// item 10): members no longer listed leave the pool (their in-flight requests
+    /// Make the `static` pool exactly `members` (name = URL, base) on reload: members no
+    /// longer listed leave the pool (their in-flight requests
     /// finish), new ones are adopted as ready VMs. Returns (added, removed).
     pub fn set_static_members(&self, members: &[(String, Uri)]) -> (usize, usize) {
         let keep: std::collections::HashSet<&str> =
@@ -1215,7 +1215,7 @@ impl Host for Gateway {
 }
 
 /// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
-/// `/status` never shows credentials (issue 12 item 11).
+/// `/status` never shows credentials.
 fn redact_userinfo(uri: &Uri) -> String {
     let text = uri.to_string();
     match uri.authority().map(|a| a.as_str()) {

@@ -97,7 +97,7 @@ pub enum ProxyError {
     #[error("result expired")]
     CallResultGone,
     /// The request is too large for the function tier it was routed to (Lambda: the
-    /// event would exceed the 6 MiB Invoke payload limit); nothing was sent (issue 4).
+    /// event would exceed the 6 MiB Invoke payload limit); nothing was sent.
     #[error("request over the function tier's {limit}-byte payload limit")]
     FunctionPayloadTooLarge {
         /// The tier's limit, bytes.
@@ -107,8 +107,8 @@ pub enum ProxyError {
     /// (http-cases C6): 400, the client's request cannot be served as asked there.
     #[error("function routes do not support Upgrade")]
     UpgradeOnFunctionRoute,
-    /// The request head was refused before routing ([`crate::net::validate`], issue 11
-    /// items 1–4; client's fault): 400, 405 (`CONNECT`, with `Allow`), 414 or 431.
+    /// The request head was refused before routing ([`crate::net::validate`];
+    /// client's fault): 400, 405 (`CONNECT`, with `Allow`), 414 or 431.
     #[error("invalid request: {0}")]
     Request(#[from] RequestError),
 }
@@ -220,7 +220,8 @@ impl ProxyError {
                 | RequestError::DuplicateHost
                 | RequestError::InvalidHost(_)
                 | RequestError::HostMismatch { .. }
-                | RequestError::Path(_) => StatusCode::BAD_REQUEST,
+                | RequestError::Path(_)
+                | RequestError::UnderscoreHeader(_) => StatusCode::BAD_REQUEST,
             },
         }
     }

@@ -7,7 +7,7 @@
 //! * every request gets exactly one final response;
 //! * VM attempts — first, retry or spill-back — take a token from the balancer;
 //! * only idempotent requests without a body are retried, once, after a connect failure
-//!   or a failure before any response byte (issue 12 items 3–4), over a new connection,
+//!   or a failure before any response byte, over a new connection,
 //!   within the core's retry budget; any other request that reached an upstream is never
 //!   sent again;
 //! * hop-by-hop headers and every header the client named in `Connection` are removed
@@ -57,7 +57,7 @@ pub struct ServiceSettings {
     pub tunnel_idle_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
-    /// Request validation and path normalization (issue 11).
+    /// Request validation and path normalization.
     pub request_rules: RequestRules,
     /// How a request's origin edge zone is found (function zones, FaaSim).
     pub origins: OriginZones,
@@ -210,7 +210,7 @@ async fn dispatch(
     peer: SocketAddr,
     scheme: &'static str,
 ) -> Outcome {
-    // Host, target form, header limits, path normalization, cookies (issue 11).
+    // Host, target form, header limits, path normalization, cookies.
     let req = match validate::check(req, &settings.request_rules) {
         Checked::Forward(req) => req,
         Checked::Answer(resp) => return Ok(("local", resp)),
@@ -494,16 +494,24 @@ async fn attempts(
                         }
                     }
                     Ok(Err(e)) => {
+                        // Response bytes arrived but could not be parsed (malformed, over
+                        // the response header limits): the upstream processed the
+                        // request, so it is answered 502 and never sent again.
+                        let response_started = e.response_started();
                         let err = ProxyError::from_upstream(e, limit);
                         if err.fault() != super::error::Fault::Upstream {
                             // The client's body (too large, malformed, idle): not retried.
                             return Err(("vm", err));
                         }
-                        // Sent (or partly), no response byte: a bodiless idempotent
-                        // request may go once more elsewhere (issue 12 items 3–4, C17).
-                        tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                        if response_started {
+                            tracing::warn!(%vm, error = %err, "upstream response refused; not sent again");
+                        } else {
+                            // Sent (or partly), no response byte: a bodiless idempotent
+                            // request may go once more elsewhere (C17).
+                            tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                        }
                         let failure = Failure::FailedAfterSend {
-                            response_started: false,
+                            response_started,
                             request_available: replay.is_some(),
                         };
                         match ticket.attempt_failed(failure) {
@@ -646,7 +654,7 @@ async fn attempts(
                     Ok(Err(e)) => {
                         let e = ProxyError::from_function(e, limit);
                         if e.fault() == super::error::Fault::Upstream {
-                            // The tier's own failure: counted in /status (issue 12 item 7).
+                            // The tier's own failure: counted in /status.
                             let failure = Failure::FailedAfterSend {
                                 response_started: false,
                                 request_available: false,
@@ -670,8 +678,7 @@ fn watch_body(req: Request<Body>) -> (Request<Body>, tokio::sync::oneshot::Recei
 
 /// Run `call` (an upstream attempt) until it returns the response head; give up
 /// `timeout` after the request body was sent (`body_sent`). A slow upload is covered by
-/// the request body idle timeout instead, so it never counts against the head wait
-/// (issue 12 item 2).
+/// the request body idle timeout instead, so it never counts against the head wait.
 async fn head_timeout<T>(
     timeout: Duration,
     body_sent: tokio::sync::oneshot::Receiver<()>,
@@ -809,7 +816,7 @@ fn record_decision(d: &Decision) {
 
 /// Response hygiene ([`headers::sanitize_response`]): hop-by-hop headers stripped
 /// (http-cases C7, "same rule on responses"), framing made consistent and the version
-/// set to the gateway's (issue 11 item 6); a response that cannot be forwarded
+/// set to the gateway's; a response that cannot be forwarded
 /// faithfully becomes a 502.
 fn clean_response(resp: Response<Body>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();

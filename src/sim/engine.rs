@@ -114,7 +114,7 @@ pub struct SimParams {
     pub network: Option<NetworkModelConfig>,
     /// MAX's fixed fleet (`sim.max_fixed_vms`); `None`: sized for the trace's peak.
     pub max_fixed_vms: Option<u32>,
-    /// Close idle stretches of epochs at once (issue 14; [`Core::close_idle_epochs`]):
+    /// Close idle stretches of epochs at once ([`Core::close_idle_epochs`]):
     /// `true` from [`SimParams::from_config`]. The results are those of closing every
     /// epoch one by one; `false` does that (tests compare the two).
     pub skip_idle: bool,
@@ -996,7 +996,7 @@ impl<'a> Engine<'a> {
     }
 
     /// Close the idle epochs from the one ending at `at` up to `t` (the next event) in
-    /// bulk when nothing happens in them: no VM busy, no per-epoch series (issue 14).
+    /// bulk when nothing happens in them: no VM busy, no per-epoch series.
     /// `false`: nothing closed, close the epoch at `at` normally.
     fn skip_idle(&mut self, at: u64, t: u64) -> bool {
         let until = t.min(self.trace_end_ns);

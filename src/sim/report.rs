@@ -31,7 +31,7 @@ pub struct ResponseMs {
     pub p99: f64,
 }
 
-/// Response-time summary with its extremes (function-zone runs, issue 8), ms;
+/// Response-time summary with its extremes (function-zone runs), ms;
 /// percentiles to the histogram's 3 significant digits.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct ResponseStats {
@@ -49,7 +49,7 @@ pub struct ResponseStats {
     pub p99: f64,
 }
 
-/// One policy's result — the fields of issue 3's "Output".
+/// One policy's result — the fields of the simulator's report.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct PolicyReport {
     /// `libra`, `max`, `faas`, `auto` or `spock`.

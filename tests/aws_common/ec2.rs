@@ -1,4 +1,4 @@
-//! EC2 parts of the AWS harness (issues 4, 13): [`FakeEc2`], a stateful local stub of the
+//! EC2 parts of the AWS harness: [`FakeEc2`], a stateful local stub of the
 //! EC2 query API for what moto cannot be made to do — eventual consistency (an instance
 //! EC2 does not show or find yet), throttling, capacity and quota errors per subnet,
 //! ambiguous RunInstances failures, ids unknown to TerminateInstances — with every

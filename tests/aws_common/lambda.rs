@@ -1,4 +1,4 @@
-//! Lambda parts of the AWS harness (issue 4): moto's Lambda control API and a scripted
+//! Lambda parts of the AWS harness: moto's Lambda control API and a scripted
 //! stub of the Lambda REST API for what moto cannot answer (`X-Amz-Function-Error`,
 //! 429 TooManyRequestsException, access denied, delays, provisioned concurrency).
 //!

@@ -1,4 +1,4 @@
-//! Shared harness of the AWS tests (issue 4, "Tests"): a moto server on a free loopback
+//! Shared harness of the AWS tests: a moto server on a free loopback
 //! port and the dummy credentials every AWS client of a test uses. The local stubs for
 //! what moto cannot answer: a stateful EC2 query-API fake in [`ec2`], the Lambda ones
 //! (moto's Lambda control API, an Invoke stub) in [`lambda`].

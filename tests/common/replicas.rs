@@ -155,8 +155,6 @@ function_tier:
   type: http
   url: "http://{functions}"
   max_concurrency: 256
-async:
-  enabled: false
 {coordination}{extra}
 "#
     )

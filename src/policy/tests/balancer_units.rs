@@ -1,4 +1,4 @@
-//! Issue 19: tests written against missed mutants of src/policy/balancer.rs. They pin
+//! Tests written against missed mutants of src/policy/balancer.rs. They pin
 //! what a user sees of the balancer: the `reason` label values of
 //! `spillway_routing_decisions_total` and the logs ([`RouteReason::as_str`]), what the
 //! baseline routers (MAX/AUTO, FAAS, Spock) inherit from [`RoutingPolicy`]'s default

@@ -1,11 +1,11 @@
 //! Unit tests of LIBRA §IV's baselines (src/policy/baselines.rs: AUTO/Spock's
 //! `AutoScaler`, the `VmOnly`, `FunctionOnly` and `SpockRouter` balancers), written
-//! against the mutants cargo-mutants found uncaught (issue 19). Through the public API
+//! against the mutants cargo-mutants found uncaught. Through the public API
 //! only; every expectation is derived here from the rule in the module's docs (window
 //! mean, thresholds, `step_vms`, grace period, least-outstanding ready VM).
 //!
-//! `AutoScaler::idle_outlook` is the simulator's fast path over idle stretches
-//! (issue 14): `Settled(None)` lets it close many idle epochs at once, so it is tested
+//! `AutoScaler::idle_outlook` is the simulator's fast path over idle stretches:
+//! `Settled(None)` lets it close many idle epochs at once, so it is tested
 //! directly, each condition on both sides of its boundary, and every `Settled` answer is
 //! checked against what `on_epoch` does on the same idle epochs.
 

@@ -1,4 +1,4 @@
-//! Issue 19: tests written against missed mutants of src/policy/core.rs — the one state
+//! Tests written against missed mutants of src/policy/core.rs — the one state
 //! machine both drivers run. Each test drives `Core` through its public API and asserts a
 //! decision, a count or a `/status` field the gateway or the simulator shows: the retry
 //! guard and the instance-gone limit of the attempt protocol, the accessors drivers
@@ -169,7 +169,7 @@ mod retries {
         }
     }
 
-    /// Issue 12 items 3–4: connect failures are retried only while the retry budget has
+    /// Connect failures are retried only while the retry budget has
     /// room (`retries + 1 ≤ ratio · requests`, no per-second floor); the others answer
     /// with their own error and are counted as refused in `/status`.
     #[test]
@@ -653,7 +653,7 @@ fn adaptive_r_max_holds_when_the_ready_vms_ran_light() {
     assert_eq!(core.status().controller.r_max_rps, params.start_rps);
 }
 
-/// Issue 14: an idle epoch that ends exactly at `until` is closed (the simulator skips
+/// An idle epoch that ends exactly at `until` is closed (the simulator skips
 /// to `until` and must find that epoch's scaling decision taken).
 #[test]
 fn an_idle_epoch_ending_exactly_at_until_is_closed() {

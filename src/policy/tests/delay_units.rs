@@ -1,4 +1,4 @@
-//! Unit tests of the ProFaaStinate delay queue (`spillway_policy::delay`), issue 19: tests
+//! Unit tests of the ProFaaStinate delay queue (`spillway_policy::delay`): tests
 //! written against missed mutants of src/policy/delay.rs — the mode's name shown in
 //! `/status`, the parameters a queue was built with, the queue's length and the
 //! `queued_total` counter, the busy threshold's boundary (README / module docs: busy when

@@ -1,4 +1,4 @@
-//! Issue 19: tests written against missed mutants of src/policy/functions.rs — one zone's
+//! Tests written against missed mutants of src/policy/functions.rs — one zone's
 //! function instances (FaaSim §3). Each test drives `FunctionPool` through its public API
 //! and asserts what the simulator's per-instance report or the gateway's driver sees: the
 //! per-instance warm-start count, whether an instance is still booting or booting for a

@@ -1,4 +1,4 @@
-//! Issue 19: tests written against missed mutants of src/policy/placement.rs
+//! Tests written against missed mutants of src/policy/placement.rs
 //! (`Placement::is_claimed_booting`, `Placement::is_starting`) and src/policy/scaling.rs
 //! (the default `ScalingPolicy::set_libra_params`, `LibraScaler::idle_outlook` before
 //! the first request).
@@ -120,7 +120,7 @@ fn booting_state_follows_prewarm_claim_cold_start_and_start() {
     }
 }
 
-/// A configuration reload (issue 12 item 10) tells the operator whether the new LIBRA
+/// A configuration reload tells the operator whether the new LIBRA
 /// parameters took effect: a baseline (MAX) has none, so the default answer is `false`
 /// and its pool stays as it was.
 #[test]

@@ -184,7 +184,7 @@ proptest! {
     }
 }
 
-/// A controller with every Algorithm 1 parameter drawn (issue 19: φ ≠ 1, α ≠ β ≠ 0.5, a
+/// A controller with every Algorithm 1 parameter drawn (φ ≠ 1, α ≠ β ≠ 0.5, a
 /// `min_vms` that binds).
 #[derive(Clone, Debug)]
 struct Alg1 {

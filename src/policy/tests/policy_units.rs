@@ -1,5 +1,5 @@
 //! Unit tests of the policy core's public functions, written against the mutants
-//! cargo-mutants found uncaught (issue 19, `scripts/mutants.sh`). Every expectation is
+//! cargo-mutants found uncaught (`scripts/mutants.sh`). Every expectation is
 //! computed here from the formula in the module's docs, with asymmetric parameters, so
 //! a swapped operator or a constant body changes the answer.
 //!
@@ -1551,7 +1551,7 @@ mod policy {
             assert_eq!(late.key(), Some(thumb));
         }
 
-        /// Idle epochs (issue 14: the simulator skips idle stretches), closed by the core:
+        /// Idle epochs (the simulator skips idle stretches), closed by the core:
         /// epochs of 2 s that never reach a decision (K = 1000), one VM booting from
         /// t = 1 s with a 7 s boot deadline.
         mod idle {
@@ -1825,7 +1825,7 @@ mod policy {
         }
     }
 
-    /// LIBRA's idle outlook (issue 14: the simulator closes idle epochs at once when it
+    /// LIBRA's idle outlook (the simulator closes idle epochs at once when it
     /// is settled) once traffic was seen: settled below the CIP (every report releases
     /// every VM) or when the EWMAs settled, with the decision Algorithm 1 gives then;
     /// unsettled otherwise — at the CIP itself too (the CIP rule is `avg < CIP`).

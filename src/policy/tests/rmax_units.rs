@@ -1,4 +1,4 @@
-//! Issue 19: tests written against missed mutants of src/policy/rmax.rs — the adaptive
+//! Tests written against missed mutants of src/policy/rmax.rs — the adaptive
 //! r_max PID controller. Each test drives `RMaxController` through its public API on the
 //! injected clock and asserts what an operator sees: r_max after a period, the `/status`
 //! report fields (measured quantile, per-VM load, hold and limit with their labels), and
