@@ -567,6 +567,7 @@ impl Coordinator {
         tracing::info!(
             term = key.term,
             resumed = ewma.is_some(),
+            avg_rps = ewma.map(|e| e.avg_per_epoch / self.settings.epoch.as_secs_f64()),
             "became the scaling leader"
         );
         self.refresh();

@@ -51,8 +51,9 @@ use crate::telemetry as m;
 struct VmRecord {
     instance: Option<String>,
     base: Option<Uri>,
-    /// Another replica launched it (a registry VM, `crate::coord`): this replica never
-    /// terminates it, it only stops routing to it.
+    /// Another replica launched it (a registry VM, `crate::coord`): this replica
+    /// terminates it only as the pool writer (the leader); otherwise it only stops
+    /// routing to it.
     foreign: bool,
 }
 
@@ -610,8 +611,9 @@ impl Gateway {
         };
         m::vm_failures("unreachable");
         tracing::warn!(%vm, base = ?record.base.as_ref().map(ToString::to_string), "{why}; {}", if scales { "replacing it" } else { "parked until healthy" });
+        let writer = self.lock().core.controller().is_pool_writer();
         if scales
-            && !record.foreign
+            && (writer || !record.foreign)
             && let Some(instance) = record.instance
             && self.pool_write("terminate", vm, Some(&instance)).await
         {
@@ -891,8 +893,14 @@ impl Gateway {
     /// Forget `vm`'s address; terminate its instance when it had one (a launch still in
     /// flight terminates its own instance when it sees the VM is gone).
     fn terminate(&self, vm: VmId, why: &'static str) {
-        let record = self.lock().records.remove(&vm);
-        if record.as_ref().is_some_and(|r| r.foreign) {
+        let (record, writer) = {
+            let mut st = self.lock();
+            (
+                st.records.remove(&vm),
+                st.core.controller().is_pool_writer(),
+            )
+        };
+        if record.as_ref().is_some_and(|r| r.foreign) && !writer {
             tracing::info!(%vm, "registry VM left this replica's table");
             return;
         }
@@ -1174,11 +1182,17 @@ impl Host for Gateway {
         let listed: std::collections::HashSet<&str> =
             vms.iter().map(|v| v.instance.as_str()).collect();
         self.with_core_state(|st, now| {
+            // A follower's own ready VMs (launched while it led) belong to the leader's
+            // registry too: one the leader no longer lists was scaled in.
+            let writer = st.core.controller().is_pool_writer();
+            let vms_table = st.core.controller().vms();
             let gone: Vec<VmId> = st
                 .records
                 .iter()
-                .filter(|(_, r)| {
-                    r.foreign && r.instance.as_deref().is_some_and(|i| !listed.contains(i))
+                .filter(|(vm, r)| {
+                    (r.foreign || !writer)
+                        && vms_table.get(**vm).is_some_and(|row| row.state == VmState::Ready)
+                        && r.instance.as_deref().is_some_and(|i| !listed.contains(i))
                 })
                 .map(|(vm, _)| *vm)
                 .collect();

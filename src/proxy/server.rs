@@ -291,6 +291,11 @@ impl Server {
         {
             VmPoolConfig::Process(p) => {
                 let pool = ProcessVmPool::new(p, spillway_exe.clone());
+                let pool = if config.coordination.redis().is_some() {
+                    pool.shared()
+                } else {
+                    pool
+                };
                 let readiness = pool.readiness().clone();
                 (Arc::new(pool), readiness)
             }
@@ -701,8 +706,11 @@ impl Server {
         draining.store(true, Ordering::Release);
         if let Some(c) = self.gateway.coordinator() {
             // Hand the lease over at once: the next leader need not wait for it to
-            // expire.
+            // expire. Other replicas live: they keep the pool.
             c.shutdown().await;
+            if c.status().replicas > 1 {
+                self.gateway.vm_provider().hand_over();
+            }
         }
         let _ = drain_tx.send(true);
         let drain = reloader.drain_timeout();

@@ -148,7 +148,7 @@ libra:
 {LIBRA}
 vm_pool:
   type: process
-  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "vm-{{port}}"]
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "vm-{cluster}-{{port}}"]
   boot_timeout_seconds: 20
   probe_interval_seconds: 0.05
 function_tier:
@@ -413,5 +413,216 @@ impl FaultProxy {
 
     pub fn heal(&self) {
         self.cut.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Pids of the VM processes (`sample-api … --name vm-…`) whose parent is one of `parents`.
+pub fn vm_children(parents: &[u32]) -> std::collections::BTreeSet<u32> {
+    let mut out = std::collections::BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces; split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let ppid: u32 = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        if !parents.contains(&ppid) {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("sample-api") && cmd.contains("vm-") {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// `redis-cli -p PORT ARGS…`, its output lines.
+pub fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The terms of the pool-write intents recorded in `cluster`, in order.
+pub fn intent_terms(port: u16, cluster: &str) -> Vec<u64> {
+    redis_cli(
+        port,
+        &[
+            "LRANGE",
+            &format!("spillway:{{{cluster}}}:intents"),
+            "0",
+            "-1",
+        ],
+    )
+    .iter()
+    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    .filter_map(|v| v["term"].as_u64())
+    .collect()
+}
+
+/// Poll every 20 ms until `pred` holds for the statuses of `admins` (a replica that
+/// does not answer gives `None`); returns how long it took.
+pub fn until(
+    what: &str,
+    admins: &[SocketAddr],
+    within: Duration,
+    pred: impl Fn(&[Option<Value>]) -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let st: Vec<Option<Value>> = admins.iter().map(|a| try_status(*a)).collect();
+        if pred(&st) {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < within,
+            "timed out after {within:?} waiting for {what}: roles {:?}",
+            st.iter()
+                .map(|s| s.as_ref().map(|s| role(s).to_string()))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The term in a `/status`.
+pub fn term(s: &Value) -> u64 {
+    s.pointer("/coordination/term")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// Latency percentile (0–100) of `samples`.
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
+    samples[i]
+}
+
+/// A closed-loop-free open load in a background thread: `rate` req/s to `path`, spread
+/// over the targets whose weight is above zero in `weights` (shared, so the test can
+/// move traffic away from a replica it kills). Returns (status, latency) per request on
+/// [`Background::finish`].
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(u16, Duration)>>>,
+}
+
+impl Background {
+    pub fn start(
+        targets: Vec<SocketAddr>,
+        weights: Arc<Mutex<Vec<f64>>>,
+        rate: f64,
+        path: &str,
+    ) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = Arc::clone(&stop);
+        let path = path.to_string();
+        let thread = std::thread::spawn(move || {
+            let (tx, rx) = mpsc::channel();
+            let gap = Duration::from_secs_f64(1.0 / rate);
+            let start = Instant::now();
+            let mut credit = vec![0.0; targets.len()];
+            let mut i: u32 = 0;
+            while !s2.load(Ordering::Relaxed) {
+                let due = start + gap * i;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait); // pacing the open-loop sender
+                }
+                i += 1;
+                let w = weights.lock().unwrap().clone();
+                let total: f64 = w.iter().sum();
+                for (c, x) in credit.iter_mut().zip(&w) {
+                    *c += x / total;
+                }
+                let to = (0..targets.len())
+                    .filter(|&k| w[k] > 0.0)
+                    .max_by(|&a, &b| credit[a].total_cmp(&credit[b]))
+                    .unwrap();
+                credit[to] -= 1.0;
+                let addr = targets[to];
+                let tx = tx.clone();
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let t0 = Instant::now();
+                    let (status, _, _) = http(addr, "GET", &path, &[], b"");
+                    let _ = tx.send((status, t0.elapsed()));
+                });
+            }
+            drop(tx);
+            rx.iter().collect()
+        });
+        Background {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<(u16, Duration)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Pids of the VM processes of `cluster` (named `vm-CLUSTER-PORT` by [`config`]),
+/// whoever their parent is now (a VM outlives a killed leader: the next one adopts it).
+pub fn cluster_vms(cluster: &str) -> std::collections::BTreeSet<u32> {
+    let marker = format!("vm-{cluster}-");
+    let mut out = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        // A zombie has an empty command line: it is gone.
+        if cmd.contains("sample-api") && cmd.contains(&marker) {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// Kills the VM processes of a cluster when dropped (coordinated replicas keep their
+/// VMs for each other at shutdown). Declare it before the gateways so that it drops
+/// after them.
+pub struct Reaper(pub String);
+
+impl Reaper {
+    pub fn reap(&self) {
+        for pid in cluster_vms(&self.0) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.reap();
     }
 }
