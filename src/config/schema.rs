@@ -121,6 +121,10 @@ pub struct Config {
     /// Asynchronous calls and their delay queue (ProFaaStinate §3).
     #[serde(default, rename = "async")]
     pub async_calls: crate::config::delay::AsyncConfig,
+    /// Several gateway replicas, one decision (`crate::coord`): `type: none` (one
+    /// gateway, the default) or `type: redis`.
+    #[serde(default)]
+    pub coordination: crate::config::coordination::CoordinationConfig,
 }
 
 fn one() -> u32 {
@@ -1458,7 +1462,40 @@ impl Config {
         self.sim.validate(&mut is);
         self.async_calls.validate(&mut is);
         crate::config::delay::validate_routes(&self.routes, &self.async_calls, &mut is);
+        self.coordination
+            .validate(self.libra.epoch_seconds, &mut is);
+        self.validate_replicas(&mut is);
         is.0
+    }
+
+    /// What coordinated replicas cannot share yet: asynchronous calls stored on one
+    /// replica's disk (a result lookup through another replica would not find them).
+    fn validate_replicas(&self, is: &mut Issues) {
+        if self.coordination.redis().is_none() {
+            return;
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if r.async_mode != super::routes::AsyncMode::Off {
+                is.push(
+                    format!("routes[{i}].async"),
+                    "asynchronous calls are stored on this replica's disk (the state \
+                     directory): behind a load balancer a result lookup can reach another \
+                     replica, which does not have the call; with coordination asynchronous \
+                     routes are not supported yet (set `async: off`)",
+                );
+            }
+        }
+    }
+
+    /// The VM pool's one name, the same on every replica: `vm_pool.gateway_id` (EC2),
+    /// else, under coordination, the cluster name; `None` alone without an EC2 id (the
+    /// provider's own default then applies).
+    pub fn pool_name(&self) -> Option<String> {
+        let own = match &self.vm_pool {
+            Some(VmPoolConfig::Ec2(e)) => e.gateway_id.clone(),
+            _ => None,
+        };
+        own.or_else(|| self.coordination.redis().map(|r| r.cluster.clone()))
     }
 
     /// Calls one VM runs at once: `vm_pool.slots_per_vm`, else its deprecated alias
