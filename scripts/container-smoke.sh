@@ -76,12 +76,12 @@ cleanup() { podman rm -f -v -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$ctx";
 trap cleanup EXIT
 cp "$bin" "$ctx/spillway"
 # The quickstart as a mounted config: on all interfaces (so the admin API needs a token,
-# from the environment) and with the asynchronous-call store on the state volume.
+# from the environment); its asynchronous-call store goes to the image's state directory
+# (SPILLWAY_STATE_DIR=/var/lib/spillway, the volume).
 mkdir -p "$ctx/etc"
 sed -e 's/^  listen: 127.0.0.1:8080$/  listen: 0.0.0.0:8080/' \
     -e 's/^  admin_listen: 127.0.0.1:9090$/  admin_listen: 0.0.0.0:9090\n  admin_token_env: SPILLWAY_ADMIN_TOKEN/' \
     config/quickstart.yaml >"$ctx/etc/spillway.yaml"
-printf '\nasync:\n  store_dir: /var/lib/spillway/async\n' >>"$ctx/etc/spillway.yaml"
 chmod -R a+rX "$ctx/etc"
 echo "== podman build --build-arg BASE=$base -f deploy/container/Containerfile"
 podman "${podman_global[@]}" build -q "${podman_run[@]}" --build-arg "BASE=$base" -f deploy/container/Containerfile -t "$image" "$ctx" >/dev/null

@@ -112,7 +112,9 @@ skipped=$((skipped + $(grep -c '^skipped ' "$work/console.txt" || true)))
 start_quickstart() {
   LOG="$work/serve-$1.log"
   shift
-  "$SPILLWAY" serve --listen localhost:0 --admin-listen 127.0.0.1:0 "$@" 2>"$LOG" &
+  # Each run its own state directory (the quickstart's asynchronous-call store).
+  "$SPILLWAY" serve --listen localhost:0 --admin-listen 127.0.0.1:0 \
+    --state-dir "$work/state-$(basename "$LOG" .log)" "$@" 2>"$LOG" &
   GATEWAY_PID=$!
   pids+=("$GATEWAY_PID")
   local deadline=$((SECONDS + 60))

@@ -57,9 +57,8 @@ cleanup() { podman rm -f -t 0 "$name" >/dev/null 2>&1 || true; rm -rf "$ctx"; }
 trap cleanup EXIT
 cp "$bin" "$ctx/spillway"
 cp deploy/systemd/spillway.service config/quickstart.yaml "$ctx/"
-# The unit makes /etc read-only: the asynchronous-call store goes to its StateDirectory,
-# as the unit's comment tells operators to do.
-printf '\nasync:\n  store_dir: /var/lib/spillway/async\n' >>"$ctx/quickstart.yaml"
+# The unit makes /etc read-only: the quickstart's asynchronous-call store goes to the
+# unit's StateDirectory ($STATE_DIRECTORY, which spillway reads).
 chmod -R a+rX "$ctx"
 
 cx() { podman exec "$name" "$@"; }

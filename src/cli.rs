@@ -88,6 +88,12 @@ pub enum Command {
         /// Log every request (overrides `gateway.access_log: false`).
         #[arg(long)]
         access_log: bool,
+        /// Where the asynchronous-call store lives (`DIR/async/calls.redb`), used only
+        /// when a route enables asynchronous calls; one gateway per directory. Default:
+        /// systemd's $STATE_DIRECTORY, else $XDG_STATE_HOME/spillway, else
+        /// ~/.local/state/spillway.
+        #[arg(long, value_name = "DIR", env = "SPILLWAY_STATE_DIR")]
+        state_dir: Option<std::path::PathBuf>,
     },
     /// Validate a configuration file: exit 0 if `serve` would accept it, 1 with every
     /// problem (file:line:column: field.path: what is wrong) otherwise.

@@ -15,6 +15,8 @@
 //! * [`sample_api`] — the sample API the quickstart runs on both tiers.
 //! * [`cli`] — the command line.
 //! * [`build_info`] — version, git commit and features of this binary.
+//! * [`state_dir`] — where the gateway keeps what outlives it (the asynchronous-call
+//!   store).
 
 #![warn(missing_docs)]
 
@@ -27,4 +29,5 @@ pub use spillway_policy as policy;
 pub mod proxy;
 pub mod sample_api;
 pub mod sim;
+pub mod state_dir;
 pub mod telemetry;

@@ -178,6 +178,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             listen,
             admin_listen,
             access_log,
+            state_dir,
         } => {
             let reload_path = config.path().map(std::path::Path::to_path_buf);
             let (loaded, name) = match config.path() {
@@ -216,7 +217,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {
-                let mut server = match spillway::proxy::server::Server::bind(config, exe).await {
+                let bound = spillway::proxy::server::Server::bind_in(config, exe, state_dir).await;
+                let mut server = match bound {
                     Ok(s) => s,
                     Err(e) => return Err(bind_hint(e)),
                 };

@@ -13,9 +13,13 @@ use common::stub::{Stub, ok_reply};
 use common::{Gateway, function_http_config, header, http};
 use serde_json::Value;
 
+/// A route on every path that honours `Prefer: respond-async` (asynchronous calls are
+/// off unless a route enables them).
+const PREFER_EVERYWHERE: &str = "routes:\n  - {name: api, path_prefix: /, async: prefer}\n";
+
 fn gateway(stub: &Stub, async_yaml: &str) -> Gateway {
     let yaml = format!(
-        "{}\nasync:\n{async_yaml}\n",
+        "{}\n{PREFER_EVERYWHERE}async:\n{async_yaml}\n",
         function_http_config(&stub.url(), "")
     );
     Gateway::start(&yaml)
@@ -139,7 +143,7 @@ fn refusals_are_400_413_and_503_and_sync_traffic_is_unaffected() {
 #[test]
 fn a_result_is_gone_after_its_retention() {
     let stub = Stub::start(ok_reply);
-    let gw = gateway(&stub, "  result_retention_seconds: 0.3");
+    let gw = gateway(&stub, "  result_ttl_seconds: 0.3");
     let (code, h, _) = http(
         gw.proxy,
         "POST",
@@ -229,7 +233,7 @@ impl spillway::proxy::async_store::CallStore for FailingStore {
 async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() {
     let stub = Stub::start(ok_reply);
     let yaml = format!(
-        "{}\nasync:\n  retry_after_seconds: 11\n",
+        "{}\n{PREFER_EVERYWHERE}async:\n  retry_after_seconds: 11\n",
         function_http_config(&stub.url(), "")
     );
     let config = spillway::config::Config::from_yaml(&yaml, "t.yaml").unwrap();
@@ -422,8 +426,9 @@ fn an_async_route_defers_without_prefer_with_its_own_deadline_and_metrics_count_
     let stub = Stub::start(ok_reply);
     let (route_s, default_s) = (42.0, 77.0);
     let yaml = format!(
-        "{}\nroutes:\n  - {{name: jobs, path_prefix: /jobs, methods: [POST], async: true, \
-         default_deadline_seconds: {route_s}}}\nasync:\n  default_deadline_seconds: {default_s}\n",
+        "{}\nroutes:\n  - {{name: jobs, path_prefix: /jobs, methods: [POST], async: always, \
+         default_deadline_seconds: {route_s}}}\n  - {{name: api, path_prefix: /, async: prefer}}\n\
+         async:\n  default_deadline_seconds: {default_s}\n",
         function_http_config(&stub.url(), "")
     );
     let gw = Gateway::start(&yaml);
@@ -436,7 +441,7 @@ fn an_async_route_defers_without_prefer_with_its_own_deadline_and_metrics_count_
     assert_eq!(code, 202);
     let on_route = header(&h, "location").unwrap().to_owned();
     assert_eq!(deadline_ms(&on_route), (route_s * 1000.0) as u64);
-    // `Prefer` off the route: `async.default_deadline_seconds`.
+    // `Prefer` on the `prefer` route: `async.default_deadline_seconds`.
     let (code, h, _) = http(
         gw.proxy,
         "POST",
@@ -523,11 +528,111 @@ fn on_the_quickstart_an_async_call_is_done_within_seconds() {
 }
 
 #[test]
+fn asynchronous_calls_are_off_unless_a_route_enables_them() {
+    let stub = Stub::start(ok_reply);
+    let prefer = [("Prefer", "respond-async")];
+    // No route enables them: `Prefer` is ignored, nothing is stored, no state directory.
+    let gw = Gateway::start(&function_http_config(&stub.url(), ""));
+    let (code, h, body) = http(gw.proxy, "POST", "/echo", &prefer, b"now");
+    assert_eq!((code, body.as_slice()), (200, b"path=/echo".as_slice()));
+    assert_eq!(header(&h, "preference-applied"), None);
+    let status_url = format!("/_spillway/calls/{}", "0".repeat(32));
+    assert_eq!(
+        http(gw.proxy, "GET", &status_url, &[], b"").0,
+        200,
+        "proxied, not a status URL"
+    );
+    assert!(gw.status()["async"].is_null(), "{:#}", gw.status());
+    let state = gw.config_path().with_file_name("state");
+    assert!(!state.exists(), "no store without asynchronous calls");
+    drop(gw);
+    // `async: prefer` on /jobs only: `Prefer` elsewhere is synchronous; `async: off`
+    // (and `false`) on a more specific route overrides nothing but itself.
+    let yaml = format!(
+        "{}\nroutes:\n  - {{name: quick, path_prefix: /jobs/quick, async: false}}\n  \
+         - {{name: jobs, path_prefix: /jobs, async: prefer}}\n",
+        function_http_config(&stub.url(), "")
+    );
+    let gw = Gateway::start(&yaml);
+    assert_eq!(http(gw.proxy, "POST", "/jobs/7", &prefer, b"j").0, 202);
+    assert_eq!(
+        http(gw.proxy, "POST", "/jobs/7", &[], b"j").0,
+        200,
+        "no Prefer"
+    );
+    assert_eq!(http(gw.proxy, "POST", "/jobs/quick", &prefer, b"q").0, 200);
+    assert_eq!(http(gw.proxy, "POST", "/other", &prefer, b"o").0, 200);
+    assert!(
+        state_store(&gw).exists(),
+        "the store is in the state directory"
+    );
+}
+
+/// The store file of a gateway started by the harness (its `--state-dir`).
+fn state_store(gw: &Gateway) -> std::path::PathBuf {
+    gw.config_path()
+        .with_file_name("state")
+        .join("async/calls.redb")
+}
+
+#[test]
+fn a_second_gateway_on_a_locked_store_says_which_directory_and_what_to_change() {
+    let stub = Stub::start(ok_reply);
+    let state = tempfile::tempdir().unwrap();
+    let yaml = format!(
+        "{}\n{PREFER_EVERYWHERE}",
+        function_http_config(&stub.url(), "")
+    );
+    let first = Gateway::start_in(&yaml, state.path());
+    assert_eq!(
+        http(
+            first.proxy,
+            "POST",
+            "/a",
+            &[("Prefer", "respond-async")],
+            b""
+        )
+        .0,
+        202
+    );
+    let cfg = state.path().join("second.yaml");
+    std::fs::write(&cfg, &yaml).unwrap();
+    let mut second = common::Proc::spawn(&[
+        "serve",
+        cfg.to_str().unwrap(),
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
+    let code = second.wait_exit(Duration::from_secs(30));
+    assert_eq!(code, Some(1), "{}", second.log_text());
+    let log = second.log_text();
+    let line = log
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_else(|| panic!("{log}"));
+    assert!(line.contains(&state.path().display().to_string()), "{line}");
+    assert!(line.contains("in use by another process"), "{line}");
+    assert!(line.contains("--state-dir DIR"), "{line}");
+    // The first one is unaffected.
+    assert_eq!(
+        http(
+            first.proxy,
+            "POST",
+            "/b",
+            &[("Prefer", "respond-async")],
+            b""
+        )
+        .0,
+        202
+    );
+}
+
+#[test]
 fn the_process_cpu_signal_counts_the_vm_processes_not_other_load_on_the_host() {
     let stub = Stub::start(ok_reply);
     let yaml = format!(
-        "{}\nasync:\n  cpu_signal: process\n  sample_interval_seconds: 0.1\n  window_seconds: 0.5\n  \
-         busy_utilisation: 0.9\n",
+        "{}\n{PREFER_EVERYWHERE}async:\n  cpu_signal: process\n  sample_interval_seconds: 0.1\n  \
+         window_seconds: 0.5\n  busy_utilisation: 0.9\n",
         function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1")
     );
     let gw = Gateway::start(&yaml);
@@ -670,7 +775,7 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
     // The process VM pool runs its VMs on 127.0.0.1: the fake exporter on 127.0.0.1 is
     // every VM host's node_exporter.
     let yaml = format!(
-        "{}\nasync:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: {}\n    \
+        "{}\n{PREFER_EVERYWHERE}async:\n  cpu_signal: prometheus\n  prometheus:\n    node_exporter_port: {}\n    \
          timeout_ms: 500\n  busy_utilisation: {threshold}\n  sample_interval_seconds: 0.05\n  \
          window_seconds: 0.15\n  switch_interval_seconds: 0\n  urgency_window_seconds: 2\n",
         function_http_config(&stub.url(), "").replace("min_vms: 0", "min_vms: 1"),

@@ -24,13 +24,15 @@ use common::{Gateway, Proc, function_http_config, header, http, parse_response};
 
 const CALLS: usize = 1000;
 
-fn config(stub: &Stub, store: &std::path::Path) -> String {
+/// Every path honours `Prefer: respond-async` (off unless a route enables it).
+const PREFER_EVERYWHERE: &str = "routes:\n  - {name: api, path_prefix: /, async: prefer}\n";
+
+fn config(stub: &Stub) -> String {
     // A slow upstream (100 ms a call, at most 4 at once: ~40 calls/s) so that the kill
     // lands in the middle of the release.
     format!(
-        "{}\nasync:\n  store_dir: \"{}\"\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n",
+        "{}\n{PREFER_EVERYWHERE}async:\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n",
         function_http_config(&stub.url(), "").replace("max_concurrency: 64", "max_concurrency: 4"),
-        store.display()
     )
 }
 
@@ -40,9 +42,9 @@ fn every_accepted_call_runs_after_a_kill_and_a_restart() {
         std::thread::sleep(Duration::from_millis(100));
         ok_reply(req)
     });
-    let store = tempfile::tempdir().unwrap();
-    let yaml = config(&stub, store.path());
-    let mut gw = Gateway::start(&yaml);
+    let state = tempfile::tempdir().unwrap();
+    let yaml = config(&stub);
+    let mut gw = Gateway::start_in(&yaml, state.path());
     let mut locations = Vec::with_capacity(CALLS);
     for i in 0..CALLS {
         let (code, h, _) = http(
@@ -69,7 +71,7 @@ fn every_accepted_call_runs_after_a_kill_and_a_restart() {
         "the kill must land before every call ran ({seen_before})"
     );
 
-    let gw = Gateway::start(&yaml);
+    let gw = Gateway::start_in(&yaml, state.path());
     assert!(
         gw.proc.log_text().contains("recovered from the store"),
         "{}",
@@ -145,14 +147,14 @@ fn try_accept(addr: SocketAddr, path: &str) -> Option<String> {
 #[test]
 fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_damaged() {
     let stub = Stub::start(ok_reply);
-    let store = tempfile::tempdir().unwrap();
-    let base = function_http_config(&stub.url(), "");
-    // Accepting only: one release an hour, so the kill lands among store commits.
-    let holding = format!(
-        "{base}\nasync:\n  store_dir: \"{}\"\n  release_batch: 1\n  sample_interval_seconds: 3600\n",
-        store.path().display()
+    let state = tempfile::tempdir().unwrap();
+    let base = format!(
+        "{}\n{PREFER_EVERYWHERE}",
+        function_http_config(&stub.url(), "")
     );
-    let mut gw = Gateway::start(&holding);
+    // Accepting only: one release an hour, so the kill lands among store commits.
+    let holding = format!("{base}async:\n  release_batch: 1\n  sample_interval_seconds: 3600\n");
+    let mut gw = Gateway::start_in(&holding, state.path());
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let stop = Arc::new(AtomicBool::new(false));
     let clients: Vec<_> = (0..6)
@@ -188,7 +190,7 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
 
     // Damage one acknowledged call's record: only its first half is left.
     let victim = id_of(&acked[acked.len() / 2]);
-    let file = store.path().join("calls.redb");
+    let file = state.path().join("async/calls.redb");
     {
         let calls: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("calls");
         let db = redb::Database::create(&file).unwrap();
@@ -208,11 +210,9 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
     }
 
     // Restart, releasing: every other acknowledged call runs and ends `done`.
-    let draining = format!(
-        "{base}\nasync:\n  store_dir: \"{}\"\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n",
-        store.path().display()
-    );
-    let mut gw = Gateway::start(&draining);
+    let draining =
+        format!("{base}async:\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n");
+    let mut gw = Gateway::start_in(&draining, state.path());
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut pending: Vec<&String> = acked.iter().filter(|l| id_of(l) != victim).collect();
     while !pending.is_empty() {
@@ -269,9 +269,15 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
     let n = bytes.len().min(4096);
     bytes[..n].fill(0x5a);
     std::fs::write(&file, bytes).unwrap();
-    let cfg = store.path().join("gateway.yaml");
+    let cfg = state.path().join("gateway.yaml");
     std::fs::write(&cfg, &draining).unwrap();
-    let mut p = Proc::spawn(&["serve", "--config", cfg.to_str().unwrap()]);
+    let mut p = Proc::spawn(&[
+        "serve",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--state-dir",
+        state.path().to_str().unwrap(),
+    ]);
     let code = p.wait_exit(Duration::from_secs(30));
     assert!(code.is_some_and(|c| c != 0), "startup must fail: {code:?}");
     let line = p.wait_line("calls.redb", Duration::from_secs(5));

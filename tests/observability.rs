@@ -155,11 +155,13 @@ fn histogram_family<'a>(name: &'a str, s: &Scrape) -> Option<&'a str> {
 }
 
 /// Decisions every 0.5 s, one VM from the start (its boot fills the boot-time histogram).
+/// A gateway with every feature the dashboard and rules chart, asynchronous calls
+/// included (off unless a route enables them).
 fn config() -> String {
     process_config(
         "  epoch_seconds: 0.1\n  decision_epochs: 5\n  r_max_rps: 20\n  min_vms: 1\n  max_vms: 2\n  cip_rps: 3.5",
         "",
-    )
+    ) + "routes:\n  - {name: api, path_prefix: /, async: prefer}\n"
 }
 
 #[test]

@@ -357,7 +357,7 @@ async fn a_name_resolving_only_to_refused_addresses_is_never_sent_a_byte() {
         other => panic!("expected a connect failure, got {other}"),
     };
 
-    let strict = UpstreamClient::for_upstreams(settings, AddressPolicy::new(false), None);
+    let strict = UpstreamClient::for_upstreams(settings, Default::default(), AddressPolicy::new(false), None);
     let why = reason(strict.forward(&base, get()).await.unwrap_err());
     assert!(
         why.contains("`localhost` resolves only to refused addresses")
@@ -373,7 +373,7 @@ async fn a_name_resolving_only_to_refused_addresses_is_never_sent_a_byte() {
 
     let policy = AddressPolicy::new(true);
     policy.set_gateway_listeners(&[addr]);
-    let own = UpstreamClient::for_upstreams(settings, policy, None);
+    let own = UpstreamClient::for_upstreams(settings, Default::default(), policy, None);
     let why = reason(own.forward(&base, get()).await.unwrap_err());
     assert!(why.contains("own listeners"), "{why}");
     // The connection (if the kernel completed it) carried no byte.

@@ -778,6 +778,26 @@ impl<'de> de::Deserializer<'de> for Fields<'_> {
     }
 }
 
+/// Keys that were removed from the schema, with what to write instead: an unknown key
+/// at one of these paths is reported with the hint rather than the list of keys.
+pub(crate) const REMOVED_KEYS: &[(&str, &str)] = &[
+    (
+        "async.enabled",
+        "removed: asynchronous calls are off unless a route enables them \
+         (`routes: [{name: jobs, path_prefix: /jobs, async: prefer}]`, or `async: always`)",
+    ),
+    (
+        "async.store_dir",
+        "removed: the store lives in the state directory, `spillway serve --state-dir DIR` \
+         (or SPILLWAY_STATE_DIR; default $XDG_STATE_HOME/spillway, else \
+         ~/.local/state/spillway, systemd's $STATE_DIRECTORY under the unit)",
+    ),
+    (
+        "async.result_retention_seconds",
+        "renamed: `async.result_ttl_seconds` (finished calls are deleted after it)",
+    ),
+];
+
 /// One type error found by [`collect`].
 #[derive(Clone, Debug)]
 pub(crate) struct TypeError {
@@ -819,10 +839,14 @@ pub(crate) fn collect<T: DeserializeOwned>(
         let consequence = removed.iter().any(|r| within(&path, r))
             || (e.missing_field.is_some() && meant.contains(&path));
         if !consequence {
+            let hint = REMOVED_KEYS
+                .iter()
+                .find(|(p, _)| *p == path && e.message.starts_with("unknown key"))
+                .map(|(_, h)| (*h).to_string());
             errors.push(TypeError {
                 path: path.clone(),
                 loc: e.at.as_ref().map(|a| a.loc),
-                message: e.message.clone(),
+                message: hint.unwrap_or_else(|| e.message.clone()),
             });
         }
         let Some(at) = e.at else { break };

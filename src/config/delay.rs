@@ -67,17 +67,13 @@ impl Default for PrometheusSignalConfig {
     }
 }
 
-/// `async:` — asynchronous calls (`Prefer: respond-async`) held in a durable,
-/// deadline-ordered delay queue and released by a CPU-aware scheduler (ProFaaStinate §3).
+/// `async:` — asynchronous calls held in a durable, deadline-ordered delay queue and
+/// released by a CPU-aware scheduler (ProFaaStinate §3). Off unless a `routes:` entry
+/// enables them ([`super::routes::AsyncMode`]); the store lives in the state directory
+/// (`spillway serve --state-dir`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AsyncConfig {
-    /// Accept asynchronous calls at all (off: `Prefer: respond-async` is ignored).
-    pub enabled: bool,
-    /// Directory of the embedded store (redb file `calls.redb` inside); a relative path
-    /// is relative to the configuration file's directory (the working directory for the
-    /// embedded quickstart).
-    pub store_dir: String,
     /// Status URLs live under this path prefix on the proxy listener.
     pub status_prefix: String,
     /// Request header carrying the deadline, milliseconds from now.
@@ -92,8 +88,9 @@ pub struct AsyncConfig {
     pub max_queued: usize,
     /// Largest stored response body, bytes (longer ones are cut).
     pub result_max_bytes: u64,
-    /// A finished call's result is kept this long, then `410 Gone`.
-    pub result_retention_seconds: f64,
+    /// A finished call (its status and result) is kept this long after it finished,
+    /// seconds; then it is deleted from the store (its status URL answers 404).
+    pub result_ttl_seconds: f64,
     /// `Retry-After` of a 503 for a full queue or a failing store, seconds.
     pub retry_after_seconds: u64,
     /// Busy above this windowed CPU utilisation, 0–1.
@@ -121,8 +118,6 @@ pub struct AsyncConfig {
 impl Default for AsyncConfig {
     fn default() -> Self {
         Self {
-            enabled: true,
-            store_dir: ".spillway/async".into(),
             status_prefix: "/_spillway/calls".into(),
             deadline_header: "Spillway-Deadline-Ms".into(),
             default_deadline_seconds: 180.0,
@@ -130,7 +125,7 @@ impl Default for AsyncConfig {
             max_body_bytes: 1_048_576,
             max_queued: 10_000,
             result_max_bytes: 1_048_576,
-            result_retention_seconds: 3600.0,
+            result_ttl_seconds: 3600.0,
             retry_after_seconds: 5,
             busy_utilisation: 0.8,
             sample_interval_seconds: 1.0,
@@ -178,19 +173,13 @@ impl AsyncConfig {
                 format!("not a header name: {:?}", self.deadline_header),
             );
         }
-        if self.store_dir.is_empty() {
-            is.push("async.store_dir", "must not be empty");
-        }
         if self.max_body_bytes == 0 {
             is.push("async.max_body_bytes", "must be at least 1");
         }
         if self.max_queued == 0 {
             is.push("async.max_queued", "must be at least 1");
         }
-        is.positive(
-            "async.result_retention_seconds",
-            self.result_retention_seconds,
-        );
+        is.positive("async.result_ttl_seconds", self.result_ttl_seconds);
         is.within("async.busy_utilisation", self.busy_utilisation, 0.0, 1.0);
         is.positive(
             "async.sample_interval_seconds",
@@ -374,5 +363,65 @@ mod tests {
         .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(c.async_calls.prometheus.node_exporter_port, Some(9137));
         assert_eq!(c.async_calls.prometheus.url, None);
+    }
+
+    #[test]
+    fn removed_async_keys_say_what_replaces_them() {
+        let got =
+            issues("async:\n  enabled: true\n  store_dir: x\n  result_retention_seconds: 5\n");
+        assert_eq!(got.len(), 3, "{got:#?}");
+        assert!(
+            got[0].starts_with(
+                "2:3 async.enabled: removed: asynchronous calls are off unless a route"
+            ),
+            "{got:#?}"
+        );
+        assert!(got[1].starts_with("3:3 async.store_dir: removed: the store lives in the state directory, `spillway serve --state-dir DIR`"), "{got:#?}");
+        assert!(
+            got[2].starts_with(
+                "4:3 async.result_retention_seconds: renamed: `async.result_ttl_seconds`"
+            ),
+            "{got:#?}"
+        );
+        // Other unknown keys still list what is accepted.
+        let got = issues("async:\n  enable: true\n");
+        assert!(got[0].contains("unknown key"), "{got:#?}");
+    }
+
+    #[test]
+    fn a_route_enables_asynchronous_calls_off_prefer_or_always() {
+        use crate::config::AsyncMode;
+        let read = |modes: &str| {
+            Config::from_yaml(&format!("routes:\n{modes}"), "r.yaml")
+                .unwrap_or_else(|e| panic!("{e}"))
+        };
+        assert!(
+            !Config::from_yaml("", "e.yaml").unwrap().async_enabled(),
+            "off by default"
+        );
+        let c = read(
+            "  - {name: a, path_prefix: /a}\n  - {name: b, path_prefix: /b, async: off}\n  - {name: c, path_prefix: /c, async: false}\n",
+        );
+        assert!(!c.async_enabled());
+        let c = read(
+            "  - {name: a, path_prefix: /a, async: prefer}\n  - {name: b, path_prefix: /b, async: true}\n  - {name: c, path_prefix: /c, async: always}\n",
+        );
+        let modes: Vec<AsyncMode> = c.routes.iter().map(|r| r.async_mode).collect();
+        assert_eq!(
+            modes,
+            [AsyncMode::Prefer, AsyncMode::Always, AsyncMode::Always]
+        );
+        assert!(c.async_enabled());
+        let got = issues("routes:\n  - {name: a, path_prefix: /a, async: sometimes}\n");
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert_eq!(
+            got[0],
+            "2:39 routes[0].async: expected off, prefer or always (or true/false), found `sometimes`"
+        );
+        let got = issues("routes:\n  - {name: a, path_prefix: /a, async: 1}\n");
+        assert!(
+            got[0].starts_with("2:39 routes[0].async: expected off, prefer or always"),
+            "{got:#?}"
+        );
     }
 }

@@ -33,7 +33,7 @@ pub use overrides::with_override;
 pub use queue::*;
 pub use routes::*;
 pub use schema::*;
-pub use yaml::Loc;
+pub use yaml::{Loc, MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_NODES, MAX_TEXT_BYTES};
 pub use zones::*;
 
 use std::fmt;
@@ -142,19 +142,8 @@ impl Config {
     /// [`ConfigError::Read`], [`ConfigError::Parse`] (a YAML syntax error, with line and
     /// column) or [`ConfigError::Invalid`] (every type and semantic problem at once).
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
-        let text = read(path)?;
-        Self::from_yaml(&text, &path.display().to_string()).map(|c| c.relative_to(path))
-    }
-
-    /// Relative file paths of the configuration (`async.store_dir`) are relative to the
-    /// directory of the file that names them.
-    fn relative_to(mut self, file: &Path) -> Self {
-        let dir = file.parent().unwrap_or(Path::new(""));
-        let store = Path::new(&self.async_calls.store_dir);
-        if store.is_relative() && !dir.as_os_str().is_empty() {
-            self.async_calls.store_dir = dir.join(store).display().to_string();
-        }
-        self
+        let bytes = read(path)?;
+        Self::from_bytes(&bytes, &path.display().to_string())
     }
 
     /// [`Config::load`] plus what `spillway serve` needs ([`Config::gateway_issues`]:
@@ -163,8 +152,10 @@ impl Config {
     /// # Errors
     /// As [`Config::load`].
     pub fn load_for_serve(path: &Path) -> Result<Config, ConfigError> {
-        let text = read(path)?;
-        Self::from_yaml_for_serve(&text, &path.display().to_string()).map(|c| c.relative_to(path))
+        let bytes = read(path)?;
+        let file = path.display().to_string();
+        let text = yaml::decode(&bytes).map_err(|e| parse_error(&file, e))?;
+        Self::from_yaml_for_serve(text, &file)
     }
 
     /// The embedded quickstart configuration.
@@ -173,7 +164,21 @@ impl Config {
             .expect("the embedded quickstart config is valid (tested)")
     }
 
-    /// Parse and validate YAML text; `file` names it in errors.
+    /// Parse and validate a file's bytes: UTF-8 text of at most [`MAX_DOCUMENT_BYTES`];
+    /// `file` names it in errors.
+    ///
+    /// # Errors
+    /// As [`Config::load`], minus `Read`; bytes that are not UTF-8 are a
+    /// [`ConfigError::Parse`] at the line and column of the first such byte.
+    pub fn from_bytes(bytes: &[u8], file: &str) -> Result<Config, ConfigError> {
+        let text = yaml::decode(bytes).map_err(|e| parse_error(file, e))?;
+        Self::from_yaml(text, file)
+    }
+
+    /// Parse and validate YAML text; `file` names it in errors. The reader's bounds
+    /// (document size, nesting depth, alias expansion: [`MAX_DOCUMENT_BYTES`],
+    /// [`MAX_DEPTH`], [`MAX_NODES`], [`MAX_TEXT_BYTES`]) are [`ConfigError::Parse`]
+    /// errors at the place where they are crossed.
     ///
     /// # Errors
     /// As [`Config::load`], minus `Read`.
@@ -194,12 +199,7 @@ impl Config {
         file: &str,
         extra: impl Fn(&Config) -> Vec<ConfigIssue>,
     ) -> Result<Config, ConfigError> {
-        let tree = yaml::parse(text).map_err(|e| ConfigError::Parse {
-            file: file.to_string(),
-            line: e.loc.line,
-            column: e.loc.column,
-            message: e.message,
-        })?;
+        let tree = yaml::parse(text).map_err(|e| parse_error(file, e))?;
         let places = tree.locations();
         let (config, type_errors, removed) = de::collect::<Config>(tree);
         let mut issues: Vec<ConfigIssue> = type_errors
@@ -242,11 +242,29 @@ impl Config {
     }
 }
 
-fn read(path: &Path) -> Result<String, ConfigError> {
-    std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+fn parse_error(file: &str, e: yaml::SyntaxError) -> ConfigError {
+    ConfigError::Parse {
+        file: file.to_string(),
+        line: e.loc.line,
+        column: e.loc.column,
+        message: e.message,
+    }
+}
+
+/// The file's bytes, at most one more than [`MAX_DOCUMENT_BYTES`] (enough to say it is
+/// too long: a huge file, or a device that never ends, is not read to its end).
+fn read(path: &Path) -> Result<Vec<u8>, ConfigError> {
+    use std::io::Read as _;
+    let fail = |source| ConfigError::Read {
         path: path.to_owned(),
         source,
-    })
+    };
+    let file = std::fs::File::open(path).map_err(fail)?;
+    let mut bytes = Vec::new();
+    file.take(MAX_DOCUMENT_BYTES as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(fail)?;
+    Ok(bytes)
 }
 
 /// The place of `path` in the file, or of its nearest ancestor that is there.
@@ -261,6 +279,8 @@ fn locate(places: &std::collections::HashMap<String, Loc>, path: &str) -> Option
     }
 }
 
+#[cfg(test)]
+mod reader_fuzz;
 #[cfg(test)]
 mod reference_tests;
 #[cfg(test)]

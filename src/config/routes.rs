@@ -20,14 +20,56 @@ pub struct RouteConfig {
     /// HTTP methods (upper case); empty: every method.
     #[serde(default)]
     pub methods: Vec<String>,
-    /// Every request of the route is an asynchronous call (ProFaaStinate §3), with
-    /// `Prefer: respond-async` or without.
+    /// Whether the route's requests may be asynchronous calls (ProFaaStinate §3):
+    /// `off` (default: `Prefer: respond-async` is ignored), `prefer` (those with
+    /// `Prefer: respond-async`) or `always` (every one). Asynchronous calls are off
+    /// unless a route enables them.
     #[serde(default, rename = "async")]
-    pub is_async: bool,
+    pub async_mode: AsyncMode,
     /// The deadline of the route's asynchronous calls without a deadline header,
     /// seconds; absent: `async.default_deadline_seconds`.
     #[serde(default)]
     pub default_deadline_seconds: Option<f64>,
+}
+
+/// A route's `async:` setting: `off`, `prefer` or `always`; `true` and `false` are read
+/// as `always` and `off` (the setting was a boolean before `prefer`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AsyncMode {
+    /// Synchronous only: `Prefer: respond-async` is ignored.
+    #[default]
+    Off,
+    /// Asynchronous when the request says `Prefer: respond-async` (RFC 7240).
+    Prefer,
+    /// Every request is an asynchronous call, with or without `Prefer`.
+    Always,
+}
+
+impl<'de> Deserialize<'de> for AsyncMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl serde::de::Visitor<'_> for V {
+            type Value = AsyncMode;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("off, prefer or always (or true/false)")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<AsyncMode, E> {
+                Ok(if b { AsyncMode::Always } else { AsyncMode::Off })
+            }
+            fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<AsyncMode, E> {
+                match s {
+                    "off" | "false" => Ok(AsyncMode::Off),
+                    "prefer" => Ok(AsyncMode::Prefer),
+                    "always" | "true" => Ok(AsyncMode::Always),
+                    _ => Err(E::custom(format!(
+                        "expected off, prefer or always (or true/false), found `{s}`"
+                    ))),
+                }
+            }
+        }
+        d.deserialize_any(V)
+    }
 }
 
 impl RouteConfig {

@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigIssue;
-use crate::net::validate::{self, EscapedSlashesAction, PathRules, RequestRules};
+use crate::net::validate::{
+    self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
+};
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
@@ -39,8 +41,16 @@ pub const DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
 pub const DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
 /// Default longest silence of an `Upgrade` tunnel, seconds.
 pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS: f64 = 300.0;
-/// Default idle time before a client or pooled upstream connection is closed, seconds.
+/// Default idle time before a pooled upstream connection is closed, seconds.
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default idle time of a client connection between requests, seconds: above the idle
+/// timeouts of common load balancers (AWS ALB 60 s), as nginx's 75 s is.
+pub const DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS: f64 = 75.0;
+/// Default interval of the h2 keep-alive PING to a client connection, seconds.
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS: f64 = 30.0;
+/// Default wait for the answer to an h2 keep-alive PING, seconds; then the connection is
+/// closed.
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS: f64 = 20.0;
 /// Default time in-flight requests get to finish on shutdown, seconds.
 pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 30.0;
 /// Default most concurrent streams per h2 client connection.
@@ -139,7 +149,10 @@ pub struct GatewayConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Largest accepted request body; larger ones get 413.
     pub max_body_bytes: u64,
-    /// Time allowed to receive a request's headers (slowloris guard).
+    /// Time allowed to receive a request's head, from its first byte (slowloris guard);
+    /// also the first-request deadline of every client connection, counted from accept
+    /// (TLS handshake included) on every listener and protocol. Then the connection is
+    /// closed.
     pub header_read_timeout_seconds: f64,
     /// TCP connect timeout to upstreams.
     pub connect_timeout_seconds: f64,
@@ -203,6 +216,31 @@ pub struct GatewayConfig {
     /// metadata and credential agents, the gateway's own listeners, and non-canonical
     /// IP spellings.
     pub allow_loopback_upstreams: bool,
+    /// Longest time a client connection may wait for its next request (HTTP/1.1
+    /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
+    /// idle timeout of a load balancer in front of the gateway.
+    pub keepalive_idle_timeout_seconds: f64,
+    /// Interval of h2 keep-alive PINGs to clients; `0` turns them off.
+    pub http2_keepalive_interval_seconds: f64,
+    /// Wait for a PING's acknowledgement; then the h2 connection is closed.
+    pub http2_keepalive_timeout_seconds: f64,
+    /// Most client connections open at once over the plain and TLS listeners; one more
+    /// is closed at accept. Absent: derived from the file-descriptor limit
+    /// ([`GatewayConfig::connection_limits`]).
+    pub max_connections: Option<usize>,
+    /// Most client connections from one client IP address (peers in `trusted_proxies`
+    /// only count towards `max_connections`). Absent: a quarter of `max_connections`.
+    pub max_connections_per_client_ip: Option<usize>,
+    /// Request header fields whose name holds `_` (`X_Forwarded_For`, which CGI/WSGI-style
+    /// backends read as `X-Forwarded-For`): `drop_header` (default), `reject_request`
+    /// (400) or `allow` (Envoy's option of that name).
+    pub headers_with_underscores_action: UnderscoresAction,
+    /// Most header fields in an upstream response head; more → 502, and the request is
+    /// not sent again (its upstream processed it).
+    pub max_response_header_count: usize,
+    /// Largest upstream response head (status line and header fields), bytes; larger →
+    /// 502, not sent again. At least 8192 is used.
+    pub max_response_header_bytes: usize,
     /// Trust and identity towards `https://` upstreams (absent: the system's root
     /// certificates, no client certificate).
     pub upstream_tls: Option<UpstreamTlsConfig>,
@@ -275,6 +313,24 @@ impl GatewayConfig {
         }
     }
 
+    /// `(max_connections, max_connections_per_client_ip)` in force: the configured values,
+    /// or derived ones — `max_connections` = ([`open_files_limit`] − 64) / 2, within
+    /// [16, 10000] (each client connection may hold one upstream connection; 64 file
+    /// descriptors stay for listeners, the admin listener, files and child processes),
+    /// and a quarter of it (at least 1) per client IP.
+    pub fn connection_limits(&self) -> (usize, usize) {
+        let total = self.max_connections.unwrap_or_else(|| {
+            let fds = open_files_limit().unwrap_or(1024);
+            usize::try_from(fds.saturating_sub(64) / 2)
+                .unwrap_or(usize::MAX)
+                .clamp(16, 10_000)
+        });
+        let per_ip = self
+            .max_connections_per_client_ip
+            .unwrap_or((total / 4).max(1));
+        (total, per_ip)
+    }
+
     /// The request validation settings of this gateway ([`crate::net::validate`]).
     pub fn request_rules(&self) -> RequestRules {
         RequestRules {
@@ -286,6 +342,7 @@ impl GatewayConfig {
                 merge_slashes: self.merge_slashes,
                 escaped_slashes: self.path_with_escaped_slashes_action,
             },
+            underscores: self.headers_with_underscores_action,
         }
     }
 }
@@ -301,6 +358,14 @@ impl Default for GatewayConfig {
             trusted_proxies: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+            keepalive_idle_timeout_seconds: DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS,
+            http2_keepalive_interval_seconds: DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS,
+            http2_keepalive_timeout_seconds: DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
+            max_connections: None,
+            max_connections_per_client_ip: None,
+            headers_with_underscores_action: UnderscoresAction::DropHeader,
+            max_response_header_count: 100,
+            max_response_header_bytes: 64 * 1024,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -325,6 +390,23 @@ impl Default for GatewayConfig {
             upstream_tls: None,
         }
     }
+}
+
+/// The process's soft `RLIMIT_NOFILE` (most open file descriptors), when known (Linux);
+/// `None` elsewhere or when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+        (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// A listen address from `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`) or `HOST:PORT`
@@ -1142,6 +1224,21 @@ impl Config {
                 format!("must be in [1, 10000], got {}", g.max_header_count),
             );
         }
+        if !(1..=10_000).contains(&g.max_response_header_count) {
+            is.push(
+                "gateway.max_response_header_count",
+                format!("must be in [1, 10000], got {}", g.max_response_header_count),
+            );
+        }
+        if !(8192..=MAX_HEAD_LIMIT_BYTES).contains(&g.max_response_header_bytes) {
+            is.push(
+                "gateway.max_response_header_bytes",
+                format!(
+                    "must be in [8192, {MAX_HEAD_LIMIT_BYTES}], got {}",
+                    g.max_response_header_bytes
+                ),
+            );
+        }
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");
         }
@@ -1155,6 +1252,30 @@ impl Config {
             g.upstream_timeout_seconds,
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        is.positive(
+            "gateway.keepalive_idle_timeout_seconds",
+            g.keepalive_idle_timeout_seconds,
+        );
+        is.non_negative(
+            "gateway.http2_keepalive_interval_seconds",
+            g.http2_keepalive_interval_seconds,
+        );
+        is.positive(
+            "gateway.http2_keepalive_timeout_seconds",
+            g.http2_keepalive_timeout_seconds,
+        );
+        if g.max_connections == Some(0) {
+            is.push(
+                "gateway.max_connections",
+                "must be at least 1 (or absent: derived from the file-descriptor limit)",
+            );
+        }
+        if g.max_connections_per_client_ip == Some(0) {
+            is.push(
+                "gateway.max_connections_per_client_ip",
+                "must be at least 1 (or absent: a quarter of max_connections)",
+            );
+        }
         if let Some(problem) = g.admin_exposure_issue() {
             is.push("gateway.admin_listen", problem);
         }
@@ -1337,6 +1458,15 @@ impl Config {
     /// The gateway queue's parameters (call scheduling §4), when `queue:` is present.
     pub fn queue_params(&self) -> Option<crate::policy::sched::SchedParams> {
         self.queue.as_ref().map(super::queue::QueueConfig::params)
+    }
+
+    /// Whether asynchronous calls are on: some `routes:` entry enables them
+    /// (`async: prefer` or `always`). Off, the gateway opens no store and ignores
+    /// `Prefer: respond-async`.
+    pub fn async_enabled(&self) -> bool {
+        self.routes
+            .iter()
+            .any(|r| r.async_mode != super::routes::AsyncMode::Off)
     }
 
     /// The configured route keys, in order.

@@ -8,8 +8,24 @@
 //! Supported YAML: one document of mappings, sequences and scalars (block or flow style),
 //! anchors and aliases, merge keys (`<<: *base`), the `!!str` tag. Duplicate keys,
 //! several documents and other tags are errors.
+//!
+//! **Bounds.** A configuration is read by `spillway check` and by a running gateway on
+//! every reload, so no file may crash or exhaust the reader: each limit is an error at
+//! the place where it is crossed (`file:line:column`), never a stack overflow or an
+//! allocation that does not end.
+//!
+//! | limit | value | why |
+//! |---|---|---|
+//! | document size | [`MAX_DOCUMENT_BYTES`] (1 MiB) | a config is a few KB; the file is read no further |
+//! | nesting depth | [`MAX_DEPTH`] (64 lists/mappings, aliases included) | the tree is walked recursively (building, reading, dropping) |
+//! | values after expanding aliases and merges | [`MAX_NODES`] (250,000) | an alias repeats its anchor's whole content: a few hundred bytes of aliases of aliases ("billion laughs") would be billions of values |
+//! | text after expanding aliases and merges | [`MAX_TEXT_BYTES`] (32 MiB of scalars and field paths) | the same, for long scalars or keys repeated by aliases |
+//! | encoding | UTF-8 ([`decode`]) | the place of the first byte that is not UTF-8 is named |
+//!
+//! Duplicate keys are found with one hash set per mapping: reading is linear in the
+//! document's size (50,000 keys in one mapping take milliseconds).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use saphyr_parser::{Event, Parser, ScalarStyle, Span};
@@ -156,6 +172,76 @@ pub struct SyntaxError {
     pub message: String,
 }
 
+/// Largest configuration document, bytes: a longer file is refused at the place where it
+/// crosses the limit, and read no further.
+pub const MAX_DOCUMENT_BYTES: usize = 1 << 20;
+
+/// Deepest nesting of lists and mappings (the root mapping is level 1), aliases counted
+/// where they are used.
+pub const MAX_DEPTH: usize = 64;
+
+/// Most values (scalars, lists, mappings, keys) in the tree after aliases and merge keys
+/// are expanded.
+pub const MAX_NODES: usize = 250_000;
+
+/// Most bytes of scalar text and field paths in the tree after aliases and merge keys are
+/// expanded.
+pub const MAX_TEXT_BYTES: usize = 32 << 20;
+
+/// The place of byte `offset` of `bytes`: 1-based line and column (in characters) of the
+/// character that holds it, counting only what is valid UTF-8 before it.
+fn loc_at(bytes: &[u8], offset: usize) -> Loc {
+    let offset = offset.min(bytes.len());
+    let before = &bytes[..offset];
+    let line_start = before
+        .iter()
+        .rposition(|&b| b == b'\n')
+        .map_or(0, |i| i + 1);
+    let line = before.iter().filter(|&&b| b == b'\n').count() as u64 + 1;
+    let tail = &before[line_start..];
+    let valid = match std::str::from_utf8(tail) {
+        Ok(t) => t,
+        Err(e) => std::str::from_utf8(&tail[..e.valid_up_to()]).unwrap_or(""),
+    };
+    Loc {
+        line,
+        column: valid.chars().count() as u64 + 1,
+    }
+}
+
+/// A configuration file's bytes as text: at most [`MAX_DOCUMENT_BYTES`], UTF-8.
+///
+/// # Errors
+/// The document is too long (located where it crosses the limit), or a byte sequence is
+/// not UTF-8 (located at its first byte).
+pub(crate) fn decode(bytes: &[u8]) -> Result<&str, SyntaxError> {
+    check_size(bytes)?;
+    std::str::from_utf8(bytes).map_err(|e| {
+        let at = e.valid_up_to();
+        SyntaxError {
+            loc: loc_at(bytes, at),
+            message: format!(
+                "not UTF-8 text: byte 0x{:02x} cannot start or continue a character here \
+                 (save the file as UTF-8)",
+                bytes[at]
+            ),
+        }
+    })
+}
+
+fn check_size(bytes: &[u8]) -> Result<(), SyntaxError> {
+    if bytes.len() <= MAX_DOCUMENT_BYTES {
+        return Ok(());
+    }
+    Err(SyntaxError {
+        loc: loc_at(bytes, MAX_DOCUMENT_BYTES),
+        message: format!(
+            "the document is longer than {MAX_DOCUMENT_BYTES} bytes (1 MiB), the most a \
+             configuration may be; it is read no further"
+        ),
+    })
+}
+
 fn loc_of(span: &Span) -> Loc {
     Loc {
         line: span.start.line() as u64,
@@ -166,13 +252,18 @@ fn loc_of(span: &Span) -> Loc {
 /// Parse `text` into a located tree. An empty document is an empty mapping.
 ///
 /// # Errors
-/// The first syntax error, with its place.
+/// The first syntax error, or the first bound crossed (see the [module docs](self)),
+/// with its place.
 pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
+    check_size(text.as_bytes())?;
     let mut b = Builder {
         events: Parser::new_from_str(text.strip_prefix('\u{FEFF}').unwrap_or(text)),
         anchors: HashMap::new(),
         next_id: 0,
         last: Loc { line: 1, column: 1 },
+        depth: 0,
+        nodes: 0,
+        text_bytes: 0,
     };
     let mut root: Option<Node> = None;
     loop {
@@ -210,11 +301,43 @@ pub(crate) fn parse(text: &str) -> Result<Node, SyntaxError> {
     }))
 }
 
+/// An anchored node with what copying it costs.
+struct Anchored {
+    node: Node,
+    /// Levels of lists and mappings in it (a scalar: 0).
+    height: usize,
+    /// Its values (nodes and keys).
+    nodes: usize,
+    /// Bytes of its scalars and keys.
+    text_bytes: usize,
+}
+
 struct Builder<'a> {
     events: Parser<'a, saphyr_parser::StrInput<'a>>,
-    anchors: HashMap<usize, Node>,
+    anchors: HashMap<usize, Anchored>,
     next_id: usize,
     last: Loc,
+    /// Lists and mappings open around the node being built.
+    depth: usize,
+    /// Values in the tree so far, aliases expanded ([`MAX_NODES`]).
+    nodes: usize,
+    /// Bytes of scalars and paths so far, aliases expanded ([`MAX_TEXT_BYTES`]).
+    text_bytes: usize,
+}
+
+/// Height, values and text bytes of a subtree.
+fn measure(n: &Node) -> (usize, usize, usize) {
+    match &n.kind {
+        Kind::Scalar(s, _) => (0, 1, s.len()),
+        Kind::Seq(items) => items.iter().fold((1, 1, 0), |(h, c, b), i| {
+            let (ih, ic, ib) = measure(i);
+            (h.max(ih + 1), c + ic, b + ib)
+        }),
+        Kind::Map(entries) => entries.iter().fold((1, 1, 0), |(h, c, b), (k, v)| {
+            let (vh, vc, vb) = measure(v);
+            (h.max(vh + 1), c + 1 + vc, b + scalar_text(k).len() + vb)
+        }),
+    }
 }
 
 impl<'a> Builder<'a> {
@@ -243,6 +366,47 @@ impl<'a> Builder<'a> {
         self.next_id
     }
 
+    /// Count `nodes` more values and `bytes` more text against the bounds.
+    fn charge(&mut self, nodes: usize, bytes: usize, loc: Loc) -> Result<(), SyntaxError> {
+        self.nodes = self.nodes.saturating_add(nodes);
+        self.text_bytes = self.text_bytes.saturating_add(bytes);
+        if self.nodes > MAX_NODES {
+            return Err(SyntaxError {
+                loc,
+                message: format!(
+                    "the document holds more than {MAX_NODES} values with what its aliases \
+                     and merge keys repeat (an alias copies its anchor's whole content)"
+                ),
+            });
+        }
+        if self.text_bytes > MAX_TEXT_BYTES {
+            return Err(SyntaxError {
+                loc,
+                message: format!(
+                    "the document holds more than {} MiB of text and field paths with what \
+                     its aliases and merge keys repeat (an alias copies its anchor's whole \
+                     content)",
+                    MAX_TEXT_BYTES >> 20
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Open one more level of lists and mappings at `loc`.
+    fn enter(&mut self, loc: Loc, levels: usize) -> Result<(), SyntaxError> {
+        if self.depth + levels > MAX_DEPTH {
+            return Err(SyntaxError {
+                loc,
+                message: format!(
+                    "lists and mappings nest deeper than {MAX_DEPTH} levels here (aliases \
+                     counted where they are used)"
+                ),
+            });
+        }
+        Ok(())
+    }
+
     fn node(
         &mut self,
         event: Event<'a>,
@@ -254,14 +418,18 @@ impl<'a> Builder<'a> {
         let id = self.fresh();
         let (anchor, kind) = match event {
             Event::Alias(anchor) => {
-                let Some(target) = self.anchors.get(&anchor).cloned() else {
+                let Some(target) = self.anchors.get(&anchor) else {
                     return Err(SyntaxError {
                         loc,
                         message: "alias to an unknown anchor".into(),
                     });
                 };
-                let mut n = target;
-                self.rebase(&mut n, &path);
+                let (height, nodes, bytes) = (target.height, target.nodes, target.text_bytes);
+                // Checked before the copy is made: the copy is what would blow up.
+                self.enter(loc, height)?;
+                self.charge(nodes, bytes, loc)?;
+                let mut n = self.anchors[&anchor].node.clone();
+                self.rebase(&mut n, &path, loc)?;
                 n.loc = loc;
                 n.key_loc = key_loc;
                 return Ok(n);
@@ -283,10 +451,14 @@ impl<'a> Builder<'a> {
                     (ScalarStyle::Plain, None) => Style::Plain,
                     (_, None) => Style::Text,
                 };
+                self.charge(1, value.len() + path.len(), loc)?;
                 (anchor, Kind::Scalar(value.into_owned(), style))
             }
             Event::SequenceStart(anchor, tag) => {
                 reject_tag(loc, tag.as_deref())?;
+                self.enter(loc, 1)?;
+                self.charge(1, path.len(), loc)?;
+                self.depth += 1;
                 let mut items = Vec::new();
                 loop {
                     let (event, span) = self.next()?;
@@ -296,11 +468,17 @@ impl<'a> Builder<'a> {
                     let item_path = format!("{path}[{}]", items.len());
                     items.push(self.node(event, span, item_path, None)?);
                 }
+                self.depth -= 1;
                 (anchor, Kind::Seq(items))
             }
             Event::MappingStart(anchor, tag) => {
                 reject_tag(loc, tag.as_deref())?;
-                (anchor, Kind::Map(self.mapping(&path)?))
+                self.enter(loc, 1)?;
+                self.charge(1, path.len(), loc)?;
+                self.depth += 1;
+                let entries = self.mapping(&path)?;
+                self.depth -= 1;
+                (anchor, Kind::Map(entries))
             }
             _ => {
                 return Err(SyntaxError {
@@ -317,14 +495,26 @@ impl<'a> Builder<'a> {
             kind,
         };
         if anchor != 0 {
-            self.anchors.insert(anchor, node.clone());
+            let (height, nodes, text_bytes) = measure(&node);
+            self.anchors.insert(
+                anchor,
+                Anchored {
+                    node: node.clone(),
+                    height,
+                    nodes,
+                    text_bytes,
+                },
+            );
         }
         Ok(node)
     }
 
     fn mapping(&mut self, path: &str) -> Result<Vec<(Node, Node)>, SyntaxError> {
         let mut entries: Vec<(Node, Node)> = Vec::new();
+        // Key → line of its first appearance: the duplicate check is one lookup a key.
+        let mut seen: HashMap<String, u64> = HashMap::new();
         let mut merged: Vec<(Node, Node)> = Vec::new();
+        let mut merged_keys: HashSet<String> = HashSet::new();
         loop {
             let (event, span) = self.next()?;
             if matches!(event, Event::MappingEnd) {
@@ -352,6 +542,7 @@ impl<'a> Builder<'a> {
             } else {
                 format!("{path}.{key}")
             };
+            self.charge(1, child_path.len(), key_loc)?;
             let (event, span) = self.next()?;
             let value = self.node(event, span, child_path.clone(), Some(key_loc))?;
             if key == "<<" {
@@ -389,21 +580,22 @@ impl<'a> Builder<'a> {
                         } else {
                             format!("{path}.{name}")
                         };
-                        k.path = p.clone();
-                        self.rebase(&mut v, &p);
-                        if !merged.iter().any(|(mk, _)| scalar_text(mk) == name) {
+                        if merged_keys.insert(name) {
+                            k.path = p.clone();
+                            self.rebase(&mut v, &p, key_loc)?;
                             merged.push((k, v));
                         }
                     }
                 }
                 continue;
             }
-            if let Some((first, _)) = entries.iter().find(|(k, _)| scalar_text(k) == key) {
+            if let Some(first) = seen.get(&key) {
                 return Err(SyntaxError {
                     loc: key_loc,
-                    message: format!("duplicate key `{key}` (first at line {})", first.loc.line),
+                    message: format!("duplicate key `{key}` (first at line {first})"),
                 });
             }
+            seen.insert(key.clone(), key_loc.line);
             let key_node = Node {
                 id: self.fresh(),
                 loc: key_loc,
@@ -414,25 +606,24 @@ impl<'a> Builder<'a> {
             entries.push((key_node, value));
         }
         for (k, v) in merged {
-            if !entries
-                .iter()
-                .any(|(ek, _)| scalar_text(ek) == scalar_text(&k))
-            {
+            if !seen.contains_key(scalar_text(&k)) {
                 entries.push((k, v));
             }
         }
         Ok(entries)
     }
 
-    /// Give a copied subtree (alias, merge) fresh ids and paths under `path`.
-    fn rebase(&mut self, n: &mut Node, path: &str) {
+    /// Give a copied subtree (alias, merge) fresh ids and paths under `path`; the new
+    /// paths count against [`MAX_TEXT_BYTES`] (`loc`: where the copy is used).
+    fn rebase(&mut self, n: &mut Node, path: &str, loc: Loc) -> Result<(), SyntaxError> {
         n.id = self.fresh();
         n.path = path.to_string();
+        self.charge(0, path.len(), loc)?;
         match &mut n.kind {
             Kind::Scalar(..) => {}
             Kind::Seq(items) => {
                 for (i, item) in items.iter_mut().enumerate() {
-                    self.rebase(item, &format!("{path}[{i}]"));
+                    self.rebase(item, &format!("{path}[{i}]"), loc)?;
                 }
             }
             Kind::Map(entries) => {
@@ -445,10 +636,11 @@ impl<'a> Builder<'a> {
                     };
                     k.id = self.fresh();
                     k.path = p.clone();
-                    self.rebase(v, &p);
+                    self.rebase(v, &p, loc)?;
                 }
             }
         }
+        Ok(())
     }
 }
 
@@ -473,6 +665,12 @@ pub(crate) fn scalar_text(n: &Node) -> &str {
 /// The parser's messages, completed into sentences where they are terse.
 fn syntax_message(info: &str) -> String {
     let m = info.trim();
+    if m.contains("recursion limit exceeded") {
+        return format!(
+            "lists and mappings nest too deeply here (YAML parser: {m}; this reader allows \
+             {MAX_DEPTH} levels)"
+        );
+    }
     let m = m
         .strip_prefix("while parsing ")
         .map_or(m.to_string(), |rest| {
@@ -554,5 +752,151 @@ mod tests {
         assert!(
             matches!(parse("# just a comment\n").unwrap().kind, Kind::Map(ref m) if m.is_empty())
         );
+    }
+
+    fn err(text: &str) -> SyntaxError {
+        parse(text).expect_err("must be refused")
+    }
+
+    #[test]
+    fn nesting_deeper_than_the_bound_is_refused_where_it_crosses_it() {
+        // The root mapping is level 1; `a:`'s list level 2: the 64th `[` is level 65.
+        // Flow style: the parser's own limit (it scans ahead) or this reader's, named
+        // as nesting, on the line.
+        let deep = format!("a: {}", "[".repeat(100_000));
+        let e = err(&deep);
+        assert_eq!(e.loc.line, 1, "{e:?}");
+        assert!(e.loc.column > 4 + 63 && e.loc.column < 1000, "{e:?}");
+        assert!(e.message.contains("nest"), "{e:?}");
+        let e = err(&format!("a: {}x{}", "[".repeat(100), "]".repeat(100)));
+        assert_eq!(
+            e.loc,
+            Loc {
+                line: 1,
+                column: 4 + 63
+            },
+            "{e:?}"
+        );
+        assert!(e.message.contains("deeper than 64 levels"), "{e:?}");
+        // Block style, mappings: the same bound.
+        let mut block = String::new();
+        for i in 0..70 {
+            block += &format!("{}k{i}:\n", " ".repeat(i));
+        }
+        let e = err(&block);
+        assert_eq!(e.loc.line, 65, "k63's mapping, level 65: {e:?}");
+        // 64 levels are fine.
+        let ok = format!("a: {}{}", "[".repeat(63), "]".repeat(63));
+        parse(&ok).unwrap_or_else(|e| panic!("{e:?}"));
+    }
+
+    #[test]
+    fn aliases_cannot_nest_past_the_bound_either() {
+        // Each anchor nests 40 levels and holds the previous one: 40, 80, ... levels.
+        let mut text = String::from("a0: &a0 x\n");
+        for i in 1..4 {
+            text += &format!(
+                "a{i}: &a{i} {}*a{}{}\n",
+                "[".repeat(40),
+                i - 1,
+                "]".repeat(40)
+            );
+        }
+        let e = err(&text);
+        assert_eq!(e.loc.line, 3, "the alias that would nest 80 deep: {e:?}");
+        assert!(
+            e.message.contains("aliases counted where they are used"),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn an_alias_bomb_is_refused_before_it_expands() {
+        // "Billion laughs": nine levels of nine aliases each, 9^9 copies of "lol".
+        let mut text = String::from("l0: &l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n");
+        for i in 1..10 {
+            let p = i - 1;
+            text += &format!("l{i}: &l{i} [{}]\n", vec![format!("*l{p}"); 9].join(", "));
+        }
+        assert!(text.len() < 600, "a few hundred bytes: {}", text.len());
+        let e = err(&text);
+        assert!(e.message.contains("more than 250000 values"), "{e:?}");
+        assert!(
+            e.loc.line >= 6 && e.loc.line <= 10,
+            "at the alias that crosses: {e:?}"
+        );
+        // Long scalars repeated: the text bound.
+        let text = format!(
+            "s: &s \"{}\"\nt: [{}]\n",
+            "x".repeat(500_000),
+            vec!["*s"; 100].join(", ")
+        );
+        let e = err(&text);
+        assert!(e.message.contains("MiB of text"), "{e:?}");
+        assert_eq!(e.loc.line, 2, "{e:?}");
+        // Merge keys copy too.
+        let mut text = String::from("b0: &b0 {x: 1, y: 2, z: 3}\n");
+        for i in 1..14 {
+            let p = i - 1;
+            text +=
+                &format!("b{i}: &b{i} {{m: {{<<: *b{p}}}, n: {{<<: *b{p}}}, o: {{<<: *b{p}}}}}\n");
+        }
+        assert!(err(&text).message.contains("more than 250000 values"));
+    }
+
+    #[test]
+    fn a_document_over_the_size_bound_is_refused_at_the_byte_that_crosses_it() {
+        let line = "k: 0123456789abcdef\n"; // 20 bytes
+        let text = line.repeat(MAX_DOCUMENT_BYTES / 20 + 1);
+        let e = err(&text);
+        let crossing = MAX_DOCUMENT_BYTES / 20;
+        assert_eq!(
+            e.loc,
+            Loc {
+                line: crossing as u64 + 1,
+                column: (MAX_DOCUMENT_BYTES % 20) as u64 + 1
+            },
+            "{e:?}"
+        );
+        assert!(e.message.contains("longer than 1048576 bytes"), "{e:?}");
+        assert!(decode(text.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn bytes_that_are_not_utf8_are_refused_at_their_place() {
+        let e = decode(b"a: 1\nb: caf\xc3\xa9 \xff\n").unwrap_err();
+        assert_eq!(e.loc, Loc { line: 2, column: 9 }, "{e:?}");
+        assert!(e.message.contains("byte 0xff"), "{e:?}");
+        let e = decode(b"\xc3").unwrap_err();
+        assert_eq!(e.loc, Loc { line: 1, column: 1 });
+        assert_eq!(decode("a: é\n".as_bytes()).unwrap(), "a: é\n");
+    }
+
+    #[test]
+    fn duplicate_keys_among_fifty_thousand_are_found_with_the_first_line() {
+        let n = 50_000;
+        let mut text: String = (0..n).map(|i| format!("k{i}: {i}\n")).collect();
+        let root = parse(&text).unwrap();
+        assert!(matches!(&root.kind, Kind::Map(m) if m.len() == n));
+        text += "k777: again\n";
+        let e = err(&text);
+        assert_eq!(
+            e.loc,
+            Loc {
+                line: n as u64 + 1,
+                column: 1
+            }
+        );
+        assert_eq!(e.message, "duplicate key `k777` (first at line 778)");
+        // Merged keys: explicit keys win, the first merged source wins among merges.
+        let root =
+            parse("a: &a {x: 1, y: 2}\nb: &b {y: 3, z: 4}\nc: {<<: [*a, *b], x: 9}\n").unwrap();
+        let Kind::Map(m) = &root.kind else { panic!() };
+        let Kind::Map(c) = &m[2].1.kind else { panic!() };
+        let got: Vec<(&str, &str)> = c
+            .iter()
+            .map(|(k, v)| (scalar_text(k), scalar_text(v)))
+            .collect();
+        assert_eq!(got, [("x", "9"), ("y", "2"), ("z", "4")]);
     }
 }

@@ -387,6 +387,47 @@ pub enum UpstreamError {
     BadUrl(String),
 }
 
+impl UpstreamError {
+    /// Whether bytes of a response had arrived when the call failed: the response head
+    /// could not be parsed (malformed, more fields than [`ResponseLimits::max_headers`],
+    /// larger than [`ResponseLimits::max_head_bytes`]). The upstream then processed the
+    /// request, so it must not be sent again.
+    pub fn response_started(&self) -> bool {
+        let UpstreamError::Request { source, .. } = self else {
+            return false;
+        };
+        std::iter::successors(Some(&**source as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+        .filter_map(|e| e.downcast_ref::<hyper::Error>())
+        .any(|e| e.is_parse() || e.is_parse_status() || e.is_parse_too_large())
+    }
+}
+
+/// Limits on upstream response heads (`gateway.max_response_header_count`,
+/// `gateway.max_response_header_bytes`); past them the response is refused (502).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponseLimits {
+    /// Most header fields in a response head.
+    pub max_headers: usize,
+    /// Largest response head (status line and header section), bytes; at least
+    /// [`MIN_RESPONSE_HEAD_BYTES`] is used (hyper's smallest read buffer).
+    pub max_head_bytes: usize,
+}
+
+/// The smallest response head limit hyper's HTTP/1 client accepts, bytes.
+pub const MIN_RESPONSE_HEAD_BYTES: usize = 8192;
+
+impl Default for ResponseLimits {
+    /// 100 fields, 64 KiB (Envoy's default response header size limit is 60 KiB).
+    fn default() -> Self {
+        Self {
+            max_headers: 100,
+            max_head_bytes: 64 * 1024,
+        }
+    }
+}
+
 /// A failed connection attempt: hyper-util's error, and why in words (the address
 /// policy's rule, the TLS failure, or the TCP error) as its `Display`.
 #[derive(Debug)]
@@ -480,7 +521,12 @@ impl UpstreamClient {
     /// loopback): the address policy allows loopback; `https://` URLs trust the system
     /// roots.
     pub fn new(settings: ClientSettings) -> Self {
-        Self::for_upstreams(settings, AddressPolicy::new(true), None)
+        Self::for_upstreams(
+            settings,
+            ResponseLimits::default(),
+            AddressPolicy::new(true),
+            None,
+        )
     }
 
     /// A client for user-given upstreams (`static` VM URLs, `http` function tiers, EC2
@@ -488,11 +534,12 @@ impl UpstreamClient {
     /// ([`crate::net::tls::load_client_config`]; `None`: the system roots).
     pub fn for_upstreams(
         settings: ClientSettings,
+        limits: ResponseLimits,
         policy: AddressPolicy,
         tls: Option<Arc<rustls::ClientConfig>>,
     ) -> Self {
         let connector = TcpConnector::new(settings.connect_timeout, policy.clone(), tls);
-        let mut client = Self::with_connector(settings, Connector::Tcp(connector));
+        let mut client = Self::with_connector(settings, limits, Connector::Tcp(connector));
         client.policy = Some(policy);
         client
     }
@@ -515,20 +562,32 @@ impl UpstreamClient {
             accept,
             buffer_bytes,
         });
-        (Self::with_connector(settings, connector), accepted)
+        (
+            Self::with_connector(settings, ResponseLimits::default(), connector),
+            accepted,
+        )
     }
 
-    fn with_connector(settings: ClientSettings, connector: Connector) -> Self {
+    fn with_connector(
+        settings: ClientSettings,
+        limits: ResponseLimits,
+        connector: Connector,
+    ) -> Self {
+        let head_bytes = limits.max_head_bytes.max(MIN_RESPONSE_HEAD_BYTES);
         // A request hyper never wrote because its pooled connection closed first goes
         // out again on a new connection (nothing of it was sent).
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.idle_timeout)
             .pool_timer(TokioTimer::new())
             .retry_canceled_requests(true)
+            .http1_max_headers(limits.max_headers)
+            .http1_max_buf_size(head_bytes)
             .build(connector.clone());
         let fresh = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .retry_canceled_requests(false)
+            .http1_max_headers(limits.max_headers)
+            .http1_max_buf_size(head_bytes)
             .build(connector);
         Self {
             inner,

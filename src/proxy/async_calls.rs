@@ -1,7 +1,9 @@
 //! Asynchronous calls in the gateway (ProFaaStinate §3): accept, store, status, release.
 //!
-//! * A request is asynchronous when it carries `Prefer: respond-async` (RFC 7240) or
-//!   matches a `routes:` entry with `async: true`. Its deadline is the
+//! * Asynchronous calls are off unless a `routes:` entry enables them: on a route with
+//!   `async: prefer` a request is asynchronous when it carries `Prefer: respond-async`
+//!   (RFC 7240), on one with `async: always` every request is; elsewhere `Prefer` is
+//!   ignored (no `Preference-Applied`). Its deadline is the
 //!   `async.deadline_header` (milliseconds from now), else the route's
 //!   `default_deadline_seconds`, else `async.default_deadline_seconds`.
 //! * Refusals: a bad deadline (0, negative, not a number, above
@@ -15,7 +17,7 @@
 //! * `GET <status URL>` → JSON `{id, state, deadline, accepted_at, started_at,
 //!   finished_at, attempts}` (times in Unix milliseconds); `GET <status URL>/result` →
 //!   the stored response once done or failed, 404 before, 410 after
-//!   `async.result_retention_seconds`.
+//!   `async.result_ttl_seconds`.
 //! * The policy core's delay queue decides when a call runs; a released call runs the
 //!   attempt protocol like a synchronous request, with `Spillway-Call-Id: <id>` added so
 //!   that upstreams can deduplicate: delivery is **at least once** — a call running when
@@ -41,8 +43,8 @@ use super::cpu_prometheus::PrometheusCpu;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use super::service::{self, ServiceSettings};
-use crate::config::RouteConfig;
 use crate::config::delay::{AsyncConfig, CpuSignal};
+use crate::config::{AsyncMode, RouteConfig};
 use crate::net::body::{self, Body};
 use crate::net::headers;
 use crate::policy::Time;
@@ -173,14 +175,13 @@ impl AsyncCalls {
                     .next()
                     .is_some_and(|t| t.trim().eq_ignore_ascii_case("respond-async"))
             });
-        if prefer
-            || self
-                .route_for(req.method().as_str(), path)
-                .is_some_and(|r| r.is_async)
+        match self
+            .route_for(req.method().as_str(), path)
+            .map(|r| r.async_mode)
         {
-            Kind::Async
-        } else {
-            Kind::Sync
+            Some(AsyncMode::Always) => Kind::Async,
+            Some(AsyncMode::Prefer) if prefer => Kind::Async,
+            _ => Kind::Sync,
         }
     }
 
@@ -416,7 +417,7 @@ impl AsyncCalls {
         let Some(res) = res else {
             return Err(ProxyError::CallNotFound);
         };
-        let retention = (self.cfg.result_retention_seconds * 1000.0) as u64;
+        let retention = (self.cfg.result_ttl_seconds * 1000.0) as u64;
         if rec
             .finished_at_ms
             .is_some_and(|f| self.now_ms() > f + retention)

@@ -87,6 +87,12 @@ pub enum StoreError {
         /// Why.
         message: String,
     },
+    /// Another process (or another open in this one) holds the store's file.
+    #[error("async store {path}: in use by another process")]
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
     /// A read or write failed.
     #[error("async store: {0}")]
     Io(String),
@@ -183,7 +189,8 @@ impl RedbStore {
     /// Open (or create) `<dir>/calls.redb`, creating `dir`.
     ///
     /// # Errors
-    /// [`StoreError::Open`] naming the file: not creatable, corrupt, or in use.
+    /// [`StoreError::Open`] naming the file (not creatable, corrupt), or
+    /// [`StoreError::Locked`] when another process has it open.
     pub fn open(dir: &Path) -> Result<Self, StoreError> {
         let path = dir.join("calls.redb");
         let fail = |message: String| StoreError::Open {
@@ -191,7 +198,10 @@ impl RedbStore {
             message,
         };
         std::fs::create_dir_all(dir).map_err(|e| fail(e.to_string()))?;
-        let db = Database::create(&path).map_err(|e| fail(e.to_string()))?;
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StoreError::Locked { path: path.clone() },
+            e => fail(e.to_string()),
+        })?;
         let w = db.begin_write().map_err(|e| fail(e.to_string()))?;
         for t in [CALLS, BODIES, RESULTS] {
             w.open_table(t).map_err(|e| fail(e.to_string()))?;

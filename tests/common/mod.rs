@@ -164,10 +164,37 @@ impl Gateway {
 
     /// [`Gateway::start`] with extra environment variables.
     pub fn start_env(yaml: &str, env: &[(String, String)]) -> Gateway {
+        Gateway::start_with(yaml, env, None)
+    }
+
+    /// [`Gateway::start`] with the state directory (`--state-dir`, the asynchronous-call
+    /// store) at `state`, which outlives the gateway (restart tests).
+    pub fn start_in(yaml: &str, state: &std::path::Path) -> Gateway {
+        Gateway::start_with(yaml, &[], Some(state))
+    }
+
+    /// Start with `env`, and the state directory `state` (default: a fresh one beside
+    /// the config file, so that gateways of parallel tests never share one).
+    fn start_with(
+        yaml: &str,
+        env: &[(String, String)],
+        state: Option<&std::path::Path>,
+    ) -> Gateway {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("gateway.yaml");
         std::fs::write(&path, yaml).unwrap();
-        let proc = Proc::spawn_env(&["serve", "--config", path.to_str().unwrap()], env);
+        let own = dir.path().join("state");
+        let state = state.unwrap_or(&own);
+        let proc = Proc::spawn_env(
+            &[
+                "serve",
+                "--config",
+                path.to_str().unwrap(),
+                "--state-dir",
+                state.to_str().unwrap(),
+            ],
+            env,
+        );
         let line = proc.wait_line("spillway listening", Duration::from_secs(30));
         Gateway {
             proxy: field(&line, "proxy"),
