@@ -1523,7 +1523,9 @@ mod tests {
             );
         }
         assert!(instance_upstream("ftp://10.0.3.7", true).is_err());
-        assert!(instance_upstream("https://10.0.3.7", false).is_ok());
+        // `scheme: https` instances are reached over TLS (gateway.upstream_tls).
+        let tls = instance_upstream("https://10.0.3.7", false).unwrap();
+        assert_eq!(tls.scheme_str(), Some("https"));
     }
 
     /// With `address: tag`, the tag may name only the instance's own addresses, or an
