@@ -217,7 +217,10 @@ pub struct GatewayConfig {
     pub origin_zone_header: Option<String>,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
-    /// Link-local and cloud metadata addresses are refused either way.
+    /// Checked at parse time and on every resolved address at connect time
+    /// ([`crate::net::upstream`]). Refused either way: link-local addresses, cloud
+    /// metadata and credential agents, the gateway's own listeners, and non-canonical
+    /// IP spellings.
     pub allow_loopback_upstreams: bool,
     /// Longest time a client connection may wait for its next request (HTTP/1.1
     /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
@@ -917,6 +920,13 @@ pub struct Ec2VmPoolConfig {
     /// test standing in for them. The instance is not resolved until the tag exists.
     #[serde(default = "default_upstream_tag_key")]
     pub upstream_tag_key: String,
+    /// With `address: tag`: where else the tag's URL may point. By default only at one
+    /// of the instance's own addresses as DescribeInstances reports them (private,
+    /// public, IPv6, every network interface's); an IP in one of these CIDRs is accepted
+    /// too (a port-mapping host, a sidecar). A host name in the tag is refused: it
+    /// cannot be matched against addresses (write the IP).
+    #[serde(default)]
+    pub tag_address_allowed_cidrs: Vec<ipnet::IpNet>,
     /// An instance not ready (state `running`, address known, health check 2xx) this
     /// long after launch is terminated.
     #[serde(default = "default_ec2_boot_timeout")]
