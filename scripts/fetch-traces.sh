@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fetch the per-second request traces the README examples and benchmarks replay
-# (WITS and the square wave from the LIBRA authors' repository) into traces/.
+# Fetch the per-second request traces that the examples (README, manual) and the benchmarks
+# replay (WITS and the square wave from the LIBRA authors' repository) into traces/.
 #
 #   scripts/fetch-traces.sh               # download from GitHub (pinned commits)
 #   scripts/fetch-traces.sh --from DIR    # copy from an offline directory instead

@@ -3,7 +3,7 @@
 //! `/metrics` right after startup (histogram series once the histogram has a value), and
 //! every label value they select on (`tier="function"`, `state="ready"`, `le="1"`, each
 //! word of `tier=~"vm|function"`) is one the gateway produces. Real binary and sample-API
-//! processes on 127.0.0.1 (README "Observability").
+//! processes on 127.0.0.1 (docs/src/guide/observability.md).
 
 // Real processes on loopback: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]

@@ -295,8 +295,8 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
     assert_eq!(paper.libra.max_outstanding_per_vm, Some(16));
     adaptive.libra.r_max_adaptive = None;
     adaptive.libra.max_outstanding_per_vm = Some(16);
-    // The adaptive preset keeps the budget rule, decision phase and CIP rule its README
-    // figures were measured with (token bucket, first decision after K, CIP from
+    // The adaptive preset keeps the budget rule, decision phase and CIP rule its figures in
+    // docs/src/guide/r-max.md were measured with (token bucket, first decision after K, CIP from
     // pricing); the paper preset follows the LIBRA authors' simulator on those.
     assert_eq!(
         adaptive.libra.balancer,

@@ -488,8 +488,8 @@ mod tests {
         );
     }
 
-    /// The reason labels are the values `/status` and the metrics document (README,
-    /// "Admin API and metrics"); the pool counts booting + ready VMs as active.
+    /// The reason labels are the values `/status` and the metrics document (the manual's
+    /// admin page, docs/src/guide/admin.md); the pool counts booting + ready VMs as active.
     #[test]
     fn reason_labels_and_the_active_pool() {
         let labels = [

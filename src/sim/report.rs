@@ -401,8 +401,8 @@ pub fn series_csv(series: &[(&str, &[EpochRow])]) -> String {
 
 /// The `--sweep` summary: one row per swept value and policy, the first column the value
 /// of `path`, then cold starts, mean platform and client response times (ms; `-` without
-/// function zones) and instance-hours (`-` without function zones) — the README's
-/// experiment tables.
+/// function zones) and instance-hours (`-` without function zones) — the experiment tables of
+/// docs/src/guide/zones.md.
 pub fn sweep_table(path: &str, rows: &[(String, &SimReport)]) -> String {
     let width = rows
         .iter()

@@ -80,7 +80,7 @@ fn snake_case(camel: &str) -> String {
 
 /// Missed mutants `RouteReason::as_str` → `""` and → `"xyzzy"`: the `reason` label of
 /// `spillway_routing_decisions_total` and of the logs is a fixed, documented value per
-/// variant (README: a fall-back without a token is counted as `fall_back_over_budget`);
+/// variant (docs/src/guide/routing.md: a fall-back without a token is counted as `fall_back_over_budget`);
 /// dashboards and alerts select on these strings, so every variant has its own
 /// snake-case name and no two share one.
 #[test]

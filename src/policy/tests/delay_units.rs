@@ -1,7 +1,7 @@
 //! Unit tests of the ProFaaStinate delay queue (`spillway_policy::delay`): tests
 //! written against missed mutants of src/policy/delay.rs — the mode's name shown in
 //! `/status`, the parameters a queue was built with, the queue's length and the
-//! `queued_total` counter, the busy threshold's boundary (README / module docs: busy when
+//! `queued_total` counter, the busy threshold's boundary (docs/src/guide/async-calls.md / module docs: busy when
 //! the windowed CPU is *above* `busy_utilisation`) and the deadline-miss boundary (a miss
 //! is a call that finished *after* its deadline). Expectations are derived from the
 //! documented rules with asymmetric parameters.
@@ -38,7 +38,7 @@ mod policy {
         }
 
         /// `/status` shows the scheduler's mode as `async.mode`; the documented labels
-        /// (README "Asynchronous calls", `Mode::as_str` docs) are `idle` and `busy`, and the
+        /// (docs/src/guide/async-calls.md, `Mode::as_str` docs) are `idle` and `busy`, and the
         /// status snapshot carries the mode the queue is in.
         #[test]
         fn the_mode_is_shown_as_idle_or_busy() {
@@ -107,7 +107,7 @@ mod policy {
             assert_eq!(q.status().queued, 0);
         }
 
-        /// README / module docs: the scheduler is busy when the windowed CPU average is
+        /// docs/src/guide/async-calls.md / module docs: the scheduler is busy when the windowed CPU average is
         /// *above* `busy_utilisation`; an average exactly at the threshold keeps (or
         /// makes) it idle, so deferred calls still run.
         #[test]
