@@ -1,4 +1,4 @@
-//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/http-cases.md), and
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/src/design/http-cases.md), and
 //! request and
 //! response validation over HTTP/1.1, against the real gateway with sample-API
 //! upstreams that report what they received (`/headers`, `/stats`) and scripted stub

@@ -594,7 +594,7 @@ fn admin_token_protects_status_and_metrics_healthz_stays_open() {
     std::fs::write(
         &open,
         static_config(&[stub.url()], "")
-            .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+            .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9901"),
     )
     .unwrap();
     let out = std::process::Command::new(common::exe())
@@ -614,7 +614,7 @@ fn admin_token_protects_status_and_metrics_healthz_stays_open() {
             &[stub.url()],
             &format!("  admin_token_file: \"{}\"", token_file.display()),
         )
-        .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+        .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9901"),
     )
     .unwrap();
     let out = std::process::Command::new(common::exe())
