@@ -1,6 +1,7 @@
-//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/src/design/http-cases.md), and
-//! request and
-//! response validation over HTTP/1.1, against the real gateway with sample-API
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c), C17 and C21–C28
+//! (docs/src/design/http-cases.md): request and response validation over HTTP/1.1,
+//! connection lifetime and limits on every listener (h1, h2c, TLS), upgrades,
+//! half-close and a dead VM's burst, against the real gateway with sample-API
 //! upstreams that report what they received (`/headers`, `/stats`) and scripted stub
 //! upstreams that log every byte (`common::stub`), over raw sockets where the bytes
 //! matter. The h2 side of the same rules is in `data_plane.rs`.
