@@ -1,6 +1,7 @@
-//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/src/design/http-cases.md), and
-//! request and
-//! response validation over HTTP/1.1, against the real gateway with sample-API
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c), C17 and C21–C28
+//! (docs/src/design/http-cases.md): request and response validation over HTTP/1.1,
+//! connection lifetime and limits on every listener (h1, h2c, TLS), upgrades,
+//! half-close and a dead VM's burst, against the real gateway with sample-API
 //! upstreams that report what they received (`/headers`, `/stats`) and scripted stub
 //! upstreams that log every byte (`common::stub`), over raw sockets where the bytes
 //! matter. The h2 side of the same rules is in `data_plane.rs`.
@@ -1568,24 +1569,13 @@ fn a_dead_vms_burst_is_served_within_the_default_retry_budget() {
     assert!(u64_at(&a.stats(), "/by_path/~1sleep") > 0, "A took part");
     a.proc.child.kill().unwrap();
     a.proc.child.wait().unwrap();
-    let statuses = burst(gw.proxy, "/sleep?ms=20", 64);
+    // 128 GETs: without the suspect mark about half would try the dead VM first, more
+    // retries than the default budget allows (0.2 × 144 + 10 = 38.8).
+    let statuses = burst(gw.proxy, "/sleep?ms=20", 128);
     let failed = statuses.iter().filter(|c| **c != 200).count();
     let s = gw.status();
     assert_eq!(failed, 0, "{statuses:?}\n{:#}", s["retry_budget"]);
     assert_eq!(u64_at(&s, "/retry_budget/refused_total"), 0);
-    // The rest of the burst went elsewhere as first attempts: few ever tried the dead VM
-    // (without the suspect mark, about half of the burst did, each a retry).
-    let metrics =
-        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
-    let retried = metric(
-        &metrics,
-        "spillway_retries_total",
-        &[r#"kind="connect_failure""#],
-    );
-    assert!(
-        retried <= 16.0,
-        "{retried} of 64 requests were sent to the dead VM first"
-    );
 }
 
 /// The retry budget still caps re-sends under overload: when every VM takes requests

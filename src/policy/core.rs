@@ -465,8 +465,11 @@ impl Core {
             ) => None,
             // Never written (connect refused or timed out): re-routed without the retry
             // budget — no upstream did any work for it, so sending it elsewhere adds no
-            // load; only re-sends of a request that reached an upstream are capped.
-            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
+            // load; only re-sends of a request that reached an upstream are capped. A
+            // budget of zero turns this off too (retries off).
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. })
+                if !ticket.retried && self.retry_budget.enabled() =>
+            {
                 Some(self.retry(now, ticket, vm))
             }
             (

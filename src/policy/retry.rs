@@ -70,6 +70,12 @@ pub struct RetryBudget {
 }
 
 impl RetryBudget {
+    /// Whether retries are on at all: `ratio` and `min_per_second` both zero turn them
+    /// off, re-routes of requests never written included.
+    pub fn enabled(&self) -> bool {
+        self.params.ratio > 0.0 || self.params.min_per_second > 0.0
+    }
+
     /// An empty budget.
     pub fn new(params: RetryBudgetParams) -> Self {
         Self {

@@ -26,6 +26,15 @@
 //!   A request is in flight from its complete head until its response body ended, so
 //!   slow bodies are left to the body idle timeouts (`net::body`).
 //!
+//! * **Half-close** (HTTP/1.1): a client may send its request and shut down its write
+//!   side (`shutdown(SHUT_WR)`) while it waits for the answer. [`Tracked`] holds back
+//!   the end of the stream from hyper while a request is in flight, so the request is
+//!   served and answered (HAProxy does the same), and reports it ([`ClientClosed`]): a
+//!   request still waiting in the gateway queue leaves it, since a client that went away
+//!   looks the same (HAProxy's `abortonclose` for queued requests). hyper's own
+//!   `half_close` would hide the end of the stream from the queue too. On h2 the end of
+//!   the stream ends the connection as before.
+//!
 //! Why not hyper's own timers: hyper's HTTP/1 header-read timer starts whenever a
 //! connection goes idle, so it also cuts keep-alive connections between requests at the
 //! header timeout (behind a load balancer that reuses them, its clients get 502s), and
@@ -272,6 +281,8 @@ pub struct Lifetime {
     state: Mutex<LifeState>,
     /// A request ended or a next head started: the deadline moved.
     changed: Notify,
+    /// The client's side of the stream ended (half-close or gone).
+    closed: tokio::sync::watch::Sender<bool>,
 }
 
 #[derive(Debug)]
@@ -282,6 +293,9 @@ struct LifeState {
     /// The first byte read since the connection went idle (HTTP/1.1 after a request).
     head_started: Option<Instant>,
     http2: bool,
+    /// The reader waiting for the end of the stream held back while a request is in
+    /// flight.
+    eof_waker: Option<std::task::Waker>,
 }
 
 impl Lifetime {
@@ -296,8 +310,10 @@ impl Lifetime {
                 idle_since: accepted_at,
                 head_started: None,
                 http2: false,
+                eof_waker: None,
             }),
             changed: Notify::new(),
+            closed: tokio::sync::watch::Sender::new(false),
         })
     }
 
@@ -324,6 +340,24 @@ impl Lifetime {
             drop(s);
             self.changed.notify_one();
         }
+    }
+
+    /// The client's side of the stream ended: tell [`ClientClosed`] watchers; `true`
+    /// when the end is to be held back from hyper (an HTTP/1 request is in flight), and
+    /// then `waker` is woken once it is not.
+    fn read_ended(&self, waker: &std::task::Waker) -> bool {
+        self.closed.send_replace(true);
+        let mut s = self.state();
+        let hold = s.in_flight > 0 && !s.http2;
+        if hold {
+            s.eof_waker = Some(waker.clone());
+        }
+        hold
+    }
+
+    /// A watcher of the client's side of the stream, for the request path.
+    pub fn client_closed(&self) -> ClientClosed {
+        ClientClosed(self.closed.subscribe())
     }
 
     /// The deadline in force: none while a request is in flight.
@@ -379,8 +413,26 @@ impl Drop for InFlight {
         if s.in_flight == 0 {
             s.idle_since = Instant::now();
             s.head_started = None;
+            let eof = s.eof_waker.take();
             drop(s);
             self.0.changed.notify_one();
+            if let Some(w) = eof {
+                w.wake();
+            }
+        }
+    }
+}
+
+/// Resolves once the client's side of its connection has ended (a half-close, or the
+/// client went away): a request extension set by the connection server.
+#[derive(Clone, Debug)]
+pub struct ClientClosed(tokio::sync::watch::Receiver<bool>);
+
+impl ClientClosed {
+    /// Resolves when the client's side ended (never if the connection is gone first).
+    pub async fn wait(&mut self) {
+        if self.0.wait_for(|c| *c).await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -392,6 +444,8 @@ pub struct Tracked<I> {
     io: I,
     life: Arc<Lifetime>,
     _permit: Option<ConnPermit>,
+    /// The inner stream has ended.
+    ended: bool,
 }
 
 impl<I> Tracked<I> {
@@ -401,6 +455,7 @@ impl<I> Tracked<I> {
             io,
             life,
             _permit: permit,
+            ended: false,
         }
     }
 }
@@ -412,10 +467,23 @@ impl<I: AsyncRead + Unpin> AsyncRead for Tracked<I> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        let before = buf.filled().len();
+        if this.ended {
+            return if this.life.read_ended(cx.waker()) {
+                Poll::Pending
+            } else {
+                Poll::Ready(Ok(()))
+            };
+        }
+        let (before, room) = (buf.filled().len(), buf.remaining());
         let polled = Pin::new(&mut this.io).poll_read(cx, buf);
         if buf.filled().len() > before {
             this.life.bytes_read();
+        } else if room > 0 && matches!(polled, Poll::Ready(Ok(()))) {
+            // The end of the stream: held back while an HTTP/1 request is in flight.
+            this.ended = true;
+            if this.life.read_ended(cx.waker()) {
+                return Poll::Pending;
+            }
         }
         polled
     }

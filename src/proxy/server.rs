@@ -786,9 +786,9 @@ impl Connections {
             // The header-read deadline is `lifetime`'s: hyper's timer would also run
             // between keep-alive requests.
             .header_read_timeout(None)
-            // A client that sends its request and then shuts down its write side
-            // (`shutdown(SHUT_WR)`) still gets the answer (HAProxy does the same).
-            .half_close(true)
+            // Half-close (a client that shuts down its write side after its request) is
+            // `lifetime::Tracked`'s: hyper's `half_close` would also keep a gone client's
+            // call in the gateway queue.
             .keep_alive(true)
             // Header limits: hyper answers 431 itself past these outer
             // bounds (more fields than the limit; a head that does not fit its read
@@ -878,7 +878,8 @@ impl Connections {
         let cancels = Arc::new(CancelWatch::default());
         let watch = Arc::clone(&cancels);
         let requests = Arc::clone(&life);
-        let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let svc = service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(requests.client_closed());
             let gw = Arc::clone(&gw);
             // A request keeps the settings in force when it arrived (reload).
             let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));

@@ -269,6 +269,9 @@ async fn dispatch_sync(
         .origins
         .origin(peer.ip(), req.headers(), &settings.trusted_proxies);
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
+    let client_closed = req
+        .extensions_mut()
+        .remove::<super::lifetime::ClientClosed>();
 
     // Hygiene: strip hop-by-hop and Connection-named headers, then add our own.
     let host = req
@@ -328,6 +331,7 @@ async fn dispatch_sync(
     let path = Path {
         upgrade: upgrade_value,
         client_upgrade,
+        client_closed,
         peer,
         scheme,
     };
@@ -359,6 +363,7 @@ pub(crate) async fn run_released(
     let path = Path {
         upgrade: None,
         client_upgrade: None,
+        client_closed: None,
         peer: SocketAddr::from(([127, 0, 0, 1], 0)),
         scheme: "http",
     };
@@ -411,6 +416,8 @@ struct Path {
     /// The `Upgrade` protocols forwarded, for an upgrade request.
     upgrade: Option<HeaderValue>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    /// The client's side of its connection ended (see `lifetime::ClientClosed`).
+    client_closed: Option<super::lifetime::ClientClosed>,
     peer: SocketAddr,
     scheme: &'static str,
 }
@@ -427,6 +434,7 @@ async fn attempts(
     let Path {
         upgrade,
         mut client_upgrade,
+        mut client_closed,
         peer,
         scheme,
     } = path;
@@ -446,20 +454,22 @@ async fn attempts(
             .or_else(|| replay.as_ref().map(Replay::rebuild))
             .expect("the core only retries a request the driver can send");
         match decision {
-            Decision::Queue { .. } => match ticket.wait_queued().await {
-                Some((d, t)) => {
-                    (decision, target) = (d, t);
-                    pending = Some(request);
+            Decision::Queue { .. } => {
+                match wait_queued(&mut ticket, client_closed.as_mut()).await {
+                    Some((d, t)) => {
+                        (decision, target) = (d, t);
+                        pending = Some(request);
+                    }
+                    None => {
+                        return Err((
+                            "local",
+                            ProxyError::NoCapacity {
+                                reason: RouteReason::QueueTimeout.as_str(),
+                            },
+                        ));
+                    }
                 }
-                None => {
-                    return Err((
-                        "local",
-                        ProxyError::NoCapacity {
-                            reason: RouteReason::QueueTimeout.as_str(),
-                        },
-                    ));
-                }
-            },
+            }
             Decision::Reject { reason } => {
                 return Err((
                     "local",
@@ -700,6 +710,22 @@ async fn attempts(
                 }
             }
         }
+    }
+}
+
+/// Wait in the gateway queue; `None` (the call leaves the queue) at the queue timeout,
+/// or once the client's side of its connection ended — a client that went away looks
+/// the same as one that half-closed, and a queued call must not take a slot for nobody.
+async fn wait_queued(
+    ticket: &mut TicketGuard,
+    client_closed: Option<&mut super::lifetime::ClientClosed>,
+) -> Option<(Decision, Option<super::driver::VmTarget>)> {
+    match client_closed {
+        Some(closed) => tokio::select! {
+            served = ticket.wait_queued() => served,
+            () = closed.wait() => None,
+        },
+        None => ticket.wait_queued().await,
     }
 }
 

@@ -227,6 +227,21 @@ mod retries {
             (after.retried_total, after.refused_total),
             (granted, refused)
         );
+
+        // A budget of zero turns retries off, re-routes of connect failures included.
+        let mut off = libra_core(
+            2,
+            vec![concurrency("fn", ZoneKind::Cloud, 5)],
+            Some(RetryBudgetParams {
+                ratio: 0.0,
+                window: Duration::from_secs(10),
+                min_per_second: 0.0,
+            }),
+        );
+        let mut t = idempotent();
+        assert!(matches!(off.route(ms(10), &mut t), Decision::Vm { .. }));
+        let d = off.on_attempt_failed(ms(10), &mut t, not_sent(NotSentReason::ConnectFailed));
+        assert_eq!(d, None, "retries are off");
     }
 
     /// A suspect VM (an attempt on it failed, its probe has not answered) gets no new
