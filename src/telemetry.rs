@@ -16,7 +16,9 @@
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
 //! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit) |
-//! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle |
+//! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle; first_request, header_read, keepalive_idle (client connections closed by `proxy::lifetime`) |
+//! | `spillway_client_connections` | gauge | `budget` = proxy (plain and TLS listeners), admin |
+//! | `spillway_connections_refused_total` | counter | `listener` = proxy, tls, admin; `limit` = max_connections, max_connections_per_client_ip (closed at accept) |
 //! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
 //! | `spillway_async_deadline_misses_total` | counter | — (asynchronous calls that finished after their deadline, ProFaaStinate §3; set at every scrape from the delay queue)
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
@@ -156,6 +158,10 @@ fn zero_counters() {
     }
     for listener in ["proxy", "tls", "admin"] {
         counter!("spillway_accept_errors_total", "listener" => listener).increment(0);
+        for limit in ["max_connections", "max_connections_per_client_ip"] {
+            counter!("spillway_connections_refused_total", "listener" => listener, "limit" => limit)
+                .increment(0);
+        }
     }
     for kind in TIMEOUT_KINDS {
         counter!("spillway_timeouts_total", "kind" => kind).increment(0);
@@ -318,6 +324,14 @@ fn describe() {
         "spillway_requests_in_flight",
         "Requests received whose response has not finished yet."
     );
+    metrics::describe_gauge!(
+        "spillway_client_connections",
+        "Client connections open now, per connection budget (proxy: plain and TLS listeners; admin)."
+    );
+    metrics::describe_counter!(
+        "spillway_connections_refused_total",
+        "Client connections closed at accept because a connection limit was reached."
+    );
     metrics::describe_counter!(
         "spillway_accept_errors_total",
         "Failed accept calls per listener (e.g. the file-descriptor limit); the accept loop backs off."
@@ -458,12 +472,28 @@ pub fn accept_error(listener: &'static str) {
 }
 
 /// Labels of `spillway_timeouts_total`.
-pub const TIMEOUT_KINDS: [&str; 4] = [
+pub const TIMEOUT_KINDS: [&str; 7] = [
     "upstream_head",
     "request_body",
     "response_body",
     "tunnel_idle",
+    "first_request",
+    "header_read",
+    "keepalive_idle",
 ];
+
+/// Client connections open now in `budget` (`proxy`: the plain and TLS listeners;
+/// `admin`).
+pub fn client_connections(budget: &'static str, open: usize) {
+    gauge!("spillway_client_connections", "budget" => budget).set(open as f64);
+}
+
+/// A client connection on `listener` was closed at accept because `limit`
+/// (`max_connections`, `max_connections_per_client_ip`) was reached.
+pub fn connection_refused(listener: &'static str, limit: &'static str) {
+    counter!("spillway_connections_refused_total", "listener" => listener, "limit" => limit)
+        .increment(1);
+}
 
 /// A request or tunnel hit one of the gateway's timeouts (`kind`: one of
 /// [`TIMEOUT_KINDS`]).

@@ -12,6 +12,7 @@ mod common;
 
 use std::time::Duration;
 
+use common::h2raw::{self, RawH2};
 use common::stub::{Client, RawResponse, Reply, Stub, StubRequest, ok_reply};
 use common::*;
 use serde_json::Value;
@@ -223,6 +224,18 @@ fn scripted(req: &StubRequest) -> Reply {
                 .to_vec(),
         ),
         "/hold" => Reply::Hold,
+        "/many-headers" => {
+            let fields: String = (0..101).map(|i| format!("X-R{i}: v\r\n")).collect();
+            Reply::Raw(format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok").into_bytes())
+        }
+        "/big-head" => Reply::Raw(
+            format!(
+                "HTTP/1.1 200 OK\r\nX-Big: {}\r\nContent-Length: 2\r\n\r\nok",
+                "b".repeat(10_000)
+            )
+            .into_bytes(),
+        ),
+        "/garbled" => raw_reply("HTTP/1.1 2x0 OK\r\nContent-Length: 2\r\n\r\nok"),
         _ => ok_reply(req),
     }
 }
@@ -872,4 +885,513 @@ fn c6_upgrade_tunnels_only_after_a_101() {
     }
     assert_eq!(echoed, b"GET /tunnelled HTTP/1.1\r\n\r\n");
     assert!(stub.requests_to("/tunnelled").is_empty());
+}
+
+// ---------------------------------------------------------------------------------------
+// Connection lifetime: keep-alive idle timeout, first-request and header-read deadlines
+// on every listener and protocol, connection limits.
+// ---------------------------------------------------------------------------------------
+
+fn get(path: &str) -> String {
+    format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n")
+}
+
+/// A gateway with a TLS listener (self-signed `localhost`).
+struct TlsGateway {
+    gw: Gateway,
+    tls: std::net::SocketAddr,
+    cert: rustls::pki_types::CertificateDer<'static>,
+    _dir: tempfile::TempDir,
+}
+
+impl TlsGateway {
+    fn start(stub: &Stub, extra: &str) -> TlsGateway {
+        let dir = tempfile::tempdir().unwrap();
+        let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let cert_file = dir.path().join("cert.pem");
+        let key_file = dir.path().join("key.pem");
+        std::fs::write(&cert_file, cert.cert.pem()).unwrap();
+        std::fs::write(&key_file, cert.signing_key.serialize_pem()).unwrap();
+        let port = free_port();
+        let gw = static_gateway(
+            &[stub.url()],
+            &format!(
+                "{extra}\n  tls:\n    listen: 127.0.0.1:{port}\n    cert_file: {}\n    key_file: {}",
+                cert_file.display(),
+                key_file.display()
+            ),
+        );
+        TlsGateway {
+            gw,
+            tls: format!("127.0.0.1:{port}").parse().unwrap(),
+            cert: cert.cert.der().clone(),
+            _dir: dir,
+        }
+    }
+
+    /// A client configuration trusting the certificate and offering `alpn`.
+    fn client(&self, alpn: &[&[u8]]) -> std::sync::Arc<rustls::ClientConfig> {
+        let mut roots = rustls::RootCertStore::empty();
+        roots.add(self.cert.clone()).unwrap();
+        let mut c = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        std::sync::Arc::new(c)
+    }
+}
+
+/// A completed TLS handshake to `addr` (blocking).
+fn tls_connect(
+    addr: std::net::SocketAddr,
+    config: std::sync::Arc<rustls::ClientConfig>,
+) -> rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream> {
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(config, name).unwrap();
+    let tcp = std::net::TcpStream::connect(addr).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while tls.conn.is_handshaking() {
+        assert!(std::time::Instant::now() < deadline, "TLS handshake");
+        match tls.conn.complete_io(&mut tls.sock) {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {}
+            Err(e) => panic!("TLS handshake: {e}"),
+        }
+    }
+    tls
+}
+
+/// Whether the server closed `s` within `within` (reads and discards until EOF; the
+/// stream has a short read timeout).
+fn closed_within(s: &mut impl std::io::Read, within: Duration) -> bool {
+    let deadline = std::time::Instant::now() + within;
+    let mut chunk = [0u8; 4096];
+    loop {
+        match s.read(&mut chunk) {
+            Ok(0) => return true,
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => return true,
+        }
+        if std::time::Instant::now() >= deadline {
+            return false;
+        }
+    }
+}
+
+/// HTTP/1.1 keep-alive: a connection idle between requests for longer than the header
+/// read timeout (but less than `keepalive_idle_timeout_seconds`) is still served — a load
+/// balancer reusing it gets an answer, not a reset — and is closed once idle past the
+/// idle timeout; a next request whose head trickles in is cut at the header read timeout.
+#[test]
+fn keepalive_idle_connections_outlive_the_header_timeout_and_close_when_idle() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(
+        &[stub.url()],
+        "  header_read_timeout_seconds: 0.5\n  keepalive_idle_timeout_seconds: 3",
+    );
+    let mut c = Client::connect(gw.proxy);
+    let r = c.send(get("/first").as_bytes()).response().expect("first");
+    assert_eq!(r.status, 200);
+    // The client's own pause between requests (3× the header read timeout), not a wait
+    // for the gateway.
+    std::thread::sleep(Duration::from_millis(1500));
+    let r = c
+        .send(get("/after-a-pause").as_bytes())
+        .response()
+        .expect("the connection is still served after 1.5 s idle");
+    assert_eq!(String::from_utf8_lossy(&r.body), "path=/after-a-pause");
+    let idle_from = std::time::Instant::now();
+    assert!(c.closed_within(LONG), "idle connection never closed");
+    let idle = idle_from.elapsed();
+    assert!(
+        idle >= Duration::from_millis(2500),
+        "closed after {idle:?} idle, before keepalive_idle_timeout_seconds (3 s)"
+    );
+
+    // A next request that starts and then trickles: the header read timeout applies
+    // from its first byte, not the idle timeout.
+    let mut c = Client::connect(gw.proxy);
+    assert_eq!(
+        c.send(get("/one").as_bytes()).response().unwrap().status,
+        200
+    );
+    c.send(b"GET /slow HTTP/1.1\r\n");
+    let started = std::time::Instant::now();
+    let mut dripped = 0;
+    while !c.closed_within(Duration::from_millis(100)) {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "dripping head held open"
+        );
+        c.send(b"X");
+        dripped += 1;
+    }
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "a trickling head was held {:?} ({dripped} bytes): the idle timeout applied, not the header read timeout",
+        started.elapsed()
+    );
+    assert!(stub.requests_to("/slow").is_empty());
+}
+
+/// h2 (prior knowledge): idle = no open stream. A connection with no stream for less
+/// than the idle timeout still takes a new stream; past it the gateway sends GOAWAY and
+/// closes. A client that stops answering the gateway's keep-alive PINGs is closed while
+/// a stream is still open.
+#[test]
+fn h2_idle_means_no_open_stream_and_unanswered_pings_close_the_connection() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(
+        &[stub.url()],
+        "  header_read_timeout_seconds: 0.5\n  keepalive_idle_timeout_seconds: 3\n  http2_keepalive_interval_seconds: 0",
+    );
+    let mut h2 = RawH2::connect(gw.proxy);
+    let get = |id: u32, path: &str| {
+        h2raw::frame(
+            h2raw::HEADERS,
+            h2raw::END_STREAM | h2raw::END_HEADERS,
+            id,
+            &h2raw::request_block("GET", path, "a"),
+        )
+    };
+    assert!(h2.send(&get(1, "/h2-first")));
+    h2.wait("first answer", LONG, |s| s.answered.contains(&1));
+    std::thread::sleep(Duration::from_millis(1500)); // the client's pause
+    assert!(h2.send(&get(3, "/h2-again")));
+    h2.wait("answer after 1.5 s idle", LONG, |s| s.answered.contains(&3));
+    let idle_from = std::time::Instant::now();
+    let s = h2.wait("GOAWAY and close when idle", LONG, |s| {
+        s.goaway.is_some() && s.closed
+    });
+    assert_eq!(s.goaway.map(|g| g.1), Some(0), "GOAWAY NO_ERROR: {s:?}");
+    assert!(idle_from.elapsed() >= Duration::from_millis(2500));
+    assert_eq!(
+        stub.requests_to("/h2-first").len() + stub.requests_to("/h2-again").len(),
+        2
+    );
+
+    // PINGs every 0.3 s, unanswered within 0.5 s: closed though a stream is open.
+    let pinging = static_gateway(
+        &[stub.url()],
+        "  keepalive_idle_timeout_seconds: 300\n  http2_keepalive_interval_seconds: 0.3\n  http2_keepalive_timeout_seconds: 0.5",
+    );
+    let mut h2 = RawH2::connect(pinging.proxy);
+    assert!(h2.send(&get(1, "/hold")));
+    let s = h2.wait("PING, then close", LONG, |s| s.closed);
+    assert!(s.pings >= 1, "{s:?}");
+}
+
+/// The first-request deadline on every listener and protocol: a connection that sends
+/// no complete request head within `header_read_timeout_seconds` of accept is closed —
+/// plain HTTP/1.1 (nothing, or a partial head), h2c after the preface and SETTINGS, TLS
+/// without a handshake, TLS after the handshake with ALPN http/1.1, and TLS h2 after the
+/// preface. Nothing reaches the upstream.
+#[test]
+fn first_request_deadline_on_every_listener_and_protocol() {
+    use std::io::Write;
+    let stub = Stub::start(scripted);
+    let t = TlsGateway::start(
+        &stub,
+        "  header_read_timeout_seconds: 0.5\n  keepalive_idle_timeout_seconds: 300",
+    );
+    let (gw, tls_addr) = (&t.gw, t.tls);
+    let tls_config = |alpn: &[&[u8]]| t.client(alpn);
+    let within = Duration::from_secs(20);
+    let preface = {
+        let mut p = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
+        p.extend(h2raw::frame(h2raw::SETTINGS, 0, 0, &[]));
+        p
+    };
+    // Plain: silent, and a partial head.
+    let mut silent = Client::connect(gw.proxy);
+    let mut partial = Client::connect(gw.proxy);
+    partial.send(b"GET /partial HTTP/1.1\r\nHost: a\r\n");
+    let mut h2c = Client::connect(gw.proxy);
+    h2c.send(&preface);
+    // TLS: TCP only; handshake then nothing (http/1.1 and h2); h2 preface.
+    let mut tcp_only = std::net::TcpStream::connect(tls_addr).unwrap();
+    tcp_only
+        .set_read_timeout(Some(Duration::from_millis(100)))
+        .unwrap();
+    let mut tls_h1 = tls_connect(tls_addr, tls_config(&[b"http/1.1"]));
+    let mut tls_h2 = tls_connect(tls_addr, tls_config(&[b"h2"]));
+    assert_eq!(tls_h2.conn.alpn_protocol(), Some(&b"h2"[..]));
+    tls_h2.write_all(&preface).unwrap();
+    tls_h2.flush().unwrap();
+
+    assert!(silent.closed_within(within), "plain, silent");
+    assert!(partial.closed_within(within), "plain, partial head");
+    assert!(h2c.closed_within(within), "h2c after the preface");
+    assert!(closed_within(&mut tcp_only, within), "TLS, no handshake");
+    assert!(closed_within(&mut tls_h1, within), "TLS http/1.1, silent");
+    assert!(
+        closed_within(&mut tls_h2, within),
+        "TLS h2 after the preface"
+    );
+    // (The gateway's own health probes ask for `/`.)
+    assert!(seen(&stub).iter().all(|t| t == "/"), "{:?}", seen(&stub));
+
+    // A TLS connection that does send a request is served, and kept past the header
+    // read timeout while idle.
+    let mut tls = tls_connect(tls_addr, tls_config(&[b"http/1.1"]));
+    tls.write_all(get("/tls").as_bytes()).unwrap();
+    tls.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(1500)); // the client's pause
+    tls.write_all(get("/tls-again").as_bytes()).unwrap();
+    tls.flush().unwrap();
+    stub.wait("both TLS requests", LONG, |s| {
+        s.requests_to("/tls-again").len() == 1
+    });
+    assert_eq!(stub.requests_to("/tls").len(), 1);
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    let first_request = metric(
+        &metrics,
+        "spillway_timeouts_total",
+        &[r#"kind="first_request""#],
+    );
+    assert!(first_request >= 6.0, "{first_request}");
+}
+
+/// The value of the first series of `name` whose labels contain every one of `labels`.
+fn metric(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
+        .find_map(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {name} {labels:?} in\n{text}"))
+}
+
+/// A connection to `addr` from the loopback source address `src` (127.0.0.0/8 is all
+/// loopback: other client IPs without leaving the host).
+fn connect_from(src: &str, addr: std::net::SocketAddr) -> Client {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .build()
+        .unwrap();
+    let stream = rt.block_on(async {
+        let s = tokio::net::TcpSocket::new_v4().unwrap();
+        s.bind(format!("{src}:0").parse().unwrap()).unwrap();
+        s.connect(addr).await.unwrap().into_std().unwrap()
+    });
+    stream.set_nonblocking(false).unwrap();
+    Client::from_stream(stream)
+}
+
+/// `gateway.max_connections` and `max_connections_per_client_ip`, with connections held
+/// idle for less than the keep-alive idle timeout: one connection over either limit is
+/// closed at accept (metric, log line), other clients are still served while one client
+/// is at its cap, the admin listener answers while the proxy is full, and a closed
+/// connection frees its place.
+#[test]
+fn connection_limits_close_connections_over_the_total_and_per_client_ip() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(
+        &[stub.url()],
+        "  max_connections: 5\n  max_connections_per_client_ip: 3\n  keepalive_idle_timeout_seconds: 300",
+    );
+    let served = |c: &mut Client, path: &str| {
+        c.send(get(path).as_bytes())
+            .response()
+            .is_some_and(|r| r.status == 200)
+    };
+    let mut held: Vec<Client> = Vec::new();
+    for i in 0..3 {
+        let mut c = connect_from("127.0.0.1", gw.proxy);
+        assert!(served(&mut c, &format!("/a{i}")), "connection {i} from .1");
+        held.push(c);
+    }
+    // A fourth from the same client: closed at accept, never reaches the upstream.
+    let mut over_ip = connect_from("127.0.0.1", gw.proxy);
+    assert!(!served(&mut over_ip, "/a-over"), "over the per-IP cap");
+    // Another client is served up to the total.
+    for i in 0..2 {
+        let mut c = connect_from("127.0.0.2", gw.proxy);
+        assert!(served(&mut c, &format!("/b{i}")), "connection {i} from .2");
+        held.push(c);
+    }
+    let mut over_total = connect_from("127.0.0.3", gw.proxy);
+    assert!(!served(&mut over_total, "/c-over"), "over max_connections");
+    // The admin listener has its own budget.
+    assert!(gw.status()["scaling"].is_object());
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_connections_refused_total",
+            &[
+                r#"limit="max_connections_per_client_ip""#,
+                r#"listener="proxy""#
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_connections_refused_total",
+            &[r#"limit="max_connections""#, r#"listener="proxy""#]
+        ),
+        1.0
+    );
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_client_connections",
+            &[r#"budget="proxy""#]
+        ),
+        5.0
+    );
+    gw.proc.wait_line("connection limit reached", LONG);
+    // The held connections are still served (idle less than the idle timeout).
+    for (i, c) in held.iter_mut().enumerate() {
+        assert!(served(c, &format!("/again{i}")), "held connection {i}");
+    }
+    // Closing one frees a place for its client.
+    drop(held.remove(0));
+    let deadline = std::time::Instant::now() + LONG;
+    loop {
+        let mut c = connect_from("127.0.0.1", gw.proxy);
+        if served(&mut c, "/a-after-close") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no place freed");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(stub.requests_to("/a-over").is_empty() && stub.requests_to("/c-over").is_empty());
+}
+
+/// TCP half-close: a client that sends a complete request and then shuts down its write
+/// side (`shutdown(SHUT_WR)`, as some HTTP/1 clients and probes do) is served — a GET
+/// and a POST with a body — and the upstream gets each request once.
+#[test]
+fn a_request_followed_by_a_write_shutdown_is_answered() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(get("/half-closed").as_bytes())
+        .shutdown_write()
+        .response()
+        .expect("an answer after the client's write shutdown");
+    assert_eq!(String::from_utf8_lossy(&r.body), "path=/half-closed");
+    assert!(c.closed(), "closed after the answer");
+
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(b"POST /half-closed-post HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\n\r\nhello")
+        .shutdown_write()
+        .response()
+        .expect("an answer to the POST");
+    assert_eq!(r.status, 200);
+    // HTTP/1.0 without keep-alive, and a request split over two writes.
+    let mut c = Client::connect(gw.proxy);
+    c.send(b"GET /half-closed-10 HTTP/1.0\r\n");
+    c.send(b"\r\n");
+    let r = c.shutdown_write().response().expect("HTTP/1.0");
+    assert_eq!(r.status, 200);
+    assert_eq!(stub.requests_to("/half-closed").len(), 1);
+    let post = stub.requests_to("/half-closed-post");
+    assert_eq!(post.len(), 1);
+    assert_eq!(post[0].body, b"hello");
+    assert_eq!(stub.requests_to("/half-closed-10").len(), 1);
+}
+
+/// Header names with `_`: a backend that folds `_` into `-` (CGI, WSGI, many frameworks)
+/// would read `X_Forwarded_For` or `X_Real_IP` as the headers the gateway controls. By
+/// default such fields are dropped (the request is forwarded without them);
+/// `reject_request` answers 400 and forwards nothing; `allow` passes them unchanged.
+#[test]
+fn header_names_with_underscores_are_dropped_by_default() {
+    let stub = Stub::start(scripted);
+    let forged = "GET /u HTTP/1.1\r\nHost: a\r\nX_Forwarded_For: 10.6.6.6\r\nX_Real_IP: 10.6.6.6\r\nX-Auth_User: admin\r\nX-Plain: kept\r\n\r\n";
+    let gw = static_gateway(&[stub.url()], "");
+    assert_eq!(status_of(gw.proxy, forged), 200);
+    let got = &stub.requests_to("/u")[0];
+    assert!(
+        got.headers.iter().all(|(k, _)| !k.contains('_')),
+        "{:?}",
+        got.headers
+    );
+    assert!(
+        got.headers
+            .iter()
+            .all(|(_, v)| !v.contains("10.6.6.6") && v != "admin"),
+        "{:?}",
+        got.headers
+    );
+    assert_eq!(got.all("x-forwarded-for"), ["127.0.0.1"]);
+    assert_eq!(got.all("x-plain"), ["kept"]);
+
+    let reject = static_gateway(
+        &[stub.url()],
+        "  headers_with_underscores_action: reject_request",
+    );
+    assert_eq!(
+        status_of(reject.proxy, &forged.replace("/u", "/u-reject")),
+        400
+    );
+    assert!(stub.requests_to("/u-reject").is_empty());
+
+    let allow = static_gateway(&[stub.url()], "  headers_with_underscores_action: allow");
+    assert_eq!(
+        status_of(allow.proxy, &forged.replace("/u", "/u-allow")),
+        200
+    );
+    let got = &stub.requests_to("/u-allow")[0];
+    assert_eq!(got.all("x_real_ip"), ["10.6.6.6"]);
+}
+
+/// A response that arrived but cannot be parsed — more header fields than
+/// `max_response_header_count`, a head over `max_response_header_bytes`, a garbled status
+/// line — is answered 502 and the request (an idempotent GET, which a failure before any
+/// response byte would re-send) is not sent again: not to the VM, not to the function
+/// tier. The limits are settings.
+#[test]
+fn an_unparsable_response_is_a_502_and_never_sent_again() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "  max_response_header_bytes: 8192");
+    for path in ["/many-headers", "/big-head", "/garbled"] {
+        assert_eq!(status_of(gw.proxy, &get(path)), 502, "{path}");
+        assert_eq!(stub.requests_to(path).len(), 1, "{path} sent again");
+    }
+    let s = gw.status();
+    assert_eq!(
+        u64_at(&s, "/routed/function"),
+        0,
+        "replayed on the function tier"
+    );
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_retries_total",
+            &[r#"kind="connect_failure""#]
+        ),
+        0.0
+    );
+
+    // Raised limits: the same responses are forwarded.
+    let roomy = static_gateway(
+        &[stub.url()],
+        "  max_response_header_count: 150\n  max_response_header_bytes: 20000",
+    );
+    for path in ["/many-headers", "/big-head"] {
+        let r = one(roomy.proxy, &get(path)).expect(path);
+        assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]), "{path}");
+    }
 }

@@ -1246,12 +1246,14 @@ pub fn instance_ids_in(message: &str) -> Vec<String> {
 /// An upstream base URL read from an instance (tag value or built from its address).
 ///
 /// # Errors
-/// A message when it is not an `http://host[:port]` URL.
+/// A message when it is not an `http://host[:port]` or `https://host[:port]` URL.
 pub fn parse_upstream(url: &str) -> Result<Uri, String> {
     match url.parse::<Uri>() {
-        Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => Ok(u),
+        Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() => {
+            Ok(u)
+        }
         _ => Err(format!(
-            "upstream URL {url:?} is not an http://host:port URL"
+            "upstream URL {url:?} is not an http(s)://host:port URL"
         )),
     }
 }
@@ -1402,7 +1404,8 @@ mod tests {
             parse_upstream("http://127.0.0.1:8080").unwrap().to_string(),
             "http://127.0.0.1:8080/"
         );
-        assert!(parse_upstream("https://x:1").is_err());
+        assert!(parse_upstream("https://x:1").is_ok());
+        assert!(parse_upstream("ftp://x:1").is_err());
         assert!(parse_upstream("127.0.0.1:80").is_err());
         assert!(parse_upstream("not a url").is_err());
     }

@@ -1,5 +1,5 @@
 //! `function_tier: {type: http}`: an existing function endpoint (OpenFaaS, Knative, a
-//! FaaS gateway…) reached over HTTP. Its instances are invisible to spillway: the policy
+//! FaaS gateway…) reached over HTTP or HTTPS. Its instances are invisible to spillway: the policy
 //! core's placement tracks the calls in flight against `max_concurrency` (a concurrency
 //! zone) and holds each call's slot until the response body has been fully streamed or
 //! dropped. The tier only forwards; a call that cannot connect is reported as not sent
@@ -28,15 +28,15 @@ impl HttpFunctionTier {
     /// A tier calling `cfg.url` (the request path and query are appended to it).
     ///
     /// # Errors
-    /// [`BackendError::Provider`] when the URL is not `http://host[:port][/path]` or
+    /// [`BackendError::Provider`] when the URL is not `http(s)://host[:port][/path]` or
     /// `max_concurrency` is 0.
     pub fn new(cfg: &HttpFunctionTierConfig, client: UpstreamClient) -> Result<Self, BackendError> {
         let base: Uri = cfg.url.parse().map_err(|e| {
             BackendError::Provider(format!("function_tier.url: not a URL ({e}): {:?}", cfg.url))
         })?;
-        if base.scheme_str() != Some("http") || base.authority().is_none() {
+        if !matches!(base.scheme_str(), Some("http" | "https")) || base.authority().is_none() {
             return Err(BackendError::Provider(format!(
-                "function_tier.url: must be an http:// URL with a host, got {:?}",
+                "function_tier.url: must be an http:// or https:// URL with a host, got {:?}",
                 cfg.url
             )));
         }
@@ -195,7 +195,8 @@ mod tests {
     #[test]
     fn rejects_bad_configuration() {
         assert!(tier("not a url".into(), 1).is_err());
-        assert!(tier("https://example.com".into(), 1).is_err());
+        assert!(tier("ftp://example.com".into(), 1).is_err());
+        assert!(tier("https://example.com".into(), 1).is_ok());
         assert!(tier("http://127.0.0.1:9".into(), 0).is_err());
     }
 }

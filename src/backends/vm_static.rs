@@ -21,7 +21,7 @@ impl StaticVmPool {
     /// A pool of the configured `urls`, in order.
     ///
     /// # Errors
-    /// [`BackendError::Provider`] naming the first URL that is not `http://host[:port][/path]`.
+    /// [`BackendError::Provider`] naming the first URL that is not `http(s)://host[:port][/path]`.
     pub fn new(cfg: &StaticVmPoolConfig) -> Result<Self, BackendError> {
         let vms = cfg
             .urls
@@ -31,9 +31,10 @@ impl StaticVmPool {
                 let uri: Uri = url.parse().map_err(|e| {
                     BackendError::Provider(format!("vm_pool.urls[{i}]: not a URL ({e}): {url:?}"))
                 })?;
-                if uri.scheme_str() != Some("http") || uri.authority().is_none() {
+                if !matches!(uri.scheme_str(), Some("http" | "https")) || uri.authority().is_none()
+                {
                     return Err(BackendError::Provider(format!(
-                        "vm_pool.urls[{i}]: must be an http:// URL with a host, got {url:?}"
+                        "vm_pool.urls[{i}]: must be an http:// or https:// URL with a host, got {url:?}"
                     )));
                 }
                 Ok((url.clone(), uri))
@@ -129,7 +130,8 @@ mod tests {
     #[test]
     fn rejects_bad_urls() {
         assert!(pool(&["127.0.0.1:4001"]).is_err());
-        assert!(pool(&["https://example.com"]).is_err());
+        assert!(pool(&["ftp://example.com"]).is_err());
+        assert_eq!(pool(&["https://example.com"]).unwrap().vms.len(), 1);
         assert!(pool(&["http://"]).is_err());
         assert!(pool(&[]).unwrap().vms.is_empty());
     }

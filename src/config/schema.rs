@@ -8,7 +8,9 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use super::ConfigIssue;
-use crate::net::validate::{self, EscapedSlashesAction, PathRules, RequestRules};
+use crate::net::validate::{
+    self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
+};
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
@@ -39,8 +41,16 @@ pub const DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
 pub const DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
 /// Default longest silence of an `Upgrade` tunnel, seconds.
 pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS: f64 = 300.0;
-/// Default idle time before a client or pooled upstream connection is closed, seconds.
+/// Default idle time before a pooled upstream connection is closed, seconds.
 pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
+/// Default idle time of a client connection between requests, seconds: above the idle
+/// timeouts of common load balancers (AWS ALB 60 s), as nginx's 75 s is.
+pub const DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS: f64 = 75.0;
+/// Default interval of the h2 keep-alive PING to a client connection, seconds.
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS: f64 = 30.0;
+/// Default wait for the answer to an h2 keep-alive PING, seconds; then the connection is
+/// closed.
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS: f64 = 20.0;
 /// Default time in-flight requests get to finish on shutdown, seconds.
 pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 30.0;
 /// Default most concurrent streams per h2 client connection.
@@ -139,7 +149,10 @@ pub struct GatewayConfig {
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Largest accepted request body; larger ones get 413.
     pub max_body_bytes: u64,
-    /// Time allowed to receive a request's headers (slowloris guard).
+    /// Time allowed to receive a request's head, from its first byte (slowloris guard);
+    /// also the first-request deadline of every client connection, counted from accept
+    /// (TLS handshake included) on every listener and protocol. Then the connection is
+    /// closed.
     pub header_read_timeout_seconds: f64,
     /// TCP connect timeout to upstreams.
     pub connect_timeout_seconds: f64,
@@ -200,9 +213,59 @@ pub struct GatewayConfig {
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
     /// Link-local and cloud metadata addresses are refused either way.
     pub allow_loopback_upstreams: bool,
+    /// Longest time a client connection may wait for its next request (HTTP/1.1
+    /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
+    /// idle timeout of a load balancer in front of the gateway.
+    pub keepalive_idle_timeout_seconds: f64,
+    /// Interval of h2 keep-alive PINGs to clients; `0` turns them off.
+    pub http2_keepalive_interval_seconds: f64,
+    /// Wait for a PING's acknowledgement; then the h2 connection is closed.
+    pub http2_keepalive_timeout_seconds: f64,
+    /// Most client connections open at once over the plain and TLS listeners; one more
+    /// is closed at accept. Absent: derived from the file-descriptor limit
+    /// ([`GatewayConfig::connection_limits`]).
+    pub max_connections: Option<usize>,
+    /// Most client connections from one client IP address (peers in `trusted_proxies`
+    /// only count towards `max_connections`). Absent: a quarter of `max_connections`.
+    pub max_connections_per_client_ip: Option<usize>,
+    /// Request header fields whose name holds `_` (`X_Forwarded_For`, which CGI/WSGI-style
+    /// backends read as `X-Forwarded-For`): `drop_header` (default), `reject_request`
+    /// (400) or `allow` (Envoy's option of that name).
+    pub headers_with_underscores_action: UnderscoresAction,
+    /// Most header fields in an upstream response head; more → 502, and the request is
+    /// not sent again (its upstream processed it).
+    pub max_response_header_count: usize,
+    /// Largest upstream response head (status line and header fields), bytes; larger →
+    /// 502, not sent again. At least 8192 is used.
+    pub max_response_header_bytes: usize,
+    /// Trust and identity towards `https://` upstreams (absent: the system's root
+    /// certificates, no client certificate).
+    pub upstream_tls: Option<UpstreamTlsConfig>,
 }
 
 impl GatewayConfig {
+    /// The TLS configuration of `https://` upstreams: `None` when `upstream_tls` is
+    /// absent (the upstream client then trusts the system roots, loaded on the first
+    /// HTTPS connection).
+    ///
+    /// # Errors
+    /// [`crate::net::tls::TlsError`] naming the file.
+    pub fn upstream_tls_config(
+        &self,
+    ) -> Result<Option<std::sync::Arc<rustls::ClientConfig>>, crate::net::tls::TlsError> {
+        self.upstream_tls
+            .as_ref()
+            .map(|t| {
+                crate::net::tls::load_client_config(crate::net::tls::ClientTlsFiles {
+                    ca_file: t.ca_file.as_deref(),
+                    system_roots: t.system_roots,
+                    client_cert_file: t.client_cert_file.as_deref(),
+                    client_key_file: t.client_key_file.as_deref(),
+                })
+            })
+            .transpose()
+    }
+
     /// The admin bearer token, when one is configured.
     ///
     /// # Errors
@@ -247,6 +310,24 @@ impl GatewayConfig {
         }
     }
 
+    /// `(max_connections, max_connections_per_client_ip)` in force: the configured values,
+    /// or derived ones — `max_connections` = ([`open_files_limit`] − 64) / 2, within
+    /// [16, 10000] (each client connection may hold one upstream connection; 64 file
+    /// descriptors stay for listeners, the admin listener, files and child processes),
+    /// and a quarter of it (at least 1) per client IP.
+    pub fn connection_limits(&self) -> (usize, usize) {
+        let total = self.max_connections.unwrap_or_else(|| {
+            let fds = open_files_limit().unwrap_or(1024);
+            usize::try_from(fds.saturating_sub(64) / 2)
+                .unwrap_or(usize::MAX)
+                .clamp(16, 10_000)
+        });
+        let per_ip = self
+            .max_connections_per_client_ip
+            .unwrap_or((total / 4).max(1));
+        (total, per_ip)
+    }
+
     /// The request validation settings of this gateway ([`crate::net::validate`]).
     pub fn request_rules(&self) -> RequestRules {
         RequestRules {
@@ -258,6 +339,7 @@ impl GatewayConfig {
                 merge_slashes: self.merge_slashes,
                 escaped_slashes: self.path_with_escaped_slashes_action,
             },
+            underscores: self.headers_with_underscores_action,
         }
     }
 }
@@ -273,6 +355,14 @@ impl Default for GatewayConfig {
             trusted_proxies: Vec::new(),
             max_body_bytes: DEFAULT_MAX_BODY_BYTES,
             header_read_timeout_seconds: DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+            keepalive_idle_timeout_seconds: DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS,
+            http2_keepalive_interval_seconds: DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS,
+            http2_keepalive_timeout_seconds: DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
+            max_connections: None,
+            max_connections_per_client_ip: None,
+            headers_with_underscores_action: UnderscoresAction::DropHeader,
+            max_response_header_count: 100,
+            max_response_header_bytes: 64 * 1024,
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -294,8 +384,26 @@ impl Default for GatewayConfig {
             access_log: false,
             origin_zone_header: None,
             allow_loopback_upstreams: false,
+            upstream_tls: None,
         }
     }
+}
+
+/// The process's soft `RLIMIT_NOFILE` (most open file descriptors), when known (Linux);
+/// `None` elsewhere or when unlimited.
+pub fn open_files_limit() -> Option<u64> {
+    #[cfg(target_os = "linux")]
+    {
+        let mut lim = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+        let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
+        (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// A listen address from `IP:PORT` (`127.0.0.1:8080`, `[::1]:8080`) or `HOST:PORT`
@@ -347,6 +455,35 @@ pub struct TlsConfig {
     pub cert_file: PathBuf,
     /// PEM private key.
     pub key_file: PathBuf,
+}
+
+/// `gateway.upstream_tls:` — how the gateway verifies `https://` upstreams (static VM
+/// URLs, `http` function tiers and zones, EC2 instances with `scheme: https`) and the
+/// client certificate it presents to those that ask (mutual TLS).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct UpstreamTlsConfig {
+    /// PEM bundle of CA certificates trusted for upstreams (a private CA), in addition
+    /// to the system's roots when `system_roots`.
+    pub ca_file: Option<PathBuf>,
+    /// Trust the system's root certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR`, or the
+    /// platform store). `false` with a `ca_file`: only that CA.
+    pub system_roots: bool,
+    /// PEM certificate chain presented to upstreams that ask for a client certificate.
+    pub client_cert_file: Option<PathBuf>,
+    /// PEM private key of `client_cert_file` (PKCS#8, PKCS#1 or SEC1).
+    pub client_key_file: Option<PathBuf>,
+}
+
+impl Default for UpstreamTlsConfig {
+    fn default() -> Self {
+        Self {
+            ca_file: None,
+            system_roots: true,
+            client_cert_file: None,
+            client_key_file: None,
+        }
+    }
 }
 
 /// `libra:` — LIBRA §III parameters.
@@ -754,7 +891,8 @@ pub struct Ec2VmPoolConfig {
     /// Port the API listens on inside the instance (`private_ip`, `public_ip`).
     #[serde(default = "default_ec2_upstream_port")]
     pub upstream_port: u16,
-    /// Scheme of the upstream URL; only `http` (the upstream client speaks plain HTTP).
+    /// Scheme of the upstream URL built from the instance's address: `http` or `https`
+    /// (verified with `gateway.upstream_tls`; the certificate must name the IP address).
     #[serde(default = "default_scheme")]
     pub scheme: String,
     /// Readiness probe path (GET, 2xx = ready).
@@ -1022,10 +1160,11 @@ fn check_path(issues: &mut Issues, path: &str, value: &str) {
 
 fn check_url(issues: &mut Issues, path: &str, value: &str) {
     match value.parse::<http::Uri>() {
-        Ok(uri) if matches!(uri.scheme_str(), Some("http")) && uri.authority().is_some() => {}
+        Ok(uri)
+            if matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some() => {}
         Ok(_) => issues.push(
             path,
-            format!("must be an http:// URL with a host, got {value:?}"),
+            format!("must be an http:// or https:// URL with a host, got {value:?}"),
         ),
         Err(e) => issues.push(path, format!("not a URL ({e}): {value:?}")),
     }
@@ -1075,6 +1214,21 @@ impl Config {
                 format!("must be in [1, 10000], got {}", g.max_header_count),
             );
         }
+        if !(1..=10_000).contains(&g.max_response_header_count) {
+            is.push(
+                "gateway.max_response_header_count",
+                format!("must be in [1, 10000], got {}", g.max_response_header_count),
+            );
+        }
+        if !(8192..=MAX_HEAD_LIMIT_BYTES).contains(&g.max_response_header_bytes) {
+            is.push(
+                "gateway.max_response_header_bytes",
+                format!(
+                    "must be in [8192, {MAX_HEAD_LIMIT_BYTES}], got {}",
+                    g.max_response_header_bytes
+                ),
+            );
+        }
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");
         }
@@ -1088,6 +1242,30 @@ impl Config {
             g.upstream_timeout_seconds,
         );
         is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        is.positive(
+            "gateway.keepalive_idle_timeout_seconds",
+            g.keepalive_idle_timeout_seconds,
+        );
+        is.non_negative(
+            "gateway.http2_keepalive_interval_seconds",
+            g.http2_keepalive_interval_seconds,
+        );
+        is.positive(
+            "gateway.http2_keepalive_timeout_seconds",
+            g.http2_keepalive_timeout_seconds,
+        );
+        if g.max_connections == Some(0) {
+            is.push(
+                "gateway.max_connections",
+                "must be at least 1 (or absent: derived from the file-descriptor limit)",
+            );
+        }
+        if g.max_connections_per_client_ip == Some(0) {
+            is.push(
+                "gateway.max_connections_per_client_ip",
+                "must be at least 1 (or absent: a quarter of max_connections)",
+            );
+        }
         if let Some(problem) = g.admin_exposure_issue() {
             is.push("gateway.admin_listen", problem);
         }
@@ -1363,6 +1541,9 @@ impl Config {
             && let Err(e) = crate::net::tls::load_server_config(&tls.cert_file, &tls.key_file)
         {
             is.push("gateway.tls", e.to_string());
+        }
+        if let Err(e) = self.gateway.upstream_tls_config() {
+            is.push("gateway.upstream_tls", e.to_string());
         }
         if !cfg!(feature = "aws") {
             if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
@@ -1652,13 +1833,10 @@ impl Ec2VmPoolConfig {
         if self.upstream_port == 0 {
             is.push("vm_pool.upstream_port", "must be 1-65535");
         }
-        if self.scheme != "http" {
+        if self.scheme != "http" && self.scheme != "https" {
             is.push(
                 "vm_pool.scheme",
-                format!(
-                    "only `http` is supported (the upstream client speaks plain HTTP), got {:?}",
-                    self.scheme
-                ),
+                format!("must be `http` or `https`, got {:?}", self.scheme),
             );
         }
         check_path(is, "vm_pool.health_path", &self.health_path);

@@ -220,7 +220,7 @@ vm_pool:
   launch_template: {id: lt-1, name: both, version: latest}
   tags: {"spillway:pool": x}
   upstream_port: 0
-  scheme: https
+  scheme: ftp
   health_path: health
   boot_timeout_seconds: 0
   probe_interval_seconds: -1
@@ -318,6 +318,7 @@ fn request_limits_and_path_options_are_checked_and_mapped() {
                 merge_slashes: false,
                 escaped_slashes: crate::net::validate::EscapedSlashesAction::UnescapeAndRedirect,
             },
+            underscores: crate::net::validate::UnderscoresAction::DropHeader,
         }
     );
     // Defaults: 16 KiB, 100 fields, 8 KiB targets, normalize + merge, reject escaped
@@ -452,4 +453,41 @@ fn faasim_jitter_and_times_are_validated_with_their_paths() {
               warm_start_jitter: 0.04\n    prewarm_boot_ms: 6019\n    shutdown_ms: 0\n";
     let c = Config::from_yaml(ok, "ok.yaml").unwrap();
     assert_eq!(c.sim.function.prewarm_boot_ms, 6019.0);
+}
+
+#[test]
+fn connection_and_response_limits_are_checked_at_their_place() {
+    let yaml = "gateway: {max_connections: 0, max_connections_per_client_ip: 0, keepalive_idle_timeout_seconds: 0, max_response_header_count: 0, max_response_header_bytes: 100, headers_with_underscores_action: keep}\n";
+    let err = Config::from_yaml(yaml, "c.yaml").unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("gateway.headers_with_underscores_action"),
+        "{text}"
+    );
+    let yaml = "gateway: {max_connections: 0, max_connections_per_client_ip: 0, keepalive_idle_timeout_seconds: 0, max_response_header_count: 0, max_response_header_bytes: 100}\n";
+    let err = Config::from_yaml(yaml, "c.yaml").unwrap_err();
+    let ConfigError::Invalid { issues, .. } = &err else {
+        panic!("{err}")
+    };
+    let mut found: Vec<&str> = issues.iter().map(|i| i.path.as_str()).collect();
+    found.sort_unstable();
+    assert_eq!(
+        found,
+        [
+            "gateway.keepalive_idle_timeout_seconds",
+            "gateway.max_connections",
+            "gateway.max_connections_per_client_ip",
+            "gateway.max_response_header_bytes",
+            "gateway.max_response_header_count",
+        ],
+        "{err}"
+    );
+    assert!(issues.iter().all(|i| i.location.is_some()), "{err}");
+    // Derived connection limits: a quarter per client IP, at least 1.
+    let g = Config::from_yaml("gateway: {max_connections: 6}\n", "d.yaml")
+        .unwrap()
+        .gateway;
+    assert_eq!(g.connection_limits(), (6, 1));
+    let (total, per_ip) = Config::default().gateway.connection_limits();
+    assert!((16..=10_000).contains(&total) && per_ip == (total / 4).max(1));
 }

@@ -2,21 +2,43 @@
 //! function tier, with connect and idle timeouts, and [`forward`], which sends a request
 //! to an upstream base URL and tells connect failures (nothing sent, safe to retry) apart
 //! from failures after the request left.
+//!
+//! The connector ([`TcpConnector`]) is hyper-util's [`HttpConnector`] (connect timeout,
+//! `TCP_NODELAY`, happy eyeballs) with two layers of spillway's own around it:
+//!
+//! * **the address policy** ([`crate::net::upstream::AddressPolicy`]) at connect time: a
+//!   resolver that drops every resolved address the policy refuses (so a host name that
+//!   resolves, or later re-resolves, to a metadata or loopback address is never
+//!   connected to), a check of IP-literal hosts before connecting, and a check of every
+//!   new connection's peer (the gateway's own listeners, which need the port);
+//! * **TLS** for `https://` upstreams (tokio-rustls over the TCP stream): the server
+//!   name and SNI from the URL's host, the roots, CA bundle and client certificate of
+//!   [`crate::net::tls::load_client_config`], and h2 when the upstream picks it by ALPN.
+//!
+//! A connection refused by the policy or a failed handshake is an
+//! [`UpstreamError::Connect`] (nothing was sent) whose message says why.
+//!
+//! [`forward`]: UpstreamClient::forward
 
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::dns::Name;
 use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::DuplexStream;
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 use super::body::Body;
+use super::upstream::{AddressError, AddressPolicy};
 
 /// Client settings.
 #[derive(Clone, Copy, Debug)]
@@ -28,23 +50,36 @@ pub struct ClientSettings {
 }
 
 /// Pooled HTTP/1.1 client towards upstreams (VMs, function instances, HTTP function
-/// endpoints). Cheap to clone.
+/// endpoints); h2 towards HTTPS upstreams that choose it by ALPN. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
     inner: Client<Connector, Body>,
     /// No pool: every request on a new connection (retries).
     fresh: Client<Connector, Body>,
+    /// The connect-time address policy (absent for in-memory connections).
+    policy: Option<AddressPolicy>,
 }
 
 /// How the client reaches an upstream: TCP (the gateway), or in-memory streams handed
 /// to a local server task (benches and tests of the whole request path without sockets).
 #[derive(Clone, Debug)]
 pub enum Connector {
-    /// TCP with `TCP_NODELAY` and the connect timeout.
-    Tcp(HttpConnector),
+    /// TCP (and TLS for `https://`) under the address policy.
+    Tcp(TcpConnector),
     /// Every connection is one end of a [`tokio::io::duplex`] pair; the other end goes
     /// to the receiver (whatever the URL's host and port).
     Memory(MemoryConnector),
+}
+
+/// TCP connections under the address policy, TLS on top for `https://` upstreams. See
+/// the [module docs](self).
+#[derive(Clone, Debug)]
+pub struct TcpConnector {
+    http: HttpConnector<PolicyResolver>,
+    policy: AddressPolicy,
+    /// The TLS configuration of `https://` upstreams; `None`: the system roots, loaded
+    /// on the first HTTPS connection.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// In-memory connections: see [`Connector::Memory`].
@@ -54,35 +89,185 @@ pub struct MemoryConnector {
     buffer_bytes: usize,
 }
 
-/// One upstream connection, TCP or in-memory.
+/// One upstream connection, TCP, TLS or in-memory.
 #[derive(Debug)]
 pub enum UpstreamIo {
     /// A TCP connection.
     Tcp(TokioIo<TcpStream>),
+    /// A TLS connection (`https://` upstreams).
+    Tls(Box<TokioIo<TlsStream<TcpStream>>>),
     /// An in-memory connection.
     Memory(TokioIo<DuplexStream>),
 }
 
 type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
+/// Why the connector handed over no connection although TCP may have worked: in the
+/// source chain of [`UpstreamError::Connect`].
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectRefusal {
+    /// The address policy refused the address ([`crate::net::upstream`]).
+    #[error("refused by the upstream address policy: {0}")]
+    Policy(AddressError),
+    /// The TLS handshake failed (certificate expired, wrong name, unknown issuer, …).
+    #[error("TLS handshake with {server_name} failed: {why}")]
+    Tls {
+        /// The server name the certificate was checked against (the URL's host).
+        server_name: String,
+        /// In words ([`crate::net::tls::describe_tls_failure`]).
+        why: String,
+        /// The handshake's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The URL's host is not a valid TLS server name.
+    #[error("`{0}` is not a valid TLS server name")]
+    ServerName(String),
+    /// The TLS configuration could not be built (no root certificates).
+    #[error("no TLS configuration for HTTPS upstreams: {0}")]
+    NoTlsConfig(String),
+}
+
+/// A resolver that drops the addresses the policy refuses (the port is set afterwards
+/// by [`HttpConnector`]; the gateway-listener rule is checked on the connection).
+#[derive(Clone, Debug)]
+struct PolicyResolver {
+    policy: AddressPolicy,
+}
+
+impl tower_service::Service<Name> for PolicyResolver {
+    type Response = std::vec::IntoIter<SocketAddr>;
+    type Error = std::io::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, std::io::Error>> + Send>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), std::io::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, name: Name) -> Self::Future {
+        let policy = self.policy.clone();
+        Box::pin(async move {
+            let host = name.as_str().to_string();
+            let resolved: Vec<SocketAddr> =
+                tokio::net::lookup_host((host.as_str(), 0)).await?.collect();
+            let (allowed, refused): (Vec<_>, Vec<_>) = resolved
+                .into_iter()
+                .map(|a| (a, policy.check_ip(a.ip())))
+                .partition(|(_, verdict)| verdict.is_ok());
+            if allowed.is_empty() && !refused.is_empty() {
+                let reasons = refused
+                    .iter()
+                    .filter_map(|(a, verdict)| {
+                        verdict.as_ref().err().map(|e| format!("{}: {e}", a.ip()))
+                    })
+                    .collect::<Vec<_>>()
+                    .join("; ");
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::PermissionDenied,
+                    ConnectRefusal::Policy(AddressError::NoAllowedAddress { host, reasons }),
+                ));
+            }
+            if !refused.is_empty() {
+                tracing::debug!(%host, refused = refused.len(), "resolved upstream addresses dropped by the address policy");
+            }
+            Ok(allowed
+                .into_iter()
+                .map(|(a, _)| a)
+                .collect::<Vec<_>>()
+                .into_iter())
+        })
+    }
+}
+
+/// The TLS configuration of HTTPS upstreams when none is configured: the system roots.
+fn default_tls() -> Result<Arc<rustls::ClientConfig>, ConnectRefusal> {
+    static DEFAULT: OnceLock<Result<Arc<rustls::ClientConfig>, String>> = OnceLock::new();
+    DEFAULT
+        .get_or_init(|| {
+            super::tls::load_client_config(super::tls::ClientTlsFiles {
+                system_roots: true,
+                ..Default::default()
+            })
+            .map_err(|e| e.to_string())
+        })
+        .clone()
+        .map_err(ConnectRefusal::NoTlsConfig)
+}
+
+impl TcpConnector {
+    /// A connector with the connect timeout, the address `policy`, and `tls` for
+    /// `https://` upstreams (`None`: the system roots).
+    pub fn new(
+        connect_timeout: Duration,
+        policy: AddressPolicy,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Self {
+        let mut http = HttpConnector::new_with_resolver(PolicyResolver {
+            policy: policy.clone(),
+        });
+        http.set_connect_timeout(Some(connect_timeout));
+        http.set_nodelay(true);
+        // `https://` is ours to handle (TLS on top of the TCP stream).
+        http.enforce_http(false);
+        Self { http, policy, tls }
+    }
+
+    async fn connect(mut self, uri: Uri) -> Result<UpstreamIo, BoxError> {
+        let https = match uri.scheme_str() {
+            Some("http") => false,
+            Some("https") => true,
+            other => return Err(format!("unsupported upstream scheme {other:?}").into()),
+        };
+        let host = uri.host().ok_or("upstream URL without a host")?.to_string();
+        let bare = host.trim_start_matches('[').trim_end_matches(']');
+        let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
+        // IP literals skip the resolver: checked here, before any packet.
+        if let Ok(ip) = bare.parse::<IpAddr>() {
+            self.policy
+                .check(SocketAddr::new(ip, port))
+                .map_err(ConnectRefusal::Policy)?;
+        }
+        let tcp = tower_service::Service::call(&mut self.http, uri)
+            .await?
+            .into_inner();
+        if let (Ok(peer), Ok(local)) = (tcp.peer_addr(), tcp.local_addr()) {
+            self.policy
+                .check_peer(peer, local)
+                .map_err(ConnectRefusal::Policy)?;
+        }
+        if !https {
+            return Ok(UpstreamIo::Tcp(TokioIo::new(tcp)));
+        }
+        let config = match self.tls {
+            Some(c) => c,
+            None => default_tls()?,
+        };
+        let server_name = rustls::pki_types::ServerName::try_from(bare.to_string())
+            .map_err(|_| ConnectRefusal::ServerName(bare.to_string()))?;
+        let tls = tokio_rustls::TlsConnector::from(config)
+            .connect(server_name, tcp)
+            .await
+            .map_err(|source| ConnectRefusal::Tls {
+                server_name: bare.to_string(),
+                why: super::tls::describe_tls_failure(&source),
+                source,
+            })?;
+        Ok(UpstreamIo::Tls(Box::new(TokioIo::new(tls))))
+    }
+}
+
 impl tower_service::Service<Uri> for Connector {
     type Response = UpstreamIo;
     type Error = BoxError;
     type Future = Pin<Box<dyn Future<Output = Result<UpstreamIo, BoxError>> + Send>>;
 
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        match self {
-            Connector::Tcp(c) => c.poll_ready(cx).map_err(Into::into),
-            Connector::Memory(_) => Poll::Ready(Ok(())),
-        }
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        Poll::Ready(Ok(()))
     }
 
     fn call(&mut self, uri: Uri) -> Self::Future {
         match self {
-            Connector::Tcp(c) => {
-                let connecting = c.call(uri);
-                Box::pin(async move { Ok(UpstreamIo::Tcp(connecting.await?)) })
-            }
+            Connector::Tcp(c) => Box::pin(c.clone().connect(uri)),
             Connector::Memory(m) => {
                 let (near, far) = tokio::io::duplex(m.buffer_bytes);
                 let sent = m.accept.send(far);
@@ -99,6 +284,15 @@ impl Connection for UpstreamIo {
     fn connected(&self) -> Connected {
         match self {
             UpstreamIo::Tcp(t) => t.connected(),
+            UpstreamIo::Tls(t) => {
+                let (tcp, session) = t.inner().get_ref();
+                let connected = tcp.connected();
+                if session.alpn_protocol() == Some(b"h2") {
+                    connected.negotiated_h2()
+                } else {
+                    connected
+                }
+            }
             UpstreamIo::Memory(_) => Connected::new(),
         }
     }
@@ -112,6 +306,7 @@ impl hyper::rt::Read for UpstreamIo {
     ) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Tcp(t) => Pin::new(t).poll_read(cx, buf),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
             UpstreamIo::Memory(m) => Pin::new(m).poll_read(cx, buf),
         }
     }
@@ -125,6 +320,7 @@ impl hyper::rt::Write for UpstreamIo {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             UpstreamIo::Tcp(t) => Pin::new(t).poll_write(cx, buf),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
             UpstreamIo::Memory(m) => Pin::new(m).poll_write(cx, buf),
         }
     }
@@ -132,6 +328,7 @@ impl hyper::rt::Write for UpstreamIo {
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Tcp(t) => Pin::new(t).poll_flush(cx),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
             UpstreamIo::Memory(m) => Pin::new(m).poll_flush(cx),
         }
     }
@@ -139,6 +336,7 @@ impl hyper::rt::Write for UpstreamIo {
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         match self.get_mut() {
             UpstreamIo::Tcp(t) => Pin::new(t).poll_shutdown(cx),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
             UpstreamIo::Memory(m) => Pin::new(m).poll_shutdown(cx),
         }
     }
@@ -146,6 +344,7 @@ impl hyper::rt::Write for UpstreamIo {
     fn is_write_vectored(&self) -> bool {
         match self {
             UpstreamIo::Tcp(t) => t.is_write_vectored(),
+            UpstreamIo::Tls(t) => t.is_write_vectored(),
             UpstreamIo::Memory(m) => m.is_write_vectored(),
         }
     }
@@ -157,6 +356,7 @@ impl hyper::rt::Write for UpstreamIo {
     ) -> Poll<std::io::Result<usize>> {
         match self.get_mut() {
             UpstreamIo::Tcp(t) => Pin::new(t).poll_write_vectored(cx, bufs),
+            UpstreamIo::Tls(t) => Pin::new(&mut **t).poll_write_vectored(cx, bufs),
             UpstreamIo::Memory(m) => Pin::new(m).poll_write_vectored(cx, bufs),
         }
     }
@@ -165,16 +365,17 @@ impl hyper::rt::Write for UpstreamIo {
 /// Why an upstream call failed.
 #[derive(Debug, thiserror::Error)]
 pub enum UpstreamError {
-    /// The TCP connection could not be made; no byte of the request was sent.
+    /// The connection could not be made (TCP, the address policy, the TLS handshake);
+    /// no byte of the request was sent.
     #[error("connect to {uri} failed: {source}")]
     Connect {
         /// Upstream URL.
         uri: String,
-        /// Cause.
-        source: Box<hyper_util::client::legacy::Error>,
+        /// Cause, with the reason in words.
+        source: ConnectError,
     },
     /// The request was (possibly partly) sent and then failed.
-    #[error("request to {uri} failed: {source}")]
+    #[error("request to {uri} failed: {}", describe_chain(source))]
     Request {
         /// Upstream URL.
         uri: String,
@@ -186,13 +387,167 @@ pub enum UpstreamError {
     BadUrl(String),
 }
 
+impl UpstreamError {
+    /// Whether bytes of a response had arrived when the call failed: the response head
+    /// could not be parsed (malformed, more fields than [`ResponseLimits::max_headers`],
+    /// larger than [`ResponseLimits::max_head_bytes`]). The upstream then processed the
+    /// request, so it must not be sent again.
+    pub fn response_started(&self) -> bool {
+        let UpstreamError::Request { source, .. } = self else {
+            return false;
+        };
+        std::iter::successors(Some(&**source as &(dyn std::error::Error + 'static)), |e| {
+            e.source()
+        })
+        .filter_map(|e| e.downcast_ref::<hyper::Error>())
+        .any(|e| e.is_parse() || e.is_parse_status() || e.is_parse_too_large())
+    }
+}
+
+/// Limits on upstream response heads (`gateway.max_response_header_count`,
+/// `gateway.max_response_header_bytes`); past them the response is refused (502).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ResponseLimits {
+    /// Most header fields in a response head.
+    pub max_headers: usize,
+    /// Largest response head (status line and header section), bytes; at least
+    /// [`MIN_RESPONSE_HEAD_BYTES`] is used (hyper's smallest read buffer).
+    pub max_head_bytes: usize,
+}
+
+/// The smallest response head limit hyper's HTTP/1 client accepts, bytes.
+pub const MIN_RESPONSE_HEAD_BYTES: usize = 8192;
+
+impl Default for ResponseLimits {
+    /// 100 fields, 64 KiB (Envoy's default response header size limit is 60 KiB).
+    fn default() -> Self {
+        Self {
+            max_headers: 100,
+            max_head_bytes: 64 * 1024,
+        }
+    }
+}
+
+/// A failed connection attempt: hyper-util's error, and why in words (the address
+/// policy's rule, the TLS failure, or the TCP error) as its `Display`.
+#[derive(Debug)]
+pub struct ConnectError {
+    reason: String,
+    source: Box<hyper_util::client::legacy::Error>,
+}
+
+impl ConnectError {
+    fn new(source: Box<hyper_util::client::legacy::Error>) -> Self {
+        Self {
+            reason: describe_chain(&source),
+            source,
+        }
+    }
+
+    /// Why the connection failed, in words.
+    pub fn reason(&self) -> &str {
+        &self.reason
+    }
+
+    /// The connector's refusal (address policy, TLS), when that is why.
+    pub fn refusal(&self) -> Option<&ConnectRefusal> {
+        find_in_chain(&*self.source)
+    }
+}
+
+impl std::fmt::Display for ConnectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.reason)
+    }
+}
+
+impl std::error::Error for ConnectError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&*self.source)
+    }
+}
+
+/// The first `E` in `e`'s chain of sources (`e` included), looking inside I/O errors.
+fn find_in_chain<'a, E: std::error::Error + 'static>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a E> {
+    std::iter::successors(Some(e), |err| err.source()).find_map(|err| {
+        err.downcast_ref::<E>().or_else(|| {
+            err.downcast_ref::<std::io::Error>()
+                .and_then(|io| io.get_ref())
+                .and_then(|inner| inner.downcast_ref::<E>())
+        })
+    })
+}
+
+/// `e` in words: the connector's [`ConnectRefusal`] when there is one, otherwise the
+/// messages of its chain of sources after hyper-util's generic top level (`client
+/// error (Connect)`), joined with `: `.
+fn describe_chain(e: &hyper_util::client::legacy::Error) -> String {
+    if let Some(refusal) = find_in_chain::<ConnectRefusal>(e) {
+        return refusal.to_string();
+    }
+    // A TLS alert after the handshake (TLS 1.3 servers refuse a missing client
+    // certificate only then).
+    if let Some(io) = std::iter::successors(std::error::Error::source(e), |err| err.source())
+        .filter_map(|err| err.downcast_ref::<std::io::Error>())
+        .find(|io| {
+            io.get_ref()
+                .is_some_and(|inner| inner.is::<rustls::Error>())
+        })
+    {
+        return format!("TLS: {}", super::tls::describe_tls_failure(io));
+    }
+    let mut parts: Vec<String> = Vec::new();
+    for err in std::iter::successors(std::error::Error::source(e), |err| err.source()) {
+        let text = err.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+    }
+    if parts.is_empty() {
+        return e.to_string();
+    }
+    let text = parts.join(": ");
+    // Over h2 the alert reaches here as text only (h2 keeps an I/O error's message).
+    match super::tls::describe_alert_text(&text) {
+        Some(why) => format!("TLS: {why} ({text})"),
+        None => text,
+    }
+}
+
 impl UpstreamClient {
-    /// A client with the given timeouts.
+    /// A client for upstreams spillway starts itself (`process` pools and tiers, on
+    /// loopback): the address policy allows loopback; `https://` URLs trust the system
+    /// roots.
     pub fn new(settings: ClientSettings) -> Self {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(settings.connect_timeout));
-        connector.set_nodelay(true);
-        Self::with_connector(settings, Connector::Tcp(connector))
+        Self::for_upstreams(
+            settings,
+            ResponseLimits::default(),
+            AddressPolicy::new(true),
+            None,
+        )
+    }
+
+    /// A client for user-given upstreams (`static` VM URLs, `http` function tiers, EC2
+    /// instances) under `policy`; `tls` for `https://` upstreams
+    /// ([`crate::net::tls::load_client_config`]; `None`: the system roots).
+    pub fn for_upstreams(
+        settings: ClientSettings,
+        limits: ResponseLimits,
+        policy: AddressPolicy,
+        tls: Option<Arc<rustls::ClientConfig>>,
+    ) -> Self {
+        let connector = TcpConnector::new(settings.connect_timeout, policy.clone(), tls);
+        let mut client = Self::with_connector(settings, limits, Connector::Tcp(connector));
+        client.policy = Some(policy);
+        client
+    }
+
+    /// The connect-time address policy (`None` for in-memory connections): record the
+    /// gateway's listeners in it once they are bound.
+    pub fn address_policy(&self) -> Option<&AddressPolicy> {
+        self.policy.as_ref()
     }
 
     /// A client whose every connection is an in-memory stream of `buffer_bytes` per
@@ -207,22 +562,38 @@ impl UpstreamClient {
             accept,
             buffer_bytes,
         });
-        (Self::with_connector(settings, connector), accepted)
+        (
+            Self::with_connector(settings, ResponseLimits::default(), connector),
+            accepted,
+        )
     }
 
-    fn with_connector(settings: ClientSettings, connector: Connector) -> Self {
+    fn with_connector(
+        settings: ClientSettings,
+        limits: ResponseLimits,
+        connector: Connector,
+    ) -> Self {
+        let head_bytes = limits.max_head_bytes.max(MIN_RESPONSE_HEAD_BYTES);
         // A request hyper never wrote because its pooled connection closed first goes
         // out again on a new connection (nothing of it was sent).
         let inner = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(settings.idle_timeout)
             .pool_timer(TokioTimer::new())
             .retry_canceled_requests(true)
+            .http1_max_headers(limits.max_headers)
+            .http1_max_buf_size(head_bytes)
             .build(connector.clone());
         let fresh = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .retry_canceled_requests(false)
+            .http1_max_headers(limits.max_headers)
+            .http1_max_buf_size(head_bytes)
             .build(connector);
-        Self { inner, fresh }
+        Self {
+            inner,
+            fresh,
+            policy: None,
+        }
     }
 
     /// Send `req` to `base` (scheme + authority, optional path prefix), keeping the
@@ -263,7 +634,10 @@ impl UpstreamClient {
         client.request(req).await.map_err(|source| {
             let (uri, source) = (uri.to_string(), Box::new(source));
             if source.is_connect() {
-                UpstreamError::Connect { uri, source }
+                UpstreamError::Connect {
+                    uri,
+                    source: ConnectError::new(source),
+                }
             } else {
                 UpstreamError::Request { uri, source }
             }

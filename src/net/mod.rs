@@ -1,16 +1,16 @@
 //! HTTP and network primitives shared by the data plane ([`crate::proxy`]) and the
-//! backends ([`crate::backends`]): the boxed body type, the pooled upstream client, header
-//! hygiene, TLS server configuration and [`ClientInfo`]. A leaf module: it imports no
+//! backends ([`crate::backends`]): the boxed body type, the pooled upstream client and its
+//! address policy, header hygiene, TLS configuration and [`ClientInfo`]. A leaf module: it imports no
 //! other spillway module, so that the proxy and the backends both depend on it and never
 //! on each other's internals (`scripts/check-module-deps.sh`).
 //!
 //! | module | role |
 //! |---|---|
 //! | [`body`] | the boxed body type and the end-of-body hook |
-//! | [`client`] | pooled upstream client |
+//! | [`client`] | pooled upstream client; its connector enforces the address policy and speaks TLS to `https://` upstreams |
 //! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
-//! | [`tls`] | rustls server configuration |
-//! | [`upstream`] | which upstream addresses users may configure |
+//! | [`tls`] | rustls configuration: the TLS listener, and HTTPS upstreams (roots, CA bundle, client certificate) |
+//! | [`upstream`] | the upstream address policy, at parse time and at connect time |
 //! | [`validate`] | request validation and path normalization before routing |
 
 pub mod body;

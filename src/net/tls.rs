@@ -1,6 +1,12 @@
-//! TLS listener configuration: loads a PEM certificate chain and private key into a
-//! [`rustls::ServerConfig`] that uses the ring crypto provider and offers ALPN `h2` then
-//! `http/1.1`.
+//! TLS configuration, both sides, with the ring crypto provider:
+//!
+//! * the listener ([`load_server_config`]): a PEM certificate chain and private key into
+//!   a [`rustls::ServerConfig`] that offers ALPN `h2` then `http/1.1`;
+//! * HTTPS upstreams ([`load_client_config`], used by [`crate::net::client`]): the
+//!   system's trust store (`rustls-native-certs`) and/or a PEM CA bundle file, an
+//!   optional client certificate for mutual TLS, ALPN `h2` then `http/1.1`; and
+//!   [`describe_tls_failure`], which says in words why a handshake failed (expired,
+//!   wrong name, unknown issuer, client certificate required).
 //!
 //! PEM parsing uses rustls' own [`PemObject`] API (no `rustls-pemfile`). Every error
 //! names the file it is about, so a misconfigured listener fails at start-up with a
@@ -78,6 +84,32 @@ pub enum TlsError {
         cert_path: PathBuf,
         /// The key file.
         key_path: PathBuf,
+    },
+    /// A certificate of a CA bundle file is not a usable trust anchor.
+    #[error("unusable CA certificate in {}: {source}", path.display())]
+    InvalidCa {
+        /// The CA bundle file.
+        path: PathBuf,
+        /// The error reported by rustls.
+        source: rustls::Error,
+    },
+    /// A client certificate was given without its key, or the other way round.
+    #[error("{given} is set without {missing}: mutual TLS needs both")]
+    ClientAuthIncomplete {
+        /// The setting given.
+        given: &'static str,
+        /// The setting missing.
+        missing: &'static str,
+    },
+    /// Neither the system trust store nor a CA bundle file gives a root certificate:
+    /// no HTTPS upstream could be verified.
+    #[error(
+        "no root certificates: the system trust store is {} and no CA bundle file is set (gateway.upstream_tls.ca_file)",
+        if *system_roots { "empty or unreadable" } else { "turned off" }
+    )]
+    NoRoots {
+        /// Whether the system trust store was asked.
+        system_roots: bool,
     },
     /// rustls rejected the protocol-version/provider combination (should not happen with
     /// the ring provider's defaults).
@@ -164,6 +196,154 @@ pub fn load_server_config(
         .with_cert_resolver(Arc::new(SingleCertAndKey::from(certified)));
     config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
     Ok(Arc::new(config))
+}
+
+/// Where the upstream client's TLS trust and identity come from (all paths optional).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct ClientTlsFiles<'a> {
+    /// A PEM bundle of CA certificates trusted for upstreams, in addition to the
+    /// system's when `system_roots`.
+    pub ca_file: Option<&'a Path>,
+    /// Trust the system's root certificates (`SSL_CERT_FILE`/`SSL_CERT_DIR` or the
+    /// platform store, read with `rustls-native-certs`).
+    pub system_roots: bool,
+    /// PEM certificate chain presented to upstreams that ask for one (mutual TLS).
+    pub client_cert_file: Option<&'a Path>,
+    /// PEM private key of `client_cert_file`.
+    pub client_key_file: Option<&'a Path>,
+}
+
+/// Build the upstream client's TLS configuration: trust the system roots (when
+/// `system_roots`) and every certificate of `ca_file`; present `client_cert_file` with
+/// `client_key_file` when set; TLS 1.2 and 1.3; ALPN [`ALPN_PROTOCOLS`] (`h2`, then
+/// `http/1.1`). The server name (SNI, and the name the certificate must carry) is the
+/// upstream URL's host, set per connection.
+///
+/// # Errors
+/// A [`TlsError`] naming the file: unreadable, malformed, no certificate, a CA the
+/// verifier cannot use, a client key that does not match its certificate, only one of
+/// the client certificate and key, or no root certificate at all.
+pub fn load_client_config(
+    files: ClientTlsFiles<'_>,
+) -> Result<Arc<rustls::ClientConfig>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    if files.system_roots {
+        let native = rustls_native_certs::load_native_certs();
+        if !native.errors.is_empty() {
+            tracing::debug!(errors = ?native.errors, "some system root certificates could not be read");
+        }
+        roots.add_parsable_certificates(native.certs);
+    }
+    if let Some(path) = files.ca_file {
+        for cert in load_cert_chain(path)? {
+            roots.add(cert).map_err(|source| TlsError::InvalidCa {
+                path: path.to_path_buf(),
+                source,
+            })?;
+        }
+    }
+    if roots.is_empty() {
+        return Err(TlsError::NoRoots {
+            system_roots: files.system_roots,
+        });
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(TlsError::Config)?
+        .with_root_certificates(roots);
+    let mut config = match (files.client_cert_file, files.client_key_file) {
+        (None, None) => builder.with_no_client_auth(),
+        (Some(cert_file), Some(key_file)) => {
+            let chain = load_cert_chain(cert_file)?;
+            let key = load_private_key(key_file)?;
+            let certified = certified_key(chain, key, &provider, cert_file, key_file)?;
+            builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(certified)))
+        }
+        (Some(_), None) => {
+            return Err(TlsError::ClientAuthIncomplete {
+                given: "gateway.upstream_tls.client_cert_file",
+                missing: "client_key_file",
+            });
+        }
+        (None, Some(_)) => {
+            return Err(TlsError::ClientAuthIncomplete {
+                given: "gateway.upstream_tls.client_key_file",
+                missing: "client_cert_file",
+            });
+        }
+    };
+    config.alpn_protocols = ALPN_PROTOCOLS.iter().map(|p| p.to_vec()).collect();
+    Ok(Arc::new(config))
+}
+
+/// Why a TLS handshake with an upstream failed, in words an operator can act on:
+/// `certificate expired`, `certificate not valid for this host name`, `certificate
+/// signed by an unknown issuer`, `the upstream requires a client certificate`, …, then
+/// rustls' own detail in parentheses. `err` is what the handshake returned (tokio-rustls wraps the
+/// [`rustls::Error`] in an I/O error).
+pub fn describe_tls_failure(err: &std::io::Error) -> String {
+    let Some(tls) = err
+        .get_ref()
+        .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+    else {
+        return format!("connection failed during the TLS handshake: {err}");
+    };
+    format!("{} ({tls})", tls_failure_reason(tls))
+}
+
+/// What a TLS alert named in an error message means, when `text` holds one
+/// (`received fatal alert: CertificateRequired`): for errors that kept only the text.
+pub fn describe_alert_text(text: &str) -> Option<&'static str> {
+    use rustls::AlertDescription as A;
+    let name = text.split("received fatal alert: ").nth(1)?;
+    let name = name.split(|c: char| !c.is_ascii_alphanumeric()).next()?;
+    [
+        A::CertificateRequired,
+        A::BadCertificate,
+        A::UnknownCA,
+        A::CertificateUnknown,
+        A::AccessDenied,
+        A::HandshakeFailure,
+    ]
+    .into_iter()
+    .find(|a| format!("{a:?}") == name)
+    .map(|a| tls_failure_reason(&rustls::Error::AlertReceived(a)))
+}
+
+fn tls_failure_reason(tls: &rustls::Error) -> &'static str {
+    use rustls::{AlertDescription, CertificateError};
+    match tls {
+        rustls::Error::InvalidCertificate(c) => match c {
+            CertificateError::Expired | CertificateError::ExpiredContext { .. } => {
+                "certificate expired"
+            }
+            CertificateError::NotValidYet | CertificateError::NotValidYetContext { .. } => {
+                "certificate not valid yet"
+            }
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                "certificate not valid for this host name"
+            }
+            CertificateError::UnknownIssuer => {
+                "certificate signed by an unknown issuer (not in gateway.upstream_tls.ca_file or the system roots)"
+            }
+            CertificateError::Revoked => "certificate revoked",
+            CertificateError::BadSignature => "certificate has a bad signature",
+            _ => "invalid certificate",
+        },
+        rustls::Error::AlertReceived(AlertDescription::CertificateRequired) => {
+            "the upstream requires a client certificate (gateway.upstream_tls.client_cert_file)"
+        }
+        rustls::Error::AlertReceived(
+            AlertDescription::BadCertificate
+            | AlertDescription::UnknownCA
+            | AlertDescription::CertificateUnknown
+            | AlertDescription::AccessDenied,
+        ) => "the upstream refused the gateway's client certificate",
+        rustls::Error::AlertReceived(_) => "the upstream aborted the handshake",
+        rustls::Error::NoApplicationProtocol => "no common application protocol (ALPN)",
+        _ => "TLS handshake failed",
+    }
 }
 
 /// Pair the chain with its signing key, checking that the key matches the end-entity

@@ -32,6 +32,13 @@
 //!    with `"; "`, so every backend — HTTP/1.1 upstreams and the Lambda events alike — sees
 //!    one cookie header.
 //!
+//! 7. **Header names with `_`** ([`RequestRules::underscores`], Envoy's
+//!    `headers_with_underscores_action`, nginx's `underscores_in_headers off`): many
+//!    backends (CGI, WSGI, Rack, PHP and the frameworks on them) map `_` and `-` to the
+//!    same variable, so a client's `X_Forwarded_For` or `X_Real_IP` would reach them as
+//!    the header the gateway controls. Such fields are dropped (default), the request is
+//!    refused (400), or they pass unchanged (`allow`).
+//!
 //! The result is stored in the request's extensions as a [`RequestTarget`]: the
 //! normalized path and the effective authority, for route keys and path prefixes.
 
@@ -67,6 +74,8 @@ pub struct RequestRules {
     pub max_uri_bytes: usize,
     /// How paths are normalized.
     pub path: PathRules,
+    /// What happens to header fields whose name holds `_`.
+    pub underscores: UnderscoresAction,
 }
 
 impl Default for RequestRules {
@@ -76,8 +85,23 @@ impl Default for RequestRules {
             max_header_count: DEFAULT_MAX_HEADER_COUNT,
             max_uri_bytes: DEFAULT_MAX_URI_BYTES,
             path: PathRules::default(),
+            underscores: UnderscoresAction::default(),
         }
     }
+}
+
+/// What to do with a request header field whose name contains `_` —
+/// `gateway.headers_with_underscores_action`, Envoy's option of that name.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnderscoresAction {
+    /// Forward the field unchanged. Unsafe in front of a backend that folds `_` into `-`.
+    Allow,
+    /// Remove the field, forward the request (the default; nginx's behaviour).
+    #[default]
+    DropHeader,
+    /// Refuse the request: 400.
+    RejectRequest,
 }
 
 impl RequestRules {
@@ -225,6 +249,10 @@ pub enum RequestError {
     /// The path was refused → 400.
     #[error(transparent)]
     Path(#[from] PathError),
+    /// A header name with `_` under `headers_with_underscores_action: reject_request`
+    /// → 400.
+    #[error("header name with an underscore: {0}")]
+    UnderscoreHeader(String),
 }
 
 /// The normalized request target, stored in the request's extensions by [`check`]:
@@ -350,6 +378,22 @@ fn check_inner<B>(mut req: Request<B>, rules: &RequestRules) -> Result<Checked<B
     }
     // 6. One cookie field.
     join_cookies(h);
+    // 7. Header names with `_`.
+    if rules.underscores != UnderscoresAction::Allow
+        && let Some(name) = h.keys().find(|n| n.as_str().contains('_'))
+    {
+        if rules.underscores == UnderscoresAction::RejectRequest {
+            return Err(RequestError::UnderscoreHeader(name.as_str().to_string()));
+        }
+        let names: Vec<header::HeaderName> = h
+            .keys()
+            .filter(|n| n.as_str().contains('_'))
+            .cloned()
+            .collect();
+        for n in names {
+            h.remove(n);
+        }
+    }
 
     req.extensions_mut().insert(RequestTarget {
         path: normalized.path,
@@ -873,6 +917,7 @@ mod tests {
             max_header_count: 3,
             max_uri_bytes: 20,
             path: PathRules::default(),
+            underscores: UnderscoresAction::Allow,
         };
         let run = |r| check(r, &rules);
         // host: a (4+1+4 = 9) + x: 85 bytes (1 + 85 + 4 = 90) = 99 ≤ 100.
@@ -989,6 +1034,46 @@ mod tests {
                 let resolved = remove_dot_segments(&joined, true).expect("no parameters");
                 prop_assert!(resolved.starts_with("/fn/api/"), "{}", resolved);
             }
+        }
+    }
+
+    #[test]
+    fn header_names_with_underscores_are_dropped_refused_or_kept() {
+        let headers = [
+            ("host", "a"),
+            ("x_forwarded_for", "10.6.6.6"),
+            ("x_real_ip", "10.6.6.6"),
+            ("x-forwarded-for", "203.0.113.1"),
+        ];
+        let with = |underscores| RequestRules {
+            underscores,
+            ..RequestRules::default()
+        };
+        match check(
+            req(Version::HTTP_11, "/", &headers),
+            &with(UnderscoresAction::DropHeader),
+        ) {
+            Checked::Forward(r) => {
+                let names: Vec<&str> = r.headers().keys().map(|n| n.as_str()).collect();
+                assert_eq!(names, ["host", "x-forwarded-for"]);
+            }
+            other => panic!("{other:?}"),
+        }
+        match check(
+            req(Version::HTTP_2, "/", &headers),
+            &with(UnderscoresAction::RejectRequest),
+        ) {
+            Checked::Refuse(RequestError::UnderscoreHeader(name)) => {
+                assert_eq!(name, "x_forwarded_for");
+            }
+            other => panic!("{other:?}"),
+        }
+        match check(
+            req(Version::HTTP_11, "/", &headers),
+            &with(UnderscoresAction::Allow),
+        ) {
+            Checked::Forward(r) => assert_eq!(r.headers().len(), 4),
+            other => panic!("{other:?}"),
         }
     }
 }

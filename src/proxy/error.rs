@@ -253,7 +253,8 @@ impl ProxyError {
                 | RequestError::DuplicateHost
                 | RequestError::InvalidHost(_)
                 | RequestError::HostMismatch { .. }
-                | RequestError::Path(_) => StatusCode::BAD_REQUEST,
+                | RequestError::Path(_)
+                | RequestError::UnderscoreHeader(_) => StatusCode::BAD_REQUEST,
             },
         }
     }

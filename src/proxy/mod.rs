@@ -4,6 +4,7 @@
 //! | module | role |
 //! |---|---|
 //! | [`server`] | listeners, connection serving, graceful shutdown |
+//! | [`lifetime`] | client connection budgets and deadlines (first request, header read, keep-alive idle) |
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`admin`] | `/healthz`, `/metrics`, `/status` |
@@ -22,6 +23,7 @@ pub mod cpu_node_exporter;
 pub mod cpu_prometheus;
 pub mod driver;
 pub mod error;
+pub mod lifetime;
 pub mod reload;
 pub mod server;
 pub mod service;

@@ -1,7 +1,10 @@
 //! Listeners and process lifetime: binds the proxy (plain and optional TLS) and admin
-//! listeners, serves HTTP/1.1 and h2 through hyper-util's auto builder with hyper's timer
-//! installed (header-read timeout), and shuts down gracefully: stop accepting, let
-//! in-flight requests finish within `drain_timeout_seconds`, stop every child process.
+//! listeners, admits each accepted connection within its listener's connection budget,
+//! serves HTTP/1.1 and h2 through hyper-util's auto builder under the connection
+//! deadlines of [`super::lifetime`] (first request, header read, keep-alive idle), and
+//! shuts down gracefully: stop accepting, close idle connections (h2: GOAWAY), let
+//! in-flight requests and `Upgrade` tunnels finish within `drain_timeout_seconds`, stop
+//! every child process.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -13,8 +16,8 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::backends::function_http::HttpFunctionTier;
@@ -30,6 +33,7 @@ use super::async_calls::AsyncCalls;
 use super::async_secrets::Sealer;
 use super::async_store::{CallStore, RedbStore};
 use super::driver::Gateway;
+use super::lifetime::{self, ConnLimits, ConnPermit, Deadlines, Lifetime, Tracked};
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::tls::{self, TlsError};
@@ -253,12 +257,37 @@ impl Server {
         let admin_token =
             super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
-        let client = client.unwrap_or_else(|| {
-            UpstreamClient::new(ClientSettings {
-                connect_timeout: secs(g.connect_timeout_seconds),
-                idle_timeout: secs(g.idle_timeout_seconds),
-            })
-        });
+        // Two clients under the address policy (net::upstream): user-given upstreams
+        // (static, http, EC2) per `allow_loopback_upstreams`, spillway's own processes
+        // on loopback. Both never reach the gateway's listeners (recorded after bind).
+        let (client, own_client) = match client {
+            Some(c) => (c.clone(), c),
+            None => {
+                let settings = ClientSettings {
+                    connect_timeout: secs(g.connect_timeout_seconds),
+                    idle_timeout: secs(g.idle_timeout_seconds),
+                };
+                let limits = crate::net::client::ResponseLimits {
+                    max_headers: g.max_response_header_count,
+                    max_head_bytes: g.max_response_header_bytes,
+                };
+                let policy = crate::net::upstream::AddressPolicy::new(g.allow_loopback_upstreams);
+                (
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        policy,
+                        g.upstream_tls_config()?,
+                    ),
+                    UpstreamClient::for_upstreams(
+                        settings,
+                        limits,
+                        crate::net::upstream::AddressPolicy::new(true),
+                        None,
+                    ),
+                )
+            }
+        };
         let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
             .vm_pool
             .as_ref()
@@ -304,7 +333,7 @@ impl Server {
         for spec in &specs {
             zones.push(match &spec.tier {
                 FunctionTierConfig::Process(f) => {
-                    ProcessFunctionTier::new(f, spillway_exe.clone(), client.clone())
+                    ProcessFunctionTier::new(f, spillway_exe.clone(), own_client.clone())
                 }
                 FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
                 #[cfg(feature = "aws")]
@@ -338,11 +367,16 @@ impl Server {
                 .async_enabled()
                 .then(|| config.async_calls.delay_params(config.slots_per_vm())),
         );
+        let vm_client = if matches!(config.vm_pool, Some(VmPoolConfig::Process(_))) {
+            own_client.clone()
+        } else {
+            client.clone()
+        };
         let gateway = Gateway::new(
             core,
             vm_provider,
             zones,
-            client,
+            vm_client,
             readiness,
             config.cip_rps(),
         );
@@ -365,6 +399,14 @@ impl Server {
             }
             None => None,
         };
+        let mut listeners = vec![proxy.local_addr(), admin.local_addr()];
+        listeners.extend(tls.as_ref().map(|(l, _)| l.local_addr()));
+        let listeners: Vec<SocketAddr> = listeners.into_iter().filter_map(Result::ok).collect();
+        for c in [&client, &own_client] {
+            if let Some(policy) = c.address_policy() {
+                policy.set_gateway_listeners(&listeners);
+            }
+        }
         if config.async_enabled() {
             let (store, sealer): (Arc<dyn CallStore>, _) = match store {
                 Store::Given(s) => (s, Sealer::ephemeral()),
@@ -473,8 +515,12 @@ impl Server {
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
         let connections = Connections::new(&self.config, Arc::clone(&self.gateway), settings);
-        let graceful = GracefulShutdown::new();
-        let handshake_timeout = secs(g.header_read_timeout_seconds);
+        let (max_total, max_per_ip) = g.connection_limits();
+        warn_if_over_fd_limit(max_total);
+        let limits = ConnLimits::new("proxy", max_total, max_per_ip);
+        // Turned true at shutdown: every connection closes gracefully once idle.
+        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
+        let first_request = connections.deadlines.header_read;
 
         let admin_task = {
             let gw = Arc::clone(&self.gateway);
@@ -485,36 +531,67 @@ impl Server {
                 reloader: Some(Arc::clone(&reloader)),
                 draining: Arc::clone(&draining),
             };
+            let deadlines = connections.deadlines;
+            let admin_limits = ConnLimits::new(
+                "admin",
+                lifetime::ADMIN_MAX_CONNECTIONS,
+                lifetime::ADMIN_MAX_CONNECTIONS,
+            );
             tokio::spawn(async move {
                 let mut backoff = AcceptBackoff::new("admin");
                 loop {
-                    let stream = match admin.accept().await {
-                        Ok((stream, _)) => {
+                    let (stream, peer) = match admin.accept().await {
+                        Ok(accepted) => {
                             backoff.succeeded();
-                            stream
+                            accepted
                         }
                         Err(e) => {
                             backoff.failed(&e).await;
                             continue;
                         }
                     };
+                    let accepted_at = Instant::now();
+                    let Ok(permit) = admin_limits.admit("admin", peer.ip(), false) else {
+                        continue;
+                    };
                     let gw = Arc::clone(&gw);
                     let prometheus = prometheus.clone();
                     let ctx = ctx.clone();
                     tokio::spawn(async move {
+                        let life = Lifetime::new(accepted_at, deadlines);
+                        let io = Tracked::new(stream, Arc::clone(&life), Some(permit));
+                        let requests = Arc::clone(&life);
                         let svc = service_fn(move |req| {
-                            super::admin::handle(
+                            let in_flight = requests.request_started(false);
+                            let answer = super::admin::handle(
                                 Arc::clone(&gw),
                                 prometheus.clone(),
                                 ctx.clone(),
                                 req,
-                            )
+                            );
+                            async move {
+                                let resp = answer.await?;
+                                Ok::<_, std::convert::Infallible>(resp.map(|b| {
+                                    crate::net::body::boxed(crate::net::body::GuardedBody::new(
+                                        b, in_flight,
+                                    ))
+                                }))
+                            }
                         });
-                        let _ = hyper::server::conn::http1::Builder::new()
+                        let conn = hyper::server::conn::http1::Builder::new()
                             .timer(TokioTimer::new())
-                            .header_read_timeout(Duration::from_secs(10))
-                            .serve_connection(TokioIo::new(stream), svc)
-                            .await;
+                            .header_read_timeout(None)
+                            .serve_connection(TokioIo::new(io), svc);
+                        tokio::pin!(conn);
+                        let _ = lifetime::supervise(
+                            conn.as_mut(),
+                            |c| c.graceful_shutdown(),
+                            &life,
+                            None,
+                            std::future::pending(),
+                            peer,
+                        )
+                        .await;
                     });
                 }
             })
@@ -537,16 +614,18 @@ impl Server {
                             continue;
                         }
                     };
+                    let accepted_at = Instant::now();
+                    let Some(permit) = connections.admit(&limits, "proxy", peer) else {
+                        continue;
+                    };
                     let _ = stream.set_nodelay(true);
                     let connections = connections.clone();
-                    let watcher = graceful.watcher();
+                    let drain = drain_rx.clone();
                     tokio::spawn(async move {
-                        // hyper's header-read timer starts with the first byte; a client
-                        // that connects and sends nothing gets the same deadline here.
-                        if !matches!(tokio::time::timeout(handshake_timeout, stream.peek(&mut [0u8; 1])).await, Ok(Ok(1..))) {
-                            return tracing::debug!(%peer, "client sent nothing before the header timeout");
-                        }
-                        if let Err(e) = connections.serve(stream, peer, "http", Some(watcher)).await {
+                        if let Err(e) = connections
+                            .serve_accepted(stream, peer, "http", accepted_at, Some(permit), Some(drain))
+                            .await
+                        {
                             tracing::debug!(error = %e, "client connection ended with an error");
                         }
                     });
@@ -563,15 +642,26 @@ impl Server {
                         }
                         None => continue,
                     };
+                    let accepted_at = Instant::now();
+                    let Some(permit) = connections.admit(&limits, "tls", peer) else {
+                        continue;
+                    };
                     let connections = connections.clone();
-                    let watcher = graceful.watcher();
+                    let drain = drain_rx.clone();
                     tokio::spawn(async move {
-                        let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                        // The handshake counts against the first-request deadline.
+                        let tls = match tokio::time::timeout_at(accepted_at + first_request, acceptor.accept(stream)).await {
                             Ok(Ok(tls)) => tls,
                             Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
-                            Err(_) => return tracing::debug!(%peer, "TLS handshake timed out"),
+                            Err(_) => {
+                                crate::telemetry::timeout(lifetime::Expiry::FirstRequest.as_str());
+                                return tracing::debug!(%peer, "TLS handshake timed out");
+                            }
                         };
-                        if let Err(e) = connections.serve(tls, peer, "https", Some(watcher)).await {
+                        if let Err(e) = connections
+                            .serve_accepted(tls, peer, "https", accepted_at, Some(permit), Some(drain))
+                            .await
+                        {
                             tracing::debug!(error = %e, "TLS client connection ended with an error");
                         }
                     });
@@ -582,16 +672,20 @@ impl Server {
         drop(self.tls);
         sighup_task.abort();
         draining.store(true, Ordering::Release);
+        let _ = drain_tx.send(true);
         let drain = reloader.drain_timeout();
         tracing::info!(
-            in_flight_connections = graceful.count(),
+            open_connections = limits.open(),
             drain_timeout_seconds = drain.as_secs_f64(),
             "shutting down: draining"
         );
         tokio::select! {
-            () = graceful.shutdown() => {}
+            () = limits.all_closed() => {}
             () = tokio::time::sleep(drain) => {
-                tracing::warn!("drain timeout reached; closing the remaining connections");
+                tracing::warn!(
+                    open_connections = limits.open(),
+                    "drain timeout reached; closing the remaining connections and tunnels"
+                );
             }
             () = shutdown_signal() => {
                 tracing::warn!("second signal: closing the remaining connections now");
@@ -603,16 +697,36 @@ impl Server {
     }
 }
 
+/// Warn at start when `max_connections` client connections, each with an upstream
+/// connection, could exhaust the file-descriptor limit.
+fn warn_if_over_fd_limit(max_connections: usize) {
+    if let Some(fds) = crate::config::open_files_limit()
+        && (max_connections as u64)
+            .saturating_mul(2)
+            .saturating_add(64)
+            > fds
+    {
+        tracing::warn!(
+            max_connections,
+            open_files_limit = fds,
+            "gateway.max_connections × 2 + 64 exceeds the file-descriptor limit (RLIMIT_NOFILE): at the limit, accept and upstream connects fail; raise `ulimit -n` or lower max_connections"
+        );
+    }
+}
+
 /// Serves client connections, on TCP, TLS or any other byte stream (in-memory streams
 /// in the request-path bench): HTTP/1.1 with upgrades and h2 (prior knowledge) through
-/// hyper-util's auto builder, with the gateway's header limits and timeouts, each
-/// request through [`service::handle`]. Cheap to clone.
+/// hyper-util's auto builder, with the gateway's header limits, h2 keep-alive PINGs and
+/// the connection deadlines of [`super::lifetime`], each request through
+/// [`service::handle`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Connections {
     builder: Arc<auto::Builder<TokioExecutor>>,
     gateway: Arc<Gateway>,
     /// The request path's settings in force (a reload replaces them).
     settings: Arc<std::sync::RwLock<Arc<ServiceSettings>>>,
+    /// First-request, header-read and keep-alive idle deadlines.
+    deadlines: Deadlines,
 }
 
 impl Connections {
@@ -629,7 +743,12 @@ impl Connections {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(secs(g.header_read_timeout_seconds))
+            // The header-read deadline is `lifetime`'s: hyper's timer would also run
+            // between keep-alive requests.
+            .header_read_timeout(None)
+            // A client that sends its request and then shuts down its write side
+            // (`shutdown(SHUT_WR)`) still gets the answer (HAProxy does the same).
+            .half_close(true)
             .keep_alive(true)
             // Header limits: hyper answers 431 itself past these outer
             // bounds (more fields than the limit; a head that does not fit its read
@@ -643,17 +762,44 @@ impl Connections {
             .max_concurrent_streams(g.max_concurrent_streams)
             .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
             .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
-            .max_header_list_size(rules.h2_max_header_list_size());
+            .max_header_list_size(rules.h2_max_header_list_size())
+            .keep_alive_interval(
+                (g.http2_keepalive_interval_seconds > 0.0)
+                    .then(|| secs(g.http2_keepalive_interval_seconds)),
+            )
+            .keep_alive_timeout(secs(g.http2_keepalive_timeout_seconds));
         Self {
             builder: Arc::new(builder),
             gateway,
             settings,
+            deadlines: Deadlines {
+                header_read: secs(g.header_read_timeout_seconds),
+                keepalive_idle: secs(g.keepalive_idle_timeout_seconds),
+            },
         }
     }
 
-    /// Serve one client connection from `peer` until it ends (or, with `watcher`, until
-    /// a graceful shutdown has let its in-flight requests finish), or until the client
-    /// cancels too many requests (see [`MAX_CANCELLED_REQUESTS`]).
+    /// Admit a connection from `peer` on `listener` within `limits` (a trusted proxy is
+    /// counted only in the total); `None`: refused, the caller drops the stream.
+    fn admit(
+        &self,
+        limits: &ConnLimits,
+        listener: &'static str,
+        peer: SocketAddr,
+    ) -> Option<ConnPermit> {
+        let trusted = self
+            .settings
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .trusted_proxies
+            .contains(peer.ip());
+        limits.admit(listener, peer.ip(), trusted).ok()
+    }
+
+    /// Serve one client connection from `peer`, accepted now, until it ends (or, once
+    /// `drain` turns true, until a graceful shutdown has let its in-flight requests
+    /// finish), under the connection deadlines, or until the client cancels too many
+    /// requests (see [`MAX_CANCELLED_REQUESTS`]).
     ///
     /// # Errors
     /// The connection's protocol or I/O error (logged at debug level by the caller).
@@ -662,54 +808,73 @@ impl Connections {
         io: I,
         peer: SocketAddr,
         scheme: &'static str,
-        watcher: Option<hyper_util::server::graceful::Watcher>,
+        drain: Option<tokio::sync::watch::Receiver<bool>>,
     ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        self.serve_accepted(io, peer, scheme, Instant::now(), None, drain)
+            .await
+    }
+
+    /// [`Self::serve`] for a connection accepted at `accepted_at` (its first-request
+    /// deadline counts from then), holding `permit` until the byte stream is dropped.
+    async fn serve_accepted<I>(
+        &self,
+        io: I,
+        peer: SocketAddr,
+        scheme: &'static str,
+        accepted_at: Instant,
+        permit: Option<ConnPermit>,
+        drain: Option<tokio::sync::watch::Receiver<bool>>,
+    ) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+    where
+        I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let life = Lifetime::new(accepted_at, self.deadlines);
+        let io = Tracked::new(io, Arc::clone(&life), permit);
         let gw = Arc::clone(&self.gateway);
         let settings = Arc::clone(&self.settings);
         let cancels = Arc::new(CancelWatch::default());
         let watch = Arc::clone(&cancels);
-        let svc = service_fn(move |req| {
+        let requests = Arc::clone(&life);
+        let svc = service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let gw = Arc::clone(&gw);
             // A request keeps the settings in force when it arrived (reload).
             let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
             let pending = watch.begin();
+            let in_flight = requests.request_started(req.version() == http::Version::HTTP_2);
             async move {
                 let resp = service::handle(gw, settings, req, peer, scheme).await;
                 pending.done();
-                Ok::<_, std::convert::Infallible>(resp)
+                // In flight until the response body ended (or was dropped).
+                Ok::<_, std::convert::Infallible>(resp.map(|b| {
+                    crate::net::body::boxed(crate::net::body::GuardedBody::new(b, in_flight))
+                }))
             }
         });
         let conn = self
             .builder
             .serve_connection_with_upgrades(TokioIo::new(io), svc);
-        match watcher {
-            Some(w) => until_cancel_flood(w.watch(conn.into_owned()), cancels, peer).await,
-            None => until_cancel_flood(conn, cancels, peer).await,
-        }
-    }
-}
-
-/// Serve one connection until it ends, or close it when its client cancels too many
-/// requests (see [`MAX_CANCELLED_REQUESTS`]).
-async fn until_cancel_flood<E>(
-    conn: impl Future<Output = Result<(), E>>,
-    cancels: Arc<CancelWatch>,
-    peer: SocketAddr,
-) -> Result<(), E> {
-    tokio::select! {
-        ended = conn => ended,
-        () = cancels.tripped.notified() => {
+        tokio::pin!(conn);
+        let flood = async {
+            cancels.tripped.notified().await;
             tracing::warn!(
                 %peer,
                 cancelled = cancels.cancelled.load(Ordering::Relaxed),
                 requests = cancels.started.load(Ordering::Relaxed),
                 "closing a client connection that cancels most of its requests (rapid reset)"
             );
-            Ok(())
-        }
+        };
+        lifetime::supervise(
+            conn.as_mut(),
+            |c| c.graceful_shutdown(),
+            &life,
+            drain,
+            flood,
+            peer,
+        )
+        .await
     }
 }
 

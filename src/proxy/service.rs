@@ -497,16 +497,24 @@ async fn attempts(
                         }
                     }
                     Ok(Err(e)) => {
+                        // Response bytes arrived but could not be parsed (malformed, over
+                        // the response header limits): the upstream processed the
+                        // request, so it is answered 502 and never sent again.
+                        let response_started = e.response_started();
                         let err = ProxyError::from_upstream(e, limit);
                         if err.fault() != super::error::Fault::Upstream {
                             // The client's body (too large, malformed, idle): not retried.
                             return Err(("vm", err));
                         }
-                        // Sent (or partly), no response byte: a bodiless idempotent
-                        // request may go once more elsewhere (C17).
-                        tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                        if response_started {
+                            tracing::warn!(%vm, error = %err, "upstream response refused; not sent again");
+                        } else {
+                            // Sent (or partly), no response byte: a bodiless idempotent
+                            // request may go once more elsewhere (C17).
+                            tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                        }
                         let failure = Failure::FailedAfterSend {
-                            response_started: false,
+                            response_started,
                             request_available: replay.is_some(),
                         };
                         match ticket.attempt_failed(failure) {

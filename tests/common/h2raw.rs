@@ -16,6 +16,8 @@ pub const HEADERS: u8 = 0x1;
 pub const RST_STREAM: u8 = 0x3;
 /// SETTINGS.
 pub const SETTINGS: u8 = 0x4;
+/// PING.
+pub const PING: u8 = 0x6;
 /// GOAWAY.
 pub const GOAWAY: u8 = 0x7;
 /// CONTINUATION.
@@ -40,6 +42,8 @@ pub struct Seen {
     pub resets: Vec<(u32, u32)>,
     /// Streams the server answered with HEADERS.
     pub answered: Vec<u32>,
+    /// PINGs the server sent (never acknowledged by this client).
+    pub pings: usize,
     /// The server closed the connection.
     pub closed: bool,
 }
@@ -136,6 +140,7 @@ impl RawH2 {
                     }
                     RST_STREAM if len >= 4 => s.lock().unwrap().resets.push((id, word(0))),
                     HEADERS => s.lock().unwrap().answered.push(id),
+                    PING if flags & 0x1 == 0 => s.lock().unwrap().pings += 1,
                     _ => {}
                 }
             }

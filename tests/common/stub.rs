@@ -383,6 +383,52 @@ impl Client {
         }
     }
 
+    /// A client on an already connected stream (e.g. one bound to another loopback
+    /// source address), with a 10 s read timeout.
+    pub fn from_stream(stream: TcpStream) -> Client {
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        Client {
+            stream,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Close the write side (`shutdown(SHUT_WR)`): the request is complete, and the
+    /// client still reads the answer.
+    pub fn shutdown_write(&mut self) -> &mut Self {
+        let _ = self.stream.shutdown(Shutdown::Write);
+        self
+    }
+
+    /// Wait up to `within` for the server to close the connection, discarding what it
+    /// sends; whether it closed.
+    pub fn closed_within(&mut self, within: Duration) -> bool {
+        let deadline = Instant::now() + within;
+        let _ = self
+            .stream
+            .set_read_timeout(Some(Duration::from_millis(100)));
+        let mut chunk = [0u8; 4096];
+        let closed = loop {
+            match self.stream.read(&mut chunk) {
+                Ok(0) => break true,
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) => {}
+                Err(_) => break true,
+            }
+            if Instant::now() >= deadline {
+                break false;
+            }
+        };
+        let _ = self.stream.set_read_timeout(Some(Duration::from_secs(10)));
+        closed
+    }
+
     /// Write bytes (errors ignored: the server may have closed).
     pub fn send(&mut self, bytes: &[u8]) -> &mut Self {
         let _ = self.stream.write_all(bytes);

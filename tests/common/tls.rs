@@ -1,0 +1,181 @@
+//! HTTPS upstreams for tests: a test CA (rcgen) that issues server and client
+//! certificates (valid, expired, for another name), and a TLS upstream on 127.0.0.1:0
+//! (hyper, HTTP/1.1 and h2 by ALPN, optionally asking for a client certificate) that
+//! answers every request with `proto=<version> path=<target> client_cert=<yes|no>`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rcgen::{
+    BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
+    KeyUsagePurpose, date_time_ymd,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// A certificate authority for tests; its PEM is written to `ca_file`.
+pub struct TestCa {
+    issuer: Issuer<'static, KeyPair>,
+    pub ca_file: PathBuf,
+    pub pem: String,
+}
+
+/// A certificate and key issued by a [`TestCa`], as PEM files.
+pub struct Leaf {
+    pub cert_file: PathBuf,
+    pub key_file: PathBuf,
+    pub cert_pem: String,
+    pub key_pem: String,
+}
+
+/// How long a leaf is valid.
+#[derive(Clone, Copy)]
+pub enum Validity {
+    /// 2020 to 4000.
+    Valid,
+    /// 2000 to 2001.
+    Expired,
+}
+
+impl TestCa {
+    /// A new CA named `name`, its certificate written to `dir/<name>-ca.pem`.
+    pub fn new(dir: &Path, name: &str) -> TestCa {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} test CA"));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.self_signed(&key).unwrap();
+        let pem = cert.pem();
+        let ca_file = dir.join(format!("{name}-ca.pem"));
+        std::fs::write(&ca_file, &pem).unwrap();
+        TestCa {
+            issuer: Issuer::new(params, key),
+            ca_file,
+            pem,
+        }
+    }
+
+    /// A leaf for `names` (DNS names or IP addresses), written to `dir/<stem>.{crt,key}`;
+    /// `client`: for client authentication instead of server.
+    pub fn leaf(
+        &self,
+        dir: &Path,
+        stem: &str,
+        names: &[&str],
+        validity: Validity,
+        client: bool,
+    ) -> Leaf {
+        let mut params =
+            CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>())
+                .unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, stem.to_string());
+        let (from, to) = match validity {
+            Validity::Valid => (date_time_ymd(2020, 1, 1), date_time_ymd(4000, 1, 1)),
+            Validity::Expired => (date_time_ymd(2000, 1, 1), date_time_ymd(2001, 1, 1)),
+        };
+        params.not_before = from;
+        params.not_after = to;
+        params.extended_key_usages = vec![if client {
+            ExtendedKeyUsagePurpose::ClientAuth
+        } else {
+            ExtendedKeyUsagePurpose::ServerAuth
+        }];
+        let key = KeyPair::generate().unwrap();
+        let cert = params.signed_by(&key, &self.issuer).unwrap();
+        let cert_file = dir.join(format!("{stem}.crt"));
+        let key_file = dir.join(format!("{stem}.key"));
+        // The chain: the leaf, then the CA (as servers usually send it).
+        let cert_pem = format!("{}{}", cert.pem(), self.pem);
+        let key_pem = key.serialize_pem();
+        std::fs::write(&cert_file, &cert_pem).unwrap();
+        std::fs::write(&key_file, &key_pem).unwrap();
+        Leaf {
+            cert_file,
+            key_file,
+            cert_pem,
+            key_pem,
+        }
+    }
+}
+
+/// A TLS upstream on 127.0.0.1:0 serving `leaf`; with `client_ca`, it requires a client
+/// certificate issued by that CA. Runs until the test process ends.
+pub fn start_upstream(leaf: &Leaf, client_ca: Option<&TestCa>) -> SocketAddr {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(leaf.key_pem.as_bytes()).unwrap();
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .unwrap();
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(ca) => {
+            let mut roots = rustls::RootCertStore::empty();
+            roots
+                .add(CertificateDer::from_pem_slice(ca.pem.as_bytes()).unwrap())
+                .unwrap();
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .unwrap();
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_single_cert(chain, key).unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::from_std(listener).unwrap();
+            while let Ok((tcp, _)) = listener.accept().await {
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(tcp).await else {
+                        return;
+                    };
+                    let client_cert = tls.get_ref().1.peer_certificates().is_some();
+                    let svc = service_fn(
+                        move |req: hyper::Request<hyper::body::Incoming>| async move {
+                            let text = format!(
+                                "proto={:?} path={} client_cert={}",
+                                req.version(),
+                                req.uri().path_and_query().map_or("/", |p| p.as_str()),
+                                if client_cert { "yes" } else { "no" }
+                            );
+                            Ok::<_, std::convert::Infallible>(hyper::Response::new(Full::new(
+                                Bytes::from(text),
+                            )))
+                        },
+                    );
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+    });
+    addr
+}
