@@ -11,6 +11,8 @@
 //! * [`telemetry`] — the metrics spec.
 //! * [`backends`] — VM pool and function tier providers (local processes, static URLs,
 //!   HTTP function endpoints).
+//! * [`coord`] — several gateway replicas, one decision: the coordinator and its
+//!   shared store (Redis).
 //! * [`sim`] — the discrete-event simulator and cost reports.
 //! * [`sample_api`] — the sample API the quickstart runs on both tiers.
 //! * [`cli`] — the command line.
@@ -24,6 +26,7 @@ pub mod backends;
 pub mod build_info;
 pub mod cli;
 pub mod config;
+pub mod coord;
 pub mod net;
 pub use spillway_policy as policy;
 pub mod proxy;

@@ -43,6 +43,12 @@
 //! | `spillway_function_instance_usage_seconds` | gauge | `zone`, `instance` (the instance id, reused after it stopped), `phase` = startup, busy, idle, shutdown — FaaSim usage time of each instance not yet stopped, set at every scrape |
 //! | `spillway_function_instance_starts` | gauge | `zone`, `instance`, `start` = cold, warm — that instance's calls by start kind |
 //! | `spillway_provider_errors_total` | counter | `provider` = ec2, lambda; `operation` = the API call (ec2: run_instances, describe_instances, terminate_instances; lambda: invoke, function, put/get/delete_provisioned_concurrency_config); `kind` = [`ErrorKind::as_str`](crate::backends::provider_errors::ErrorKind::as_str) (capacity, quota, throttling, access_denied, unreachable, timeout, invalid_request, other) |
+//! | `spillway_coordination_role` | gauge | `role` = leader, follower, local (1 for this replica's role, 0 for the others; several replicas, `crate::coord`) |
+//! | `spillway_coordination_term` | gauge | — (the leader's term: the fencing token) |
+//! | `spillway_coordination_share` | gauge | — (this replica's share of the VM budget, 0–1) |
+//! | `spillway_coordination_replicas` | gauge | — (replicas counted live) |
+//! | `spillway_coordination_store_errors_total` | counter | `operation` = exchange, acquire, renew, release, publish, intent; `kind` = timeout, redis, reply, unavailable |
+//! | `spillway_coordination_store_seconds` | histogram | `operation` (one store round trip) |
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
 //! produce (its provider's operations included), so that `rate()` and `increase()` work
@@ -432,6 +438,77 @@ fn describe() {
         "spillway_provider_errors_total",
         "Failed cloud provider API calls, by provider, operation and error kind."
     );
+    metrics::describe_gauge!(
+        "spillway_coordination_role",
+        "This replica's role among the coordinated replicas: 1 for leader, follower or local (cut off from the store: local decisions), 0 for the others."
+    );
+    metrics::describe_gauge!(
+        "spillway_coordination_term",
+        "The scaling leader's term (fencing token)."
+    );
+    metrics::describe_gauge!(
+        "spillway_coordination_share",
+        "This replica's share of the VM budget, 0-1."
+    );
+    metrics::describe_gauge!(
+        "spillway_coordination_replicas",
+        "Gateway replicas counted live by the coordination store."
+    );
+    metrics::describe_counter!(
+        "spillway_coordination_store_errors_total",
+        "Failed coordination store operations, by operation and kind (timeout, redis, reply, unavailable)."
+    );
+    metrics::describe_histogram!(
+        "spillway_coordination_store_seconds",
+        metrics::Unit::Seconds,
+        "Duration of one coordination store round trip, by operation."
+    );
+}
+
+/// Store operations of the coordinator (`crate::coord`), for the metrics' labels.
+pub const COORDINATION_OPERATIONS: [&str; 6] = [
+    "exchange", "acquire", "renew", "release", "publish", "intent",
+];
+/// Store error kinds (`crate::coord::StoreError::kind`).
+pub const COORDINATION_ERROR_KINDS: [&str; 4] = ["timeout", "redis", "reply", "unavailable"];
+
+/// Register the coordination metrics at zero (a coordinated gateway, at start).
+pub fn zero_coordination() {
+    for op in COORDINATION_OPERATIONS {
+        for kind in COORDINATION_ERROR_KINDS {
+            counter!("spillway_coordination_store_errors_total", "operation" => op, "kind" => kind)
+                .increment(0);
+        }
+    }
+}
+
+/// Roles of a coordinated replica (`crate::coord::Role::as_str`).
+pub const COORDINATION_ROLES: [&str; 3] = ["leader", "follower", "local"];
+
+/// The coordinator's state after a round: this replica's `role` (one of
+/// [`COORDINATION_ROLES`]), the leader's `term`, this replica's `share` and the live
+/// `replicas`.
+pub fn coordination(role: &str, term: u64, share: f64, replicas: u32) {
+    for r in COORDINATION_ROLES {
+        gauge!("spillway_coordination_role", "role" => r).set(if r == role { 1.0 } else { 0.0 });
+    }
+    gauge!("spillway_coordination_term").set(term as f64);
+    gauge!("spillway_coordination_share").set(share);
+    gauge!("spillway_coordination_replicas").set(f64::from(replicas));
+}
+
+/// One store operation took `elapsed`; `error` is its error kind when it failed.
+pub fn coordination_store_op(
+    operation: &'static str,
+    elapsed: Duration,
+    error: Option<&'static str>,
+) {
+    histogram!("spillway_coordination_store_seconds", "operation" => operation)
+        .record(elapsed.as_secs_f64());
+    if let Some(kind) = error {
+        counter!("spillway_coordination_store_errors_total", "operation" => operation, "kind" => kind)
+            .increment(1);
+    }
 }
 
 /// A request finished on `tier` with `status` after `elapsed` (to response headers).

@@ -142,6 +142,11 @@ pub trait VmProvider: Send + Sync + 'static {
     /// Gateway shutdown: stop (or, per provider policy, keep) every instance.
     fn shutdown(&self) -> BoxFuture<'_, ()>;
 
+    /// Another gateway replica takes the pool over (`coordination`): the next
+    /// [`Self::shutdown`] keeps what it would stop. Default: nothing changes (EC2 keeps or
+    /// terminates by its own `on_shutdown`).
+    fn hand_over(&self) {}
+
     /// API errors so far, for `/status` (`vm_pool.errors`). Local providers have none.
     fn errors(&self) -> provider_errors::ProviderErrorStats {
         provider_errors::ProviderErrorStats::default()

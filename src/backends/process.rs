@@ -95,6 +95,30 @@ impl ChildProcess {
     /// [`BackendError::Spawn`] when the program cannot be started,
     /// [`BackendError::Provider`] when the template is empty.
     pub fn spawn(template: &[String], port: u16, spillway: &Path) -> Result<Self, BackendError> {
+        Self::spawn_with(template, port, spillway, false)
+    }
+
+    /// [`Self::spawn`] for a VM that another gateway replica may take over
+    /// (`coordination`): it outlives this process — no parent-death signal, not killed
+    /// on drop, in its own process group — and whoever holds the pool stops it by its
+    /// pid ([`stop_by_name`]).
+    ///
+    /// # Errors
+    /// As [`Self::spawn`].
+    pub fn spawn_detached(
+        template: &[String],
+        port: u16,
+        spillway: &Path,
+    ) -> Result<Self, BackendError> {
+        Self::spawn_with(template, port, spillway, true)
+    }
+
+    fn spawn_with(
+        template: &[String],
+        port: u16,
+        spillway: &Path,
+        detached: bool,
+    ) -> Result<Self, BackendError> {
         let args = expand_command(template, port, spillway);
         let Some((program, rest)) = args.split_first() else {
             return Err(BackendError::Provider("empty command".to_string()));
@@ -106,19 +130,24 @@ impl ChildProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
-            .kill_on_drop(true);
+            .kill_on_drop(!detached);
+        if detached {
+            command.process_group(0);
+        }
         #[cfg(target_os = "linux")]
         // SAFETY: the closure runs in the forked child before exec and only calls
         // prctl(2), which is async-signal-safe. It makes the kernel send SIGTERM to the
         // child when the gateway dies without cleaning up (SIGKILL, crash), so no VM or
         // function process outlives its gateway.
-        unsafe {
-            command.pre_exec(|| {
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
+        if !detached {
+            unsafe {
+                command.pre_exec(|| {
+                    if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
         }
         let child = command.spawn().map_err(|source| BackendError::Spawn {
             command: program_name.clone(),
@@ -184,6 +213,30 @@ impl ChildProcess {
             tracing::debug!(pid = self.pid, error = %e, "kill of a child process failed");
         }
     }
+}
+
+/// Stop the process of instance `name` (`pid-PID@127.0.0.1:PORT`, see
+/// [`ChildProcess::instance_name`]) that another replica started detached: SIGTERM to
+/// its pid, but only if that process still runs a command naming its port (a pid
+/// reused by an unrelated process is left alone). `false`: not such a process.
+pub fn stop_by_name(name: &str) -> bool {
+    let Some((pid, port)) = name
+        .strip_prefix("pid-")
+        .and_then(|r| r.split_once("@127.0.0.1:"))
+        .and_then(|(p, port)| Some((p.parse::<i32>().ok()?, port.parse::<u16>().ok()?)))
+    else {
+        return false;
+    };
+    let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+        return false;
+    };
+    let mine = String::from_utf8_lossy(&cmdline).contains(&format!("127.0.0.1:{port}"));
+    #[cfg(target_os = "linux")]
+    if mine && pid > 1 {
+        // SAFETY: kill(2) with a checked positive pid; no memory is touched.
+        return unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+    }
+    false
 }
 
 /// Wait until `child` answers `GET base+health_path` with a 2xx, probing every

@@ -24,6 +24,11 @@ pub struct ProcessVmPool {
     spillway_exe: PathBuf,
     readiness: ReadinessSettings,
     children: Mutex<HashMap<String, ChildProcess>>,
+    /// Several replicas share the pool (`coordination`): VMs outlive the replica that
+    /// launched them, and any leader stops them by pid.
+    shared: bool,
+    /// Set when another replica takes the pool over: shutdown keeps the VMs.
+    hand_over: std::sync::atomic::AtomicBool,
 }
 
 impl ProcessVmPool {
@@ -39,7 +44,18 @@ impl ProcessVmPool {
                 cfg.probe_interval_seconds,
             ),
             children: Mutex::new(HashMap::new()),
+            shared: false,
+            hand_over: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// A pool shared by coordinated replicas: VMs are started detached
+    /// ([`ChildProcess::spawn_detached`]) so that a new leader adopts them when this
+    /// replica dies, and [`VmProvider::terminate`] stops a VM another replica launched
+    /// ([`super::process::stop_by_name`]).
+    pub fn shared(mut self) -> Self {
+        self.shared = true;
+        self
     }
 
     /// The readiness probe settings the driver should use for this pool (health path,
@@ -84,7 +100,11 @@ impl VmProvider for ProcessVmPool {
     fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
         Box::pin(async move {
             let port = free_port()?;
-            let child = ChildProcess::spawn(&self.command, port, &self.spillway_exe)?;
+            let child = if self.shared {
+                ChildProcess::spawn_detached(&self.command, port, &self.spillway_exe)?
+            } else {
+                ChildProcess::spawn(&self.command, port, &self.spillway_exe)?
+            };
             let name = child.instance_name();
             tracing::info!(%vm, instance = %name, "VM process launched");
             self.lock().insert(name.clone(), child);
@@ -113,19 +133,34 @@ impl VmProvider for ProcessVmPool {
 
     fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            let child = self
-                .lock()
-                .remove(instance)
-                .ok_or_else(|| BackendError::UnknownInstance(instance.to_string()))?;
+            let Some(child) = self.lock().remove(instance) else {
+                if self.shared && super::process::stop_by_name(instance) {
+                    tracing::info!(%instance, "VM process of another replica terminated");
+                    return Ok(());
+                }
+                return Err(BackendError::UnknownInstance(instance.to_string()));
+            };
             child.stop().await;
             tracing::info!(%instance, "VM process terminated");
             Ok(())
         })
     }
 
+    fn hand_over(&self) {
+        self.hand_over
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move {
             let mut children: Vec<ChildProcess> = self.lock().drain().map(|(_, c)| c).collect();
+            if self.shared && self.hand_over.load(std::sync::atomic::Ordering::Acquire) {
+                tracing::info!(
+                    vms = children.len(),
+                    "VM processes kept for the replica that takes the pool over"
+                );
+                return;
+            }
             // Signal all first so they die in parallel, then reap one by one.
             for child in &mut children {
                 child.start_kill();

@@ -17,6 +17,7 @@
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of this module.
 
+pub mod coordination;
 mod de;
 pub mod delay;
 mod lambda;
@@ -229,7 +230,7 @@ impl Config {
             }
         }
         match config {
-            Some(config) if issues.is_empty() => Ok(config),
+            Some(config) if issues.is_empty() => Ok(config.with_pool_name()),
             _ => {
                 // File order; problems without a place (sections absent) last.
                 issues.sort_by_key(|i| (i.location.is_none(), i.location));
@@ -272,6 +273,20 @@ pub fn warning_line(file: &str, w: &ConfigIssue) -> String {
 pub fn read_text(path: &Path) -> Option<String> {
     let bytes = read(path).ok()?;
     yaml::decode(&bytes).ok().map(str::to_owned)
+}
+
+impl Config {
+    /// Under coordination an EC2 pool without `gateway_id` is named by the cluster:
+    /// every replica tags, adopts and audits the same instances (not one id per host).
+    fn with_pool_name(mut self) -> Self {
+        let name = self.pool_name();
+        if let Some(VmPoolConfig::Ec2(e)) = &mut self.vm_pool
+            && e.gateway_id.is_none()
+        {
+            e.gateway_id = name;
+        }
+        self
+    }
 }
 
 fn parse_error(file: &str, e: yaml::SyntaxError) -> ConfigError {

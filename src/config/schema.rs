@@ -26,7 +26,9 @@ pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default admin listen address (loopback, so that it may run without an admin token).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// Port 9901, the admin port Envoy uses by convention; it was 9090 before, Prometheus's
+/// own port, so a Prometheus beside the gateway could not start (or scraped itself).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 /// Default maximum request body, bytes (10 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 /// Default time to receive a request's headers, seconds.
@@ -119,6 +121,10 @@ pub struct Config {
     /// Asynchronous calls and their delay queue (ProFaaStinate §3).
     #[serde(default, rename = "async")]
     pub async_calls: crate::config::delay::AsyncConfig,
+    /// Several gateway replicas, one decision (`crate::coord`): `type: none` (one
+    /// gateway, the default) or `type: redis`.
+    #[serde(default)]
+    pub coordination: crate::config::coordination::CoordinationConfig,
 }
 
 fn one() -> u32 {
@@ -211,7 +217,10 @@ pub struct GatewayConfig {
     pub origin_zone_header: Option<String>,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
-    /// Link-local and cloud metadata addresses are refused either way.
+    /// Checked at parse time and on every resolved address at connect time
+    /// ([`crate::net::upstream`]). Refused either way: link-local addresses, cloud
+    /// metadata and credential agents, the gateway's own listeners, and non-canonical
+    /// IP spellings.
     pub allow_loopback_upstreams: bool,
     /// Longest time a client connection may wait for its next request (HTTP/1.1
     /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
@@ -238,6 +247,10 @@ pub struct GatewayConfig {
     /// Largest upstream response head (status line and header fields), bytes; larger →
     /// 502, not sent again. At least 8192 is used.
     pub max_response_header_bytes: usize,
+    /// `Upgrade` protocols forwarded to VMs (case-insensitive names, without version); a
+    /// request asking for any other is forwarded without `Upgrade`. `h2c` is refused: it
+    /// would carry h2 past the gateway's request rules.
+    pub upgrade_protocols: Vec<String>,
     /// Trust and identity towards `https://` upstreams (absent: the system's root
     /// certificates, no client certificate).
     pub upstream_tls: Option<UpstreamTlsConfig>,
@@ -363,6 +376,7 @@ impl Default for GatewayConfig {
             headers_with_underscores_action: UnderscoresAction::DropHeader,
             max_response_header_count: 100,
             max_response_header_bytes: 64 * 1024,
+            upgrade_protocols: vec!["websocket".to_string()],
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -906,6 +920,13 @@ pub struct Ec2VmPoolConfig {
     /// test standing in for them. The instance is not resolved until the tag exists.
     #[serde(default = "default_upstream_tag_key")]
     pub upstream_tag_key: String,
+    /// With `address: tag`: where else the tag's URL may point. By default only at one
+    /// of the instance's own addresses as DescribeInstances reports them (private,
+    /// public, IPv6, every network interface's); an IP in one of these CIDRs is accepted
+    /// too (a port-mapping host, a sidecar). A host name in the tag is refused: it
+    /// cannot be matched against addresses (write the IP).
+    #[serde(default)]
+    pub tag_address_allowed_cidrs: Vec<ipnet::IpNet>,
     /// An instance not ready (state `running`, address known, health check 2xx) this
     /// long after launch is terminated.
     #[serde(default = "default_ec2_boot_timeout")]
@@ -1229,6 +1250,24 @@ impl Config {
                 ),
             );
         }
+        for (i, p) in g.upgrade_protocols.iter().enumerate() {
+            let path = format!("gateway.upgrade_protocols[{i}]");
+            if p.eq_ignore_ascii_case("h2c") {
+                is.push(
+                    &path,
+                    "h2c is never forwarded: an h2c tunnel would carry requests past the gateway's request rules",
+                );
+            } else if p.is_empty()
+                || !p
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                is.push(
+                    &path,
+                    format!("must be a protocol name token (like websocket), got `{p}`"),
+                );
+            }
+        }
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");
         }
@@ -1433,7 +1472,40 @@ impl Config {
         self.sim.validate(&mut is);
         self.async_calls.validate(&mut is);
         crate::config::delay::validate_routes(&self.routes, &self.async_calls, &mut is);
+        self.coordination
+            .validate(self.libra.epoch_seconds, &mut is);
+        self.validate_replicas(&mut is);
         is.0
+    }
+
+    /// What coordinated replicas cannot share yet: asynchronous calls stored on one
+    /// replica's disk (a result lookup through another replica would not find them).
+    fn validate_replicas(&self, is: &mut Issues) {
+        if self.coordination.redis().is_none() {
+            return;
+        }
+        for (i, r) in self.routes.iter().enumerate() {
+            if r.async_mode != super::routes::AsyncMode::Off {
+                is.push(
+                    format!("routes[{i}].async"),
+                    "asynchronous calls are stored on this replica's disk (the state \
+                     directory): behind a load balancer a result lookup can reach another \
+                     replica, which does not have the call; with coordination asynchronous \
+                     routes are not supported yet (set `async: off`)",
+                );
+            }
+        }
+    }
+
+    /// The VM pool's one name, the same on every replica: `vm_pool.gateway_id` (EC2),
+    /// else, under coordination, the cluster name; `None` alone without an EC2 id (the
+    /// provider's own default then applies).
+    pub fn pool_name(&self) -> Option<String> {
+        let own = match &self.vm_pool {
+            Some(VmPoolConfig::Ec2(e)) => e.gateway_id.clone(),
+            _ => None,
+        };
+        own.or_else(|| self.coordination.redis().map(|r| r.cluster.clone()))
     }
 
     /// Calls one VM runs at once: `vm_pool.slots_per_vm`, else its deprecated alias

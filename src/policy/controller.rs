@@ -21,7 +21,12 @@ use super::scaling::{
     EpochObservation, IdleOutlook, IdleView, LibraScalingParams, PoolSnapshot, ScaleDecision,
     ScalingPolicy,
 };
+use super::shared::{CountSource, EpochCount, EwmaState};
 use super::{Time, VmId};
+
+/// Local epoch counts kept for the coordinator at most (older ones are dropped): an
+/// hour of one-second epochs.
+pub const MAX_PENDING_COUNTS: usize = 3600;
 
 /// Parameters of the controller itself (the policies carry their own).
 #[derive(Clone, Debug, PartialEq)]
@@ -161,6 +166,27 @@ pub struct Controller {
     epoch_vm: u64,
     epoch_function: u64,
     epoch_utilisation: Option<f64>,
+    /// Several replicas (`policy::shared`): where the monitor's counts come from.
+    count_source: CountSource,
+    /// [`CountSource::Aggregate`]: the local epoch being counted and the closed ones
+    /// the coordinator has not taken yet.
+    local: LocalEpochs,
+    /// The budget share of this replica (1 alone), `policy::shared`.
+    share: f64,
+    /// Whether decisions launch and stop VMs here (only the leader of several replicas).
+    pool_writer: bool,
+    /// Decisions of epochs before this index never lower the target below the active
+    /// VMs (a new leader without state).
+    scale_in_hold_until: u64,
+}
+
+/// The local epoch grid under [`CountSource::Aggregate`].
+#[derive(Clone, Debug, Default)]
+struct LocalEpochs {
+    epoch: u64,
+    count: u64,
+    ends_at: Time,
+    counted: VecDeque<EpochCount>,
 }
 
 impl Controller {
@@ -186,6 +212,11 @@ impl Controller {
             epoch_vm: 0,
             epoch_function: 0,
             epoch_utilisation: None,
+            count_source: CountSource::Local,
+            local: LocalEpochs::default(),
+            share: 1.0,
+            pool_writer: true,
+            scale_in_hold_until: 0,
         }
     }
 
@@ -206,7 +237,7 @@ impl Controller {
         self.advance(now);
         let vm = self.alloc();
         self.vms.insert(vm, VmState::Ready);
-        if self.params.execute_scaling {
+        if self.writes_pool() {
             self.target = self.target.max(self.active());
         }
         self.publish(now);
@@ -219,7 +250,7 @@ impl Controller {
     pub fn route(&mut self, now: Time, req: &RequestMeta, attempt: Attempt) -> Route {
         self.advance(now);
         if attempt == Attempt::First {
-            self.monitor.on_request(now);
+            self.count_request(now);
         }
         let route = self.router.route(now, req, attempt, &self.vms);
         match route {
@@ -272,7 +303,7 @@ impl Controller {
         if !self.router.take_deferred_token(now) {
             return None;
         }
-        self.monitor.on_request(now);
+        self.count_request(now);
         if let Some(mut row) = self.vms.get_mut(vm) {
             row.outstanding += 1;
         }
@@ -286,7 +317,7 @@ impl Controller {
     /// monitor and as a function request.
     pub fn count_deferred_function(&mut self, now: Time) {
         self.advance(now);
-        self.monitor.on_request(now);
+        self.count_request(now);
         self.routed.function += 1;
         self.epoch_function += 1;
     }
@@ -310,6 +341,15 @@ impl Controller {
         if state == VmState::Draining && outstanding == 0 {
             self.vms.remove(vm);
             self.actions.push_back(Action::Stop { vm });
+        }
+    }
+
+    /// A VM attempt failed (`suspect: true`): no new request goes to `vm` until a probe
+    /// clears it (`false`) or it dies ([`Self::on_vm_died`]).
+    pub fn set_vm_suspect(&mut self, now: Time, vm: VmId, suspect: bool) {
+        self.advance(now);
+        if let Some(mut row) = self.vms.get_mut(vm) {
+            row.suspect = suspect;
         }
     }
 
@@ -346,7 +386,7 @@ impl Controller {
         if self.vms.remove(vm).is_none() {
             return;
         }
-        if self.params.execute_scaling {
+        if self.writes_pool() {
             for _ in self.active()..self.target {
                 let vm = self.alloc();
                 self.vms.insert(vm, VmState::Booting);
@@ -362,9 +402,13 @@ impl Controller {
         self.epoch_utilisation = Some(utilisation);
     }
 
-    /// When the open epoch ends.
+    /// When the open epoch ends (under [`CountSource::Aggregate`]: the local epoch
+    /// whose count the coordinator takes next).
     pub fn poll_timeout(&self) -> Time {
-        self.monitor.poll_timeout()
+        match self.count_source {
+            CountSource::Local => self.monitor.poll_timeout(),
+            CountSource::Aggregate => self.local.ends_at,
+        }
     }
 
     /// Close every epoch that ended at or before `now` and run the scaling policy.
@@ -464,6 +508,208 @@ impl Controller {
         true
     }
 
+    /// Take the monitor's counts from `source` from `now` on (several replicas,
+    /// `policy::shared`). To [`CountSource::Aggregate`]: the epochs ended by `now` close
+    /// as before; the open epoch's count so far moves to the local count, which comes
+    /// out per epoch from [`Self::poll_epoch_count`]; the monitor closes an epoch only in
+    /// [`Self::on_aggregate_count`]. Back to [`CountSource::Local`]: the epochs that got
+    /// no sum close with the last sum (0 before any), and the monitor counts and closes
+    /// on its own again from the open epoch on (what was counted in it stays counted).
+    pub fn set_count_source(&mut self, now: Time, source: CountSource) {
+        self.advance(now);
+        if source == self.count_source {
+            return;
+        }
+        match source {
+            CountSource::Aggregate => {
+                let epoch = self.monitor.current_epoch();
+                let count = self.monitor.current_epoch_requests();
+                self.local = LocalEpochs {
+                    epoch,
+                    count,
+                    ends_at: self.monitor.epoch_start(epoch + 1),
+                    counted: VecDeque::new(),
+                };
+                // The monitor's own count is now the local one's.
+                self.monitor.take_open_count();
+            }
+            CountSource::Local => {
+                // Epochs no sum arrived for close with the last sum (as a gap does in
+                // `on_aggregate_count`), so the monitor's grid is the clock's again.
+                let last = self.monitor.last_closed().map_or(0, |e| e.requests);
+                while self.monitor.current_epoch() < self.local.epoch {
+                    let closed = self.monitor.close_with(last);
+                    self.on_closed_at(closed, now);
+                }
+                for _ in 0..self.local.count {
+                    self.monitor.on_request(now);
+                }
+                self.local = LocalEpochs::default();
+            }
+        }
+        self.count_source = source;
+        self.advance(now);
+    }
+
+    /// Where the monitor's counts come from.
+    pub fn count_source(&self) -> CountSource {
+        self.count_source
+    }
+
+    /// The next local epoch count for the coordinator, oldest first (only under
+    /// [`CountSource::Aggregate`]; at most [`MAX_PENDING_COUNTS`] are kept).
+    pub fn poll_epoch_count(&mut self) -> Option<EpochCount> {
+        self.local.counted.pop_front()
+    }
+
+    /// Requests counted so far in the local epoch that is open, and its index (under
+    /// [`CountSource::Local`]: the monitor's open epoch).
+    pub fn open_epoch(&self) -> EpochCount {
+        match self.count_source {
+            CountSource::Local => EpochCount {
+                epoch: self.monitor.current_epoch(),
+                requests: self.monitor.current_epoch_requests(),
+            },
+            CountSource::Aggregate => EpochCount {
+                epoch: self.local.epoch,
+                requests: self.local.count,
+            },
+        }
+    }
+
+    /// The sum of every replica's count for `epoch` (LIBRA §III-A over several
+    /// replicas): the monitor closes `epoch` with `requests` and the scaling policy
+    /// decides on it as at a local epoch end, at `now`. Epochs between the monitor's
+    /// open one and `epoch` that got no sum close with the same `requests` (imputed).
+    /// `false`, nothing done: not [`CountSource::Aggregate`], `epoch` already closed,
+    /// or not ended yet on the local clock.
+    pub fn on_aggregate_count(&mut self, now: Time, epoch: u64, requests: u64) -> bool {
+        self.advance(now);
+        if self.count_source != CountSource::Aggregate
+            || epoch < self.monitor.current_epoch()
+            || epoch >= self.local.epoch
+        {
+            return false;
+        }
+        while self.monitor.current_epoch() <= epoch {
+            let closed = self.monitor.close_with(requests);
+            self.on_closed_at(closed, now);
+        }
+        true
+    }
+
+    /// A scaling decision taken elsewhere (the leader of several replicas,
+    /// `policy::shared`), for epoch `epoch`: the target and `vm_reqs` in force from
+    /// `now`, with an [`Action::Decided`] record. Launches and drains VMs only where
+    /// [`Self::set_pool_writer`] is on.
+    pub fn apply_decision(&mut self, now: Time, epoch: u64, decision: ScaleDecision) {
+        self.advance(now);
+        self.apply(now, epoch, decision, true);
+    }
+
+    /// Whether this replica's decisions launch and stop VMs (default on; off for a
+    /// follower of several replicas and while cut off from them: the pool is frozen).
+    /// Turned on, the pool is brought to the target at once (launches or drains);
+    /// without a pool it executes (`static`), nothing changes.
+    pub fn set_pool_writer(&mut self, now: Time, writer: bool) {
+        self.advance(now);
+        let was = self.writes_pool();
+        self.pool_writer = writer;
+        if !was && self.writes_pool() {
+            self.reconcile(now);
+        }
+    }
+
+    /// Whether decisions launch and stop VMs here.
+    pub fn is_pool_writer(&self) -> bool {
+        self.pool_writer
+    }
+
+    /// This replica's share of the VM budget, 0–1 (LIBRA §III-C over several replicas:
+    /// the balancer admits `share · ρ · min(vm_reqs, ready · r_max)`). Republished at
+    /// once. NaN or out of range is clamped (NaN: 1).
+    pub fn set_budget_share(&mut self, now: Time, share: f64) {
+        self.advance(now);
+        self.share = if share.is_nan() {
+            1.0
+        } else {
+            share.clamp(0.0, 1.0)
+        };
+        self.publish(now);
+    }
+
+    /// The budget share in force.
+    pub fn budget_share(&self) -> f64 {
+        self.share
+    }
+
+    /// Decisions of the next `epochs` epochs (after the monitor's open one) never
+    /// lower the target below the VMs active (a new leader that found no state:
+    /// its first EWMAs would release VMs the load still needs). `0` ends a hold.
+    pub fn hold_scale_in(&mut self, epochs: u64) {
+        self.scale_in_hold_until = self.monitor.current_epoch().saturating_add(epochs);
+    }
+
+    /// The monitor's EWMAs after the last closed epoch (for the next leader).
+    pub fn ewma_state(&self) -> Option<EwmaState> {
+        self.monitor.ewma_state()
+    }
+
+    /// Resume the monitor from `state` (see [`TrafficMonitor::restore`]); a local epoch
+    /// count already counted stays.
+    pub fn restore_ewma(&mut self, state: &EwmaState) {
+        self.monitor.restore(state);
+    }
+
+    /// A VM of the registry left the pool (another replica drains it): it takes no new
+    /// request; [`Action::Drain`] now and [`Action::Stop`] when its last request here
+    /// finished (for a VM this replica did not launch, Stop means forget it).
+    pub fn drain_vm(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        let Some(mut row) = self.vms.get_mut(vm) else {
+            return;
+        };
+        if row.state == VmState::Draining {
+            return;
+        }
+        row.state = VmState::Draining;
+        let outstanding = row.outstanding;
+        drop(row);
+        self.actions.push_back(Action::Drain { vm });
+        if outstanding == 0 {
+            self.vms.remove(vm);
+            self.actions.push_back(Action::Stop { vm });
+        }
+        self.publish(now);
+    }
+
+    fn writes_pool(&self) -> bool {
+        self.params.execute_scaling && self.pool_writer
+    }
+
+    #[inline]
+    fn count_request(&mut self, now: Time) {
+        match self.count_source {
+            CountSource::Local => self.monitor.on_request(now),
+            CountSource::Aggregate => self.local.count += 1,
+        }
+    }
+
+    /// Close the local epochs ended by `now` into [`Self::poll_epoch_count`]'s queue.
+    fn roll_local(&mut self, now: Time) {
+        while now >= self.local.ends_at {
+            if self.local.counted.len() == MAX_PENDING_COUNTS {
+                self.local.counted.pop_front();
+            }
+            self.local.counted.push_back(EpochCount {
+                epoch: self.local.epoch,
+                requests: std::mem::take(&mut self.local.count),
+            });
+            self.local.epoch += 1;
+            self.local.ends_at = self.monitor.epoch_start(self.local.epoch + 1);
+        }
+    }
+
     /// The traffic monitor (read-only).
     pub fn monitor(&self) -> &TrafficMonitor {
         &self.monitor
@@ -485,6 +731,10 @@ impl Controller {
 
     #[inline]
     fn advance(&mut self, now: Time) {
+        if self.count_source == CountSource::Aggregate {
+            self.roll_local(now);
+            return;
+        }
         while now >= self.monitor.poll_timeout() {
             let Some(closed) = self.monitor.handle_timeout(now) else {
                 break;
@@ -493,8 +743,15 @@ impl Controller {
         }
     }
 
-    /// The monitor closed `closed`: show it to the scaling policy and apply its decision.
+    /// The monitor closed `closed`: show it to the scaling policy and apply its decision
+    /// at the epoch's end.
     fn on_closed(&mut self, closed: EpochClosed) {
+        let end = self.monitor.epoch_start(closed.epoch + 1);
+        self.on_closed_at(closed, end);
+    }
+
+    /// [`Self::on_closed`] with the decision applied at `at`.
+    fn on_closed_at(&mut self, closed: EpochClosed, at: Time) {
         let obs = EpochObservation {
             traffic: closed,
             epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
@@ -503,9 +760,8 @@ impl Controller {
             vm_utilisation: self.epoch_utilisation.take(),
             pool: self.pool(),
         };
-        let end = self.monitor.epoch_start(closed.epoch + 1);
-        if let Some(decision) = self.scaler.on_epoch(end, &obs) {
-            self.apply(end, closed.epoch, decision, true);
+        if let Some(decision) = self.scaler.on_epoch(at, &obs) {
+            self.apply(at, closed.epoch, decision, true);
         }
     }
 
@@ -524,6 +780,11 @@ impl Controller {
     /// decision launched, drained or stopped a VM, so the driver acts at that epoch's end
     /// ([`Self::poll_timeout`] tells which epoch is open).
     pub fn close_idle_epochs(&mut self, until: Time, utilisation: Option<f64>) -> u64 {
+        if self.count_source == CountSource::Aggregate {
+            // Epochs close on the coordinator's sums, not on the clock: none here.
+            self.advance(until);
+            return 0;
+        }
         let mut closed = 0;
         while self.monitor.poll_timeout() <= until {
             if let Some(n) = self.fast_forward(until, utilisation) {
@@ -587,7 +848,10 @@ impl Controller {
         Some(n)
     }
 
-    fn apply(&mut self, now: Time, epoch: u64, decision: ScaleDecision, record: bool) {
+    fn apply(&mut self, now: Time, epoch: u64, mut decision: ScaleDecision, record: bool) {
+        if epoch < self.scale_in_hold_until {
+            decision.target_vms = decision.target_vms.max(self.active());
+        }
         let direction = match decision.target_vms.cmp(&self.target) {
             std::cmp::Ordering::Greater => ScaleDirection::Up,
             std::cmp::Ordering::Less => ScaleDirection::Down,
@@ -604,9 +868,14 @@ impl Controller {
                 direction,
             });
         }
-        if !self.params.execute_scaling {
+        if !self.writes_pool() {
             return;
         }
+        self.reconcile(now);
+    }
+
+    /// Launch or drain VMs until the active ones match the target.
+    fn reconcile(&mut self, now: Time) {
         let active = self.active();
         if self.target > active {
             for _ in active..self.target {
@@ -653,14 +922,16 @@ impl Controller {
 
     /// Hand the balancer its VM budget: `min(vm_reqs, ready · r_max)` (LIBRA §III-C);
     /// in a report-only (`static`) pool the always-on VMs' whole capacity, whatever the
-    /// decision — below the CIP too.
+    /// decision — below the CIP too. Either times this replica's budget share (1 for
+    /// one gateway).
     fn publish(&mut self, now: Time) {
         let capacity = f64::from(self.vms.count(VmState::Ready)) * self.params.r_max_rps;
-        let budget = if self.params.execute_scaling {
-            self.vm_reqs.min(capacity)
-        } else {
-            capacity
-        };
+        let budget = self.share
+            * if self.params.execute_scaling {
+                self.vm_reqs.min(capacity)
+            } else {
+                capacity
+            };
         if budget != self.published {
             self.published = budget;
             self.router.set_vm_budget(now, budget);

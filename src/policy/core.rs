@@ -35,8 +35,9 @@ use super::placement::{Lease, Placement, PlacementParams, PlacementPolicy, ZoneI
 use super::retry::{RetryBudget, RetryBudgetParams, RetryBudgetStatus};
 use super::rmax::{RMaxController, RMaxParams, RMaxStatus};
 use super::routes::{KeyId, RouteDef, RouteKeys};
-use super::scaling::ScalingPolicy;
+use super::scaling::{ScaleDecision, ScalingPolicy};
 use super::sched::{KeyStatus, QueueId, SchedParams, Scheduler};
+use super::shared::{CountSource, EpochCount, EwmaState};
 use super::timers::{Timer, TimerTable};
 use super::{Tier, Time, VmId};
 
@@ -462,9 +463,10 @@ impl Core {
                     ..
                 },
             ) => None,
-            (Some(Holding::Vm(vm)), Failure::NotSent { .. })
-                if !ticket.retried && self.retry_budget.try_retry(now) =>
-            {
+            // Never written (connect refused or timed out): re-routed without the retry
+            // budget — no upstream did any work for it, so sending it elsewhere adds no
+            // load; only re-sends of a request that reached an upstream are capped.
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -602,6 +604,24 @@ impl Core {
         self.refresh();
     }
 
+    /// An attempt on `vm` failed (connect refused, connection reset before an answer):
+    /// the rest of a burst is routed elsewhere, as first attempts, until a probe clears
+    /// it ([`Self::on_vm_cleared`]) or shows it dead ([`Self::on_vm_died`]).
+    pub fn on_vm_suspect(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.set_vm_suspect(now, vm, true);
+        self.refresh();
+    }
+
+    /// A suspect VM answered its probe: it takes requests again.
+    pub fn on_vm_cleared(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.set_vm_suspect(now, vm, false);
+        self.serve_queue(now);
+        self.pump(now);
+        self.refresh();
+    }
+
     /// A ready VM died (health probes, refused connections): forgotten and replaced at
     /// once up to the scaling target; the launch comes as an action.
     pub fn on_vm_died(&mut self, now: Time, vm: VmId) {
@@ -718,6 +738,82 @@ impl Core {
         self.pump(now);
         self.refresh();
         Some(now)
+    }
+
+    /// Take the traffic monitor's counts from `source` (several replicas,
+    /// [`super::shared`]; [`Controller::set_count_source`]).
+    pub fn set_count_source(&mut self, now: Time, source: CountSource) {
+        self.controller.set_count_source(now, source);
+        self.after_pool_change(now);
+    }
+
+    /// The next local epoch count for the coordinator ([`Controller::poll_epoch_count`]).
+    pub fn poll_epoch_count(&mut self) -> Option<EpochCount> {
+        self.controller.poll_epoch_count()
+    }
+
+    /// The sum of every replica's count for `epoch` ([`Controller::on_aggregate_count`]):
+    /// the monitor closes it and the scaling policy decides; `false` when nothing was
+    /// done.
+    pub fn on_aggregate_count(&mut self, now: Time, epoch: u64, requests: u64) -> bool {
+        self.advance(now);
+        let done = self.controller.on_aggregate_count(now, epoch, requests);
+        self.after_pool_change(now);
+        done
+    }
+
+    /// A scaling decision taken by the leader ([`Controller::apply_decision`]).
+    pub fn apply_decision(&mut self, now: Time, epoch: u64, decision: ScaleDecision) {
+        self.advance(now);
+        self.controller.apply_decision(now, epoch, decision);
+        self.after_pool_change(now);
+    }
+
+    /// Whether this replica's decisions launch and stop VMs
+    /// ([`Controller::set_pool_writer`]).
+    pub fn set_pool_writer(&mut self, now: Time, writer: bool) {
+        self.advance(now);
+        self.controller.set_pool_writer(now, writer);
+        self.after_pool_change(now);
+    }
+
+    /// This replica's share of the VM budget ([`Controller::set_budget_share`]).
+    pub fn set_budget_share(&mut self, now: Time, share: f64) {
+        self.advance(now);
+        self.controller.set_budget_share(now, share);
+        self.after_pool_change(now);
+    }
+
+    /// No scale-in for the next `epochs` epochs ([`Controller::hold_scale_in`]).
+    pub fn hold_scale_in(&mut self, epochs: u64) {
+        self.controller.hold_scale_in(epochs);
+    }
+
+    /// The monitor's EWMAs after the last closed epoch ([`Controller::ewma_state`]).
+    pub fn ewma_state(&self) -> Option<EwmaState> {
+        self.controller.ewma_state()
+    }
+
+    /// Resume the monitor from another replica's state ([`Controller::restore_ewma`]).
+    pub fn restore_ewma(&mut self, state: &EwmaState) {
+        self.controller.restore_ewma(state);
+    }
+
+    /// A registry VM left the pool ([`Controller::drain_vm`]).
+    pub fn drain_vm(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.drain_vm(now, vm);
+        self.after_pool_change(now);
+    }
+
+    /// After an input that may change the pool or the budget: boot deadlines, the queue,
+    /// the timer table.
+    fn after_pool_change(&mut self, now: Time) {
+        self.pump(now);
+        self.track_ready(now);
+        self.serve_queue(now);
+        self.pump(now);
+        self.refresh();
     }
 
     /// The next action for the driver, in the order they were decided.

@@ -24,6 +24,7 @@
 //! | [`sched`] | call scheduling §4 | the gateway queue: FIFO, SEPT, EECT, RECT, fair choice; per-key E[p] |
 //! | [`routes`] | call scheduling §4 (f(i)) | the route key ("function") of a call |
 //! | [`delay`] | ProFaaStinate §3 | asynchronous calls: deadline-ordered queue, CPU-aware busy/idle release |
+//! | [`shared`] | LIBRA §III, several replicas | aggregate epoch counts, external decisions, budget shares, EWMA hand-over |
 //!
 //! This is its own crate, `spillway-policy` (re-exported by the gateway as
 //! `spillway::policy`): its dependency list (`src/policy/Cargo.toml`: hdrhistogram and
@@ -46,6 +47,7 @@ pub mod rmax;
 pub mod routes;
 pub mod scaling;
 pub mod sched;
+pub mod shared;
 pub mod timers;
 
 /// A point in time, as the time elapsed since an origin chosen by the driver.

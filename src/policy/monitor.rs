@@ -26,6 +26,7 @@
 use std::time::Duration;
 
 use super::Time;
+use super::shared::EwmaState;
 
 /// Smoothing and reporting parameters of the traffic monitor.
 #[derive(Clone, Debug, PartialEq)]
@@ -306,6 +307,52 @@ impl TrafficMonitor {
         }
     }
 
+    /// Close the open epoch as if `requests` had been counted in it, whatever was
+    /// counted (several gateway replicas: the coordinator hands in the sum of every
+    /// replica's count, `policy::shared`). The same update rule and reports as
+    /// [`Self::handle_timeout`]; the clock is not consulted (the sum arrives after the
+    /// epoch ended).
+    pub fn close_with(&mut self, requests: u64) -> EpochClosed {
+        self.count = requests;
+        self.close()
+    }
+
+    /// The EWMAs after the last closed epoch, to hand to another replica (`None` before
+    /// the first epoch closed).
+    pub fn ewma_state(&self) -> Option<EwmaState> {
+        let last = self.last_closed?;
+        let (avg, std) = self.ewma?;
+        Some(EwmaState {
+            epoch: last.epoch,
+            avg_per_epoch: avg,
+            std_per_epoch: std,
+            requests: last.requests,
+        })
+    }
+
+    /// Resume from another monitor's `state` (a new leader takes over, `policy::shared`):
+    /// its EWMAs become this monitor's, `state.epoch` the last closed epoch and
+    /// `state.epoch + 1` the open one (empty). Nothing is reported for `state.epoch`.
+    pub fn restore(&mut self, state: &EwmaState) {
+        let secs = self.params.epoch.as_secs_f64();
+        self.ewma = Some((state.avg_per_epoch, state.std_per_epoch));
+        self.current = state.epoch + 1;
+        self.count = 0;
+        self.ends_at = self.epoch_start(self.current + 1);
+        self.last_closed = Some(EpochClosed {
+            epoch: state.epoch,
+            requests: state.requests,
+            avg_rps: state.avg_per_epoch / secs,
+            std_rps: state.std_per_epoch / secs,
+            report: None,
+        });
+    }
+
+    /// Take the open epoch's count so far out of the monitor (it counts on from zero).
+    pub fn take_open_count(&mut self) -> u64 {
+        std::mem::take(&mut self.count)
+    }
+
     /// Requests counted so far in the epoch that is still open.
     pub fn current_epoch_requests(&self) -> u64 {
         self.count
@@ -400,6 +447,51 @@ mod tests {
         m.params.first_decision_epoch = Some(1);
         let r = feed(&mut m, 0, 4).report.expect("F = 1 reports at once");
         assert_eq!((r.avg_rps, r.std_rps), (2.0, 0.0));
+    }
+
+    /// Several replicas (`policy::shared`): a sum handed in replaces the local count,
+    /// and a state handed over resumes the EWMAs on the next epoch (2 s epochs: the
+    /// per-second values are half the per-epoch ones).
+    #[test]
+    fn a_handed_in_sum_and_a_handed_over_state() {
+        let mut m = monitor(2);
+        m.on_request(Duration::ZERO);
+        assert_eq!(m.take_open_count(), 1);
+        assert_eq!(m.current_epoch_requests(), 0);
+        let e0 = m.close_with(10);
+        assert_eq!((e0.epoch, e0.requests, e0.avg_rps), (0, 10, 5.0));
+        let e1 = m.close_with(30);
+        // avg = 0.5·10 + 0.5·30 = 20/epoch; std = 0.25·|10−30| = 5/epoch; K = 2 reports.
+        assert_eq!((e1.avg_rps, e1.std_rps), (10.0, 2.5));
+        assert!(e1.report.is_some());
+        let state = m.ewma_state().expect("closed");
+        assert_eq!(
+            (
+                state.epoch,
+                state.avg_per_epoch,
+                state.std_per_epoch,
+                state.requests
+            ),
+            (1, 20.0, 5.0, 30)
+        );
+        let mut n = monitor(2);
+        assert!(n.ewma_state().is_none());
+        n.on_request(Duration::ZERO);
+        n.restore(&state);
+        assert_eq!(n.current_epoch(), 2);
+        assert_eq!(n.current_epoch_requests(), 0, "the open epoch starts empty");
+        assert_eq!(
+            n.poll_timeout(),
+            Duration::from_secs(6),
+            "epoch 2 ends at 6 s"
+        );
+        let last = n.last_closed().expect("restored");
+        assert_eq!((last.epoch, last.requests), (1, 30));
+        assert_eq!((last.avg_rps, last.std_rps), (10.0, 2.5));
+        assert!(last.report.is_none());
+        assert_eq!(n.ewma_state(), Some(state));
+        // Both close epoch 2 alike.
+        assert_eq!(m.close_with(4), n.close_with(4));
     }
 
     #[test]

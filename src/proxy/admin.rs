@@ -406,6 +406,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             s.core.fall_backs_to_vm,
         ),
         "queue": queue_json(s.core.queue.as_ref()),
+        "coordination": coordination_json(gw),
         "async": s.core.delay.as_ref().map(|d| json!({
             "queued": d.queued,
             "queued_total": d.queued_total,
@@ -423,6 +424,27 @@ pub fn status_json(gw: &Gateway) -> Value {
             "expected_processing_seconds": seconds(d.expected_processing),
         })),
     })
+}
+
+/// `coordination`: `{"type": "none"}` for one gateway; with `type: redis` this
+/// replica's role (leader, follower, local), the leader's term, its budget share, the
+/// live replicas and the last store error (`crate::coord::CoordStatus`).
+///
+/// ```json
+/// {"type": "redis", "store": "redis", "replica": "gw-0-1", "role": "follower",
+///  "term": 4, "leader": "gw-1-1", "share": 0.33, "replicas": 3, "epoch": 1764630000,
+///  "missed_epochs": 0, "buffered_counts": 0, "last_store_error": null,
+///  "store_errors_total": 2, "refused_writes_total": 0}
+/// ```
+fn coordination_json(gw: &Gateway) -> Value {
+    let Some(c) = gw.coordinator() else {
+        return json!({"type": "none"});
+    };
+    let mut v = json!(*c.status());
+    if let Value::Object(m) = &mut v {
+        m.insert("type".into(), json!("redis"));
+    }
+    v
 }
 
 /// `queue`: the gateway queue (call scheduling §4) — order, length and per route key

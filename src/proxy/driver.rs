@@ -31,6 +31,7 @@ use tokio::time::Instant;
 use super::async_calls::AsyncCalls;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
+use crate::coord::{Coordinator, Host, PoolFence, RegistryVm};
 use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
@@ -50,6 +51,10 @@ use crate::telemetry as m;
 struct VmRecord {
     instance: Option<String>,
     base: Option<Uri>,
+    /// Another replica launched it (a registry VM, `crate::coord`): this replica
+    /// terminates it only as the pool writer (the leader); otherwise it only stops
+    /// routing to it.
+    foreign: bool,
 }
 
 struct State {
@@ -68,6 +73,8 @@ struct State {
     /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
     /// when it came first; registered in the same lock as the core's state.
     boot_waits: HashMap<(ZoneId, InstanceId), BootWait>,
+    /// VMs marked suspect whose probe is running (one probe per VM at a time).
+    suspects: std::collections::HashSet<VmId>,
 }
 
 /// A claimed pre-warmed instance's boot, seen by the call that waits for it.
@@ -109,6 +116,9 @@ pub struct Gateway {
     cip_rps: f64,
     /// Asynchronous calls (ProFaaStinate §3), when enabled.
     async_calls: std::sync::OnceLock<Arc<AsyncCalls>>,
+    /// Several replicas (`crate::coord`): the coordinator, which fences every pool
+    /// write and whose snapshot `/status` shows.
+    coordinator: std::sync::OnceLock<Arc<Coordinator>>,
 }
 
 /// A VM chosen for a request: its id and base URL.
@@ -131,6 +141,28 @@ impl Gateway {
         readiness: ReadinessSettings,
         cip_rps: f64,
     ) -> Arc<Self> {
+        Self::new_at(
+            core,
+            vm_provider,
+            zones,
+            client,
+            readiness,
+            cip_rps,
+            Instant::now(),
+        )
+    }
+
+    /// [`Self::new`] with policy time zero at `origin` (several replicas align their
+    /// epochs on the store's clock: `crate::coord::align`).
+    pub fn new_at(
+        core: Core,
+        vm_provider: Arc<dyn VmProvider>,
+        zones: Vec<Arc<dyn FunctionTier>>,
+        client: UpstreamClient,
+        readiness: ReadinessSettings,
+        cip_rps: f64,
+        origin: Instant,
+    ) -> Arc<Self> {
         Arc::new_cyclic(|me| Self {
             me: me.clone(),
             state: Mutex::new(State {
@@ -141,8 +173,9 @@ impl Gateway {
                 waiters: HashMap::new(),
                 parked: Vec::new(),
                 boot_waits: HashMap::new(),
+                suspects: std::collections::HashSet::new(),
             }),
-            origin: Instant::now(),
+            origin,
             wake: Notify::new(),
             armed: AtomicU64::new(u64::MAX),
             vm_provider,
@@ -151,7 +184,34 @@ impl Gateway {
             readiness,
             cip_rps,
             async_calls: std::sync::OnceLock::new(),
+            coordinator: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Run under `c` (set once, after [`Self::start`]): every pool write asks its
+    /// fence first, `/status` shows its snapshot.
+    pub fn set_coordinator(&self, c: Arc<Coordinator>) {
+        let _ = self.coordinator.set(c);
+    }
+
+    /// The coordinator, under `coordination: {type: redis}`.
+    pub fn coordinator(&self) -> Option<&Arc<Coordinator>> {
+        self.coordinator.get()
+    }
+
+    /// Whether the pool write `op` on `vm` may be made: always for one gateway; under
+    /// coordination only when the fenced intent was recorded ([`PoolFence::permit`]).
+    async fn pool_write(&self, op: &'static str, vm: VmId, instance: Option<&str>) -> bool {
+        match self.coordinator.get() {
+            None => true,
+            Some(c) => {
+                let ok = c.permit(op, vm, instance).await;
+                if !ok {
+                    tracing::warn!(%vm, instance = instance.unwrap_or("-"), op, "pool write not made: this replica is not the fenced leader");
+                }
+                ok
+            }
+        }
     }
 
     /// Serve asynchronous calls through `a` (set once, before [`Self::start`]).
@@ -327,6 +387,7 @@ impl Gateway {
                     VmRecord {
                         instance: Some(instance),
                         base: Some(base),
+                        foreign: false,
                     },
                 );
             }
@@ -500,14 +561,35 @@ impl Gateway {
         started
     }
 
-    /// A ready VM refused a connection: probe it in the background and drop it from the
-    /// pool if the probe fails too.
+    /// An attempt on a ready VM failed (connect refused, connection reset before an
+    /// answer): mark it suspect at once, so the rest of a burst is routed to other VMs
+    /// as first attempts, and probe it in the background — dead: dropped from the pool
+    /// (its pooled connections are not used again and close with the pool's idle
+    /// timeout); alive: it takes requests again. One probe per VM at a time.
     pub fn suspect_vm(self: &Arc<Self>, target: &VmTarget) {
+        let vm = target.vm;
+        let first = self.with_core_state(|st, now| {
+            let first = st.suspects.insert(vm);
+            if first {
+                st.core.on_vm_suspect(now, vm);
+            }
+            first
+        });
+        if !first {
+            return;
+        }
         let me = Arc::clone(self);
         let target = target.clone();
         tokio::spawn(async move {
-            if !me.probe(&target.base).await {
-                me.vm_died(target.vm, "VM failed its probe after a connect failure")
+            let alive = me.probe(&target.base).await;
+            me.with_core_state(|st, now| {
+                st.suspects.remove(&vm);
+                if alive {
+                    st.core.on_vm_cleared(now, vm);
+                }
+            });
+            if !alive {
+                me.vm_died(target.vm, "VM failed its probe after a failed request")
                     .await;
             }
         });
@@ -541,6 +623,7 @@ impl Gateway {
                 && let Some(VmRecord {
                     instance: Some(instance),
                     base: Some(base),
+                    ..
                 }) = &record
             {
                 st.parked.push((instance.clone(), base.clone()));
@@ -552,7 +635,12 @@ impl Gateway {
         };
         m::vm_failures("unreachable");
         tracing::warn!(%vm, base = ?record.base.as_ref().map(ToString::to_string), "{why}; {}", if scales { "replacing it" } else { "parked until healthy" });
-        if scales && let Some(instance) = record.instance {
+        let writer = self.lock().core.controller().is_pool_writer();
+        if scales
+            && (writer || !record.foreign)
+            && let Some(instance) = record.instance
+            && self.pool_write("terminate", vm, Some(&instance)).await
+        {
             let _ = self.vm_provider.terminate(&instance).await;
         }
     }
@@ -649,6 +737,7 @@ impl Gateway {
                         VmRecord {
                             instance: Some(name.clone()),
                             base: Some(base.clone()),
+                            foreign: false,
                         },
                     );
                     added += 1;
@@ -669,6 +758,7 @@ impl Gateway {
                 VmRecord {
                     instance: Some(instance),
                     base: Some(base),
+                    foreign: false,
                 },
             );
             Some(vm)
@@ -827,11 +917,26 @@ impl Gateway {
     /// Forget `vm`'s address; terminate its instance when it had one (a launch still in
     /// flight terminates its own instance when it sees the VM is gone).
     fn terminate(&self, vm: VmId, why: &'static str) {
-        let instance: Option<String> = self.lock().records.remove(&vm).and_then(|r| r.instance);
+        let (record, writer) = {
+            let mut st = self.lock();
+            (
+                st.records.remove(&vm),
+                st.core.controller().is_pool_writer(),
+            )
+        };
+        if record.as_ref().is_some_and(|r| r.foreign) && !writer {
+            tracing::info!(%vm, "registry VM left this replica's table");
+            return;
+        }
+        let instance: Option<String> = record.and_then(|r| r.instance);
         tracing::info!(%vm, instance = instance.as_deref().unwrap_or("-"), "{why}");
         if let Some(instance) = instance {
             let provider = Arc::clone(&self.vm_provider);
+            let this = self.self_arc();
             tokio::spawn(async move {
+                if !this.pool_write("terminate", vm, Some(&instance)).await {
+                    return;
+                }
                 if let Err(e) = provider.terminate(&instance).await {
                     tracing::warn!(%instance, error = %e, "terminate failed");
                 }
@@ -917,6 +1022,13 @@ impl Gateway {
 
     async fn launch(self: Arc<Self>, provider: Arc<dyn VmProvider>, vm: VmId) {
         let started = Instant::now();
+        if !self.pool_write("launch", vm, None).await {
+            self.with_core_state(|st, now| {
+                st.core.on_vm_failed(now, vm);
+                st.records.remove(&vm);
+            });
+            return;
+        }
         let instance = match provider.launch(vm).await {
             Ok(instance) => instance,
             Err(e) => {
@@ -945,7 +1057,9 @@ impl Gateway {
         };
         if !known {
             // Stopped by a scale-in or the boot deadline while the launch was in flight.
-            let _ = provider.terminate(&instance).await;
+            if self.pool_write("terminate", vm, Some(&instance)).await {
+                let _ = provider.terminate(&instance).await;
+            }
             return;
         }
         let outcome = self.await_ready(&*provider, &instance, vm).await;
@@ -983,7 +1097,7 @@ impl Gateway {
                     tracing::warn!(%vm, %instance, error = %e, "VM did not become ready; terminating it");
                     m::vm_failures("not_ready");
                 }
-                if terminate {
+                if terminate && self.pool_write("terminate", vm, Some(&instance)).await {
                     let _ = provider.terminate(&instance).await;
                 }
             }
@@ -1057,6 +1171,84 @@ impl Gateway {
     /// How long until the next policy deadline (tests and diagnostics).
     pub fn until_next_deadline(&self) -> Duration {
         self.lock().core.poll_timeout().saturating_sub(self.now())
+    }
+}
+
+/// The live gateway as a coordinated replica (`crate::coord`).
+impl Host for Gateway {
+    fn with_core(&self, f: &mut dyn FnMut(&mut Core, Time)) {
+        Gateway::with_core(self, |core, now| f(core, now));
+    }
+
+    fn now(&self) -> Time {
+        Gateway::now(self)
+    }
+
+    fn registry(&self) -> Vec<RegistryVm> {
+        let st = self.lock();
+        st.core
+            .controller()
+            .vms()
+            .rows()
+            .iter()
+            .filter(|r| r.state == VmState::Ready)
+            .filter_map(|r| {
+                let rec = st.records.get(&r.id)?;
+                Some(RegistryVm {
+                    instance: rec.instance.clone()?,
+                    base: rec.base.as_ref()?.to_string(),
+                })
+            })
+            .collect()
+    }
+
+    fn sync_registry(&self, vms: &[RegistryVm]) {
+        let listed: std::collections::HashSet<&str> =
+            vms.iter().map(|v| v.instance.as_str()).collect();
+        self.with_core_state(|st, now| {
+            // A follower's own ready VMs (launched while it led) belong to the leader's
+            // registry too: one the leader no longer lists was scaled in.
+            let writer = st.core.controller().is_pool_writer();
+            let vms_table = st.core.controller().vms();
+            let gone: Vec<VmId> = st
+                .records
+                .iter()
+                .filter(|(vm, r)| {
+                    (r.foreign || !writer)
+                        && vms_table.get(**vm).is_some_and(|row| row.state == VmState::Ready)
+                        && r.instance.as_deref().is_some_and(|i| !listed.contains(i))
+                })
+                .map(|(vm, _)| *vm)
+                .collect();
+            for vm in gone {
+                st.core.drain_vm(now, vm);
+            }
+            let known: std::collections::HashSet<String> =
+                st.records.values().filter_map(|r| r.instance.clone()).collect();
+            for v in vms {
+                if known.contains(&v.instance) {
+                    continue;
+                }
+                let Ok(base) = v.base.parse::<Uri>() else {
+                    tracing::warn!(instance = %v.instance, base = %v.base, "registry VM with an unreadable address; ignored");
+                    continue;
+                };
+                let vm = st.core.adopt_ready_vm(now);
+                tracing::info!(%vm, instance = %v.instance, %base, "registry VM adopted");
+                st.records.insert(
+                    vm,
+                    VmRecord {
+                        instance: Some(v.instance.clone()),
+                        base: Some(base),
+                        foreign: true,
+                    },
+                );
+            }
+        });
+    }
+
+    fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
+        self.lock().last_decision
     }
 }
 

@@ -26,6 +26,8 @@ use crate::backends::vm_process::ProcessVmPool;
 use crate::backends::vm_static::StaticVmPool;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider, secs};
 use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
+use crate::coord::redis::RedisStore;
+use crate::coord::{Coordinator, Host, Store as CoordStore};
 use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
@@ -133,6 +135,13 @@ pub enum ServeError {
     /// A route enables asynchronous calls but no state directory could be chosen.
     #[error(transparent)]
     StateDir(#[from] crate::state_dir::NoStateDir),
+    /// `coordination.url` cannot be used by the Redis client.
+    #[error("config: coordination.url: {source}")]
+    Coordination {
+        /// Cause.
+        #[source]
+        source: redis::RedisError,
+    },
 }
 
 /// Where the asynchronous-call store comes from.
@@ -295,6 +304,11 @@ impl Server {
         {
             VmPoolConfig::Process(p) => {
                 let pool = ProcessVmPool::new(p, spillway_exe.clone());
+                let pool = if config.coordination.redis().is_some() {
+                    pool.shared()
+                } else {
+                    pool
+                };
                 let readiness = pool.readiness().clone();
                 (Arc::new(pool), readiness)
             }
@@ -372,14 +386,49 @@ impl Server {
         } else {
             client.clone()
         };
-        let gateway = Gateway::new(
+        // Several replicas (`coordination: {type: redis}`): epochs aligned on the
+        // store's clock, the coordinator in place before the core starts (so that a
+        // replica that is not the leader launches nothing at start).
+        let coordination = match config.coordination.redis() {
+            Some(r) => {
+                let epoch = secs(config.libra.epoch_seconds);
+                let op_timeout = r.op_timeout(epoch);
+                let store: Arc<dyn CoordStore> = Arc::new(
+                    RedisStore::new(&r.url, &r.cluster, op_timeout)
+                        .map_err(|source| ServeError::Coordination { source })?,
+                );
+                let (origin, base_epoch) = crate::coord::align(&*store, epoch, op_timeout).await;
+                let settings = crate::coord::Settings {
+                    replica: crate::coord::default_replica_id(),
+                    epoch,
+                    lease: Duration::from_millis(r.lease_ms),
+                    op_timeout,
+                    grace_epochs: r.grace_epochs,
+                    decision_epochs: config.libra.decision_epochs,
+                    base_epoch,
+                };
+                Some((store, origin, settings))
+            }
+            None => None,
+        };
+        let gateway = Gateway::new_at(
             core,
             vm_provider,
             zones,
             vm_client,
             readiness,
             config.cip_rps(),
+            coordination
+                .as_ref()
+                .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
+        if let Some((store, _, settings)) = coordination {
+            crate::telemetry::zero_coordination();
+            tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");
+            let c = Coordinator::new(settings, store, Arc::clone(&gateway) as Arc<dyn Host>);
+            gateway.set_coordinator(Arc::clone(&c));
+            c.start();
+        }
 
         let bind = |what, addr| async move {
             TcpListener::bind(addr)
@@ -672,6 +721,14 @@ impl Server {
         drop(self.tls);
         sighup_task.abort();
         draining.store(true, Ordering::Release);
+        if let Some(c) = self.gateway.coordinator() {
+            // Hand the lease over at once: the next leader need not wait for it to
+            // expire. Other replicas live: they keep the pool.
+            c.shutdown().await;
+            if c.status().replicas > 1 {
+                self.gateway.vm_provider().hand_over();
+            }
+        }
         let _ = drain_tx.send(true);
         let drain = reloader.drain_timeout();
         tracing::info!(

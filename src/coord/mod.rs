@@ -1,0 +1,840 @@
+//! Several gateway replicas, one decision: the driver-side coordinator
+//! (`coordination: {type: redis}`). The policy core stays sans-IO; it only gets the pure
+//! inputs of `policy::shared` (an aggregate epoch count, the leader's decision, a budget
+//! share, the EWMA state, VM-table updates). This module moves them between replicas
+//! through a [`Store`]:
+//!
+//! | file | what |
+//! |---|---|
+//! | `mod.rs` | the [`Coordinator`]: one task per replica, one round trip per epoch; roles, lease, shares, outages |
+//! | `store.rs` | the [`Store`] trait, what is written and read, [`StoreError`] |
+//! | `redis.rs` | [`redis::RedisStore`]: Lua scripts over the `redis` crate's reconnecting connection manager |
+//! | `memory.rs` | [`memory::MemoryStore`]: the same semantics in memory, on tokio's clock, with injected faults (tests) |
+//!
+//! **Every replica**, at the end of each epoch (epochs are aligned on multiples of
+//! `epoch_seconds` of the store's clock, see [`align`]): in one round trip
+//! ([`Store::exchange`]) it writes its count for that epoch (an absolute value: a retry
+//! writes the same), its latest count and a heartbeat, and reads the lease holder, the
+//! leader's publication (decision, EWMAs, shares, VM registry), the live replicas and
+//! every replica's count of the epoch before.
+//!
+//! **The leader** holds a lease with a term (the fencing token). Each epoch it renews
+//! the lease and, half an epoch after the epoch ended (a second round trip: every
+//! replica has written its count by then), sums the replicas' counts ([`aggregate`]: a replica
+//! that missed it is imputed from its last count), hands the sum to its core (the
+//! monitor closes that epoch, Algorithm 1 runs every K epochs), computes every replica's
+//! budget share ([`budget_shares`]) and publishes all of it, fenced: a publication or a
+//! pool-write intent ([`PoolFence`]) with an old term is refused by the store, and a
+//! refused leader steps down at once. Only the leader's core writes the pool
+//! (`Core::set_pool_writer`); before every launch or terminate the driver records the
+//! intent through [`PoolFence::permit`].
+//!
+//! **Followers** take the decision (`Core::apply_decision`), their share
+//! (`Core::set_budget_share`), the EWMAs (`Core::restore_ewma`) and the registry (the
+//! leader's ready VMs, adopted as ready VMs of their own table).
+//!
+//! **Store down or cut off**: the request path never waits on the store (it reads the
+//! core under the driver's lock; the coordinator writes it between round trips, and
+//! `/status` reads an `arc-swap` snapshot). Every operation has its own deadline. A
+//! replica that misses exchanges keeps its last share for `grace_epochs`, then runs on
+//! local decisions ([`Role::Local`]): share 1/N of the last known replica count, its
+//! own counts × N as the traffic estimate, the pool frozen (no launch, no terminate).
+//! Counts are buffered and sent when the store answers again.
+//!
+//! A new leader that finds EWMAs resumes them; one that finds none makes no scale-in for
+//! K epochs (`Core::hold_scale_in`). The leader's monitor closes epoch `e` half an epoch
+//! after it ended and the followers take the decision at their next round, so shared
+//! decisions lag a single gateway's by half an epoch (leader) to one epoch
+//! (followers).
+
+pub mod memory;
+pub mod redis;
+pub mod store;
+
+use std::collections::{BTreeMap, VecDeque};
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+pub use store::{
+    Exchange, Intent, LeaderKey, Published, PublishedDecision, RegistryVm, Report, Store,
+    StoreError,
+};
+
+use crate::backends::BoxFuture;
+use crate::policy::core::Core;
+use crate::policy::scaling::{ScaleDecision, ScaleReason};
+use crate::policy::shared::{CountSource, EwmaState, ReplicaCount, aggregate, budget_shares};
+use crate::policy::{Time, VmId};
+
+/// Counts kept for the store while it cannot be reached, at most (older ones are
+/// dropped: the leader imputes them).
+pub const MAX_BUFFERED_COUNTS: usize = 600;
+
+/// A replica's part in the shared decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// Holds the lease: sums the counts, decides, writes the pool.
+    Leader,
+    /// Takes the leader's decision and its share.
+    Follower,
+    /// Cut off from the store past the grace epochs: local decisions, share 1/N, the
+    /// pool frozen.
+    Local,
+}
+
+impl Role {
+    /// Label value: `leader`, `follower`, `local`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Leader => "leader",
+            Role::Follower => "follower",
+            Role::Local => "local",
+        }
+    }
+
+    /// Every role, for the metric's labels.
+    pub const ALL: [Role; 3] = [Role::Leader, Role::Follower, Role::Local];
+}
+
+/// The coordinator's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Settings {
+    /// This replica's id (unique among the replicas).
+    pub replica: String,
+    /// The epoch (`libra.epoch_seconds`).
+    pub epoch: Duration,
+    /// The leader's lease.
+    pub lease: Duration,
+    /// Deadline of each store operation.
+    pub op_timeout: Duration,
+    /// Epochs of missed exchanges before local decisions; a replica silent longer loses
+    /// its share.
+    pub grace_epochs: u32,
+    /// K (`libra.decision_epochs`): a new leader without state holds scale-in this long.
+    pub decision_epochs: u32,
+    /// The global index of the epoch that starts at the replica's policy time zero.
+    pub base_epoch: u64,
+}
+
+/// What `/status` shows under `coordination` (an `arc-swap` snapshot).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CoordStatus {
+    /// `redis` or `memory`.
+    pub store: &'static str,
+    /// This replica's id.
+    pub replica: String,
+    /// Its role.
+    pub role: Role,
+    /// The leader's term (this replica's own when leader); `None` before any is known.
+    pub term: Option<u64>,
+    /// The leader's id.
+    pub leader: Option<String>,
+    /// This replica's budget share, 0–1.
+    pub share: f64,
+    /// Replicas counted live.
+    pub replicas: u32,
+    /// Global index of the last epoch this replica reported.
+    pub epoch: Option<u64>,
+    /// Exchanges missed in a row.
+    pub missed_epochs: u32,
+    /// Counts waiting for the store.
+    pub buffered_counts: usize,
+    /// The last store error, if any.
+    pub last_store_error: Option<String>,
+    /// Store operations that failed since start.
+    pub store_errors_total: u64,
+    /// Pool writes and publications of this replica the store refused (an old term).
+    pub refused_writes_total: u64,
+}
+
+/// The replica the coordinator drives: its core, its VM table and addresses. The live
+/// gateway (`proxy::driver::Gateway`) implements it; tests use a core of their own.
+pub trait Host: Send + Sync + 'static {
+    /// Run `f` on the core at the policy clock's now (under the driver's lock; the
+    /// driver executes the actions it produced afterwards).
+    fn with_core(&self, f: &mut dyn FnMut(&mut Core, Time));
+
+    /// The policy clock now.
+    fn now(&self) -> Time;
+
+    /// The ready VMs of this replica's table with their addresses (what a leader
+    /// publishes as the registry).
+    fn registry(&self) -> Vec<RegistryVm>;
+
+    /// Make the VMs of this replica's table that it did not launch exactly `vms`:
+    /// adopt the new ones as ready, drain the ones no longer listed.
+    fn sync_registry(&self, vms: &[RegistryVm]);
+
+    /// The last scaling decision this replica's core took or applied: `(epoch, decision)`.
+    fn last_decision(&self) -> Option<(u64, ScaleDecision)>;
+}
+
+/// What the driver asks before every pool write (launch, terminate).
+pub trait PoolFence: Send + Sync + 'static {
+    /// Record the intent of `op` (`launch` or `terminate`) on `vm` in the store, fenced
+    /// by this replica's term; `false`: do not make the write (not the leader, the
+    /// store refused an old term, or it cannot be reached).
+    fn permit<'a>(
+        &'a self,
+        op: &'static str,
+        vm: VmId,
+        instance: Option<&'a str>,
+    ) -> BoxFuture<'a, bool>;
+}
+
+#[derive(Debug)]
+struct Inner {
+    role: Role,
+    /// The lease, while this replica is the leader.
+    key: Option<LeaderKey>,
+    /// The highest term seen.
+    max_term: u64,
+    leader: Option<String>,
+    pending: VecDeque<(u64, u64)>,
+    misses: u32,
+    share: f64,
+    replicas: u32,
+    /// The last decision applied from a publication: (term, epoch).
+    applied: Option<(u64, u64)>,
+    epoch: Option<u64>,
+    last_error: Option<String>,
+    errors: u64,
+    refused: u64,
+}
+
+/// One replica's coordinator. See the [module docs](self).
+pub struct Coordinator {
+    settings: Settings,
+    store: Arc<dyn Store>,
+    host: Arc<dyn Host>,
+    inner: Mutex<Inner>,
+    status: ArcSwap<CoordStatus>,
+    stop: Notify,
+}
+
+/// Where policy time zero lies on the store's clock: `(origin, base_epoch)` — the
+/// instant that is a multiple of `epoch` on the store's clock (TIME, ms since the Unix
+/// epoch, read once; the round trip's midpoint is taken as its moment) and that
+/// multiple's index. Without an answer within `deadline` the host's wall clock stands
+/// in (replicas on synchronised clocks still agree within the clock skew).
+pub async fn align(store: &dyn Store, epoch: Duration, deadline: Duration) -> (Instant, u64) {
+    let t0 = Instant::now();
+    let read = tokio::time::timeout(deadline, store.time_ms()).await;
+    let t1 = Instant::now();
+    let (ms, at) = match read {
+        Ok(Ok(ms)) => (ms, t0 + (t1 - t0) / 2),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "cannot read the store's clock; aligning epochs on this host's clock");
+            (wall_clock_ms(), t1)
+        }
+        Err(_) => {
+            tracing::warn!(
+                ?deadline,
+                "the store's clock did not answer; aligning epochs on this host's clock"
+            );
+            (wall_clock_ms(), t1)
+        }
+    };
+    split(ms, epoch, at)
+}
+
+/// `(origin, index)` of the epoch boundary at or before `ms` (ms since the Unix
+/// epoch), `at` being the instant `ms` was read.
+fn split(ms: u64, epoch: Duration, at: Instant) -> (Instant, u64) {
+    let ns = u128::from(ms) * 1_000_000;
+    let e = epoch.as_nanos().max(1);
+    let index = ns / e;
+    let into = Duration::from_nanos((ns - index * e) as u64);
+    let origin = at.checked_sub(into).unwrap_or(at);
+    (origin, index as u64)
+}
+
+/// This replica's id: the host name (a Kubernetes pod's name) and the process id, so
+/// that replicas on one host differ and a restarted one is a new replica.
+pub fn default_replica_id() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "spillway".into());
+    format!("{host}-{}", std::process::id())
+}
+
+#[allow(clippy::disallowed_methods)] // The fallback really is the host's wall clock.
+fn wall_clock_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn reason_named(name: &str) -> ScaleReason {
+    [
+        ScaleReason::BelowCostIndifferencePoint,
+        ScaleReason::Provision,
+        ScaleReason::ClampedToMin,
+        ScaleReason::ClampedToMax,
+        ScaleReason::Baseline,
+        ScaleReason::AwaitingTraffic,
+    ]
+    .into_iter()
+    .find(|r| r.as_str() == name)
+    .unwrap_or(ScaleReason::Provision)
+}
+
+impl Coordinator {
+    /// A coordinator for `host` over `store`. Call [`Self::start`] next.
+    pub fn new(settings: Settings, store: Arc<dyn Store>, host: Arc<dyn Host>) -> Arc<Self> {
+        let inner = Inner {
+            role: Role::Follower,
+            key: None,
+            max_term: 0,
+            leader: None,
+            pending: VecDeque::new(),
+            misses: 0,
+            share: 1.0,
+            replicas: 1,
+            applied: None,
+            epoch: None,
+            last_error: None,
+            errors: 0,
+            refused: 0,
+        };
+        let status = ArcSwap::from_pointee(Self::snapshot(&settings, store.kind(), &inner));
+        Arc::new(Self {
+            settings,
+            store,
+            host,
+            inner: Mutex::new(inner),
+            status,
+            stop: Notify::new(),
+        })
+    }
+
+    /// Put the core under shared inputs (aggregate counts, not the pool writer) and
+    /// start the per-epoch task.
+    pub fn start(self: &Arc<Self>) {
+        self.host.with_core(&mut |core, now| {
+            core.set_count_source(now, CountSource::Aggregate);
+            core.set_pool_writer(now, false);
+        });
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.run().await });
+    }
+
+    /// The latest snapshot for `/status`.
+    pub fn status(&self) -> Arc<CoordStatus> {
+        self.status.load_full()
+    }
+
+    /// Stop the task and give the lease up (a graceful shutdown: the next leader takes
+    /// over within one epoch instead of a lease).
+    pub async fn shutdown(&self) {
+        self.stop.notify_one();
+        let key = {
+            let mut i = self.lock();
+            i.role = Role::Follower;
+            i.key.take()
+        };
+        self.host
+            .with_core(&mut |core, now| core.set_pool_writer(now, false));
+        if let Some(key) = key {
+            match self.op("release", self.store.release(&key)).await {
+                Ok(true) => tracing::info!(term = key.term, "leader lease released"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(error = %e, "cannot release the leader lease"),
+            }
+        }
+        self.refresh();
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn snapshot(settings: &Settings, store: &'static str, i: &Inner) -> CoordStatus {
+        CoordStatus {
+            store,
+            replica: settings.replica.clone(),
+            role: i.role,
+            term: i
+                .key
+                .as_ref()
+                .map(|k| k.term)
+                .or((i.max_term > 0).then_some(i.max_term)),
+            leader: i.leader.clone(),
+            share: i.share,
+            replicas: i.replicas,
+            epoch: i.epoch,
+            missed_epochs: i.misses,
+            buffered_counts: i.pending.len(),
+            last_store_error: i.last_error.clone(),
+            store_errors_total: i.errors,
+            refused_writes_total: i.refused,
+        }
+    }
+
+    fn refresh(&self) {
+        let s = {
+            let i = self.lock();
+            Self::snapshot(&self.settings, self.store.kind(), &i)
+        };
+        crate::telemetry::coordination(s.role.as_str(), s.term.unwrap_or(0), s.share, s.replicas);
+        self.status.store(Arc::new(s));
+    }
+
+    /// One store operation under its deadline, timed for the latency metric; failures
+    /// are counted and kept as the last store error.
+    async fn op<T>(
+        &self,
+        name: &'static str,
+        fut: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let t0 = Instant::now();
+        let r = match tokio::time::timeout(self.settings.op_timeout, fut).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Timeout {
+                op: name,
+                after: self.settings.op_timeout,
+            }),
+        };
+        crate::telemetry::coordination_store_op(
+            name,
+            t0.elapsed(),
+            r.as_ref().err().map(StoreError::kind),
+        );
+        if let Err(e) = &r {
+            let mut i = self.lock();
+            i.errors += 1;
+            i.last_error = Some(e.to_string());
+        }
+        r
+    }
+
+    async fn run(self: Arc<Self>) {
+        let e = self.settings.epoch;
+        // Act a little after each epoch's end, so that the local epoch has closed.
+        let margin = (e / 50).min(Duration::from_millis(20));
+        loop {
+            let now = self.host.now();
+            let ended = (now.as_nanos() / e.as_nanos().max(1)) as u64;
+            let next = e.saturating_mul(u32::try_from(ended + 1).unwrap_or(u32::MAX)) + margin;
+            let sleep = tokio::time::sleep(next.saturating_sub(now));
+            tokio::select! {
+                () = sleep => {}
+                () = self.stop.notified() => return,
+            }
+            self.tick().await;
+        }
+    }
+
+    /// One epoch's round: report, then lead, follow or run locally.
+    pub async fn tick(&self) {
+        let base = self.settings.base_epoch;
+        let mut fresh = Vec::new();
+        let mut open = 0;
+        self.host.with_core(&mut |core, now| {
+            core.handle_timeout(now);
+            while let Some(c) = core.poll_epoch_count() {
+                fresh.push((base + c.epoch, c.requests));
+            }
+            open = base + core.controller().open_epoch().epoch;
+        });
+        let ended = open.saturating_sub(1);
+        let report = {
+            let mut i = self.lock();
+            i.pending.extend(fresh.iter().copied());
+            while i.pending.len() > MAX_BUFFERED_COUNTS {
+                i.pending.pop_front();
+            }
+            i.epoch = Some(ended);
+            Report {
+                replica: self.settings.replica.clone(),
+                counts: i.pending.iter().copied().collect(),
+                sum_epoch: ended.saturating_sub(1),
+                live_window: self.settings.epoch * (self.settings.grace_epochs + 1),
+                counts_ttl: self.settings.epoch * 100,
+            }
+        };
+        match self.op("exchange", self.store.exchange(&report)).await {
+            Ok(x) => {
+                {
+                    let mut i = self.lock();
+                    i.pending.clear();
+                    if i.role == Role::Local {
+                        tracing::info!("store reachable again; back to shared decisions");
+                        i.role = Role::Follower;
+                    }
+                    i.misses = 0;
+                    let seen = [
+                        x.term,
+                        x.leader.as_ref().map_or(0, |k| k.term),
+                        x.state.as_ref().map_or(0, |s| s.term),
+                    ];
+                    i.max_term = seen.into_iter().fold(i.max_term, u64::max);
+                    i.leader = x.leader.as_ref().map(|k| k.replica.clone());
+                    i.replicas = u32::try_from(x.live.len()).unwrap_or(u32::MAX).max(1);
+                }
+                self.on_exchange(ended, x).await;
+            }
+            Err(e) => self.on_store_down(&e, &fresh),
+        }
+        self.refresh();
+    }
+
+    async fn on_exchange(&self, ended: u64, x: Exchange) {
+        let key = self.lock().key.clone();
+        match (&key, &x.leader) {
+            (Some(mine), Some(holder)) if mine == holder => {
+                match self
+                    .op("renew", self.store.renew(mine, self.settings.lease))
+                    .await
+                {
+                    Ok(true) => self.sum_and_lead(mine, ended).await,
+                    Ok(false) => self.step_down("the lease was lost"),
+                    Err(_) => self.freeze(),
+                }
+            }
+            _ => {
+                if key.is_some() {
+                    self.step_down("another replica holds the lease, or it expired");
+                }
+                if x.leader.is_none() {
+                    let floor = self.lock().max_term;
+                    let got = self
+                        .op(
+                            "acquire",
+                            self.store
+                                .acquire(&self.settings.replica, self.settings.lease, floor),
+                        )
+                        .await;
+                    if let Ok(Some(term)) = got {
+                        let mine = LeaderKey {
+                            replica: self.settings.replica.clone(),
+                            term,
+                        };
+                        self.take_over(&mine, &x);
+                        self.sum_and_lead(&mine, ended).await;
+                        return;
+                    }
+                }
+                self.follow(&x);
+            }
+        }
+    }
+
+    /// The lease was granted with `key`: resume the published state, adopt the
+    /// registry, write the pool from now on.
+    fn take_over(&self, key: &LeaderKey, x: &Exchange) {
+        {
+            let mut i = self.lock();
+            i.role = Role::Leader;
+            i.key = Some(key.clone());
+            i.max_term = i.max_term.max(key.term);
+            i.leader = Some(key.replica.clone());
+        }
+        let base = self.settings.base_epoch;
+        let state = x.state.as_ref();
+        let ewma = state
+            .and_then(|s| s.ewma)
+            .filter(|e| e.epoch >= base)
+            .map(|e| EwmaState {
+                epoch: e.epoch - base,
+                ..e
+            });
+        if let Some(s) = state {
+            self.host.sync_registry(&s.registry);
+        }
+        let decision = state.and_then(|s| s.decision.clone());
+        let hold = u64::from(self.settings.decision_epochs);
+        self.host.with_core(&mut |core, now| {
+            match &ewma {
+                Some(e) => core.restore_ewma(e),
+                None => core.hold_scale_in(hold),
+            }
+            if let Some(d) = &decision {
+                core.apply_decision(now, d.epoch.saturating_sub(base), to_decision(d));
+            }
+            core.set_pool_writer(now, true);
+        });
+        tracing::info!(
+            term = key.term,
+            resumed = ewma.is_some(),
+            avg_rps = ewma.map(|e| e.avg_per_epoch / self.settings.epoch.as_secs_f64()),
+            "became the scaling leader"
+        );
+        self.refresh();
+    }
+
+    fn step_down(&self, why: &'static str) {
+        let term = {
+            let mut i = self.lock();
+            i.role = Role::Follower;
+            i.key.take().map(|k| k.term)
+        };
+        self.host
+            .with_core(&mut |core, now| core.set_pool_writer(now, false));
+        if let Some(term) = term {
+            tracing::warn!(term, "stepping down as the scaling leader: {why}");
+        }
+    }
+
+    /// The store did not answer the leader: stop writing the pool until it does.
+    fn freeze(&self) {
+        self.host
+            .with_core(&mut |core, now| core.set_pool_writer(now, false));
+    }
+
+    /// The leader, half an epoch after `ended` ended (every replica has written its
+    /// count by then): read every count of `ended` and lead on their sum. A second
+    /// round trip for the leader only; the decision lags a single gateway's by half an
+    /// epoch.
+    async fn sum_and_lead(&self, key: &LeaderKey, ended: u64) {
+        let e = self.settings.epoch;
+        let local_end = (ended + 1).saturating_sub(self.settings.base_epoch);
+        let at = e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2;
+        tokio::time::sleep(at.saturating_sub(self.host.now())).await;
+        let report = Report {
+            replica: self.settings.replica.clone(),
+            counts: Vec::new(),
+            sum_epoch: ended,
+            live_window: e * (self.settings.grace_epochs + 1),
+            counts_ttl: e * 100,
+        };
+        match self.op("exchange", self.store.exchange(&report)).await {
+            Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
+            Ok(_) => self.step_down("the lease moved before the sum was read"),
+            Err(_) => self.freeze(),
+        }
+    }
+
+    async fn lead(&self, key: &LeaderKey, sum_epoch: u64, x: &Exchange) {
+        let base = self.settings.base_epoch;
+        let mut names: Vec<&String> = x.live.keys().chain(x.counts.keys()).collect();
+        names.sort();
+        names.dedup();
+        let rows: Vec<ReplicaCount> = names
+            .iter()
+            .map(|r| ReplicaCount {
+                count: x.counts.get(*r).copied(),
+                last: x.last.get(*r).copied(),
+            })
+            .collect();
+        let total = aggregate(sum_epoch, &rows, 1);
+        // Demands for the shares: every live replica's count (or its last one).
+        let live: Vec<&String> = x.live.keys().collect();
+        let demands: Vec<u64> = live
+            .iter()
+            .map(|r| {
+                x.counts
+                    .get(*r)
+                    .copied()
+                    .or_else(|| x.last.get(*r).map(|&(_, n)| n))
+                    .unwrap_or(0)
+            })
+            .collect();
+        let epoch_s = self.settings.epoch.as_secs_f64();
+        let mut published = None;
+        let me = &self.settings.replica;
+        self.host.with_core(&mut |core, now| {
+            core.set_pool_writer(now, true);
+            if sum_epoch >= base {
+                core.on_aggregate_count(now, sum_epoch - base, total.requests);
+            }
+            let st = core.controller().status();
+            let rho = core.tuning().map_or(1.0, |t| t.rho);
+            let budget =
+                rho * st.vm_reqs_rps.min(f64::from(st.pool.ready) * st.r_max_rps) * epoch_s;
+            let shares: BTreeMap<String, f64> = live
+                .iter()
+                .map(|r| (*r).clone())
+                .zip(budget_shares(budget, &demands))
+                .collect();
+            let own = shares.get(me).copied().unwrap_or(1.0);
+            core.set_budget_share(now, own);
+            published = Some((
+                core.ewma_state().map(|e| EwmaState {
+                    epoch: e.epoch + base,
+                    ..e
+                }),
+                shares,
+                own,
+            ));
+        });
+        let Some((ewma, shares, own)) = published else {
+            return;
+        };
+        let decision = self
+            .host
+            .last_decision()
+            .map(|(epoch, d)| PublishedDecision {
+                epoch: epoch + base,
+                target_vms: d.target_vms,
+                vm_reqs_rps: d.vm_reqs_rps.is_finite().then_some(d.vm_reqs_rps),
+                reason: d.reason.as_str().to_string(),
+            });
+        let p = Published {
+            term: key.term,
+            leader: key.replica.clone(),
+            epoch: sum_epoch,
+            ewma,
+            decision,
+            replicas: u32::try_from(live.len()).unwrap_or(u32::MAX),
+            shares,
+            registry: self.host.registry(),
+        };
+        {
+            let mut i = self.lock();
+            i.share = own;
+        }
+        match self.op("publish", self.store.publish(key, &p)).await {
+            Ok(true) => {}
+            Ok(false) => {
+                self.lock().refused += 1;
+                self.step_down("the store refused the publication (an old term)");
+            }
+            Err(_) => self.freeze(),
+        }
+    }
+
+    fn follow(&self, x: &Exchange) {
+        let base = self.settings.base_epoch;
+        let me = &self.settings.replica;
+        {
+            let mut i = self.lock();
+            i.role = Role::Follower;
+        }
+        let Some(p) = &x.state else {
+            self.host
+                .with_core(&mut |core, now| core.set_pool_writer(now, false));
+            return;
+        };
+        let fresh = {
+            let i = self.lock();
+            p.decision
+                .as_ref()
+                .map(|d| (p.term, d.epoch))
+                .filter(|k| i.applied != Some(*k))
+        };
+        let replicas = x.live.len().max(1);
+        let share = p.shares.get(me).copied().unwrap_or(1.0 / replicas as f64);
+        let ewma = p.ewma.filter(|e| e.epoch >= base).map(|e| EwmaState {
+            epoch: e.epoch - base,
+            ..e
+        });
+        self.host.sync_registry(&p.registry);
+        self.host.with_core(&mut |core, now| {
+            core.set_pool_writer(now, false);
+            if let Some(e) = &ewma {
+                core.restore_ewma(e);
+            }
+            if let (Some(_), Some(d)) = (fresh, &p.decision) {
+                core.apply_decision(now, d.epoch.saturating_sub(base), to_decision(d));
+            }
+            core.set_budget_share(now, share);
+        });
+        let mut i = self.lock();
+        if fresh.is_some() {
+            i.applied = fresh;
+        }
+        i.share = share;
+    }
+
+    /// An exchange failed: keep the last share for the grace epochs, then local
+    /// decisions with share 1/N on this replica's counts × N; the pool stays frozen.
+    fn on_store_down(&self, e: &StoreError, fresh: &[(u64, u64)]) {
+        let (misses, was_leader, n) = {
+            let mut i = self.lock();
+            i.misses += 1;
+            let was = i.role == Role::Leader;
+            (i.misses, was, i.replicas.max(1))
+        };
+        if misses == 1 {
+            tracing::warn!(error = %e, "the coordination store did not answer; the pool is frozen");
+        }
+        if was_leader {
+            self.freeze();
+        }
+        if misses <= self.settings.grace_epochs {
+            return;
+        }
+        let share = 1.0 / f64::from(n);
+        let went_local = {
+            let mut i = self.lock();
+            let went = i.role != Role::Local;
+            i.role = Role::Local;
+            i.key = None;
+            i.share = share;
+            went
+        };
+        if went_local {
+            tracing::warn!(
+                replicas = n,
+                "no coordination store for {misses} epochs: running on local decisions with share 1/{n}"
+            );
+        }
+        let base = self.settings.base_epoch;
+        self.host.with_core(&mut |core, now| {
+            core.set_pool_writer(now, false);
+            core.set_budget_share(now, share);
+            for &(epoch, requests) in fresh {
+                if epoch >= base {
+                    core.on_aggregate_count(now, epoch - base, requests * u64::from(n));
+                }
+            }
+        });
+    }
+}
+
+fn to_decision(d: &PublishedDecision) -> ScaleDecision {
+    ScaleDecision {
+        target_vms: d.target_vms,
+        vm_reqs_rps: d.vm_reqs_rps.unwrap_or(f64::INFINITY),
+        reason: reason_named(&d.reason),
+    }
+}
+
+impl PoolFence for Coordinator {
+    fn permit<'a>(
+        &'a self,
+        op: &'static str,
+        vm: VmId,
+        instance: Option<&'a str>,
+    ) -> BoxFuture<'a, bool> {
+        Box::pin(async move {
+            let key = {
+                let i = self.lock();
+                match (&i.key, i.role) {
+                    (Some(k), Role::Leader) => k.clone(),
+                    _ => return false,
+                }
+            };
+            let intent = Intent {
+                term: key.term,
+                op: op.to_string(),
+                vm: vm.to_string(),
+                instance: instance.map(str::to_string),
+            };
+            match self.op("intent", self.store.intent(&key, &intent)).await {
+                Ok(true) => true,
+                Ok(false) => {
+                    self.lock().refused += 1;
+                    self.step_down("the store refused a pool write (an old term)");
+                    self.refresh();
+                    false
+                }
+                Err(_) => false,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,569 @@
+//! The coordinator over the in-memory store under paused tokio time: three replicas
+//! with their own cores, traffic spread unevenly, and the failures the shared decision
+//! must survive — a leader cut off past its lease, the store down and hung, a leader
+//! that shuts down. α = 0.3, β = 0.2, φ = 1.5, ρ = 0.6, epochs of 1 s, K = 2.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::memory::{Faults, MemoryStore};
+use super::*;
+use crate::policy::attempt::{Decision, Ticket};
+use crate::policy::balancer::{BudgetRule, RequestMeta, VmFirst};
+use crate::policy::controller::{self, ControllerParams};
+use crate::policy::core::{Action, CoreParams};
+use crate::policy::monitor::MonitorParams;
+use crate::policy::placement::{
+    PlacementParams, PlacementPolicy, ZoneCapacity, ZoneKind, ZoneParams,
+};
+use crate::policy::scaling::{LibraScaler, LibraScalingParams};
+
+const EPOCH: Duration = Duration::from_secs(1);
+/// The store's clock at the start: a multiple of the epoch.
+const START_MS: u64 = 1_800_000_000_000;
+
+fn core() -> Core {
+    let mut c = Core::new(
+        CoreParams {
+            controller: ControllerParams {
+                monitor: MonitorParams {
+                    epoch: EPOCH,
+                    alpha: 0.3,
+                    beta: 0.2,
+                    decision_epochs: 2,
+                    first_decision_epoch: None,
+                },
+                r_max_rps: 10.0,
+                execute_scaling: true,
+            },
+            placement: PlacementParams {
+                zones: vec![ZoneParams {
+                    name: "fn".into(),
+                    kind: ZoneKind::Cloud,
+                    capacity: ZoneCapacity::Concurrency {
+                        max_concurrency: None,
+                    },
+                }],
+                policy: PlacementPolicy::EdgeFirst,
+            },
+            vm_boot_timeout: None,
+        },
+        Box::new(LibraScaler::new(LibraScalingParams {
+            phi: 1.5,
+            r_max_rps: 10.0,
+            min_vms: 0,
+            max_vms: 20,
+            cip_rps: 0.5,
+        })),
+        Box::new(VmFirst::new(0.6).with_budget_rule(BudgetRule::Quota { truncate: false }, EPOCH)),
+    );
+    c.start(Time::ZERO);
+    c
+}
+
+#[derive(Default)]
+struct HostState {
+    /// Instance names of the VMs in the table; `true`: launched by this replica.
+    names: BTreeMap<VmId, (String, bool)>,
+    launched: Vec<(Instant, String)>,
+    last_decision: Option<(u64, ScaleDecision)>,
+    vm_admissions: u64,
+    requests: u64,
+}
+
+/// A replica: a core, its VM names, launches that become ready at once once the
+/// fence permits them.
+struct TestHost {
+    name: String,
+    origin: Instant,
+    core: Mutex<Core>,
+    state: Mutex<HostState>,
+    fence: OnceLock<Arc<Coordinator>>,
+}
+
+impl TestHost {
+    fn new(name: &str, origin: Instant) -> Arc<Self> {
+        Arc::new(Self {
+            name: name.into(),
+            origin,
+            core: Mutex::new(core()),
+            state: Mutex::new(HostState::default()),
+            fence: OnceLock::new(),
+        })
+    }
+
+    /// Execute the core's actions like the driver: launches through the fence.
+    fn pump(self: &Arc<Self>) {
+        let actions: Vec<Action> = {
+            let mut c = self.core.lock().unwrap();
+            std::iter::from_fn(|| c.poll_action()).collect()
+        };
+        for a in actions {
+            match a {
+                Action::Scaling(controller::Action::Launch { vm }) => {
+                    let me = Arc::clone(self);
+                    tokio::spawn(async move {
+                        let ok = match me.fence.get() {
+                            Some(f) => f.permit("launch", vm, None).await,
+                            None => true,
+                        };
+                        let now = me.now();
+                        let name = format!("{}-{vm}", me.name);
+                        let mut c = me.core.lock().unwrap();
+                        if ok {
+                            let mut st = me.state.lock().unwrap();
+                            st.names.insert(vm, (name.clone(), true));
+                            st.launched.push((Instant::now(), name));
+                            c.on_vm_ready(now, vm);
+                        } else {
+                            c.on_vm_failed(now, vm);
+                        }
+                    });
+                }
+                Action::Scaling(controller::Action::Stop { vm }) => {
+                    self.state.lock().unwrap().names.remove(&vm);
+                }
+                Action::Scaling(controller::Action::Decided {
+                    epoch, decision, ..
+                }) => {
+                    self.state.lock().unwrap().last_decision = Some((epoch, decision));
+                }
+                _ => {}
+            }
+        }
+    }
+
+    /// `n` requests spread over the next epoch.
+    async fn traffic(self: &Arc<Self>, n: u64) {
+        let step = EPOCH / u32::try_from(n.max(1)).unwrap();
+        for _ in 0..n {
+            let now = self.now();
+            let d = {
+                let mut t = Ticket::new(RequestMeta::default(), None);
+                let mut c = self.core.lock().unwrap();
+                let d = c.route(now, &mut t);
+                c.finish(now, &mut t);
+                d
+            };
+            {
+                let mut st = self.state.lock().unwrap();
+                st.requests += 1;
+                if matches!(d, Decision::Vm { .. }) {
+                    st.vm_admissions += 1;
+                }
+            }
+            self.pump();
+            tokio::time::sleep(step).await;
+        }
+        if n == 0 {
+            tokio::time::sleep(EPOCH).await;
+        }
+    }
+}
+
+impl Host for TestHost {
+    fn with_core(&self, f: &mut dyn FnMut(&mut Core, Time)) {
+        let now = self.now();
+        f(&mut self.core.lock().unwrap(), now);
+        // The actions are executed by `pump`, which needs the Arc: the tests call it
+        // after every round ([`Replicas::settle`]).
+    }
+
+    fn now(&self) -> Time {
+        Instant::now().duration_since(self.origin)
+    }
+
+    fn registry(&self) -> Vec<RegistryVm> {
+        let c = self.core.lock().unwrap();
+        let st = self.state.lock().unwrap();
+        c.controller()
+            .vms()
+            .rows()
+            .iter()
+            .filter(|r| r.state == crate::policy::balancer::VmState::Ready)
+            .filter_map(|r| st.names.get(&r.id))
+            .map(|(n, _)| RegistryVm {
+                instance: n.clone(),
+                base: format!("http://{n}/"),
+            })
+            .collect()
+    }
+
+    fn sync_registry(&self, vms: &[RegistryVm]) {
+        let now = self.now();
+        let listed: BTreeSet<&str> = vms.iter().map(|v| v.instance.as_str()).collect();
+        let mut c = self.core.lock().unwrap();
+        let mut st = self.state.lock().unwrap();
+        let gone: Vec<VmId> = st
+            .names
+            .iter()
+            .filter(|(_, (n, own))| !own && !listed.contains(n.as_str()))
+            .map(|(vm, _)| *vm)
+            .collect();
+        for vm in gone {
+            c.drain_vm(now, vm);
+            st.names.remove(&vm);
+        }
+        let known: BTreeSet<String> = st.names.values().map(|(n, _)| n.clone()).collect();
+        for v in vms {
+            if !known.contains(&v.instance) {
+                let vm = c.adopt_ready_vm(now);
+                st.names.insert(vm, (v.instance.clone(), false));
+            }
+        }
+    }
+
+    fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
+        self.state.lock().unwrap().last_decision
+    }
+}
+
+struct Replicas {
+    store: Arc<MemoryStore>,
+    hosts: Vec<Arc<TestHost>>,
+    coords: Vec<Arc<Coordinator>>,
+}
+
+fn settings(name: &str) -> Settings {
+    Settings {
+        replica: name.into(),
+        epoch: EPOCH,
+        lease: Duration::from_millis(2500),
+        op_timeout: Duration::from_millis(250),
+        grace_epochs: 3,
+        decision_epochs: 2,
+        base_epoch: START_MS / 1000,
+    }
+}
+
+impl Replicas {
+    fn start(n: usize) -> Self {
+        let store = Arc::new(MemoryStore::new(START_MS));
+        let origin = Instant::now();
+        let mut hosts = Vec::new();
+        let mut coords = Vec::new();
+        for i in 0..n {
+            let name = format!("r{i}");
+            let host = TestHost::new(&name, origin);
+            let c = Coordinator::new(
+                settings(&name),
+                Arc::clone(&store) as Arc<dyn Store>,
+                Arc::clone(&host) as Arc<dyn Host>,
+            );
+            let _ = host.fence.set(Arc::clone(&c));
+            c.start();
+            hosts.push(host);
+            coords.push(c);
+        }
+        Self {
+            store,
+            hosts,
+            coords,
+        }
+    }
+
+    /// `epochs` epochs with `loads[i]` requests per epoch on replica i.
+    async fn run(&self, epochs: u32, loads: &[u64]) {
+        for _ in 0..epochs {
+            let mut tasks = Vec::new();
+            for (h, &n) in self.hosts.iter().zip(loads) {
+                let h = Arc::clone(h);
+                tasks.push(tokio::spawn(async move { h.traffic(n).await }));
+            }
+            for t in tasks {
+                t.await.unwrap();
+            }
+            for h in &self.hosts {
+                h.pump();
+            }
+        }
+    }
+
+    fn roles(&self) -> Vec<Role> {
+        self.coords.iter().map(|c| c.status().role).collect()
+    }
+
+    fn leader(&self) -> Option<usize> {
+        self.coords
+            .iter()
+            .position(|c| c.status().role == Role::Leader)
+    }
+
+    fn targets(&self) -> Vec<u32> {
+        self.hosts
+            .iter()
+            .map(|h| h.core.lock().unwrap().controller().pool().target)
+            .collect()
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn three_replicas_elect_one_leader_and_share_its_decision() {
+    let r = Replicas::start(3);
+    // 70/20/10 of 60 requests per epoch.
+    r.run(12, &[42, 12, 6]).await;
+    let roles = r.roles();
+    assert_eq!(
+        roles.iter().filter(|&&x| x == Role::Leader).count(),
+        1,
+        "{roles:?}"
+    );
+    let leader = r.leader().unwrap();
+    let st = r.coords[leader].status();
+    assert_eq!(st.term, Some(1));
+    assert_eq!(st.replicas, 3);
+    // Everyone runs the leader's target.
+    let targets = r.targets();
+    assert!(targets.iter().all(|&t| t == targets[leader]), "{targets:?}");
+    assert!(targets[leader] >= 5, "60 req/s at r_max 10: {targets:?}");
+    // Only the leader launched, and every launch was recorded first.
+    for (i, h) in r.hosts.iter().enumerate() {
+        let n = h.state.lock().unwrap().launched.len();
+        if i == leader {
+            assert_eq!(n, r.store.intents().len());
+        } else {
+            assert_eq!(n, 0, "replica {i} launched");
+        }
+    }
+    // Shares follow the traffic and add up to one.
+    let shares: Vec<f64> = r.coords.iter().map(|c| c.status().share).collect();
+    let sum: f64 = shares.iter().sum();
+    assert!((sum - 1.0).abs() < 1e-9, "{shares:?}");
+    assert!(shares[0] > shares[1] && shares[1] > shares[2], "{shares:?}");
+    // The monitor saw the sum: avg near 60 req/s on every replica (followers restore).
+    for h in &r.hosts {
+        let avg = h.core.lock().unwrap().controller().status().avg_rps;
+        assert!((avg - 60.0).abs() < 3.0, "{avg}");
+    }
+    // The followers use the leader's registry: every ready VM is known everywhere.
+    let leader_ready = r.hosts[leader]
+        .core
+        .lock()
+        .unwrap()
+        .controller()
+        .pool()
+        .ready;
+    for h in &r.hosts {
+        assert_eq!(
+            h.core.lock().unwrap().controller().pool().ready,
+            leader_ready
+        );
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn per_epoch_vm_admissions_stay_within_one_gateways_budget() {
+    let r = Replicas::start(3);
+    r.run(10, &[30, 20, 10]).await;
+    let before: Vec<u64> = r
+        .hosts
+        .iter()
+        .map(|h| h.state.lock().unwrap().vm_admissions)
+        .collect();
+    let epochs = 6;
+    r.run(epochs, &[30, 20, 10]).await;
+    let admitted: u64 = r
+        .hosts
+        .iter()
+        .zip(&before)
+        .map(|(h, b)| h.state.lock().unwrap().vm_admissions - b)
+        .sum();
+    let leader = r.leader().unwrap();
+    let vm_reqs = r.hosts[leader]
+        .core
+        .lock()
+        .unwrap()
+        .controller()
+        .status()
+        .vm_reqs_rps;
+    let bound = 0.6 * vm_reqs * f64::from(epochs) + 3.0 * f64::from(epochs);
+    assert!(
+        (admitted as f64) <= bound,
+        "{admitted} VM admissions over {epochs} epochs, ρ·vm_reqs·E = {}",
+        0.6 * vm_reqs
+    );
+    assert!(admitted > 0);
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_cut_off_past_its_lease_is_replaced_and_writes_nothing_after() {
+    let r = Replicas::start(3);
+    r.run(6, &[20, 20, 20]).await;
+    let old = r.leader().expect("a leader");
+    let old_name = format!("r{old}");
+    let cut_at = Instant::now();
+    r.store.set_faults(Faults {
+        cut: BTreeSet::from([old_name.clone()]),
+        ..Faults::default()
+    });
+    r.run(5, &[20, 20, 20]).await;
+    let new = r.leader().expect("a new leader");
+    assert_ne!(new, old);
+    assert_eq!(r.coords[new].status().term, Some(2), "term + 1");
+    assert_ne!(
+        r.coords[old].status().role,
+        Role::Leader,
+        "frozen while cut off"
+    );
+    let intents_before = r.store.intents().len();
+    // Load up so that the new leader launches; the old one must not.
+    r.store.set_faults(Faults::default());
+    r.run(6, &[60, 60, 60]).await;
+    assert_eq!(r.coords[old].status().role, Role::Follower);
+    let intents = r.store.intents();
+    assert!(intents.len() > intents_before, "the new leader scaled out");
+    assert!(
+        intents[intents_before..].iter().all(|i| i.term == 2),
+        "{intents:?}"
+    );
+    assert!(
+        r.hosts[old]
+            .state
+            .lock()
+            .unwrap()
+            .launched
+            .iter()
+            .all(|(at, _)| *at <= cut_at),
+        "no launch by the old leader after it was cut off"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn without_the_store_replicas_go_local_after_the_grace_epochs_then_return() {
+    let r = Replicas::start(3);
+    r.run(8, &[20, 20, 20]).await;
+    let launched_before: usize = r
+        .hosts
+        .iter()
+        .map(|h| h.state.lock().unwrap().launched.len())
+        .sum();
+    r.store.set_faults(Faults {
+        down: true,
+        ..Faults::default()
+    });
+    r.run(2, &[20, 20, 20]).await;
+    assert!(
+        r.roles().iter().all(|&x| x != Role::Local),
+        "within the grace epochs: {:?}",
+        r.roles()
+    );
+    r.run(4, &[40, 40, 40]).await;
+    assert_eq!(r.roles(), vec![Role::Local; 3]);
+    for c in &r.coords {
+        let s = c.status();
+        assert!((s.share - 1.0 / 3.0).abs() < 1e-9);
+        assert!(s.buffered_counts >= 5, "{s:?}");
+        assert!(s.last_store_error.is_some());
+    }
+    let launched_during: usize = r
+        .hosts
+        .iter()
+        .map(|h| h.state.lock().unwrap().launched.len())
+        .sum();
+    assert_eq!(launched_during, launched_before, "the pool is frozen");
+    let outage_epoch = r.coords[0].status().epoch.unwrap();
+    r.store.set_faults(Faults::default());
+    r.run(3, &[20, 20, 20]).await;
+    let roles = r.roles();
+    assert!(roles.iter().all(|&x| x != Role::Local), "{roles:?}");
+    assert_eq!(roles.iter().filter(|&&x| x == Role::Leader).count(), 1);
+    // The counts of the outage arrived: no gap.
+    let counts = r.store.counts(outage_epoch);
+    assert_eq!(counts.len(), 3, "{counts:?}");
+    assert!(counts.values().all(|&n| n == 40), "{counts:?}");
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_hung_store_costs_one_deadline_per_operation() {
+    let r = Replicas::start(1);
+    r.run(3, &[5]).await;
+    r.store.set_faults(Faults {
+        hung: true,
+        ..Faults::default()
+    });
+    let t0 = Instant::now();
+    r.coords[0].tick().await;
+    let took = t0.elapsed();
+    assert!(
+        took >= Duration::from_millis(250) && took < Duration::from_millis(300),
+        "{took:?}"
+    );
+    assert!(
+        r.coords[0]
+            .status()
+            .last_store_error
+            .as_deref()
+            .is_some_and(|e| e.contains("timed out")),
+        "{:?}",
+        r.coords[0].status()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_leader_that_shuts_down_hands_over_and_the_ewmas_resume() {
+    let r = Replicas::start(2);
+    r.run(10, &[30, 30]).await;
+    let old = r.leader().unwrap();
+    let avg_before = r.hosts[old]
+        .core
+        .lock()
+        .unwrap()
+        .controller()
+        .status()
+        .avg_rps;
+    r.coords[old].shutdown().await;
+    assert!(r.store.leader().is_none(), "the lease is released");
+    let other = 1 - old;
+    // The survivor takes the lease at its next round (within one epoch: test sleeps
+    // round up to whole milliseconds, so the run takes a little longer than an epoch).
+    r.run(1, &[0, 0]).await;
+    let st = r.coords[other].status();
+    assert_eq!(
+        st.role,
+        Role::Leader,
+        "{st:?} {:?} {:?}",
+        r.coords[old].status(),
+        r.store.leader()
+    );
+    assert_eq!(st.term, Some(2));
+    let avg_after = r.hosts[other]
+        .core
+        .lock()
+        .unwrap()
+        .controller()
+        .status()
+        .avg_rps;
+    // One epoch of no traffic at α = 0.3 at most separates them.
+    assert!(
+        avg_after >= 0.6 * avg_before && avg_after <= avg_before * 1.01,
+        "{avg_before} → {avg_after}"
+    );
+}
+
+#[test]
+fn epochs_align_on_the_stores_clock() {
+    let at = Instant::now();
+    let (origin, index) = split(1_800_000_000_250, Duration::from_millis(500), at);
+    assert_eq!(index, 3_600_000_000);
+    assert_eq!(at - origin, Duration::from_millis(250));
+    let (origin, index) = split(1_000, Duration::from_secs(1), at);
+    assert_eq!((index, at - origin), (1, Duration::ZERO));
+}
+
+#[test]
+fn published_reasons_map_back() {
+    for r in [
+        ScaleReason::BelowCostIndifferencePoint,
+        ScaleReason::Provision,
+        ScaleReason::ClampedToMin,
+        ScaleReason::ClampedToMax,
+        ScaleReason::Baseline,
+        ScaleReason::AwaitingTraffic,
+    ] {
+        assert_eq!(reason_named(r.as_str()), r);
+    }
+    assert_eq!(reason_named("?"), ScaleReason::Provision);
+}

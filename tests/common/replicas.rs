@@ -1,0 +1,628 @@
+#![allow(dead_code)]
+//! Several gateway replicas on one Redis: a `redis-server` the test starts on a free
+//! loopback port, N `spillway serve` processes coordinated through it, an open-loop load
+//! spread over the replicas, `/status` sampling, and a small TCP fault proxy that can cut
+//! one replica off from Redis.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::{Gateway, exe, free_port, header, http};
+
+/// A `redis-server` on 127.0.0.1 (no persistence), killed on drop.
+pub struct Redis {
+    pub child: Child,
+    pub port: u16,
+}
+
+impl Redis {
+    /// Start one. Fails with how to install it when `redis-server` is missing (CI
+    /// installs it: `.ci/run`).
+    pub fn start() -> Redis {
+        Redis::start_on(free_port())
+    }
+
+    /// Start one on `port` (a restart keeps the replicas' URL).
+    pub fn start_on(port: u16) -> Redis {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--protected-mode",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "redis-server is required by the replica tests ({e}): \
+                     apt-get install redis-server (.ci/run installs it)"
+                )
+            });
+        let r = Redis { child, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !r.ping() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not answer on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        r
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    /// `PING` → `+PONG`.
+    pub fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut buf = [0u8; 16];
+        matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{sig}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{sig} redis failed");
+    }
+}
+
+impl Drop for Redis {
+    fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The LIBRA section of the replica tests: 0.5 s epochs, decisions every K = 4 epochs
+/// (2 s), the per-epoch quota, α = 0.3, β = 0.2, φ = 1.5, ρ = 0.7, r_max 10 req/s.
+pub const LIBRA: &str = "  epoch_seconds: 0.5
+  decision_epochs: 4
+  alpha: 0.3
+  beta: 0.2
+  phi: 1.5
+  rho: 0.7
+  balancer: quota
+  r_max_rps: 10
+  min_vms: 1
+  max_vms: 12
+  cip_rps: 1
+";
+
+/// Epoch length of [`LIBRA`].
+pub const EPOCH: Duration = Duration::from_millis(500);
+/// ρ of [`LIBRA`].
+pub const RHO: f64 = 0.7;
+
+/// A replica's YAML: a `process` VM pool of sample APIs, an `http` function tier at
+/// `functions` (one shared sample API), coordinated through `redis_url` when given.
+pub fn config(
+    functions: SocketAddr,
+    redis_url: Option<&str>,
+    cluster: &str,
+    extra: &str,
+) -> String {
+    let exe = exe();
+    let coordination = match redis_url {
+        Some(url) => format!(
+            "coordination:\n  type: redis\n  url: {url}\n  cluster: {cluster}\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n"
+        ),
+        None => String::new(),
+    };
+    format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
+  drain_timeout_seconds: 5
+  health_check_interval_seconds: 0.5
+libra:
+{LIBRA}
+vm_pool:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "vm-{cluster}-{{port}}"]
+  boot_timeout_seconds: 20
+  probe_interval_seconds: 0.05
+function_tier:
+  type: http
+  url: "http://{functions}"
+  max_concurrency: 256
+{coordination}{extra}
+"#
+    )
+}
+
+/// Epoch index of the wall-clock instant now (the replicas' grid: multiples of
+/// [`EPOCH`] on the store's clock, which is this host's clock).
+pub fn wall_epoch() -> u64 {
+    let ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    ms / EPOCH.as_millis() as u64
+}
+
+/// One response of [`drive`].
+#[derive(Clone, Debug)]
+pub struct Sent {
+    /// Which target (replica index).
+    pub to: usize,
+    /// Wall-clock epoch it was sent in.
+    pub epoch: u64,
+    pub status: u16,
+    /// `x-spillway-instance`.
+    pub instance: String,
+}
+
+impl Sent {
+    pub fn on_vm(&self) -> bool {
+        self.instance.starts_with("vm-")
+    }
+}
+
+/// An open-loop load: for each `(rate, seconds)` step, `rate` requests/s to `path`,
+/// request i to the target whose weight share it falls in (a deterministic weighted
+/// round robin); one thread per request (bounded: Σ rate·seconds).
+pub fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &str) -> Vec<Sent> {
+    let total_w: f64 = targets.iter().map(|(_, w)| w).sum();
+    let mut credit = vec![0.0; targets.len()];
+    let (tx, rx) = mpsc::channel();
+    let mut n = 0;
+    let start = Instant::now();
+    let mut at = Duration::ZERO;
+    for &(rate, seconds) in steps {
+        let count = (rate * seconds).round() as usize;
+        let gap = Duration::from_secs_f64(1.0 / rate.max(1e-9));
+        for i in 0..count {
+            let due = start + at + gap * i as u32;
+            if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                std::thread::sleep(wait); // pacing the open-loop sender
+            }
+            // Weighted round robin: the target furthest below its share.
+            for (c, (_, w)) in credit.iter_mut().zip(targets) {
+                *c += w / total_w;
+            }
+            let to = (0..targets.len())
+                .max_by(|&a, &b| credit[a].total_cmp(&credit[b]))
+                .unwrap();
+            credit[to] -= 1.0;
+            let addr = targets[to].0;
+            let tx = tx.clone();
+            let path = path.to_string();
+            let epoch = wall_epoch();
+            std::thread::spawn(move || {
+                let (status, headers, _) = http(addr, "GET", &path, &[], b"");
+                let instance = header(&headers, "x-spillway-instance")
+                    .unwrap_or("")
+                    .to_string();
+                let _ = tx.send(Sent {
+                    to,
+                    epoch,
+                    status,
+                    instance,
+                });
+            });
+            n += 1;
+        }
+        at += Duration::from_secs_f64(seconds);
+    }
+    drop(tx);
+    rx.iter().take(n).collect()
+}
+
+/// One `/status` sample.
+#[derive(Clone, Debug)]
+pub struct Sample {
+    pub at: Instant,
+    /// Wall-clock epoch ([`wall_epoch`]) it was taken in.
+    pub epoch: u64,
+    pub replica: usize,
+    pub status: Value,
+}
+
+/// `/status` of every replica every 100 ms while it runs, in a thread.
+pub struct Sampler {
+    stop: Arc<AtomicBool>,
+    samples: Arc<Mutex<Vec<Sample>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Sampler {
+    pub fn start(admins: Vec<SocketAddr>) -> Sampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let samples = Arc::new(Mutex::new(Vec::new()));
+        let (s2, st2) = (Arc::clone(&samples), Arc::clone(&stop));
+        let thread = std::thread::spawn(move || {
+            while !st2.load(Ordering::Relaxed) {
+                for (i, a) in admins.iter().enumerate() {
+                    if let Some(v) = try_status(*a) {
+                        s2.lock().unwrap().push(Sample {
+                            at: Instant::now(),
+                            epoch: wall_epoch(),
+                            replica: i,
+                            status: v,
+                        });
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        });
+        Sampler {
+            stop,
+            samples,
+            thread: Some(thread),
+        }
+    }
+
+    /// Stop and return every sample.
+    pub fn finish(mut self) -> Vec<Sample> {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+        std::mem::take(&mut *self.samples.lock().unwrap())
+    }
+}
+
+/// `/status` of an admin listener, `None` when it does not answer (a killed replica).
+pub fn try_status(admin: SocketAddr) -> Option<Value> {
+    let mut s = TcpStream::connect_timeout(&admin, Duration::from_millis(500)).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    s.write_all(
+        format!("GET /status HTTP/1.1\r\nHost: {admin}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).ok()?;
+    let (code, _, body) = crate::common::parse_response(&buf);
+    (code == 200).then(|| serde_json::from_slice(&body).ok())?
+}
+
+/// The coordination role in a `/status`.
+pub fn role(s: &Value) -> &str {
+    s.pointer("/coordination/role")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+}
+
+/// The scaling decisions in `samples` (by the replicas that were leader when they
+/// showed them): (when, epoch, target), one per epoch.
+pub fn decisions(samples: &[Sample]) -> Vec<(Instant, u64, u64)> {
+    let mut out: Vec<(Instant, u64, u64)> = Vec::new();
+    for Sample { at, status: s, .. } in samples {
+        let shared = s.pointer("/coordination/type").and_then(Value::as_str) == Some("redis");
+        if shared && role(s) != "leader" {
+            continue;
+        }
+        let Some(d) = s.pointer("/scaling/last_decision").filter(|d| !d.is_null()) else {
+            continue;
+        };
+        let epoch = d["epoch"].as_u64().unwrap_or(0);
+        let target = d["target_vms"].as_u64().unwrap_or(0);
+        if out.last().is_none_or(|&(_, e, _)| e != epoch) {
+            out.push((*at, epoch, target));
+        }
+    }
+    out
+}
+
+/// Start `n` replicas of `yaml`.
+pub fn start(n: usize, yaml: &str) -> Vec<Gateway> {
+    (0..n).map(|_| Gateway::start(yaml)).collect()
+}
+
+/// Wait until exactly one replica reports `leader` and the others `follower`.
+pub fn wait_one_leader(gws: &[&Gateway], within: Duration) -> usize {
+    let deadline = Instant::now() + within;
+    loop {
+        let roles: Vec<String> = gws
+            .iter()
+            .map(|g| try_status(g.admin).map_or(String::new(), |s| role(&s).to_string()))
+            .collect();
+        let leaders: Vec<usize> = (0..roles.len()).filter(|&i| roles[i] == "leader").collect();
+        if leaders.len() == 1 && roles.iter().all(|r| r == "leader" || r == "follower") {
+            return leaders[0];
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no single leader within {within:?}: {roles:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A TCP proxy on a free loopback port to `upstream`; [`FaultProxy::cut`] drops every
+/// connection and refuses new ones until [`FaultProxy::heal`].
+pub struct FaultProxy {
+    pub port: u16,
+    cut: Arc<AtomicBool>,
+    conns: Arc<Mutex<Vec<TcpStream>>>,
+}
+
+impl FaultProxy {
+    pub fn start(upstream: SocketAddr) -> FaultProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let cut = Arc::new(AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::new(Mutex::new(Vec::new()));
+        let (c2, k2) = (Arc::clone(&cut), Arc::clone(&conns));
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { continue };
+                if c2.load(Ordering::Relaxed) {
+                    drop(client);
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(upstream) else {
+                    continue;
+                };
+                k2.lock().unwrap().push(client.try_clone().unwrap());
+                k2.lock().unwrap().push(server.try_clone().unwrap());
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        FaultProxy { port, cut, conns }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/", self.port)
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, Ordering::Relaxed);
+        for c in self.conns.lock().unwrap().drain(..) {
+            let _ = c.shutdown(std::net::Shutdown::Both);
+        }
+    }
+
+    pub fn heal(&self) {
+        self.cut.store(false, Ordering::Relaxed);
+    }
+}
+
+/// Pids of the VM processes (`sample-api … --name vm-…`) whose parent is one of `parents`.
+pub fn vm_children(parents: &[u32]) -> std::collections::BTreeSet<u32> {
+    let mut out = std::collections::BTreeSet::new();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in dir.flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …: comm may hold spaces; split after the last ')'.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+            continue;
+        };
+        let ppid: u32 = rest
+            .split_whitespace()
+            .nth(1)
+            .and_then(|p| p.parse().ok())
+            .unwrap_or(0);
+        if !parents.contains(&ppid) {
+            continue;
+        }
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd);
+        if cmd.contains("sample-api") && cmd.contains("vm-") {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// `redis-cli -p PORT ARGS…`, its output lines.
+pub fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
+    let out = Command::new("redis-cli")
+        .args(["-p", &port.to_string()])
+        .args(args)
+        .output()
+        .expect("redis-cli (package redis-tools, installed with redis-server)");
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect()
+}
+
+/// The terms of the pool-write intents recorded in `cluster`, in order.
+pub fn intent_terms(port: u16, cluster: &str) -> Vec<u64> {
+    redis_cli(
+        port,
+        &[
+            "LRANGE",
+            &format!("spillway:{{{cluster}}}:intents"),
+            "0",
+            "-1",
+        ],
+    )
+    .iter()
+    .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+    .filter_map(|v| v["term"].as_u64())
+    .collect()
+}
+
+/// Poll every 20 ms until `pred` holds for the statuses of `admins` (a replica that
+/// does not answer gives `None`); returns how long it took.
+pub fn until(
+    what: &str,
+    admins: &[SocketAddr],
+    within: Duration,
+    pred: impl Fn(&[Option<Value>]) -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    loop {
+        let st: Vec<Option<Value>> = admins.iter().map(|a| try_status(*a)).collect();
+        if pred(&st) {
+            return t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < within,
+            "timed out after {within:?} waiting for {what}: roles {:?}",
+            st.iter()
+                .map(|s| s.as_ref().map(|s| role(s).to_string()))
+                .collect::<Vec<_>>()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The term in a `/status`.
+pub fn term(s: &Value) -> u64 {
+    s.pointer("/coordination/term")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+}
+
+/// Latency percentile (0–100) of `samples`.
+pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+    samples.sort();
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
+    let i = ((p / 100.0) * (samples.len() - 1) as f64).round() as usize;
+    samples[i]
+}
+
+/// A closed-loop-free open load in a background thread: `rate` req/s to `path`, spread
+/// over the targets whose weight is above zero in `weights` (shared, so the test can
+/// move traffic away from a replica it kills). Returns (status, latency) per request on
+/// [`Background::finish`].
+pub struct Background {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<Vec<(u16, Duration)>>>,
+}
+
+impl Background {
+    pub fn start(
+        targets: Vec<SocketAddr>,
+        weights: Arc<Mutex<Vec<f64>>>,
+        rate: f64,
+        path: &str,
+    ) -> Background {
+        let stop = Arc::new(AtomicBool::new(false));
+        let s2 = Arc::clone(&stop);
+        let path = path.to_string();
+        let thread = std::thread::spawn(move || {
+            let (tx, rx) = mpsc::channel();
+            let gap = Duration::from_secs_f64(1.0 / rate);
+            let start = Instant::now();
+            let mut credit = vec![0.0; targets.len()];
+            let mut i: u32 = 0;
+            while !s2.load(Ordering::Relaxed) {
+                let due = start + gap * i;
+                if let Some(wait) = due.checked_duration_since(Instant::now()) {
+                    std::thread::sleep(wait); // pacing the open-loop sender
+                }
+                i += 1;
+                let w = weights.lock().unwrap().clone();
+                let total: f64 = w.iter().sum();
+                for (c, x) in credit.iter_mut().zip(&w) {
+                    *c += x / total;
+                }
+                let to = (0..targets.len())
+                    .filter(|&k| w[k] > 0.0)
+                    .max_by(|&a, &b| credit[a].total_cmp(&credit[b]))
+                    .unwrap();
+                credit[to] -= 1.0;
+                let addr = targets[to];
+                let tx = tx.clone();
+                let path = path.clone();
+                std::thread::spawn(move || {
+                    let t0 = Instant::now();
+                    let (status, _, _) = http(addr, "GET", &path, &[], b"");
+                    let _ = tx.send((status, t0.elapsed()));
+                });
+            }
+            drop(tx);
+            rx.iter().collect()
+        });
+        Background {
+            stop,
+            thread: Some(thread),
+        }
+    }
+
+    pub fn finish(mut self) -> Vec<(u16, Duration)> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+/// Pids of the VM processes of `cluster` (named `vm-CLUSTER-PORT` by [`config`]),
+/// whoever their parent is now (a VM outlives a killed leader: the next one adopts it).
+pub fn cluster_vms(cluster: &str) -> std::collections::BTreeSet<u32> {
+    let marker = format!("vm-{cluster}-");
+    let mut out = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        // A zombie has an empty command line: it is gone.
+        if cmd.contains("sample-api") && cmd.contains(&marker) {
+            out.insert(pid);
+        }
+    }
+    out
+}
+
+/// Kills the VM processes of a cluster when dropped (coordinated replicas keep their
+/// VMs for each other at shutdown). Declare it before the gateways so that it drops
+/// after them.
+pub struct Reaper(pub String);
+
+impl Reaper {
+    pub fn reap(&self) {
+        for pid in cluster_vms(&self.0) {
+            let _ = Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status();
+        }
+    }
+}
+
+impl Drop for Reaper {
+    fn drop(&mut self) {
+        self.reap();
+    }
+}
