@@ -142,8 +142,13 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Config::load_for_serve(path)
             };
             match loaded {
-                Ok(_) => {
-                    println!("{}: ok", path.display());
+                Ok(c) => {
+                    let text = spillway::config::read_text(path);
+                    let file = path.display().to_string();
+                    for w in spillway::config::warnings(&c, text.as_deref()) {
+                        eprintln!("{}", spillway::config::warning_line(&file, &w));
+                    }
+                    println!("{file}: ok");
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
@@ -214,6 +219,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 access_log = config.gateway.access_log,
                 "spillway starting"
             );
+            let text = reload_path.as_deref().and_then(spillway::config::read_text);
+            for w in spillway::config::warnings(&config, text.as_deref()) {
+                tracing::warn!("{}", spillway::config::warning_line(&name, &w));
+            }
             let exe = std::env::current_exe().context("cannot locate the spillway binary")?;
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {

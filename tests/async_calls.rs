@@ -141,7 +141,7 @@ fn refusals_are_400_413_and_503_and_sync_traffic_is_unaffected() {
 }
 
 #[test]
-fn a_result_is_gone_after_its_retention() {
+fn a_finished_call_is_deleted_after_its_result_ttl() {
     let stub = Stub::start(ok_reply);
     let gw = gateway(&stub, "  result_ttl_seconds: 0.3");
     let (code, h, _) = http(
@@ -154,17 +154,26 @@ fn a_result_is_gone_after_its_retention() {
     assert_eq!(code, 202);
     let location = header(&h, "location").unwrap().to_owned();
     wait_state(&gw, &location, "done", Duration::from_secs(20));
+    // 200 within the TTL, then 410 until the purge deletes the call: 404.
     let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
     loop {
         let code = http(gw.proxy, "GET", &format!("{location}/result"), &[], b"").0;
-        assert!(code == 200 || code == 410, "{code}");
-        if code == 410 {
+        assert!(matches!(code, 200 | 410 | 404), "{code}");
+        if seen.last() != Some(&code) {
+            seen.push(code);
+        }
+        if code == 404 {
             break;
         }
-        assert!(Instant::now() < deadline, "never 410");
-        std::thread::sleep(Duration::from_millis(50));
+        assert!(Instant::now() < deadline, "never purged: {seen:?}");
+        std::thread::sleep(Duration::from_millis(20));
     }
-    assert_eq!(get_json(&gw, &location).1["state"], "done");
+    assert!(
+        seen.starts_with(&[200]) && seen.ends_with(&[404]),
+        "{seen:?}"
+    );
+    assert_eq!(get_json(&gw, &location).0, 404, "the call is gone too");
 }
 
 /// A store that fails every write (behind the store trait: CI runs as root, so file
@@ -605,11 +614,8 @@ fn a_second_gateway_on_a_locked_store_says_which_directory_and_what_to_change() 
     ]);
     let code = second.wait_exit(Duration::from_secs(30));
     assert_eq!(code, Some(1), "{}", second.log_text());
-    let log = second.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.starts_with("error:"))
-        .unwrap_or_else(|| panic!("{log}"));
+    // The exit can come before the reader thread has the last line: wait for it.
+    let line = second.wait_line("error:", Duration::from_secs(5));
     assert!(line.contains(&state.path().display().to_string()), "{line}");
     assert!(line.contains("in use by another process"), "{line}");
     assert!(line.contains("--state-dir DIR"), "{line}");
@@ -863,5 +869,266 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
         gw.proc
             .log_text()
             .contains("node_exporter CPU signal answers again")
+    );
+}
+
+/// POST an asynchronous call as client `client` (sent in `X-Forwarded-For` to a gateway
+/// that trusts loopback as its proxy); returns the status, headers and body.
+fn post_as(
+    gw: &Gateway,
+    client: &str,
+    path: &str,
+    extra: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    let mut h = vec![("Prefer", "respond-async"), ("X-Forwarded-For", client)];
+    h.extend_from_slice(extra);
+    http(gw.proxy, "POST", path, &h, b"work")
+}
+
+#[test]
+fn a_full_store_answers_507_with_retry_after_and_accepts_again_once_calls_are_purged() {
+    let stub = Stub::start(ok_reply);
+    // Room for a few calls (each counts its record, body and result_max_bytes), results
+    // kept 1 s.
+    let gw = gateway(
+        &stub,
+        "  max_body_bytes: 64\n  result_max_bytes: 512\n  max_store_bytes: 3000\n  \
+         result_ttl_seconds: 1\n  retry_after_seconds: 3\n  max_calls_per_client: null",
+    );
+    let mut accepted = Vec::new();
+    let full = loop {
+        let (code, h, _) = http(
+            gw.proxy,
+            "POST",
+            "/fill",
+            &[("Prefer", "respond-async")],
+            b"x",
+        );
+        match code {
+            202 => accepted.push(header(&h, "location").unwrap().to_owned()),
+            507 => break h,
+            other => panic!("{other}"),
+        }
+        assert!(accepted.len() < 20, "the store never filled");
+    };
+    assert!(!accepted.is_empty(), "a call fits");
+    assert_eq!(header(&full, "retry-after"), Some("3"));
+    let st = gw.status();
+    assert_eq!(st["async"]["store"]["max_bytes"], 3000, "{st:#}");
+    assert!(
+        st["async"]["store"]["bytes"].as_u64().unwrap() <= 3000,
+        "{st:#}"
+    );
+    // Synchronous traffic is unaffected.
+    assert_eq!(http(gw.proxy, "POST", "/sync", &[], b"s").0, 200);
+    // The accepted calls run (a finished call counts its result, no longer the most it
+    // may be), their results expire and are purged: room again.
+    for loc in &accepted {
+        wait_state(&gw, loc, "done", Duration::from_secs(20));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (code, _, _) = http(
+            gw.proxy,
+            "POST",
+            "/again",
+            &[("Prefer", "respond-async")],
+            b"x",
+        );
+        if code == 202 {
+            break;
+        }
+        assert_eq!(code, 507);
+        assert!(
+            Instant::now() < deadline,
+            "never accepted again\n{}",
+            gw.proc.log_text()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while get_json(&gw, &accepted[0]).0 != 404 {
+        assert!(Instant::now() < deadline, "never purged after its TTL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // With every earlier call purged, a burst fills the store again, and is refused again.
+    let mut again = 0;
+    while http(
+        gw.proxy,
+        "POST",
+        "/refill",
+        &[("Prefer", "respond-async")],
+        b"x",
+    )
+    .0 == 202
+    {
+        again += 1;
+        assert!(again < 20, "the store never filled again");
+    }
+    assert!(
+        again >= accepted.len().saturating_sub(1),
+        "{again} < {}",
+        accepted.len()
+    );
+}
+
+#[test]
+fn a_client_over_its_limit_gets_429_and_other_clients_do_not() {
+    let stub = Stub::start(ok_reply);
+    let yaml = format!(
+        "{}\n{PREFER_EVERYWHERE}async:\n  max_calls_per_client: 2\n  retry_after_seconds: 4\n",
+        function_http_config(&stub.url(), "  trusted_proxies: [127.0.0.1/32]")
+    );
+    let gw = Gateway::start(&yaml);
+    let (a, b) = ("203.0.113.7", "198.51.100.23");
+    assert_eq!(post_as(&gw, a, "/1", &[]).0, 202);
+    let (_, h, _) = post_as(&gw, a, "/2", &[]);
+    let second = header(&h, "location").unwrap().to_owned();
+    // Finished calls count until they are purged (an hour here).
+    wait_state(&gw, &second, "done", Duration::from_secs(20));
+    let (code, h, _) = post_as(&gw, a, "/3", &[]);
+    assert_eq!(code, 429, "the third call of the same client");
+    assert_eq!(header(&h, "retry-after"), Some("4"));
+    assert_eq!(post_as(&gw, b, "/1", &[]).0, 202, "another client");
+    assert_eq!(stub.requests_to("/3").len(), 0);
+}
+
+#[test]
+fn a_result_over_the_limit_fails_the_call_instead_of_a_cut_200() {
+    let big = "y".repeat(5_000);
+    let reply_body = big.clone();
+    let stub = Stub::start(move |req| {
+        if req.target == "/big" {
+            common::stub::Reply::Raw(
+                format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{reply_body}",
+                    reply_body.len()
+                )
+                .into_bytes(),
+            )
+        } else {
+            ok_reply(req)
+        }
+    });
+    let gw = gateway(&stub, "  result_max_bytes: 4096");
+    let prefer = [("Prefer", "respond-async")];
+    let (_, h, _) = http(gw.proxy, "POST", "/big", &prefer, b"");
+    let loc = header(&h, "location").unwrap().to_owned();
+    wait_state(&gw, &loc, "failed", Duration::from_secs(20));
+    let (code, _, body) = http(gw.proxy, "GET", &format!("{loc}/result"), &[], b"");
+    assert_eq!(code, 502, "{}", String::from_utf8_lossy(&body));
+    assert!(!body.starts_with(b"yyyy"), "no cut body");
+    assert!(
+        gw.proc.log_text().contains("result over 4096 bytes"),
+        "{}",
+        gw.proc.log_text()
+    );
+    // Within the limit: the upstream's answer.
+    let (_, h, _) = http(gw.proxy, "POST", "/small", &prefer, b"");
+    let loc = header(&h, "location").unwrap().to_owned();
+    wait_state(&gw, &loc, "done", Duration::from_secs(20));
+    assert_eq!(
+        http(gw.proxy, "GET", &format!("{loc}/result"), &[], b"").0,
+        200
+    );
+}
+
+#[test]
+fn credentials_are_not_stored_in_plain_text_and_call_ids_stay_out_of_the_access_log() {
+    let stub = Stub::start(|req| {
+        let body = format!("path={}", req.target);
+        common::stub::Reply::Raw(
+            format!(
+                "HTTP/1.1 200 OK\r\nSet-Cookie: session=upstream-cookie-789\r\nX-Kept: yes\r\n\
+                 Content-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .into_bytes(),
+        )
+    });
+    let yaml = format!(
+        "{}\n{PREFER_EVERYWHERE}",
+        function_http_config(&stub.url(), "  access_log: true")
+    );
+    let gw = Gateway::start(&yaml);
+    let (code, h, _) = http(
+        gw.proxy,
+        "POST",
+        "/secret",
+        &[
+            ("Prefer", "respond-async"),
+            ("Authorization", "Bearer bearer-token-123"),
+            ("Cookie", "sid=client-cookie-456"),
+        ],
+        b"payload",
+    );
+    assert_eq!(code, 202);
+    let loc = header(&h, "location").unwrap().to_owned();
+    let id = loc.rsplit('/').next().unwrap().to_owned();
+    wait_state(&gw, &loc, "done", Duration::from_secs(20));
+    // The upstream got the caller's credentials when the call ran.
+    let seen = stub.requests_to("/secret");
+    assert_eq!(
+        seen[0].get("authorization"),
+        Some("Bearer bearer-token-123")
+    );
+    assert_eq!(seen[0].get("cookie"), Some("sid=client-cookie-456"));
+    // The result keeps the upstream's headers but not its Set-Cookie.
+    let (code, rh, _) = http(gw.proxy, "GET", &format!("{loc}/result"), &[], b"");
+    assert_eq!(code, 200);
+    assert_eq!(header(&rh, "x-kept"), Some("yes"));
+    assert_eq!(header(&rh, "set-cookie"), None);
+    // No credential in the store's file, in any form the gateway wrote it.
+    let file = std::fs::read(state_store(&gw)).unwrap();
+    for secret in [
+        "bearer-token-123",
+        "client-cookie-456",
+        "upstream-cookie-789",
+    ] {
+        assert!(
+            !file.windows(secret.len()).any(|w| w == secret.as_bytes()),
+            "{secret} is in calls.redb"
+        );
+    }
+    // The access log has the status URL's requests, without the id.
+    let log = gw.proc.log_text();
+    let access: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("spillway::access"))
+        .collect();
+    assert!(
+        access
+            .iter()
+            .any(|l| l.contains("path=/_spillway/calls/<call id>/result")),
+        "{log}"
+    );
+    assert!(!access.iter().any(|l| l.contains(&id)), "{log}");
+}
+
+#[test]
+fn check_warns_on_async_calls_on_a_public_listener_without_a_per_client_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("public.yaml");
+    std::fs::write(
+        &path,
+        function_http_config("http://127.0.0.1:9", "").replacen(
+            "listen: 127.0.0.1:0",
+            "listen: 0.0.0.0:0",
+            1,
+        ) + PREFER_EVERYWHERE
+            + "async:\n  max_calls_per_client: null\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "a warning, not an error: {stderr}");
+    let file = path.display().to_string();
+    assert!(
+        stderr.contains(&format!("{file}:"))
+            && stderr.contains(": warning: async.max_calls_per_client: no per-client limit"),
+        "{stderr}"
     );
 }

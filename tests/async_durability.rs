@@ -27,11 +27,14 @@ const CALLS: usize = 1000;
 /// Every path honours `Prefer: respond-async` (off unless a route enables it).
 const PREFER_EVERYWHERE: &str = "routes:\n  - {name: api, path_prefix: /, async: prefer}\n";
 
+/// Thousands of calls from one client (this test): no per-client bound, small results.
+const MANY_CALLS: &str = "  max_calls_per_client: null\n  result_max_bytes: 4096\n";
+
 fn config(stub: &Stub) -> String {
     // A slow upstream (100 ms a call, at most 4 at once: ~40 calls/s) so that the kill
     // lands in the middle of the release.
     format!(
-        "{}\n{PREFER_EVERYWHERE}async:\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n",
+        "{}\n{PREFER_EVERYWHERE}async:\n{MANY_CALLS}  release_batch: 1000\n  sample_interval_seconds: 0.05\n",
         function_http_config(&stub.url(), "").replace("max_concurrency: 64", "max_concurrency: 4"),
     )
 }
@@ -153,7 +156,8 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
         function_http_config(&stub.url(), "")
     );
     // Accepting only: one release an hour, so the kill lands among store commits.
-    let holding = format!("{base}async:\n  release_batch: 1\n  sample_interval_seconds: 3600\n");
+    let holding =
+        format!("{base}async:\n{MANY_CALLS}  release_batch: 1\n  sample_interval_seconds: 3600\n");
     let mut gw = Gateway::start_in(&holding, state.path());
     let acked = Arc::new(Mutex::new(Vec::<String>::new()));
     let stop = Arc::new(AtomicBool::new(false));
@@ -210,8 +214,9 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
     }
 
     // Restart, releasing: every other acknowledged call runs and ends `done`.
-    let draining =
-        format!("{base}async:\n  release_batch: 1000\n  sample_interval_seconds: 0.05\n");
+    let draining = format!(
+        "{base}async:\n{MANY_CALLS}  release_batch: 1000\n  sample_interval_seconds: 0.05\n"
+    );
     let mut gw = Gateway::start_in(&draining, state.path());
     let deadline = Instant::now() + Duration::from_secs(120);
     let mut pending: Vec<&String> = acked.iter().filter(|l| id_of(l) != victim).collect();

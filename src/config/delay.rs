@@ -86,8 +86,18 @@ pub struct AsyncConfig {
     pub max_body_bytes: u64,
     /// Most calls waiting; more are refused with 503 + `Retry-After`.
     pub max_queued: usize,
-    /// Largest stored response body, bytes (longer ones are cut).
+    /// Largest stored response body, bytes: a longer one is not stored, the call
+    /// `failed` with a 502 result saying so. A pending call counts this much against
+    /// `max_store_bytes`.
     pub result_max_bytes: u64,
+    /// Most bytes the store holds (records, request bodies, results; a pending call's
+    /// result at `result_max_bytes`): a call that does not fit is refused with
+    /// 507 + `Retry-After` until finished calls are purged.
+    pub max_store_bytes: u64,
+    /// Most calls one client (its IP address) has stored, pending or finished within
+    /// `result_ttl_seconds`; more are refused with 429 + `Retry-After`. `null`: no
+    /// per-client bound (`spillway check` warns on a listener off loopback).
+    pub max_calls_per_client: Option<u64>,
     /// A finished call (its status and result) is kept this long after it finished,
     /// seconds; then it is deleted from the store (its status URL answers 404).
     pub result_ttl_seconds: f64,
@@ -125,6 +135,8 @@ impl Default for AsyncConfig {
             max_body_bytes: 1_048_576,
             max_queued: 10_000,
             result_max_bytes: 1_048_576,
+            max_store_bytes: 1 << 30,
+            max_calls_per_client: Some(100),
             result_ttl_seconds: 3600.0,
             retry_after_seconds: 5,
             busy_utilisation: 0.8,
@@ -178,6 +190,26 @@ impl AsyncConfig {
         }
         if self.max_queued == 0 {
             is.push("async.max_queued", "must be at least 1");
+        }
+        if self.result_max_bytes == 0 {
+            is.push("async.result_max_bytes", "must be at least 1");
+        }
+        let one_call = self.max_body_bytes.saturating_add(self.result_max_bytes);
+        if self.max_store_bytes < one_call {
+            is.push(
+                "async.max_store_bytes",
+                format!(
+                    "must hold at least one call, async.max_body_bytes + \
+                     async.result_max_bytes = {one_call} bytes, got {}",
+                    self.max_store_bytes
+                ),
+            );
+        }
+        if self.max_calls_per_client == Some(0) {
+            is.push(
+                "async.max_calls_per_client",
+                "must be at least 1 (null: no per-client bound)",
+            );
         }
         is.positive("async.result_ttl_seconds", self.result_ttl_seconds);
         is.within("async.busy_utilisation", self.busy_utilisation, 0.0, 1.0);
@@ -258,6 +290,40 @@ impl AsyncConfig {
             vm_slots,
         }
     }
+}
+
+/// Risky but valid asynchronous-call settings: a route enables asynchronous calls on a
+/// listener off loopback while `async.max_calls_per_client` is `null` (any client can
+/// fill the store up to `async.max_store_bytes`, every other client then gets 507).
+pub(crate) fn warnings(config: &super::Config) -> Vec<super::ConfigIssue> {
+    let mut out = Vec::new();
+    let Some(route) = config
+        .routes
+        .iter()
+        .position(|r| r.async_mode != super::AsyncMode::Off)
+    else {
+        return out;
+    };
+    let g = &config.gateway;
+    let public: Vec<String> = std::iter::once(("gateway.listen", g.listen))
+        .chain(g.tls.as_ref().map(|t| ("gateway.tls.listen", t.listen)))
+        .filter(|(_, a)| !a.ip().is_loopback())
+        .map(|(k, a)| format!("{k} {a}"))
+        .collect();
+    if config.async_calls.max_calls_per_client.is_none() && !public.is_empty() {
+        out.push(super::ConfigIssue::new(
+            "async.max_calls_per_client",
+            format!(
+                "no per-client limit, while routes[{route}].async enables asynchronous calls \
+                 on a listener off loopback ({}): any client can fill the store up to \
+                 async.max_store_bytes ({} bytes) and every other one then gets 507; set a \
+                 limit (the default is 100)",
+                public.join(", "),
+                config.async_calls.max_store_bytes
+            ),
+        ));
+    }
+    out
 }
 
 /// The asynchronous-call checks of `routes:` (their deadlines); the route keys are
@@ -423,5 +489,30 @@ mod tests {
             got[0].starts_with("2:39 routes[0].async: expected off, prefer or always"),
             "{got:#?}"
         );
+    }
+
+    #[test]
+    fn check_warns_on_async_calls_off_loopback_without_a_per_client_limit() {
+        let warn = |yaml: &str| {
+            let c = Config::from_yaml(yaml, "w.yaml").unwrap_or_else(|e| panic!("{e}"));
+            crate::config::warnings(&c, Some(yaml))
+                .iter()
+                .map(|w| crate::config::warning_line("w.yaml", w))
+                .collect::<Vec<_>>()
+        };
+        let route = "routes:\n  - {name: jobs, path_prefix: /jobs, async: prefer}\n";
+        let public = "gateway:\n  listen: 0.0.0.0:8080\n";
+        let unbounded = "async:\n  max_calls_per_client: null\n";
+        let got = warn(&format!("{public}{route}{unbounded}"));
+        assert_eq!(got.len(), 1, "{got:#?}");
+        assert!(
+            got[0].starts_with("w.yaml:6:25: warning: async.max_calls_per_client: no per-client limit, while routes[0].async enables"),
+            "{got:#?}"
+        );
+        assert!(got[0].contains("gateway.listen 0.0.0.0:8080"), "{got:#?}");
+        // A limit, loopback, or no async route: nothing to warn about.
+        assert!(warn(&format!("{public}{route}")).is_empty());
+        assert!(warn(&format!("{route}{unbounded}")).is_empty());
+        assert!(warn(&format!("{public}{unbounded}")).is_empty());
     }
 }

@@ -243,6 +243,38 @@ impl Config {
     }
 }
 
+/// Warnings about a configuration that is valid but risky (asynchronous calls on a
+/// public listener without a per-client limit, …), each with its field path and, when
+/// `text` is the file it was read from, its place. `spillway check` prints them
+/// (`file:line:column: warning: path: message`) and still exits 0; `serve` logs them.
+pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
+    let mut out = delay::warnings(config);
+    if let Some(places) = text
+        .and_then(|t| yaml::parse(t).ok())
+        .map(|t| t.locations())
+    {
+        for w in &mut out {
+            w.location = locate(&places, &w.path).or_else(|| locate(&places, "routes"));
+        }
+    }
+    out
+}
+
+/// `file:line:column: warning: path: message` (or `file: warning: …` without a place).
+pub fn warning_line(file: &str, w: &ConfigIssue) -> String {
+    match w.location {
+        Some(l) => format!("{file}:{}:{}: warning: {w}", l.line, l.column),
+        None => format!("{file}: warning: {w}"),
+    }
+}
+
+/// The text of a configuration file, as [`Config::load`] reads it (`None` when it
+/// cannot be read as one).
+pub fn read_text(path: &Path) -> Option<String> {
+    let bytes = read(path).ok()?;
+    yaml::decode(&bytes).ok().map(str::to_owned)
+}
+
 impl Config {
     /// Under coordination an EC2 pool without `gateway_id` is named by the cluster:
     /// every replica tags, adopts and audits the same instances (not one id per host).

@@ -18,7 +18,9 @@
 //! * `bytes_in`: the request's declared `Content-Length` (`-` when streamed without one);
 //!   `bytes_out`: response body bytes sent;
 //! * `complete=false`: the body did not finish (client gone, upstream cut off);
-//! * the query string is left out: it may hold credentials.
+//! * the query string is left out: it may hold credentials; so is the call id of an
+//!   asynchronous call's status URL (`path=/_spillway/calls/<call id>/result`), which
+//!   is the key to its result.
 //!
 //! The access log is switched by the log filter of that target: `spillway serve` turns it
 //! on for `gateway.access_log: true` or `--access-log` (or `RUST_LOG=spillway::access=info`).
@@ -77,6 +79,23 @@ pub fn begin<B>(req: &Request<B>, client: SocketAddr) -> Observation {
 }
 
 impl Observation {
+    /// Log the path as `prefix/<call id>` when it lies under `prefix` (an asynchronous
+    /// call's status URL): a call id is the key to the call's result, not for logs.
+    pub fn hide_call_id(&mut self, prefix: &str) {
+        if let Some(r) = &mut self.0
+            && r.log
+            && let Some(rest) = r.path.strip_prefix(prefix)
+            && rest.starts_with('/')
+        {
+            let tail = if rest.ends_with("/result") {
+                "/result"
+            } else {
+                ""
+            };
+            r.path = format!("{prefix}/<call id>{tail}");
+        }
+    }
+
     /// The response (headers) is ready: wrap its body so that the request is accounted
     /// for when the body ends or is dropped.
     pub fn respond(mut self, tier: &'static str, mut resp: Response<Body>) -> Response<Body> {

@@ -414,6 +414,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             "mode": d.mode.as_str(),
             "cpu_utilisation": d.cpu.map(m::round2),
             "cpu_signal": gw.async_calls().map(|a| a.cpu_signal_status()),
+            "store": gw.async_calls().map(|a| a.store_status()),
             "mode_switches": d.switches,
             "released": d.released.iter().map(|r| json!({
                 "kind": r.kind, "tier": r.tier, "calls": r.count,

@@ -8,8 +8,16 @@
 //!   `default_deadline_seconds`, else `async.default_deadline_seconds`.
 //! * Refusals: a bad deadline (0, negative, not a number, above
 //!   `async.max_deadline_seconds`) or an `Upgrade` → 400; a body over
-//!   `async.max_body_bytes` → 413; the queue at `async.max_queued` or the store failing →
-//!   503 with `Retry-After` (synchronous traffic is unaffected).
+//!   `async.max_body_bytes` → 413; the client at `async.max_calls_per_client` → 429, the
+//!   store at `async.max_store_bytes` → 507, the queue at `async.max_queued` or the store
+//!   failing → 503, each with `Retry-After` (synchronous traffic is unaffected).
+//! * The store keeps no credential in plain text: `Authorization`, `Proxy-Authorization`
+//!   and `Cookie` are sealed ([`super::async_secrets`]), the upstream's `Set-Cookie` is
+//!   not stored. A response body over `async.result_max_bytes` is not stored cut: the
+//!   call `failed` with a 502 result saying so.
+//! * Finished calls are deleted `async.result_ttl_seconds` after they finished (a
+//!   background purge, at most a quarter of the TTL late, 60 s at the most): their status
+//!   URL then answers 404, which frees their room in the store and their client's count.
 //! * Otherwise the call (method, target, headers after hygiene, body) is committed to the
 //!   [`CallStore`] and only then answered `202 Accepted` with
 //!   `Preference-Applied: respond-async` and `Location: <status_prefix>/<id>` (128-bit
@@ -38,7 +46,8 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::async_store::{CallRecord, CallResult, CallState, CallStore};
+use super::async_secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
+use super::async_store::{CallRecord, CallResult, CallState, CallStore, StoreError};
 use super::cpu_prometheus::PrometheusCpu;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
@@ -61,6 +70,8 @@ pub struct AsyncCalls {
     cfg: AsyncConfig,
     routes: Vec<RouteConfig>,
     store: Arc<dyn CallStore>,
+    /// Seals the credential headers of stored calls.
+    sealer: Sealer,
     settings: Arc<ServiceSettings>,
     deadline_header: HeaderName,
     /// VM slots for the `outstanding` CPU signal.
@@ -87,12 +98,13 @@ pub enum Kind {
 }
 
 impl AsyncCalls {
-    /// The front end over `store`. `vm_slots` is `libra.max_outstanding_per_vm` (the VM
-    /// slot count stand-in).
+    /// The front end over `store`, sealing credentials with `sealer`. `vm_slots` is
+    /// `libra.max_outstanding_per_vm` (the VM slot count stand-in).
     pub fn new(
         cfg: AsyncConfig,
         routes: Vec<RouteConfig>,
         store: Arc<dyn CallStore>,
+        sealer: Sealer,
         settings: Arc<ServiceSettings>,
         vm_slots: Option<u32>,
     ) -> Arc<Self> {
@@ -107,6 +119,7 @@ impl AsyncCalls {
                 .unwrap_or_else(|_| HeaderName::from_static("spillway-deadline-ms")),
             routes,
             store,
+            sealer,
             settings,
             vm_slots: vm_slots.unwrap_or(1).max(1),
             unix_origin_ms,
@@ -121,9 +134,35 @@ impl AsyncCalls {
         })
     }
 
-    /// Start the background work of the CPU signal: with `prometheus`, a query every
+    /// Start the background work: the purge of finished calls after
+    /// `async.result_ttl_seconds`, and with the `prometheus` CPU signal a query every
     /// `async.sample_interval_seconds`. Needs the tokio runtime.
-    pub fn start(&self, gw: &Arc<Gateway>) {
+    pub fn start(self: &Arc<Self>, gw: &Arc<Gateway>) {
+        let me = Arc::downgrade(self);
+        let every = Duration::from_secs_f64((self.cfg.result_ttl_seconds / 4.0).clamp(0.05, 60.0));
+        tokio::spawn(async move {
+            let mut failing = false;
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(me) = me.upgrade() else { return };
+                let ttl_ms = (me.cfg.result_ttl_seconds * 1000.0) as u64;
+                let cutoff = me.now_ms().saturating_sub(ttl_ms);
+                let store = Arc::clone(&me.store);
+                match tokio::task::spawn_blocking(move || store.purge(cutoff)).await {
+                    Ok(Ok(n)) => {
+                        if n > 0 {
+                            tracing::debug!(calls = n, "finished asynchronous calls purged");
+                        }
+                        failing = false;
+                    }
+                    Ok(Err(e)) if !failing => {
+                        failing = true;
+                        tracing::warn!(error = %e, "purging finished asynchronous calls failed; retrying");
+                    }
+                    _ => {}
+                }
+            }
+        });
         if let Some(p) = &self.prometheus {
             let gw = Arc::downgrade(gw);
             p.spawn(
@@ -214,7 +253,8 @@ impl AsyncCalls {
     /// Accept an asynchronous request: validate, store durably, queue, answer 202.
     ///
     /// # Errors
-    /// 400 (deadline, `Upgrade`), 413 (body), 503 (queue full, store failure).
+    /// 400 (deadline, `Upgrade`), 413 (body), 429 (the client's limit), 507 (the store's
+    /// size limit), 503 (queue full, store failure).
     pub async fn accept(
         self: &Arc<Self>,
         gw: &Arc<Gateway>,
@@ -240,6 +280,7 @@ impl AsyncCalls {
         if gw.async_queued() >= self.cfg.max_queued {
             return Err(self.unavailable("queue full".into()));
         }
+        let client = client_address(peer, req.headers(), &self.settings.trusted_proxies);
         let (mut parts, incoming) = req.into_parts();
         service::forward_headers(&mut parts, peer, scheme, &self.settings);
         parts.headers.remove(&self.deadline_header);
@@ -253,10 +294,17 @@ impl AsyncCalls {
             }
             Err(e) => return Err(ProxyError::BadRequestBody(e.to_string())),
         };
-        let id = CallId(rand::random::<u128>());
+        let id = CallId(rand::random::<u128>()).to_string();
+        let mut sealed_headers = Vec::new();
+        for name in SEALED_HEADERS {
+            for v in parts.headers.get_all(name) {
+                sealed_headers.push((name.to_owned(), self.sealer.seal(&id, name, v.as_bytes())));
+            }
+            parts.headers.remove(name);
+        }
         let now_ms = self.now_ms();
         let rec = CallRecord {
-            id: id.to_string(),
+            id,
             state: CallState::Queued,
             method: parts.method.as_str().to_owned(),
             target: parts
@@ -273,15 +321,34 @@ impl AsyncCalls {
             started_at_ms: None,
             finished_at_ms: None,
             attempts: 0,
+            client: Some(client),
+            sealed_headers,
         };
         let store = Arc::clone(&self.store);
         let r2 = rec.clone();
         let stored = tokio::task::spawn_blocking(move || store.insert(&r2, &body))
             .await
             .map_err(|e| self.unavailable(e.to_string()))?;
-        if let Err(e) = stored {
-            tracing::warn!(error = %e, "async call not stored");
-            return Err(self.unavailable(e.to_string()));
+        match stored {
+            Ok(()) => {}
+            Err(e @ StoreError::Full { .. }) => {
+                tracing::debug!(error = %e, "async call refused");
+                return Err(ProxyError::AsyncStoreFull {
+                    reason: e.to_string(),
+                    retry_after: self.cfg.retry_after_seconds,
+                });
+            }
+            Err(e @ StoreError::ClientLimit { .. }) => {
+                tracing::debug!(error = %e, "async call refused");
+                return Err(ProxyError::AsyncClientLimit {
+                    reason: e.to_string(),
+                    retry_after: self.cfg.retry_after_seconds,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "async call not stored");
+                return Err(self.unavailable(e.to_string()));
+            }
         }
         crate::telemetry::async_accepted();
         self.enqueue(gw, &rec);
@@ -439,6 +506,23 @@ impl AsyncCalls {
         Ok(resp)
     }
 
+    /// The path prefix of status URLs (`async.status_prefix`).
+    pub fn status_prefix(&self) -> &str {
+        &self.cfg.status_prefix
+    }
+
+    /// `/status` `async.store`: what the store holds against its bounds.
+    pub fn store_status(&self) -> serde_json::Value {
+        let u = self.store.usage();
+        serde_json::json!({
+            "bytes": u.bytes,
+            "max_bytes": self.cfg.max_store_bytes,
+            "calls": u.calls,
+            "max_calls_per_client": self.cfg.max_calls_per_client,
+            "result_ttl_seconds": self.cfg.result_ttl_seconds,
+        })
+    }
+
     /// The CPU signal (0–1) for the delay queue's scheduler.
     pub fn cpu_signal(&self, gw: &Gateway) -> f64 {
         match self.cfg.cpu_signal {
@@ -577,6 +661,22 @@ impl AsyncCalls {
                 parts.headers.append(k, v);
             }
         }
+        for (name, sealed) in &rec.sealed_headers {
+            match self
+                .sealer
+                .open(&id, name, sealed)
+                .map(|v| HeaderValue::from_bytes(&v))
+            {
+                Some(Ok(v)) => {
+                    if let Ok(n) = HeaderName::from_bytes(name.as_bytes()) {
+                        parts.headers.append(n, v);
+                    }
+                }
+                _ => {
+                    tracing::warn!(call = %id, header = %name, "a sealed credential header does not open (another key?): sent without it")
+                }
+            }
+        }
         if let Ok(v) = HeaderValue::from_str(&id) {
             parts.headers.insert(CALL_ID_HEADER, v);
         }
@@ -584,29 +684,48 @@ impl AsyncCalls {
         let started = Instant::now();
         let outcome =
             service::run_released(&gw, &self.settings, ticket, rel.decision, parts, body).await;
-        let (state, resp) = match outcome {
+        let (mut state, resp) = match outcome {
             Ok((_, resp)) => (CallState::Done, resp),
             Err((_, e)) => {
                 tracing::warn!(call = %id, error = %e, "async call failed");
                 (CallState::Failed, e.into_response())
             }
         };
-        let (rp, rbody) = resp.into_parts();
+        let (mut rp, rbody) = resp.into_parts();
         let mut bytes = Vec::new();
         let mut b = rbody;
         let max = self.cfg.result_max_bytes as usize;
+        let mut too_large = false;
         while !b.is_end_stream() {
             match b.frame().await {
                 Some(Ok(f)) => {
                     if let Ok(d) = f.into_data() {
-                        let room = max.saturating_sub(bytes.len());
-                        bytes.extend_from_slice(&d[..d.len().min(room)]);
+                        if bytes.len() + d.len() > max {
+                            too_large = true;
+                            break;
+                        }
+                        bytes.extend_from_slice(&d);
                     }
                 }
                 _ => break,
             }
         }
         drop(b);
+        if too_large {
+            // Not a silently cut 200: the call failed, and its result says why.
+            let e = ProxyError::AsyncResultTooLarge {
+                limit: self.cfg.result_max_bytes,
+            };
+            tracing::warn!(call = %id, status = rp.status.as_u16(), error = %e, "async call result not stored");
+            state = CallState::Failed;
+            let (p, b) = e.into_response().into_parts();
+            rp = p;
+            bytes = b
+                .collect()
+                .await
+                .map(|c| c.to_bytes().to_vec())
+                .unwrap_or_default();
+        }
         let processing = started.elapsed();
         let deadline = self.policy_time(&gw, rec.deadline_ms);
         gw.async_finished(deadline, processing);
@@ -618,6 +737,7 @@ impl AsyncCalls {
             headers: rp
                 .headers
                 .iter()
+                .filter(|(k, _)| !DROPPED_RESULT_HEADERS.contains(&k.as_str()))
                 .map(|(k, v)| (k.as_str().to_owned(), v.as_bytes().to_vec()))
                 .collect(),
             body: bytes,
@@ -632,6 +752,32 @@ impl AsyncCalls {
             tracing::warn!(call = %id, error = %e, "async call result not stored");
         }
     }
+}
+
+/// The client a call counts against: the peer's IP address or, when the peer is one of
+/// `gateway.trusted_proxies`, the rightmost `X-Forwarded-For` address that is not.
+fn client_address(
+    peer: std::net::SocketAddr,
+    headers: &http::HeaderMap,
+    trusted: &headers::TrustedProxies,
+) -> String {
+    if !trusted.contains(peer.ip()) {
+        return peer.ip().to_string();
+    }
+    let forwarded: Vec<std::net::IpAddr> = headers
+        .get_all("x-forwarded-for")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .filter_map(|a| a.trim().parse().ok())
+        .collect();
+    forwarded
+        .iter()
+        .rev()
+        .find(|a| !trusted.contains(**a))
+        .or(forwarded.first())
+        .unwrap_or(&peer.ip())
+        .to_string()
 }
 
 /// A reading for the `process` CPU signal: the host's total CPU ticks (every core) and

@@ -90,10 +90,36 @@ pub enum ProxyError {
         /// `Retry-After`, seconds.
         retry_after: u64,
     },
+    /// The asynchronous-call store is at `async.max_store_bytes` (the gateway's
+    /// capacity): 507 Insufficient Storage with `Retry-After`.
+    #[error("asynchronous call not accepted: {reason}")]
+    AsyncStoreFull {
+        /// The store's numbers.
+        reason: String,
+        /// `Retry-After`, seconds.
+        retry_after: u64,
+    },
+    /// The client has `async.max_calls_per_client` calls stored (client's fault): 429
+    /// with `Retry-After`.
+    #[error("asynchronous call not accepted: {reason}")]
+    AsyncClientLimit {
+        /// The limit that bit.
+        reason: String,
+        /// `Retry-After`, seconds.
+        retry_after: u64,
+    },
+    /// A released asynchronous call's response body is longer than
+    /// `async.result_max_bytes` (the upstream's answer does not fit): the call fails,
+    /// its stored result is this error's 502.
+    #[error("asynchronous call result over {limit} bytes: not stored")]
+    AsyncResultTooLarge {
+        /// `async.result_max_bytes`.
+        limit: u64,
+    },
     /// No asynchronous call (or no result yet) under this status URL: 404.
     #[error("no such call or result")]
     CallNotFound,
-    /// The call's result passed `async.result_retention_seconds`: 410.
+    /// The call's result passed `async.result_ttl_seconds` (and is not purged yet): 410.
     #[error("result expired")]
     CallResultGone,
     /// The request is too large for the function tier it was routed to (Lambda: the
@@ -174,21 +200,25 @@ impl ProxyError {
             | ProxyError::AsyncRefused(_)
             | ProxyError::CallNotFound
             | ProxyError::CallResultGone
+            | ProxyError::AsyncClientLimit { .. }
             | ProxyError::Request(_) => Fault::Client,
             ProxyError::NoCapacity { .. }
             | ProxyError::ShuttingDown
-            | ProxyError::AsyncUnavailable { .. } => Fault::Capacity,
-            ProxyError::UpstreamTimeout(_) | ProxyError::Upstream(_) | ProxyError::Function(_) => {
-                Fault::Upstream
-            }
+            | ProxyError::AsyncUnavailable { .. }
+            | ProxyError::AsyncStoreFull { .. } => Fault::Capacity,
+            ProxyError::UpstreamTimeout(_)
+            | ProxyError::Upstream(_)
+            | ProxyError::Function(_)
+            | ProxyError::AsyncResultTooLarge { .. } => Fault::Upstream,
         }
     }
 
     /// Whether the client may send the same request again unchanged and expect another
     /// outcome: capacity errors (after `Retry-After`) and upstream failures may clear;
-    /// the client's own errors do not.
+    /// the client's own errors do not, except a client over its asynchronous-call limit
+    /// (its calls finish and are purged).
     pub fn retryable(&self) -> bool {
-        self.fault() != Fault::Client
+        self.fault() != Fault::Client || matches!(self, ProxyError::AsyncClientLimit { .. })
     }
 
     /// The status code of this error.
@@ -203,6 +233,9 @@ impl ProxyError {
             ProxyError::NoCapacity { .. }
             | ProxyError::ShuttingDown
             | ProxyError::AsyncUnavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::AsyncStoreFull { .. } => StatusCode::INSUFFICIENT_STORAGE,
+            ProxyError::AsyncClientLimit { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::AsyncResultTooLarge { .. } => StatusCode::BAD_GATEWAY,
             ProxyError::CallNotFound => StatusCode::NOT_FOUND,
             ProxyError::CallResultGone => StatusCode::GONE,
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
@@ -245,11 +278,14 @@ impl ProxyError {
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; charset=utf-8"),
         );
-        if status == StatusCode::SERVICE_UNAVAILABLE {
-            let secs = match &self {
-                ProxyError::AsyncUnavailable { retry_after, .. } => *retry_after,
-                _ => RETRY_AFTER_SECONDS,
-            };
+        let retry_after = match &self {
+            ProxyError::AsyncUnavailable { retry_after, .. }
+            | ProxyError::AsyncStoreFull { retry_after, .. }
+            | ProxyError::AsyncClientLimit { retry_after, .. } => Some(*retry_after),
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => Some(RETRY_AFTER_SECONDS),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             h.insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         if status == StatusCode::METHOD_NOT_ALLOWED {
@@ -309,6 +345,34 @@ mod tests {
         );
         assert_eq!(ProxyError::UpgradeOnFunctionRoute.status(), 400);
         assert_eq!(ProxyError::Function("x".into()).status(), 502);
+    }
+
+    #[test]
+    fn a_full_store_is_507_a_client_over_its_limit_429_both_with_retry_after() {
+        let full = ProxyError::AsyncStoreFull {
+            reason: "x".into(),
+            retry_after: 9,
+        };
+        assert_eq!((full.fault(), full.retryable()), (Fault::Capacity, true));
+        let r = full.into_response();
+        assert_eq!(r.status(), 507);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "9");
+        let over = ProxyError::AsyncClientLimit {
+            reason: "x".into(),
+            retry_after: 4,
+        };
+        assert_eq!((over.fault(), over.retryable()), (Fault::Client, true));
+        let r = over.into_response();
+        assert_eq!(r.status(), 429);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "4");
+        let big = ProxyError::AsyncResultTooLarge { limit: 10 };
+        assert_eq!((big.fault(), big.status().as_u16()), (Fault::Upstream, 502));
+        assert!(
+            big.into_response()
+                .headers()
+                .get(header::RETRY_AFTER)
+                .is_none()
+        );
     }
 
     #[test]

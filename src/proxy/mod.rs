@@ -17,6 +17,7 @@
 pub mod access_log;
 pub mod admin;
 pub mod async_calls;
+pub mod async_secrets;
 pub mod async_store;
 pub mod cpu_node_exporter;
 pub mod cpu_prometheus;

@@ -32,6 +32,7 @@ use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
 use super::async_calls::AsyncCalls;
+use super::async_secrets::Sealer;
 use super::async_store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::lifetime::{self, ConnLimits, ConnPermit, Deadlines, Lifetime, Tracked};
@@ -151,8 +152,12 @@ enum Store {
     Given(Arc<dyn CallStore>),
 }
 
-/// Open the embedded store in the state directory `dir` (or the default one).
-fn open_store(dir: Option<&std::path::Path>) -> Result<RedbStore, ServeError> {
+/// Open the embedded store in the state directory `dir` (or the default one), bounded by
+/// `cfg`, and the key that seals its credentials.
+fn open_store(
+    dir: Option<&std::path::Path>,
+    cfg: &crate::config::delay::AsyncConfig,
+) -> Result<(RedbStore, Sealer), ServeError> {
     let state = crate::state_dir::from_env(dir)?;
     let store_dir = state.join("async");
     crate::state_dir::create(&store_dir).map_err(|e| {
@@ -162,7 +167,12 @@ fn open_store(dir: Option<&std::path::Path>) -> Result<RedbStore, ServeError> {
             store_dir.display()
         ))
     })?;
-    RedbStore::open(&store_dir).map_err(|e| match e {
+    let limits = super::async_store::StoreLimits {
+        max_bytes: cfg.max_store_bytes,
+        max_calls_per_client: cfg.max_calls_per_client,
+        result_max_bytes: cfg.result_max_bytes,
+    };
+    let store = RedbStore::open_with(&store_dir, limits).map_err(|e| match e {
         super::async_store::StoreError::Locked { path } => ServeError::AsyncStore(format!(
             "the asynchronous-call store {} is in use by another process — another \
              spillway with the state directory {}? Each gateway needs its own: start this \
@@ -171,7 +181,10 @@ fn open_store(dir: Option<&std::path::Path>) -> Result<RedbStore, ServeError> {
             state.display()
         )),
         other => ServeError::AsyncStore(other.to_string()),
-    })
+    })?;
+    let sealer =
+        Sealer::load_or_create(&store_dir).map_err(|e| ServeError::AsyncStore(e.to_string()))?;
+    Ok((store, sealer))
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -444,14 +457,18 @@ impl Server {
             }
         }
         if config.async_enabled() {
-            let store: Arc<dyn CallStore> = match store {
-                Store::Given(s) => s,
-                Store::In(dir) => Arc::new(open_store(dir.as_deref())?),
+            let (store, sealer): (Arc<dyn CallStore>, _) = match store {
+                Store::Given(s) => (s, Sealer::ephemeral()),
+                Store::In(dir) => {
+                    let (s, sealer) = open_store(dir.as_deref(), &config.async_calls)?;
+                    (Arc::new(s), sealer)
+                }
             };
             let a = AsyncCalls::new(
                 config.async_calls.clone(),
                 config.routes.clone(),
                 store,
+                sealer,
                 Arc::new(ServiceSettings::from_config(&config)),
                 config.slots_per_vm(),
             );

@@ -179,7 +179,10 @@ pub async fn handle(
     scheme: &'static str,
 ) -> Response<Body> {
     let started = Instant::now();
-    let observed = super::access_log::begin(&req, peer);
+    let mut observed = super::access_log::begin(&req, peer);
+    if let Some(a) = gw.async_calls() {
+        observed.hide_call_id(a.status_prefix());
+    }
     // For the failure log line (a shared-buffer clone, not a copy).
     let method = req.method().clone();
     let uri = req.uri().clone();
