@@ -4,7 +4,8 @@
 #   scripts/test.sh                 # install what the tests need when missing, then run them all
 #   scripts/test.sh --install-only  # only the installs (.ci/run, before cfn-lint)
 #
-# Installs, when missing: Python's `moto[server]` (the AWS tests run against moto_server
+# Installs, when missing: `redis-server` (tests/replicas.rs starts one per test; apt-get,
+# as root or with passwordless sudo), Python's `moto[server]` (the AWS tests run against moto_server
 # on 127.0.0.1), `aws-lambda-powertools[parser]` (tests/aws_lambda.rs validates Lambda
 # events against its models) and `cfn-lint` (.ci/run lints deploy/aws with it), with pip.
 # Then:
@@ -30,6 +31,19 @@ pip_install() {
   export PATH="$PATH:$(python3 -m site --user-base 2>/dev/null)/bin"
   hash -r
 }
+if ! command -v redis-server >/dev/null; then
+  echo "== installing redis-server (apt-get)"
+  sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 \
+    || { "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 \
+         && "${sudo[@]}" apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1; } \
+    || true
+  command -v redis-server >/dev/null || {
+    echo "test.sh: redis-server is needed by tests/replicas.rs: apt-get install redis-server" >&2
+    exit 1
+  }
+fi
 command -v moto_server >/dev/null || pip_install 'moto[server]'
 command -v cfn-lint >/dev/null || pip_install cfn-lint
 python3 -c 'import pydantic, aws_lambda_powertools.utilities.parser.models' 2>/dev/null \

@@ -376,6 +376,22 @@ fn a_paused_leader_steps_down_when_it_resumes_and_a_terminated_one_hands_over() 
             .is_some_and(|s| s["scaling"]["ready_vms"].as_u64().unwrap_or(0) >= 3)
     });
     let old_term = term(&try_status(admins[leader]).unwrap());
+    // The coordination series the dashboard and the alert read.
+    let metrics =
+        String::from_utf8_lossy(&common::http(admins[leader], "GET", "/metrics", &[], b"").2)
+            .into_owned();
+    for series in [
+        "spillway_coordination_role{role=\"leader\"} 1",
+        "spillway_coordination_role{role=\"local\"} 0",
+        &format!("spillway_coordination_term {old_term}"),
+        "spillway_coordination_replicas 3",
+        "spillway_coordination_store_errors_total{operation=\"exchange\",kind=\"timeout\"}",
+    ] {
+        assert!(
+            metrics.contains(series),
+            "{series} not in /metrics:\n{metrics}"
+        );
+    }
     let old_pid = gws[leader].proc.child.id();
     gws[leader].proc.signal("STOP");
     std::thread::sleep(3 * LEASE); // three leases while it is stopped
