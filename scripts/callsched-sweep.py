@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Call scheduling on one overloaded VM (docs/papers.md §4): generate `events`
+"""Call scheduling on one overloaded VM (docs/src/design/papers.md §4): generate `events`
 traces of a function mix at 70-130 % of the VM's capacity, run `spillway sim` with
 config/sim/callsched.yaml once per load and queue order, and print the README tables.
 

@@ -80,7 +80,7 @@ cp "$bin" "$ctx/spillway"
 # (SPILLWAY_STATE_DIR=/var/lib/spillway, the volume).
 mkdir -p "$ctx/etc"
 sed -e 's/^  listen: 127.0.0.1:8080$/  listen: 0.0.0.0:8080/' \
-    -e 's/^  admin_listen: 127.0.0.1:9090$/  admin_listen: 0.0.0.0:9090\n  admin_token_env: SPILLWAY_ADMIN_TOKEN/' \
+    -e 's/^  admin_listen: 127.0.0.1:9901$/  admin_listen: 0.0.0.0:9901\n  admin_token_env: SPILLWAY_ADMIN_TOKEN/' \
     config/quickstart.yaml >"$ctx/etc/spillway.yaml"
 chmod -R a+rX "$ctx/etc"
 echo "== podman build --build-arg BASE=$base -f deploy/container/Containerfile"
@@ -95,8 +95,8 @@ podman "${podman_global[@]}" run -d "${podman_run[@]}" --name "$name" \
   -v /var/lib/spillway --tmpfs /tmp \
   -v "$ctx/etc/spillway.yaml:/etc/spillway/spillway.yaml:ro" \
   -e SPILLWAY_ADMIN_TOKEN=ci-admin-token-0123456789abcdef \
-  -p 127.0.0.1::9090 -p 127.0.0.1::8080 "$image" >/dev/null
-admin=$(podman port "$name" 9090/tcp | head -1)
+  -p 127.0.0.1::9901 -p 127.0.0.1::8080 "$image" >/dev/null
+admin=$(podman port "$name" 9901/tcp | head -1)
 proxy=$(podman port "$name" 8080/tcp | head -1)
 [ -n "$admin" ] && [ -n "$proxy" ] || fail "podman published no ports"
 

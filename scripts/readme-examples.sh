@@ -1,21 +1,26 @@
 #!/usr/bin/env bash
-# Run every example of README.md, on 127.0.0.1 only, each bounded in time.
+# Run every example of README.md and of the manual's pages (docs/src/**/*.md), on 127.0.0.1
+# only, each bounded in time.
 #
 #   scripts/readme-examples.sh            # all of them (about 6 minutes after the build)
 #   scripts/readme-examples.sh --short    # without the two real-time load-test replays
 #
-# * `cargo run --release [-p spillway-loadtest] --` in the README is the release binary
+# * `cargo run --release [-p spillway-loadtest] --` in an example is the release binary
 #   built here (`cargo build --release --locked`), `spillway` is target/release/spillway.
 # * The gateway examples use free ports (`--listen localhost:0 --admin-listen
-#   127.0.0.1:0`, the README's documented override) instead of 8080/9090.
-# * Every ```console block is run and its output compared with the README: stdout (or
-#   stderr when stdout is empty) must equal the lines shown, a `...` line standing for
-#   any number of lines.
+#   127.0.0.1:0`, the README's documented override) instead of 8080/9901: the README's
+#   quickstart and square wave (section 2), the WITS replay of docs/src/guide/load-test.md
+#   (section 3), the command line of docs/src/guide/admin.md and guide/aws.md (section 4).
+# * Every ```console block of README.md and docs/src/**/*.md is run and its output compared
+#   with the page: stdout (or stderr when stdout is empty) must equal the lines shown, a
+#   `...` line standing for any number of lines.
+# * Every ```yaml block is a config fragment: put over the quickstart, it must pass
+#   `spillway check` (section 1b).
 # * Examples that replay traces/wits_per_second.txt or traces/square_per_second.txt are
 #   skipped, with the reason, when scripts/fetch-traces.sh has not put them there; the
 #   AWS `check` example when no binary with the `aws` feature was built.
 # * Not run: the benchmark and cold-build commands of "Measured numbers" (measurements,
-#   not examples), and `.ci/run` on a fresh clone (it runs this script).
+#   not examples; docs/src/results/), and `.ci/run` on a fresh clone (it runs this script).
 # Exit status: 0 when every example that ran passed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -53,11 +58,15 @@ echo "== console examples"
 python3 - "$SPILLWAY" "$LOADTEST" "$work" >"$work/console.txt" <<'PY' || true
 import os, re, subprocess, sys
 spillway, loadtest, work = sys.argv[1:4]
-readme = open("README.md", encoding="utf-8").read()
-blocks = re.findall(r"```console\n(.*?)```", readme, re.S)
+pages = ["README.md"] + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
+blocks = []
+for page in pages:
+    text = open(page, encoding="utf-8").read()
+    blocks += [(page, b) for b in re.findall(r"```console\n(.*?)```", text, re.S)]
 have_traces = os.path.exists("traces/wits_per_second.txt") and os.path.exists("traces/square_per_second.txt")
 failures = 0
-for block in blocks:
+for page, block in blocks:
     lines = block.rstrip("\n").split("\n")
     i = 0
     while i < len(lines):
@@ -73,7 +82,7 @@ for block in blocks:
         while i < len(lines) and not lines[i].startswith("$ "):
             expected.append(lines[i])
             i += 1
-        shown = cmd
+        shown = f"{cmd}  ({page})"
         if "traces/" in cmd and not have_traces:
             print(f"skipped $ {shown}  (traces/ lacks WITS and square: run scripts/fetch-traces.sh)")
             continue
@@ -98,7 +107,7 @@ for block in blocks:
             print(f"ok      $ {shown}")
         else:
             failures += 1
-            print(f"FAILED  $ {shown}\n--- README shows\n" + "\n".join(expected)
+            print(f"FAILED  $ {shown}\n--- the page shows\n" + "\n".join(expected)
                   + "\n--- actual\n" + "\n".join(actual))
 sys.exit(1 if failures else 0)
 PY
@@ -106,6 +115,77 @@ cat "$work/console.txt"
 passed=$((passed + $(grep -c '^ok ' "$work/console.txt" || true)))
 failed=$((failed + $(grep -c '^FAILED ' "$work/console.txt" || true)))
 skipped=$((skipped + $(grep -c '^skipped ' "$work/console.txt" || true)))
+
+# --- 1b. YAML examples: every ```yaml block passes `spillway check` ------------------
+# A block is a fragment of a config: its top-level sections replace the quickstart's
+# (config/quickstart.yaml; `function_zones` also replaces `function_tier`, whose one zone
+# would be a second cloud zone), and the whole must pass `spillway check` as `serve`
+# would read it. Files a block names under /etc/spillway/ (TLS certificates and keys) are
+# made here with openssl — a self-signed CA and a client certificate and key — and the
+# paths point at them. A block whose first line is `# not a spillway config` is skipped.
+echo "== YAML examples (spillway check)"
+python3 - "$SPILLWAY" "$work" >"$work/yaml.txt" <<'PY' || true
+import os, re, subprocess, sys
+spillway, work = sys.argv[1:3]
+pages = ["README.md"] + sorted(
+    os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
+
+def sections(text):
+    """Top-level `key:` sections of a block YAML text, in order: [(key, text)]."""
+    out, key, lines = [], None, []
+    for line in text.split("\n"):
+        m = re.match(r"^([A-Za-z_][A-Za-z0-9_]*):", line)
+        if m:
+            if key is not None or lines:
+                out.append((key, "\n".join(lines)))
+            key, lines = m.group(1), [line]
+        else:
+            lines.append(line)
+    out.append((key, "\n".join(lines)))
+    return out
+
+base = sections(open("config/quickstart.yaml", encoding="utf-8").read())
+etc = os.path.join(work, "etc-spillway")
+os.makedirs(etc, exist_ok=True)
+def self_signed(cert, key, cn):
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                    "ec_paramgen_curve:prime256v1", "-nodes", "-days", "2", "-subj", f"/CN={cn}",
+                    "-keyout", os.path.join(etc, key), "-out", os.path.join(etc, cert)],
+                   capture_output=True, check=False)
+self_signed("upstream-ca.pem", "upstream-ca.key", "spillway examples CA")
+self_signed("gateway.crt", "gateway.key", "spillway gateway")
+def local_files(yaml):
+    return re.sub(r"/etc/spillway/([A-Za-z0-9._-]+)",
+                  lambda m: os.path.join(etc, m.group(1)) if os.path.exists(os.path.join(etc, m.group(1)))
+                  else m.group(0), yaml)
+n = 0
+for page in pages:
+    text = open(page, encoding="utf-8").read()
+    for m in re.finditer(r"```yaml\n(.*?)```", text, re.S):
+        block = m.group(1)
+        line = text.count("\n", 0, m.start()) + 2
+        where = f"{page}:{line}"
+        if block.startswith("# not a spillway config"):
+            print(f"skipped yaml {where} (not a spillway config)")
+            continue
+        frag = sections(block)
+        keys = {k for k, _ in frag if k}
+        drop = set(keys) | ({"function_tier"} if "function_zones" in keys else set())
+        merged = "\n".join(s for k, s in base if k not in drop) + "\n" + local_files(block)
+        n += 1
+        path = os.path.join(work, f"example-{n}.yaml")
+        open(path, "w", encoding="utf-8").write(merged)
+        out = subprocess.run([spillway, "check", path], capture_output=True, text=True, timeout=60)
+        if out.returncode == 0:
+            print(f"ok      yaml {where}")
+        else:
+            print(f"FAILED  yaml {where}: spillway check of the block on the quickstart ({path}):\n"
+                  + (out.stdout + out.stderr).rstrip())
+PY
+cat "$work/yaml.txt"
+passed=$((passed + $(grep -c '^ok ' "$work/yaml.txt" || true)))
+failed=$((failed + $(grep -c '^FAILED ' "$work/yaml.txt" || true)))
+skipped=$((skipped + $(grep -c '^skipped ' "$work/yaml.txt" || true)))
 
 # --- 2. the quickstart: serve, curl, (square wave), shut down ----------------------------
 # Start the quickstart with --listen/--admin-listen on free ports; sets PROXY, ADMIN, LOG.
@@ -156,16 +236,16 @@ if start_quickstart quickstart --access-log; then
     fail "curl -i 127.0.0.1:8080/  (expected 200 from vm-…):"$'\n'"$headers"
   fi
   if curl -s "http://$ADMIN/status" | head -40 | grep -q '"routed"'; then
-    pass "curl -s 127.0.0.1:9090/status | head -40"
+    pass "curl -s 127.0.0.1:9901/status | head -40"
   else
-    fail "curl -s 127.0.0.1:9090/status | head -40"
+    fail "curl -s 127.0.0.1:9901/status | head -40"
   fi
   # Polled (at most 10 s), not read once: in a fresh-clone CI run under load one
   # single read missed it although the request had been served by the VM.
   if wait_for "curl -s http://$ADMIN/metrics | grep -q '^spillway_requests_total{tier=\"vm\",status=\"2xx\"} 1'" 10; then
-    pass "curl -s 127.0.0.1:9090/metrics | grep '^spillway_'"
+    pass "curl -s 127.0.0.1:9901/metrics | grep '^spillway_'"
   else
-    fail "curl -s 127.0.0.1:9090/metrics | grep '^spillway_' (expected vm 2xx = 1):"$'\n'"$(curl -s "http://$ADMIN/metrics" | grep '^spillway_requests_total')"
+    fail "curl -s 127.0.0.1:9901/metrics | grep '^spillway_' (expected vm 2xx = 1):"$'\n'"$(curl -s "http://$ADMIN/metrics" | grep '^spillway_requests_total')"
   fi
   if wait_for "grep -q 'spillway::access: request .*status=200 tier=vm' '$LOG'" 10; then
     pass "serve --access-log: one access line per request"
@@ -195,9 +275,9 @@ PY
     fi
   fi
   if curl -s "http://$ADMIN/status" | head -30 | grep -q '"scaling"'; then
-    pass "watch -n1 'curl -s 127.0.0.1:9090/status | head -30' (one round)"
+    pass "watch -n1 'curl -s 127.0.0.1:9901/status | head -30' (one round)"
   else
-    fail "curl -s 127.0.0.1:9090/status | head -30"
+    fail "curl -s 127.0.0.1:9901/status | head -30"
   fi
   if stop_gateway; then pass "Ctrl-C/SIGTERM: the gateway exits 0"; else fail "SIGTERM: exit status"; fi
 else
@@ -265,5 +345,5 @@ else
   skip "spillway check config/aws.yaml (no binary built with --features aws; scripts/test.sh builds one)"
 fi
 
-echo "== README examples: $passed passed, $failed failed, $skipped skipped in $((SECONDS - started)) s"
+echo "== README and manual examples: $passed passed, $failed failed, $skipped skipped in $((SECONDS - started)) s"
 [ $failed = 0 ]

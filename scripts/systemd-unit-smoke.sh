@@ -82,7 +82,7 @@ cx sh -c 'install -m 0755 /ctx/spillway /usr/local/bin/spillway &&
   systemctl daemon-reload'
 echo "== systemctl start spillway"
 cx systemctl start spillway || { journal; fail "systemctl start spillway failed"; }
-poll 30 "/healthz answers ok" sh -c "podman exec $name curl -fsS 127.0.0.1:9090/healthz | grep -qx ok"
+poll 30 "/healthz answers ok" sh -c "podman exec $name curl -fsS 127.0.0.1:9901/healthz | grep -qx ok"
 pid=$(cx systemctl show -p MainPID --value spillway)
 uid=$(cx stat -c %u "/proc/$pid")
 [ "$uid" != 0 ] || fail "the gateway runs as root under the unit"
@@ -99,7 +99,7 @@ cx systemctl reload spillway || echo "(the reload job failed; waiting for the re
 # Serving and running, twice 1 s apart: a restart (RestartSec=2s) cannot hide in between.
 serving() {
   [ "$(cx systemctl show -p SubState --value spillway)" = running ] \
-    && cx curl -fsS 127.0.0.1:9090/healthz | grep -qx ok
+    && cx curl -fsS 127.0.0.1:9901/healthz | grep -qx ok
 }
 poll 60 "serving again after the reload" sh -c "$(declare -f cx serving); name=$name; serving && sleep 1 && serving"
 echo "serving after the reload (restarts: $(cx systemctl show -p NRestarts --value spillway))"

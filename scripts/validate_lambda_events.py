@@ -9,8 +9,9 @@ Every DIR/<format>-<n>.json, <format> one of v2, v1, alb, must validate with
 APIGatewayProxyEventV2Model, APIGatewayProxyEventModel or AlbModel respectively.
 Prints {"validated": {format: count}, "failed": count} as JSON on standard output and
 every failure on standard error. Exit status: 0 when every file validates (and there is
-at least one), 1 otherwise, 2 when Powertools or pydantic is not installed
-(python3 -m pip install 'aws-lambda-powertools[parser]').
+at least one), 1 otherwise, 2 when Powertools or pydantic is not installed (scripts/test.sh
+installs aws-lambda-powertools[parser] into its virtual environment, whose python3 it puts
+first on PATH).
 """
 
 import json
@@ -27,7 +28,8 @@ try:
 except ImportError as e:  # pragma: no cover - an environment problem
     print(
         f"cannot import the Powertools parser models ({e}); "
-        "python3 -m pip install 'aws-lambda-powertools[parser]'",
+        "run the tests with scripts/test.sh, which installs aws-lambda-powertools[parser] "
+        "into ${CARGO_TARGET_DIR:-target}/python-venv",
         file=sys.stderr,
     )
     sys.exit(2)

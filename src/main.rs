@@ -252,12 +252,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             })
         }
         Command::Completions { shell } => {
-            clap_complete::generate(
-                shell,
-                &mut Cli::command(),
-                "spillway",
-                &mut std::io::stdout(),
-            );
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "spillway", &mut script);
+            print_until_closed(&script).context("cannot write the completion script")?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Man { dir } => {
@@ -270,12 +267,28 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                         format!("cannot write man pages into {}", dir.display())
                     })?;
                 }
-                None => clap_mangen::Man::new(cmd)
-                    .render(&mut std::io::stdout())
-                    .context("cannot write the man page")?,
+                None => {
+                    let mut page = Vec::new();
+                    clap_mangen::Man::new(cmd)
+                        .render(&mut page)
+                        .context("cannot render the man page")?;
+                    print_until_closed(&page).context("cannot write the man page")?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }
+    }
+}
+
+/// Write `bytes` to standard output. A reader that goes away before the end
+/// (`spillway man | head`) ends the output quietly, as command-line tools do: a broken
+/// pipe is not an error (Rust ignores SIGPIPE, so the write reports `BrokenPipe`).
+fn print_until_closed(bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        done => done,
     }
 }
 

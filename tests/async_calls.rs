@@ -507,8 +507,8 @@ fn on_the_quickstart_an_async_call_is_done_within_seconds() {
     .unwrap();
     let yaml = quickstart
         .replace("listen: 127.0.0.1:8080", "listen: 127.0.0.1:0")
-        .replace("admin_listen: 127.0.0.1:9090", "admin_listen: 127.0.0.1:0");
-    assert!(!yaml.contains(":8080") && !yaml.contains(":9090"), "{yaml}");
+        .replace("admin_listen: 127.0.0.1:9901", "admin_listen: 127.0.0.1:0");
+    assert!(!yaml.contains(":8080") && !yaml.contains(":9901"), "{yaml}");
     let gw = Gateway::start(&yaml);
     let (code, h, _) = http(
         gw.proxy,

@@ -339,7 +339,8 @@ impl Drop for Loader {
 }
 
 /// Gateway YAML with an EC2 pool (`address: tag`) and a local process function tier.
-/// The instances' tags point at loopback sample APIs: `allow_loopback_upstreams` is on.
+/// The instances' tags point at loopback sample APIs: `allow_loopback_upstreams` is on,
+/// and loopback is in `tag_address_allowed_cidrs` (moto's instance IPs are fake).
 fn ec2_config(libra: &str, endpoint: &str, pool: &str, extra_pool: &str) -> String {
     let exe = common::exe();
     format!(
@@ -360,6 +361,7 @@ vm_pool:
   instance_type: t3.micro
   tags: {{team: spillway-tests}}
   address: tag
+  tag_address_allowed_cidrs: [127.0.0.0/8]
   health_path: /
   probe_interval_seconds: 0.1
 {extra_pool}
@@ -606,6 +608,47 @@ fn a_tag_address_the_upstream_policy_refuses_is_not_used() {
         header(&headers, "x-spillway-instance").is_some_and(|w| w.starts_with("fn-")),
         "served by the function tier: {headers:?}"
     );
+}
+
+/// On moto: with `address: tag`, a tag naming an address that is not the instance's
+/// own (here loopback, allowed by `allow_loopback_upstreams` but not in
+/// `tag_address_allowed_cidrs`) is refused: the instance is never used and is
+/// terminated, and `/status` names the setting.
+#[test]
+fn a_tag_address_that_is_not_the_instances_own_ip_needs_the_allow_list() {
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "own-ip";
+    let _agent = Agent::start(&moto.endpoint, pool, Boot::SampleApi);
+    let yaml = ec2_config(
+        "  decision_epochs: 100000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0",
+        &moto.endpoint,
+        pool,
+        "  boot_timeout_seconds: 30",
+    )
+    .replace("  tag_address_allowed_cidrs: [127.0.0.0/8]\n", "");
+    let gw = start(&yaml);
+    let s = gw.wait_status("the upstream_address alarm", LONG, |s| {
+        s["vm_pool"]["errors"]["conditions"]["upstream_address"]["state"] == "refused"
+    });
+    let cond = &s["vm_pool"]["errors"]["conditions"]["upstream_address"];
+    let reason = cond["reason"].as_str().unwrap();
+    assert!(
+        reason.contains("is not one of the instance's own addresses")
+            && reason.contains("tag_address_allowed_cidrs"),
+        "{s:#}"
+    );
+    let id = cond["detail"]["last_instance"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    poll("the refused instance terminated", LONG, || {
+        ec2.pool(pool)
+            .iter()
+            .any(|i| i.id == id && (i.state == "terminated" || i.state == "shutting-down"))
+            .then_some(())
+    });
+    assert_eq!(ready(&gw.status()), 0);
 }
 
 #[test]

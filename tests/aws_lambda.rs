@@ -715,7 +715,8 @@ fn events_validate_against_lambda_powertools_models() {
     assert_ne!(
         out.status.code(),
         Some(2),
-        "Powertools missing: python3 -m pip install 'aws-lambda-powertools[parser]'\n{stderr}"
+        "Powertools missing for python3 on PATH: run the tests with scripts/test.sh, which installs \
+         aws-lambda-powertools[parser] into ${{CARGO_TARGET_DIR:-target}}/python-venv\n{stderr}"
     );
     assert!(out.status.success(), "{stdout}\n{stderr}");
     let summary: Value = serde_json::from_str(stdout.trim()).unwrap();

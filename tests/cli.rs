@@ -74,6 +74,35 @@ fn version_names_the_commit_and_the_features() {
     );
 }
 
+/// `spillway completions bash | head` and `spillway man | head`: a reader that closes the
+/// pipe early ends the output quietly — exit 0, nothing on stderr (it used to panic with
+/// "failed to write completion file", or fail with "Broken pipe"). The pipe's read end
+/// is closed before the process starts, so every write meets a closed pipe.
+#[test]
+fn completions_and_man_exit_quietly_when_the_reader_closes_the_pipe() {
+    for args in [
+        &["completions", "bash"][..],
+        &["completions", "zsh"],
+        &["man"],
+    ] {
+        let (reader, writer) = std::io::pipe().expect("pipe");
+        drop(reader);
+        let o = Command::new(exe())
+            .args(args)
+            .stdout(writer)
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .expect("run spillway");
+        assert!(
+            o.status.success() && o.stderr.is_empty(),
+            "spillway {}: {:?}\n{}",
+            args.join(" "),
+            o.status,
+            stderr(&o)
+        );
+    }
+}
+
 #[test]
 fn completions_and_man_pages_cover_every_subcommand() {
     for shell in ["bash", "zsh", "fish"] {

@@ -1,4 +1,4 @@
-//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/http-cases.md), and
+//! http-cases C1, C2, C5, C6, C7, C8, C11 (b)–(c) and C17 (docs/src/design/http-cases.md), and
 //! request and
 //! response validation over HTTP/1.1, against the real gateway with sample-API
 //! upstreams that report what they received (`/headers`, `/stats`) and scripted stub
@@ -224,6 +224,9 @@ fn scripted(req: &StubRequest) -> Reply {
                 .to_vec(),
         ),
         "/hold" => Reply::Hold,
+        "/ws-101-h2c" => Reply::Upgrade(
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n".to_vec(),
+        ),
         "/many-headers" => {
             let fields: String = (0..101).map(|i| format!("X-R{i}: v\r\n")).collect();
             Reply::Raw(format!("HTTP/1.1 200 OK\r\n{fields}Content-Length: 2\r\n\r\nok").into_bytes())
@@ -1394,4 +1397,292 @@ fn an_unparsable_response_is_a_502_and_never_sent_again() {
         let r = one(roomy.proxy, &get(path)).expect(path);
         assert_eq!((r.status, r.body.as_slice()), (200, &b"ok"[..]), "{path}");
     }
+}
+
+fn ws_upgrade(path: &str) -> String {
+    format!(
+        "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
+    )
+}
+
+/// Upgrades the gateway cannot carry: `Upgrade: h2c` is never forwarded (the request
+/// goes on as an ordinary one, so an h2c tunnel cannot smuggle requests past the
+/// gateway's rules); a 101 is accepted only for a request that asked for that protocol —
+/// an unasked 101, or a 101 to another protocol, is a 502 with nothing tunnelled, and
+/// over h2 it is a 502 too (never a 1xx frame). Other protocols pass only when listed in
+/// `upgrade_protocols`.
+#[test]
+fn only_supported_upgrades_are_forwarded_and_a_101_must_match_the_request() {
+    let stub = Stub::start(scripted);
+    let gw = static_gateway(&[stub.url()], "");
+    let h2c = |path: &str| {
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"
+        )
+    };
+    // h2c: forwarded as a plain request, without Upgrade.
+    let r = one(gw.proxy, &h2c("/h2c-plain")).unwrap();
+    assert_eq!(r.status, 200);
+    let got = &stub.requests_to("/h2c-plain")[0];
+    assert!(
+        got.get("upgrade").is_none()
+            && got.get("connection").is_none()
+            && got.get("http2-settings").is_none(),
+        "{got:?}"
+    );
+    // An upstream that switches to h2c anyway: 502, and the bytes after the request are
+    // never tunnelled to it.
+    let mut c = Client::connect(gw.proxy);
+    c.send(format!("{}PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", h2c("/ws-101")).as_bytes());
+    let r = c.response().expect("an answer");
+    assert_eq!(r.status, 502);
+    // An unasked 101 to a plain GET, and a 101 to another protocol than requested.
+    assert_eq!(status_of(gw.proxy, &get("/ws-101")), 502);
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101-h2c").as_bytes())
+        .response_to(true)
+        .expect("an answer");
+    assert_eq!(r.status, 502);
+    assert!(
+        !stub.raw().windows(3).any(|w| w == b"PRI"),
+        "h2 bytes reached the upstream"
+    );
+    // WebSocket still tunnels.
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101").as_bytes())
+        .response_to(true)
+        .expect("101");
+    assert_eq!(r.status, 101);
+    c.send(b"ping");
+    let mut echoed = Vec::new();
+    while echoed.len() < 4 {
+        let more = c.read_some();
+        assert!(!more.is_empty(), "tunnel closed early");
+        echoed.extend(more);
+    }
+    assert_eq!(echoed, b"ping");
+
+    // Over h2 an upstream 101 becomes a 502.
+    let addr = gw.proxy;
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let status = rt.block_on(async move {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut send, conn) = hyper::client::conn::http2::handshake(
+            hyper_util::rt::TokioExecutor::new(),
+            hyper_util::rt::TokioIo::new(tcp),
+        )
+        .await
+        .unwrap();
+        tokio::spawn(conn);
+        let req = http::Request::get("http://a/ws-101")
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap();
+        send.send_request(req).await.unwrap().status()
+    });
+    assert_eq!(status, 502);
+
+    // Another protocol only when configured.
+    let listed = static_gateway(&[stub.url()], "  upgrade_protocols: [websocket, tcp]");
+    let mut c = Client::connect(listed.proxy);
+    c.send(b"GET /tcp-up HTTP/1.1\r\nHost: a\r\nConnection: upgrade\r\nUpgrade: TCP\r\n\r\n");
+    let _ = c.response();
+    assert_eq!(stub.requests_to("/tcp-up")[0].all("upgrade"), ["TCP"]);
+}
+
+/// A WebSocket tunnel open at SIGTERM gets the drain period: it keeps carrying bytes
+/// after the gateway stopped accepting, and the gateway exits once it closes; one that
+/// stays open is closed at `drain_timeout_seconds`.
+#[test]
+fn websocket_tunnels_get_the_drain_period_at_sigterm() {
+    let stub = Stub::start(scripted);
+    let mut gw = static_gateway(&[stub.url()], "  drain_timeout_seconds: 30");
+    let mut c = Client::connect(gw.proxy);
+    let r = c
+        .send(ws_upgrade("/ws-101").as_bytes())
+        .response_to(true)
+        .expect("101");
+    assert_eq!(r.status, 101);
+    gw.proc.signal("TERM");
+    gw.proc.wait_line("shutting down: draining", LONG);
+    c.send(b"after-sigterm");
+    let mut echoed = Vec::new();
+    while echoed.len() < b"after-sigterm".len() {
+        let more = c.read_some();
+        assert!(!more.is_empty(), "the tunnel was cut at SIGTERM");
+        echoed.extend(more);
+    }
+    assert_eq!(echoed, b"after-sigterm");
+    drop(c);
+    assert_eq!(gw.proc.wait_exit(LONG), Some(0));
+
+    let mut gw = static_gateway(&[stub.url()], "  drain_timeout_seconds: 1");
+    let mut c = Client::connect(gw.proxy);
+    assert_eq!(
+        c.send(ws_upgrade("/ws-101").as_bytes())
+            .response_to(true)
+            .map(|r| r.status),
+        Some(101)
+    );
+    gw.proc.signal("TERM");
+    assert_eq!(gw.proc.wait_exit(LONG), Some(0));
+    assert!(
+        c.closed_within(LONG),
+        "the tunnel outlived the drain timeout"
+    );
+}
+
+/// `n` GETs of `path` at once, each on its own connection; the statuses.
+fn burst(addr: std::net::SocketAddr, path: &str, n: usize) -> Vec<u16> {
+    let start = std::sync::Arc::new(std::sync::Barrier::new(n));
+    let threads: Vec<_> = (0..n)
+        .map(|_| {
+            let (start, path) = (std::sync::Arc::clone(&start), path.to_string());
+            std::thread::spawn(move || {
+                start.wait();
+                http(addr, "GET", &path, &[], b"").0
+            })
+        })
+        .collect();
+    threads.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+/// A dead VM's burst: after a VM is killed, a burst of GETs that would land on its
+/// pooled keep-alive connections is served without one failure, with the default retry
+/// budget — the first failure marks the VM suspect (so the rest of the burst is routed
+/// elsewhere as first attempts) and attempts that were never written (connect refused)
+/// are re-routed without spending the budget.
+#[test]
+fn a_dead_vms_burst_is_served_within_the_default_retry_budget() {
+    let a = SampleApi::start("vm-a");
+    let b = SampleApi::start("vm-b");
+    let mut a = a;
+    let gw = static_gateway(
+        &[format!("http://{}", a.addr), format!("http://{}", b.addr)],
+        "",
+    );
+    // Pooled connections to both VMs.
+    let warm = burst(gw.proxy, "/sleep?ms=200", 16);
+    assert!(warm.iter().all(|c| *c == 200), "{warm:?}");
+    assert!(u64_at(&a.stats(), "/by_path/~1sleep") > 0, "A took part");
+    a.proc.child.kill().unwrap();
+    a.proc.child.wait().unwrap();
+    let statuses = burst(gw.proxy, "/sleep?ms=20", 64);
+    let failed = statuses.iter().filter(|c| **c != 200).count();
+    let s = gw.status();
+    assert_eq!(failed, 0, "{statuses:?}\n{:#}", s["retry_budget"]);
+    assert_eq!(u64_at(&s, "/retry_budget/refused_total"), 0);
+    // The rest of the burst went elsewhere as first attempts: few ever tried the dead VM
+    // (without the suspect mark, about half of the burst did, each a retry).
+    let metrics =
+        String::from_utf8_lossy(&http(gw.admin, "GET", "/metrics", &[], b"").2).to_string();
+    let retried = metric(
+        &metrics,
+        "spillway_retries_total",
+        &[r#"kind="connect_failure""#],
+    );
+    assert!(
+        retried <= 16.0,
+        "{retried} of 64 requests were sent to the dead VM first"
+    );
+}
+
+/// The retry budget still caps re-sends under overload: when every VM takes requests
+/// and fails them before answering (a real re-send each time), at most
+/// `ratio · requests + min_per_second · window` (the default budget) are sent again;
+/// the rest answer with their own error.
+#[test]
+fn the_retry_budget_still_caps_re_sends_when_every_vm_fails_after_the_request() {
+    // Probes pass; every request is read, held 50 ms, and its connection closed.
+    let failing = |r: &StubRequest| {
+        if r.target == "/" {
+            return ok_reply(r);
+        }
+        std::thread::sleep(Duration::from_millis(50)); // the upstream's own work
+        Reply::Close
+    };
+    let a = Stub::start(failing);
+    let b = Stub::start(failing);
+    let gw = static_gateway(&[a.url(), b.url()], "");
+    let n = 80;
+    for round in 0..2 {
+        burst(gw.proxy, &format!("/fail-{round}"), n / 2);
+    }
+    let s = gw.status();
+    let budget = &s["retry_budget"];
+    let retried = u64_at(&s, "/retry_budget/retried_total");
+    let allowed = f64_at(&s, "/retry_budget/window_allowed");
+    assert!(allowed <= 0.2 * n as f64 + 10.0 + 1.0, "{budget:#}");
+    assert!(retried as f64 <= allowed, "{budget:#}");
+    assert!(
+        u64_at(&s, "/retry_budget/refused_total") > 0,
+        "the budget never capped: {budget:#}"
+    );
+    let sent = [&a, &b]
+        .iter()
+        .flat_map(|st| st.requests())
+        .filter(|r| r.target != "/")
+        .count();
+    assert!(
+        sent as u64 <= n as u64 + retried,
+        "{sent} sent for {n} requests, {retried} retries granted"
+    );
+}
+
+/// The derived default connection cap keeps a gateway with few file descriptors up: with
+/// `ulimit -n 256` (cap (256 − 64) / 2 = 96, 24 per client IP), 300 connections from one
+/// client that never send a request leave the admin listener answering and another
+/// client served, and the gateway never fails an `accept`.
+#[test]
+fn silent_connections_cannot_exhaust_the_descriptors_with_the_default_caps() {
+    let stub = Stub::start(scripted);
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.yaml");
+    std::fs::write(
+        &path,
+        static_config(&[stub.url()], "  header_read_timeout_seconds: 60"),
+    )
+    .unwrap();
+    let mut cmd = std::process::Command::new("sh");
+    cmd.args([
+        "-c",
+        "ulimit -n 256 && exec \"$0\" serve --config \"$1\"",
+        exe(),
+        path.to_str().unwrap(),
+    ]);
+    let proc = Proc::spawn_command(cmd);
+    let line = proc.wait_line("spillway listening", LONG);
+    let addr = |key: &str| -> std::net::SocketAddr {
+        let rest = &line[line.find(&format!("{key}=")).unwrap() + key.len() + 1..];
+        rest.split(' ').next().unwrap().parse().unwrap()
+    };
+    let (proxy, admin) = (addr("proxy"), addr("admin"));
+    let held: Vec<Client> = (0..300).map(|_| connect_from("127.0.0.1", proxy)).collect();
+    proc.wait_line("connection limit reached", LONG);
+    let (code, _, _) = http(admin, "GET", "/status", &[], b"");
+    assert_eq!(code, 200, "admin listener starved");
+    let mut other = connect_from("127.0.0.2", proxy);
+    let r = other.send(get("/other-client").as_bytes()).response();
+    assert_eq!(
+        r.map(|r| r.status),
+        Some(200),
+        "another client was not served"
+    );
+    let metrics = String::from_utf8_lossy(&http(admin, "GET", "/metrics", &[], b"").2).to_string();
+    assert_eq!(
+        metric(
+            &metrics,
+            "spillway_client_connections",
+            &[r#"budget="proxy""#]
+        ),
+        25.0,
+        "24 silent connections from one client, and the other client's"
+    );
+    assert!(
+        !proc.log_text().contains("accept failed"),
+        "{}",
+        proc.log_text()
+    );
+    drop(held);
 }

@@ -594,7 +594,7 @@ fn admin_token_protects_status_and_metrics_healthz_stays_open() {
     std::fs::write(
         &open,
         static_config(&[stub.url()], "")
-            .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+            .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9901"),
     )
     .unwrap();
     let out = std::process::Command::new(common::exe())
@@ -614,7 +614,7 @@ fn admin_token_protects_status_and_metrics_healthz_stays_open() {
             &[stub.url()],
             &format!("  admin_token_file: \"{}\"", token_file.display()),
         )
-        .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9090"),
+        .replace("admin_listen: 127.0.0.1:0", "admin_listen: 0.0.0.0:9901"),
     )
     .unwrap();
     let out = std::process::Command::new(common::exe())
@@ -792,7 +792,13 @@ fn accept_at_the_descriptor_limit_backs_off() {
     let stub = Stub::start(ok_reply);
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.yaml");
-    std::fs::write(&path, static_config(&[stub.url()], "")).unwrap();
+    // A connection cap above what 64 descriptors allow (the derived default stays
+    // below the limit, so accept would never fail).
+    std::fs::write(
+        &path,
+        static_config(&[stub.url()], "  max_connections: 1000"),
+    )
+    .unwrap();
     let mut cmd = std::process::Command::new("sh");
     cmd.args([
         "-c",

@@ -173,7 +173,17 @@ fn an_https_static_upstream_signed_by_the_configured_ca_is_proxied_over_h2() {
         let (code, _, body) = http(gw.proxy, "GET", "/a/b?x=1", &[], b"");
         let body = String::from_utf8_lossy(&body);
         assert_eq!(code, 200, "{url}: {body}\n{}", gw.proc.log_text());
-        assert_eq!(body, "proto=HTTP/2.0 path=/a/b?x=1 client_cert=no", "{url}");
+        // Addressed by its own name (`:authority` only, no `Host` field), the client's
+        // `Host` in X-Forwarded-Host.
+        let authority = url.trim_start_matches("https://");
+        assert_eq!(
+            body,
+            format!(
+                "proto=HTTP/2.0 path=/a/b?x=1 client_cert=no host={authority} forwarded_host={}",
+                gw.proxy
+            ),
+            "{url}"
+        );
     }
 }
 
@@ -214,10 +224,24 @@ fn https_certificate_errors_are_a_502_and_a_log_line_naming_the_upstream_and_why
             "unknown issuer",
         ),
     ];
-    for (leaf, why) in &cases {
-        let upstream = tls::start_upstream(leaf, None);
+    // A self-signed CA certificate as the server's own, trusted as the CA bundle.
+    let self_signed = tls::ca_as_leaf(dir.path(), "self-signed", &["localhost"]);
+    let self_signed_trust = format!(
+        "    system_roots: false\n    ca_file: \"{}\"\n",
+        self_signed.cert_file.display()
+    );
+    let cases = cases
+        .into_iter()
+        .map(|(leaf, why)| (leaf, why, ca_only(&ca)))
+        .chain([(
+            self_signed,
+            "presents a CA certificate as its own",
+            self_signed_trust,
+        )]);
+    for (leaf, why, trust) in cases {
+        let upstream = tls::start_upstream(&leaf, None);
         let url = format!("https://localhost:{}", upstream.port());
-        let gw = Gateway::start(&https_static(&url, &ca_only(&ca)));
+        let gw = Gateway::start(&https_static(&url, &trust));
         let (code, _, body) = http(gw.proxy, "GET", "/", &[], b"");
         assert_eq!(
             code,
@@ -262,7 +286,7 @@ fn an_mtls_upstream_gets_the_configured_client_certificate_and_refuses_a_gateway
     let (code, _, body) = http(gw.proxy, "GET", "/m", &[], b"");
     let body = String::from_utf8_lossy(&body);
     assert_eq!(code, 200, "{body}\n{}", gw.proc.log_text());
-    assert!(body.ends_with("path=/m client_cert=yes"), "{body}");
+    assert!(body.contains("path=/m client_cert=yes"), "{body}");
     drop(gw);
 
     let gw = Gateway::start(&https_static(&url, &ca_only(&ca)));
@@ -387,5 +411,33 @@ async fn a_name_resolving_only_to_refused_addresses_is_never_sent_a_byte() {
         conn.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 64];
         assert_eq!(conn.read(&mut buf).unwrap(), 0, "no request bytes");
+    }
+}
+
+/// An h2 upstream may refuse a stream it did not process (`REFUSED_STREAM`, or a
+/// graceful `GOAWAY` below it: nginx sends one every 1000 requests per connection): a
+/// bodiless request goes out once more, so the client gets the answer, not a 502 — with
+/// no gateway retry allowed.
+#[test]
+fn a_request_an_h2_upstream_refused_unprocessed_is_sent_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new(dir.path(), "upstreams");
+    let leaf = ca.leaf(dir.path(), "vm", &["localhost"], Validity::Valid, false);
+    let (upstream, streams) = tls::start_refusing_h2_upstream(&leaf);
+    let url = format!("https://localhost:{}", upstream.port());
+    let gw = Gateway::start(&https_static(&url, &ca_only(&ca)));
+    for i in 1..=3 {
+        let (code, _, body) = http(gw.proxy, "GET", "/r", &[], b"");
+        assert_eq!(
+            (code, String::from_utf8_lossy(&body).as_ref()),
+            (200, "served"),
+            "request {i}\n{}",
+            gw.proc.log_text()
+        );
+        assert_eq!(
+            streams.load(std::sync::atomic::Ordering::SeqCst),
+            2 * i,
+            "refused once, then served"
+        );
     }
 }

@@ -133,16 +133,16 @@ mod tests {
     #[test]
     fn status_url_appends_status() {
         let base = |s: &str| parse_loopback_url(s, "--admin").unwrap();
-        let want = "http://127.0.0.1:9090/status";
-        assert_eq!(status_url(&base("http://127.0.0.1:9090")).unwrap(), want);
-        assert_eq!(status_url(&base("http://127.0.0.1:9090/")).unwrap(), want);
+        let want = "http://127.0.0.1:9901/status";
+        assert_eq!(status_url(&base("http://127.0.0.1:9901")).unwrap(), want);
+        assert_eq!(status_url(&base("http://127.0.0.1:9901/")).unwrap(), want);
         assert_eq!(
-            status_url(&base("http://127.0.0.1:9090/status")).unwrap(),
+            status_url(&base("http://127.0.0.1:9901/status")).unwrap(),
             want
         );
         assert_eq!(
-            status_url(&base("http://[::1]:9090/admin/")).unwrap(),
-            "http://[::1]:9090/admin/status"
+            status_url(&base("http://[::1]:9901/admin/")).unwrap(),
+            "http://[::1]:9901/admin/status"
         );
     }
 }

@@ -66,6 +66,7 @@
 //!   tier; a failed adoption listing starts the gateway with no adopted VM.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -647,7 +648,18 @@ impl Pool {
     /// instance is not used.
     fn address(&self, inst: &Instance) -> Result<Option<Uri>, String> {
         let url = self.raw_address(inst);
-        match url.map(|u| instance_upstream(&u, self.allow_loopback)) {
+        let checked = url.map(|u| {
+            let base = instance_upstream(&u, self.allow_loopback)?;
+            if self.cfg.address == Ec2Address::Tag {
+                check_tag_address(
+                    &base,
+                    &instance_ips(inst),
+                    &self.cfg.tag_address_allowed_cidrs,
+                )?;
+            }
+            Ok(base)
+        });
+        match checked {
             None => Ok(None),
             Some(Ok(base)) => Ok(Some(base)),
             Some(Err(reason)) => {
@@ -1275,6 +1287,67 @@ pub fn instance_upstream(url: &str, allow_loopback: bool) -> Result<Uri, String>
     Ok(base)
 }
 
+/// Every address EC2 reports for `inst`: its primary private, public and IPv6 addresses
+/// and those of each network interface (private, their public association, IPv6).
+pub fn instance_ips(inst: &Instance) -> Vec<IpAddr> {
+    let mut texts: Vec<&str> = [
+        inst.private_ip_address(),
+        inst.public_ip_address(),
+        inst.ipv6_address(),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    for ni in inst.network_interfaces() {
+        texts.extend(ni.association().and_then(|a| a.public_ip()));
+        for p in ni.private_ip_addresses() {
+            texts.extend(p.private_ip_address());
+            texts.extend(p.association().and_then(|a| a.public_ip()));
+        }
+        texts.extend(ni.ipv6_addresses().iter().filter_map(|a| a.ipv6_address()));
+    }
+    let mut ips: Vec<IpAddr> = texts.iter().filter_map(|t| t.parse().ok()).collect();
+    ips.sort_unstable();
+    ips.dedup();
+    ips
+}
+
+/// With `address: tag`: the tag's URL must name one of the instance's `own` addresses
+/// ([`instance_ips`]) or an IP in `allowed` (`vm_pool.tag_address_allowed_cidrs`). The
+/// tag is written by whatever runs on the instance: without this, an instance could
+/// point the gateway at any other host the gateway can reach.
+///
+/// # Errors
+/// A message naming the URL, the instance's addresses and the setting.
+pub fn check_tag_address(
+    base: &Uri,
+    own: &[IpAddr],
+    allowed: &[ipnet::IpNet],
+) -> Result<(), String> {
+    let host = base.host().unwrap_or_default();
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let Ok(ip) = bare.parse::<IpAddr>() else {
+        return Err(format!(
+            "upstream URL {base}: the tag names the host `{host}`; with address: tag it must name one of the instance's own IPs or an IP in vm_pool.tag_address_allowed_cidrs"
+        ));
+    };
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    if own.contains(&ip) || allowed.iter().any(|net| net.contains(&ip)) {
+        return Ok(());
+    }
+    let own = own
+        .iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(format!(
+        "upstream URL {base}: {ip} is not one of the instance's own addresses ({own}); add a CIDR holding it to vm_pool.tag_address_allowed_cidrs if that is intended"
+    ))
+}
+
 /// Whether a failed RunInstances call may still have launched an instance: its reply
 /// was lost, it timed out after the request left, or EC2 answered with a server error
 /// (5xx) that is not a definite answer (`InternalError`, `Unavailable`, an unknown code;
@@ -1449,7 +1522,62 @@ mod tests {
                 parse_upstream(url).unwrap()
             );
         }
-        assert!(instance_upstream("https://10.0.3.7", true).is_err());
+        assert!(instance_upstream("ftp://10.0.3.7", true).is_err());
+        // `scheme: https` instances are reached over TLS (gateway.upstream_tls).
+        let tls = instance_upstream("https://10.0.3.7", false).unwrap();
+        assert_eq!(tls.scheme_str(), Some("https"));
+    }
+
+    /// With `address: tag`, the tag may name only the instance's own addresses, or an
+    /// IP of `vm_pool.tag_address_allowed_cidrs`; host names are refused.
+    #[test]
+    fn a_tag_address_must_be_the_instances_own_ip_or_allow_listed() {
+        use aws_sdk_ec2::types::{
+            InstanceIpv6Address, InstanceNetworkInterface, InstancePrivateIpAddress,
+        };
+        let inst = Instance::builder()
+            .private_ip_address("10.0.3.7")
+            .public_ip_address("203.0.113.9")
+            .network_interfaces(
+                InstanceNetworkInterface::builder()
+                    .private_ip_addresses(
+                        InstancePrivateIpAddress::builder()
+                            .private_ip_address("10.0.4.8")
+                            .build(),
+                    )
+                    .ipv6_addresses(
+                        InstanceIpv6Address::builder()
+                            .ipv6_address("2001:db8::7")
+                            .build(),
+                    )
+                    .build(),
+            )
+            .build();
+        let own = instance_ips(&inst);
+        assert_eq!(own.len(), 4, "{own:?}");
+        let allowed: Vec<ipnet::IpNet> = vec!["192.0.2.0/24".parse().unwrap()];
+        let check = |url: &str, allowed: &[ipnet::IpNet]| {
+            check_tag_address(&parse_upstream(url).unwrap(), &own, allowed)
+        };
+        for url in [
+            "http://10.0.3.7:8080",
+            "https://203.0.113.9",
+            "http://10.0.4.8:1",
+            "http://[2001:db8::7]:8080",
+        ] {
+            assert_eq!(check(url, &[]), Ok(()), "{url}");
+        }
+        let e = check("http://10.0.3.8:8080", &[]).unwrap_err();
+        assert!(
+            e.contains("10.0.3.8 is not one of the instance's own addresses")
+                && e.contains("10.0.3.7")
+                && e.contains("tag_address_allowed_cidrs"),
+            "{e}"
+        );
+        assert!(check("http://192.0.2.77:8080", &[]).is_err());
+        assert_eq!(check("http://192.0.2.77:8080", &allowed), Ok(()));
+        let e = check("http://api.example.com:8080", &allowed).unwrap_err();
+        assert!(e.contains("names the host `api.example.com`"), "{e}");
     }
 
     #[test]

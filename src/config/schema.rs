@@ -26,7 +26,9 @@ pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
 /// Default proxy listen address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// Default admin listen address (loopback, so that it may run without an admin token).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9090";
+/// Port 9901, the admin port Envoy uses by convention; it was 9090 before, Prometheus's
+/// own port, so a Prometheus beside the gateway could not start (or scraped itself).
+pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 /// Default maximum request body, bytes (10 MiB).
 pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
 /// Default time to receive a request's headers, seconds.
@@ -215,7 +217,10 @@ pub struct GatewayConfig {
     pub origin_zone_header: Option<String>,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
-    /// Link-local and cloud metadata addresses are refused either way.
+    /// Checked at parse time and on every resolved address at connect time
+    /// ([`crate::net::upstream`]). Refused either way: link-local addresses, cloud
+    /// metadata and credential agents, the gateway's own listeners, and non-canonical
+    /// IP spellings.
     pub allow_loopback_upstreams: bool,
     /// Longest time a client connection may wait for its next request (HTTP/1.1
     /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
@@ -242,6 +247,10 @@ pub struct GatewayConfig {
     /// Largest upstream response head (status line and header fields), bytes; larger →
     /// 502, not sent again. At least 8192 is used.
     pub max_response_header_bytes: usize,
+    /// `Upgrade` protocols forwarded to VMs (case-insensitive names, without version); a
+    /// request asking for any other is forwarded without `Upgrade`. `h2c` is refused: it
+    /// would carry h2 past the gateway's request rules.
+    pub upgrade_protocols: Vec<String>,
     /// Trust and identity towards `https://` upstreams (absent: the system's root
     /// certificates, no client certificate).
     pub upstream_tls: Option<UpstreamTlsConfig>,
@@ -367,6 +376,7 @@ impl Default for GatewayConfig {
             headers_with_underscores_action: UnderscoresAction::DropHeader,
             max_response_header_count: 100,
             max_response_header_bytes: 64 * 1024,
+            upgrade_protocols: vec!["websocket".to_string()],
             connect_timeout_seconds: DEFAULT_CONNECT_TIMEOUT_SECONDS,
             upstream_timeout_seconds: DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
             request_body_idle_timeout_seconds: DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS,
@@ -910,6 +920,13 @@ pub struct Ec2VmPoolConfig {
     /// test standing in for them. The instance is not resolved until the tag exists.
     #[serde(default = "default_upstream_tag_key")]
     pub upstream_tag_key: String,
+    /// With `address: tag`: where else the tag's URL may point. By default only at one
+    /// of the instance's own addresses as DescribeInstances reports them (private,
+    /// public, IPv6, every network interface's); an IP in one of these CIDRs is accepted
+    /// too (a port-mapping host, a sidecar). A host name in the tag is refused: it
+    /// cannot be matched against addresses (write the IP).
+    #[serde(default)]
+    pub tag_address_allowed_cidrs: Vec<ipnet::IpNet>,
     /// An instance not ready (state `running`, address known, health check 2xx) this
     /// long after launch is terminated.
     #[serde(default = "default_ec2_boot_timeout")]
@@ -1232,6 +1249,24 @@ impl Config {
                     g.max_response_header_bytes
                 ),
             );
+        }
+        for (i, p) in g.upgrade_protocols.iter().enumerate() {
+            let path = format!("gateway.upgrade_protocols[{i}]");
+            if p.eq_ignore_ascii_case("h2c") {
+                is.push(
+                    &path,
+                    "h2c is never forwarded: an h2c tunnel would carry requests past the gateway's request rules",
+                );
+            } else if p.is_empty()
+                || !p
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+            {
+                is.push(
+                    &path,
+                    format!("must be a protocol name token (like websocket), got `{p}`"),
+                );
+            }
         }
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");

@@ -4,7 +4,7 @@ use super::*;
 fn the_embedded_quickstart_is_valid() {
     let c = Config::quickstart();
     assert_eq!(c.gateway.listen.to_string(), "127.0.0.1:8080");
-    assert_eq!(c.gateway.admin_listen.to_string(), "127.0.0.1:9090");
+    assert_eq!(c.gateway.admin_listen.to_string(), "127.0.0.1:9901");
     assert!(matches!(c.vm_pool, Some(VmPoolConfig::Process(_))));
     assert!(matches!(
         c.function_tier,

@@ -480,6 +480,18 @@ fn find_in_chain<'a, E: std::error::Error + 'static>(
     })
 }
 
+/// Whether `e` is an h2 stream the upstream did not process, so that sending the request
+/// again is safe whatever its method (RFC 9113 §8.7): a graceful `GOAWAY` (`NO_ERROR`)
+/// whose last stream id is below it — nginx sends one after `keepalive_requests`
+/// (1000) requests on a connection — or a `RST_STREAM` with `REFUSED_STREAM`.
+fn unprocessed_h2_stream(e: &hyper_util::client::legacy::Error) -> bool {
+    find_in_chain::<h2::Error>(e).is_some_and(|h2e| {
+        h2e.is_remote()
+            && ((h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR))
+                || (h2e.is_reset() && h2e.reason() == Some(h2::Reason::REFUSED_STREAM)))
+    })
+}
+
 /// `e` in words: the connector's [`ConnectRefusal`] when there is one, otherwise the
 /// messages of its chain of sources after hyper-util's generic top level (`client
 /// error (Connect)`), joined with `: `.
@@ -629,9 +641,34 @@ impl UpstreamClient {
         mut req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
         let uri = join(base, req.uri())?;
+        // An HTTPS upstream is addressed by its own name: the `Host` (h1) or
+        // `:authority` (h2) it gets is the URL's authority, which its certificate and
+        // SNI name (servers answer 421 or 400 to another, and an h2 request must not
+        // carry a `Host` that differs from `:authority`). The client's `Host` is in
+        // `X-Forwarded-Host` and `Forwarded: host=`.
+        if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            req.headers_mut().remove(http::header::HOST);
+        }
         *req.uri_mut() = uri.clone();
         *req.version_mut() = http::Version::HTTP_11;
-        client.request(req).await.map_err(|source| {
+        // A bodiless request can be sent again as it is: kept for an h2 stream the
+        // upstream did not process.
+        let again = http_body::Body::is_end_stream(req.body()).then(|| {
+            let mut copy = Request::new(super::body::empty());
+            *copy.method_mut() = req.method().clone();
+            *copy.uri_mut() = req.uri().clone();
+            *copy.version_mut() = req.version();
+            *copy.headers_mut() = req.headers().clone();
+            copy
+        });
+        let sent = match (client.request(req).await, again) {
+            (Err(e), Some(again)) if unprocessed_h2_stream(&e) => {
+                tracing::debug!(%uri, error = %describe_chain(&e), "the upstream refused an h2 stream unprocessed; sending it again");
+                client.request(again).await
+            }
+            (sent, _) => sent,
+        };
+        sent.map_err(|source| {
             let (uri, source) = (uri.to_string(), Box::new(source));
             if source.is_connect() {
                 UpstreamError::Connect {

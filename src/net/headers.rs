@@ -428,10 +428,82 @@ pub fn wants_upgrade(headers: &HeaderMap) -> bool {
         && connection_tokens(headers).any(|t| t.eq_ignore_ascii_case(b"upgrade"))
 }
 
+/// The part of a request's `Upgrade` field the gateway forwards: the protocols whose
+/// name (before any `/version`, case-insensitive) is in `allowed` (lower case), in the
+/// client's order, joined with `", "`. `None` when the request asks for no upgrade
+/// ([`wants_upgrade`]) or for none of those protocols — it is then forwarded as an
+/// ordinary request (RFC 9110 §7.8 lets a server ignore `Upgrade`).
+pub fn allowed_upgrade(headers: &HeaderMap, allowed: &[String]) -> Option<HeaderValue> {
+    if !wants_upgrade(headers) {
+        return None;
+    }
+    let kept: Vec<&str> = headers
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(str::trim)
+        .filter(|p| {
+            let name = p.split('/').next().unwrap_or("");
+            allowed.iter().any(|a| a.eq_ignore_ascii_case(name))
+        })
+        .collect();
+    if kept.is_empty() {
+        return None;
+    }
+    HeaderValue::from_str(&kept.join(", ")).ok()
+}
+
+/// Whether an upstream's `101 Switching Protocols` with `response` headers switches to a
+/// protocol the request asked for (`requested`: what [`allowed_upgrade`] forwarded).
+pub fn upgrade_accepted(requested: &HeaderValue, response: &HeaderMap) -> bool {
+    let names = |v: &str| {
+        v.split(',')
+            .map(|p| {
+                p.trim()
+                    .split('/')
+                    .next()
+                    .unwrap_or("")
+                    .to_ascii_lowercase()
+            })
+            .collect::<Vec<_>>()
+    };
+    let asked = names(requested.to_str().unwrap_or(""));
+    let mut switched = response
+        .get_all(header::UPGRADE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(names)
+        .peekable();
+    switched.peek().is_some() && switched.all(|p| asked.contains(&p))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn only_allowed_upgrade_protocols_are_forwarded_and_accepted() {
+        let allowed = vec!["websocket".to_string()];
+        let ask = |conn: &str, up: &str| {
+            allowed_upgrade(&map(&[("connection", conn), ("upgrade", up)]), &allowed)
+        };
+        assert_eq!(ask("Upgrade", "WebSocket").unwrap(), "WebSocket");
+        assert_eq!(
+            ask("keep-alive, Upgrade", "h2c, websocket/13").unwrap(),
+            "websocket/13"
+        );
+        assert_eq!(ask("Upgrade, HTTP2-Settings", "h2c"), None);
+        assert_eq!(ask("keep-alive", "websocket"), None, "no upgrade token");
+        let requested = HeaderValue::from_static("websocket");
+        assert!(upgrade_accepted(
+            &requested,
+            &map(&[("upgrade", "WebSocket")])
+        ));
+        assert!(!upgrade_accepted(&requested, &map(&[("upgrade", "h2c")])));
+        assert!(!upgrade_accepted(&requested, &map(&[])));
+    }
     use std::net::{Ipv4Addr, Ipv6Addr};
 
     fn map(pairs: &[(&str, &str)]) -> HeaderMap {

@@ -329,6 +329,11 @@ fn tls_failure_reason(tls: &rustls::Error) -> &'static str {
             }
             CertificateError::Revoked => "certificate revoked",
             CertificateError::BadSignature => "certificate has a bad signature",
+            // webpki's error, wrapped: a self-signed `CA:TRUE` certificate (what
+            // `openssl req -x509` makes) used as the server's own.
+            CertificateError::Other(o) if format!("{o:?}").contains("CaUsedAsEndEntity") => {
+                "the upstream presents a CA certificate as its own (issue a server certificate from that CA instead)"
+            }
             _ => "invalid certificate",
         },
         rustls::Error::AlertReceived(AlertDescription::CertificateRequired) => {

@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `Vm` (first) | the balancer admits the request to a ready VM (LIBRA §III-C) |
 //! | `Function{zone}` (first) | the balancer spills it and a zone has capacity (FaaSim placement) |
-//! | `Retry` | a VM attempt failed before anything was sent (connect failure), or an idempotent request without a body failed before any response byte: once, on another VM or the function tier (http-cases C17), within the retry budget ([`super::retry`]) |
+//! | `Retry` | a VM attempt failed before anything was sent (connect failure): once, on another VM or the function tier, whatever the retry budget (no upstream did work for it); or an idempotent request without a body failed before any response byte: once, elsewhere (http-cases C17), within the retry budget ([`super::retry`]) |
 //! | `FallThrough` | a function attempt was not run (zone unreachable, cold start failed, instance gone, never ran): the next zone |
 //! | `FallBack` | no zone can run it (full, throttled, unreachable): a VM with a free slot |
 //! | `Queue` | nothing is free: wait in the gateway queue (call scheduling) |

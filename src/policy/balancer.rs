@@ -155,6 +155,9 @@ pub struct VmEntry {
     pub state: VmState,
     /// Requests sent to it that have not finished.
     pub outstanding: u32,
+    /// An attempt on it failed and a probe is deciding whether it is alive: no new
+    /// request is routed to it meanwhile (it still counts as ready for capacity).
+    pub suspect: bool,
 }
 
 /// The VM pool as the policy sees it. Rows are kept in launch order (which is id order:
@@ -256,7 +259,7 @@ struct ReadyIndex {
 const NOT_READY: u64 = u64::MAX;
 
 fn leaf_key(row: &VmEntry, index: usize) -> u64 {
-    if row.state == VmState::Ready {
+    if row.state == VmState::Ready && !row.suspect {
         (u64::from(row.outstanding) << 32) | index as u64
     } else {
         NOT_READY
@@ -396,6 +399,7 @@ impl VmTable {
             id,
             state,
             outstanding: 0,
+            suspect: false,
         };
         self.counts[state as usize] += 1;
         match self.rows.last() {
@@ -433,7 +437,7 @@ impl VmTable {
     }
 
     /// The ready VM with the fewest outstanding requests (ties: the oldest), skipping
-    /// `exclude`. O(1), O(log n) with `exclude`.
+    /// `exclude` and suspect VMs. O(1), O(log n) with `exclude`.
     pub fn least_outstanding_ready(&self, exclude: Option<VmId>) -> Option<VmId> {
         self.least_loaded_ready(exclude).map(|r| r.id)
     }
@@ -1431,6 +1435,7 @@ mod tests {
                 id: VmId(id),
                 state: VmState::Ready,
                 outstanding: 0,
+                suspect: false,
             })
             .collect()
     }

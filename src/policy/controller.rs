@@ -344,6 +344,15 @@ impl Controller {
         }
     }
 
+    /// A VM attempt failed (`suspect: true`): no new request goes to `vm` until a probe
+    /// clears it (`false`) or it dies ([`Self::on_vm_died`]).
+    pub fn set_vm_suspect(&mut self, now: Time, vm: VmId, suspect: bool) {
+        self.advance(now);
+        if let Some(mut row) = self.vms.get_mut(vm) {
+            row.suspect = suspect;
+        }
+    }
+
     /// A launched VM passed its readiness check.
     pub fn on_vm_ready(&mut self, now: Time, vm: VmId) {
         self.advance(now);

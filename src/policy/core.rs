@@ -463,9 +463,10 @@ impl Core {
                     ..
                 },
             ) => None,
-            (Some(Holding::Vm(vm)), Failure::NotSent { .. })
-                if !ticket.retried && self.retry_budget.try_retry(now) =>
-            {
+            // Never written (connect refused or timed out): re-routed without the retry
+            // budget — no upstream did any work for it, so sending it elsewhere adds no
+            // load; only re-sends of a request that reached an upstream are capped.
+            (Some(Holding::Vm(vm)), Failure::NotSent { .. }) if !ticket.retried => {
                 Some(self.retry(now, ticket, vm))
             }
             (
@@ -599,6 +600,24 @@ impl Core {
         self.booting.retain(|(v, _)| *v != vm);
         self.controller.on_vm_failed(now, vm);
         self.track_ready(now);
+        self.pump(now);
+        self.refresh();
+    }
+
+    /// An attempt on `vm` failed (connect refused, connection reset before an answer):
+    /// the rest of a burst is routed elsewhere, as first attempts, until a probe clears
+    /// it ([`Self::on_vm_cleared`]) or shows it dead ([`Self::on_vm_died`]).
+    pub fn on_vm_suspect(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.set_vm_suspect(now, vm, true);
+        self.refresh();
+    }
+
+    /// A suspect VM answered its probe: it takes requests again.
+    pub fn on_vm_cleared(&mut self, now: Time, vm: VmId) {
+        self.advance(now);
+        self.controller.set_vm_suspect(now, vm, false);
+        self.serve_queue(now);
         self.pump(now);
         self.refresh();
     }

@@ -1,4 +1,4 @@
-//! Cost model and cost-indifference point — LIBRA §II (summary: docs/papers.md).
+//! Cost model and cost-indifference point — LIBRA §II (summary: docs/src/design/papers.md).
 //!
 //! ```text
 //! FaaS:  cost_faas(N) = N · (t_f(m) · C_faas(m) + fee_request) + G_faas

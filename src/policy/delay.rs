@@ -1,5 +1,5 @@
 //! The delay queue for asynchronous calls and its CPU-aware release scheduler —
-//! ProFaaStinate §3 (Schirmer et al., WoSC 2023; `docs/papers.md`).
+//! ProFaaStinate §3 (Schirmer et al., WoSC 2023; `docs/src/design/papers.md`).
 //!
 //! Asynchronous calls wait here ordered by deadline (earliest deadline first). A
 //! scheduler watches a CPU utilisation signal, sampled by the driver every

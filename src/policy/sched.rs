@@ -1,6 +1,6 @@
 //! The gateway queue: calls that find no VM slot and no function capacity wait here, in
 //! the order chosen in config — call scheduling §4 (Żuk, Przybylski, Rzadca, Cluster
-//! 2022; `docs/papers.md` §4).
+//! 2022; `docs/src/design/papers.md` §4).
 //!
 //! Each call i has an arrival r'(i) at the gateway, a route key f(i) (its "function",
 //! [`super::routes`]) and, once served, a processing time p(i) (from sending the request

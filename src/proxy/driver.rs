@@ -73,6 +73,8 @@ struct State {
     /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
     /// when it came first; registered in the same lock as the core's state.
     boot_waits: HashMap<(ZoneId, InstanceId), BootWait>,
+    /// VMs marked suspect whose probe is running (one probe per VM at a time).
+    suspects: std::collections::HashSet<VmId>,
 }
 
 /// A claimed pre-warmed instance's boot, seen by the call that waits for it.
@@ -171,6 +173,7 @@ impl Gateway {
                 waiters: HashMap::new(),
                 parked: Vec::new(),
                 boot_waits: HashMap::new(),
+                suspects: std::collections::HashSet::new(),
             }),
             origin,
             wake: Notify::new(),
@@ -558,14 +561,35 @@ impl Gateway {
         started
     }
 
-    /// A ready VM refused a connection: probe it in the background and drop it from the
-    /// pool if the probe fails too.
+    /// An attempt on a ready VM failed (connect refused, connection reset before an
+    /// answer): mark it suspect at once, so the rest of a burst is routed to other VMs
+    /// as first attempts, and probe it in the background — dead: dropped from the pool
+    /// (its pooled connections are not used again and close with the pool's idle
+    /// timeout); alive: it takes requests again. One probe per VM at a time.
     pub fn suspect_vm(self: &Arc<Self>, target: &VmTarget) {
+        let vm = target.vm;
+        let first = self.with_core_state(|st, now| {
+            let first = st.suspects.insert(vm);
+            if first {
+                st.core.on_vm_suspect(now, vm);
+            }
+            first
+        });
+        if !first {
+            return;
+        }
         let me = Arc::clone(self);
         let target = target.clone();
         tokio::spawn(async move {
-            if !me.probe(&target.base).await {
-                me.vm_died(target.vm, "VM failed its probe after a connect failure")
+            let alive = me.probe(&target.base).await;
+            me.with_core_state(|st, now| {
+                st.suspects.remove(&vm);
+                if alive {
+                    st.core.on_vm_cleared(now, vm);
+                }
+            });
+            if !alive {
+                me.vm_died(target.vm, "VM failed its probe after a failed request")
                     .await;
             }
         });

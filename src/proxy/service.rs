@@ -57,6 +57,8 @@ pub struct ServiceSettings {
     pub tunnel_idle_timeout: Duration,
     /// Peers whose forwarding headers are trusted.
     pub trusted_proxies: TrustedProxies,
+    /// `Upgrade` protocols forwarded (lower case; `gateway.upgrade_protocols`).
+    pub upgrade_protocols: Vec<String>,
     /// Request validation and path normalization.
     pub request_rules: RequestRules,
     /// How a request's origin edge zone is found (function zones, FaaSim).
@@ -132,6 +134,11 @@ impl ServiceSettings {
             response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
             tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
+            upgrade_protocols: g
+                .upgrade_protocols
+                .iter()
+                .map(|p| p.to_ascii_lowercase())
+                .collect(),
             request_rules: g.request_rules(),
             origins: OriginZones::new(c),
         }
@@ -245,12 +252,18 @@ async fn dispatch_sync(
     {
         return Err(("local", ProxyError::BodyTooLarge { limit }));
     }
-    let upgrade = headers::wants_upgrade(req.headers());
+    // Only the protocols the gateway carries (`upgrade_protocols`; never h2c, which would
+    // tunnel h2 past its request rules); any other `Upgrade` request is forwarded as an
+    // ordinary request, its `Upgrade` removed with the hop-by-hop headers.
+    let upgrade_value = headers::allowed_upgrade(req.headers(), &settings.upgrade_protocols);
+    let upgrade = upgrade_value.is_some();
+    if !upgrade && headers::wants_upgrade(req.headers()) {
+        tracing::debug!(upgrade = ?req.headers().get(header::UPGRADE), "upgrade to a protocol the gateway does not carry; forwarded without it");
+    }
     let meta = RequestMeta {
         upgrade,
         idempotent: headers::is_idempotent(req.method()),
     };
-    let upgrade_value = req.headers().get(header::UPGRADE).cloned();
     // Before hygiene: the origin header is the client's (or its trusted proxy's).
     let origin = settings
         .origins
@@ -285,9 +298,9 @@ async fn dispatch_sync(
     {
         h.insert(header::HOST, v);
     }
-    if let Some(value) = upgrade_value.filter(|_| upgrade) {
+    if let Some(value) = &upgrade_value {
         h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        h.insert(header::UPGRADE, value);
+        h.insert(header::UPGRADE, value.clone());
     }
     let bodiless = incoming.is_end_stream();
     *out.body_mut() = body::request_idle_timeout(
@@ -313,7 +326,7 @@ async fn dispatch_sync(
     let mut ticket = TicketGuard::new(gw, new_ticket);
     let first = ticket.route();
     let path = Path {
-        upgrade,
+        upgrade: upgrade_value,
         client_upgrade,
         peer,
         scheme,
@@ -344,7 +357,7 @@ pub(crate) async fn run_released(
     };
     let out = replay.rebuild();
     let path = Path {
-        upgrade: false,
+        upgrade: None,
         client_upgrade: None,
         peer: SocketAddr::from(([127, 0, 0, 1], 0)),
         scheme: "http",
@@ -395,7 +408,8 @@ pub(crate) fn forward_headers(
 
 /// What the attempt loop needs to know about the client side.
 struct Path {
-    upgrade: bool,
+    /// The `Upgrade` protocols forwarded, for an upgrade request.
+    upgrade: Option<HeaderValue>,
     client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     peer: SocketAddr,
     scheme: &'static str,
@@ -507,7 +521,9 @@ async fn attempts(
                             tracing::warn!(%vm, error = %err, "upstream response refused; not sent again");
                         } else {
                             // Sent (or partly), no response byte: a bodiless idempotent
-                            // request may go once more elsewhere (C17).
+                            // request may go once more elsewhere (C17). The VM may be
+                            // dead (a killed VM's pooled connections fail so): suspect.
+                            gw.suspect_vm(&vm_target);
                             tracing::warn!(%vm, error = %err, "upstream failed before answering");
                         }
                         let failure = Failure::FailedAfterSend {
@@ -520,7 +536,25 @@ async fn attempts(
                         }
                     }
                     Ok(Ok(mut resp)) => {
-                        if upgrade && resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                        if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+                            && !upgrade.as_ref().is_some_and(|asked| {
+                                headers::upgrade_accepted(asked, resp.headers())
+                            })
+                        {
+                            // A 101 the client did not ask for (or to another protocol):
+                            // relayed, it would tunnel past the gateway's rules; over h2
+                            // it cannot be sent at all.
+                            tracing::warn!(%vm, upgrade = ?resp.headers().get(header::UPGRADE), "upstream switched protocols unasked; refused");
+                            ticket.hand_over();
+                            gw.finish_vm_request_sent_at(vm, sent_at);
+                            return Err((
+                                "vm",
+                                ProxyError::Upstream(
+                                    "the upstream switched protocols (101) to one the request did not ask for".into(),
+                                ),
+                            ));
+                        }
+                        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
                             let upstream_io = hyper::upgrade::on(&mut resp);
                             let client_io = client_upgrade
                                 .take()
@@ -820,6 +854,12 @@ fn record_decision(d: &Decision) {
 /// faithfully becomes a 502.
 fn clean_response(resp: Response<Body>) -> Response<Body> {
     let (mut parts, body) = resp.into_parts();
+    if parts.status == StatusCode::SWITCHING_PROTOCOLS {
+        // Only a VM attempt of an upgrade request may switch protocols (handled before).
+        tracing::warn!("upstream switched protocols unasked; refused");
+        return ProxyError::Upstream("an unrequested 101 Switching Protocols".into())
+            .into_response();
+    }
     match headers::sanitize_response(parts.status, &mut parts.version, &mut parts.headers) {
         Ok(()) => Response::from_parts(parts, body),
         Err(e) => {

@@ -1,5 +1,5 @@
 //! `spillway cost`: LIBRA §II's cost equations over a range of request rates and the
-//! cost-indifference point (CIP), from [`crate::policy::cost`] (summary: docs/papers.md).
+//! cost-indifference point (CIP), from [`crate::policy::cost`] (summary: docs/src/design/papers.md).
 //!
 //! ```text
 //! FaaS-only:  N · c_req                         (c_req = GB-s · price + request fee [+ API gateway fee])

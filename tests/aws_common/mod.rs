@@ -60,8 +60,8 @@ impl Moto {
     /// Start `moto_server -H 127.0.0.1 -p PORT` and wait (up to 60 s) until it answers.
     ///
     /// # Panics
-    /// When `moto_server` is missing (`python3 -m pip install 'moto[server]'`) or does not
-    /// answer in time.
+    /// When `moto_server` is not on PATH (`scripts/test.sh` installs it into its virtual
+    /// environment and runs the tests with that on PATH) or does not answer in time.
     pub fn start() -> Moto {
         for _ in 0..3 {
             let port = free_port();
@@ -71,7 +71,10 @@ impl Moto {
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .expect("moto_server not found: python3 -m pip install 'moto[server]'");
+                .expect(
+                    "moto_server not found on PATH: run the tests with scripts/test.sh, which \
+                     installs moto[server] into ${CARGO_TARGET_DIR:-target}/python-venv",
+                );
             let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
             let mut moto = Moto {
                 child,

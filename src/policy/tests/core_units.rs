@@ -161,19 +161,21 @@ mod retries {
         let b = core.status().retry_budget;
         assert_eq!(
             (b.retried_total, b.refused_total),
-            (1, 0),
-            "the second failure never asked the budget"
+            (0, 0),
+            "a request never written does not spend the budget"
         );
         for vm in [first, second] {
             assert_eq!(core.controller().vms().get(vm).unwrap().outstanding, 0);
         }
     }
 
-    /// Connect failures are retried only while the retry budget has
-    /// room (`retries + 1 ≤ ratio · requests`, no per-second floor); the others answer
-    /// with their own error and are counted as refused in `/status`.
+    /// Re-sends of a request that reached an upstream (an idempotent GET that failed
+    /// before any response byte) are retried only while the retry budget has room
+    /// (`retries + 1 ≤ ratio · requests`, no per-second floor); the others answer with
+    /// their own error and are counted as refused in `/status`. A connect failure (never
+    /// written) is re-routed whatever the budget, even when it is used up.
     #[test]
-    fn connect_failures_beyond_the_retry_budget_are_not_retried() {
+    fn re_sends_beyond_the_retry_budget_are_not_retried_connect_failures_are() {
         let ratio = 0.4;
         let mut core = libra_core(
             2,
@@ -184,6 +186,10 @@ mod retries {
                 min_per_second: 0.0,
             }),
         );
+        let after_send = Failure::FailedAfterSend {
+            response_started: false,
+            request_available: true,
+        };
         let (mut granted, mut refused) = (0_u64, 0_u64);
         let mut outcomes = Vec::new();
         let mut expected = Vec::new();
@@ -201,7 +207,7 @@ mod retries {
             } else {
                 refused += 1;
             }
-            let d = core.on_attempt_failed(at, &mut t, not_sent(NotSentReason::ConnectFailed));
+            let d = core.on_attempt_failed(at, &mut t, after_send);
             outcomes.push(d.and_then(|d| d.kind()) == Some(AttemptKind::Retry));
             core.finish(at, &mut t);
         }
@@ -210,6 +216,47 @@ mod retries {
         assert!(granted >= 2 && refused >= 2, "{granted} {refused}");
         let b = core.status().retry_budget;
         assert_eq!((b.retried_total, b.refused_total), (granted, refused));
+        // The budget is used up now; a connect failure is still re-routed, uncharged.
+        let at = Duration::from_secs(7 * 60) + ms(500);
+        let mut t = idempotent();
+        assert!(matches!(core.route(at, &mut t), Decision::Vm { .. }));
+        let d = core.on_attempt_failed(at, &mut t, not_sent(NotSentReason::ConnectFailed));
+        assert_eq!(d.and_then(|d| d.kind()), Some(AttemptKind::Retry), "{d:?}");
+        let after = core.status().retry_budget;
+        assert_eq!(
+            (after.retried_total, after.refused_total),
+            (granted, refused)
+        );
+    }
+
+    /// A suspect VM (an attempt on it failed, its probe has not answered) gets no new
+    /// request; requests go to the other VM as first attempts until it is cleared.
+    #[test]
+    fn a_suspect_vm_gets_no_request_until_it_is_cleared() {
+        let mut core = libra_core(2, vec![concurrency("fn", ZoneKind::Cloud, 5)], None);
+        let t0 = ms(10);
+        let mut t = idempotent();
+        let Decision::Vm { vm: first, .. } = core.route(t0, &mut t) else {
+            panic!("two ready VMs")
+        };
+        core.finish(t0, &mut t);
+        core.on_vm_suspect(t0, first);
+        for _ in 0..3 {
+            let mut t = idempotent();
+            let d = core.route(t0, &mut t);
+            let Decision::Vm { vm, kind, .. } = d else {
+                panic!("{d:?}")
+            };
+            assert_ne!(vm, first, "routed to the suspect VM");
+            assert_eq!(kind, AttemptKind::First);
+            core.finish(t0, &mut t);
+        }
+        core.on_vm_cleared(t0, first);
+        let mut t = idempotent();
+        let Decision::Vm { vm, .. } = core.route(t0, &mut t) else {
+            panic!("a VM")
+        };
+        assert_eq!(vm, first, "the oldest idle VM again once cleared");
     }
 
     /// A warm instance that vanished (`InstanceGone`) is replaced in the same zone up to
