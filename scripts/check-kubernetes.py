@@ -10,7 +10,8 @@
    same way. A kind with neither schema is an error, not a warning.
 3. The references between the manifests: selectors match the pod labels, the
    StatefulSet's serviceName is a headless Service, named ports, ConfigMap and Secret
-   names and keys, the ServiceMonitor's Service, port and bearerTokenSecret.
+   names and keys, the ServiceMonitor's Service, port and bearerTokenSecret; more than
+   one gateway replica needs `coordination: {type: redis}` and the Redis it names here.
 4. The ConfigMap's spillway.yaml passes `spillway check` with the built binary (default
    $CARGO_TARGET_DIR/debug/spillway), in the container's environment, and listens on the
    container ports. A binary without the `aws` feature still validates every field; only
@@ -106,8 +107,9 @@ def check_references(docs):
     sts = sts_list[0]
     spec = sts["spec"]
     where = f"StatefulSet/{sts['metadata']['name']}"
-    if spec.get("replicas") != 1:
-        problem(where, "replicas must be 1: a VM pool has one writer")
+    replicas = spec.get("replicas", 1)
+    if not isinstance(replicas, int) or replicas < 1:
+        problem(where, f"replicas must be at least 1, got {replicas!r}")
     pod = spec["template"]
     labels = pod["metadata"]["labels"]
     if not matches(spec["selector"]["matchLabels"], labels):
@@ -120,7 +122,16 @@ def check_references(docs):
             problem(where, f"no {probe} httpGet")
         elif get["port"] not in ports or get["path"] != "/healthz" or ports[get["port"]] != ports.get("admin"):
             problem(where, f"{probe} must get /healthz on the admin port")
-    services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+    # The coordination store's own Deployment and Service (redis.yaml) are checked
+    # apart: every other Service must select the gateway's pods.
+    redis_pods = [d for d in by_kind.get("Deployment", []) + by_kind.get("StatefulSet", [])[1:]
+                  if any("redis" in c.get("image", "")
+                         for c in d["spec"]["template"]["spec"]["containers"])]
+    redis_labels = [d["spec"]["template"]["metadata"]["labels"] for d in redis_pods]
+    all_services = {s["metadata"]["name"]: s for s in by_kind.get("Service", [])}
+    redis_services = {n: s for n, s in all_services.items()
+                      if any(matches(s["spec"].get("selector"), l) for l in redis_labels)}
+    services = {n: s for n, s in all_services.items() if n not in redis_services}
     headless = services.get(spec["serviceName"])
     if not headless or headless["spec"].get("clusterIP") != "None":
         problem(where, f"serviceName {spec['serviceName']} is not a headless Service here")
@@ -189,11 +200,40 @@ def check_references(docs):
                 problem(w, "no bearerTokenSecret (the admin token)")
             elif bts["key"] not in secret_keys(bts["name"]):
                 problem(w, f"bearerTokenSecret: Secret {bts['name']} has no key {bts['key']}")
-    return sts, container, ports, files, secret_keys
+    return sts, container, ports, files, secret_keys, redis_services
+
+
+def check_replicas(refs):
+    """More than one gateway replica needs `coordination: {type: redis}` in the config
+    (one fenced leader writes the pool) and a Redis here whose Service the URL names."""
+    sts, container, ports, files, _, redis_services = refs
+    replicas = sts["spec"].get("replicas", 1)
+    if not isinstance(replicas, int) or replicas <= 1:
+        return
+    where = f"StatefulSet/{sts['metadata']['name']}"
+    args = container.get("args", [])
+    config_path = next((a for a in args if a.endswith(".yaml")), None)
+    text = files.get(config_path, (None, ""))[1] if config_path else ""
+    config = yaml.safe_load(text) if text else {}
+    coord = (config or {}).get("coordination") or {}
+    if coord.get("type") != "redis":
+        problem(where, f"replicas: {replicas} needs coordination: {{type: redis}} in "
+                       f"{config_path}: without it every replica writes the VM pool")
+        return
+    url = str(coord.get("url", ""))
+    host = url.split("://", 1)[-1].split("/", 1)[0].rsplit("@", 1)[-1].split(":", 1)[0]
+    if not redis_services:
+        problem(where, f"replicas: {replicas} needs a Redis (Deployment + Service) in "
+                       f"deploy/kubernetes for coordination.url {url}")
+    elif host.split(".", 1)[0] not in redis_services:
+        problem(where, f"coordination.url {url} names no Redis Service here "
+                       f"({', '.join(sorted(redis_services))})")
+    else:
+        print(f"ok  {where}: {replicas} replicas coordinated through Service/{host.split('.', 1)[0]}")
 
 
 def check_config(binary, refs):
-    sts, container, ports, files, _ = refs
+    sts, container, ports, files, _, _ = refs
     args = container.get("args", [])
     config_path = next((a for a in args if a.endswith(".yaml")), None)
     if not config_path or files.get(config_path, (None,))[0] != "configmap":
@@ -259,6 +299,7 @@ def main():
     validate_schemas(docs)
     refs = check_references(docs)
     if refs:
+        check_replicas(refs)
         if os.access(args.binary, os.X_OK):
             check_config(args.binary, refs)
         else:

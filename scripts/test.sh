@@ -4,6 +4,8 @@
 #   scripts/test.sh                 # install what the tests need when missing, then run them all
 #   scripts/test.sh --install-only  # only the installs (.ci/run, before cfn-lint)
 #
+# Installs `redis-server` when missing (tests/replicas.rs starts one per test; apt-get, as
+# root or with passwordless sudo).
 # The Python tools the tests need — `moto[server]` (the AWS tests run against moto_server
 # on 127.0.0.1), `aws-lambda-powertools[parser]` (tests/aws_lambda.rs validates Lambda
 # events against its models) and `cfn-lint` (.ci/run lints deploy/aws with it) — go into a
@@ -77,6 +79,19 @@ pip_install() {
   echo "== installing $1 (pip, into $venv)"
   "$vpy" -m pip install --quiet --disable-pip-version-check "$1"
 }
+if ! command -v redis-server >/dev/null; then
+  echo "== installing redis-server (apt-get)"
+  sudo=(); [ "$(id -u)" = 0 ] || sudo=(sudo -n)
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1 \
+    || { "${sudo[@]}" apt-get update -qq >/dev/null 2>&1 \
+         && "${sudo[@]}" apt-get install -y -qq --no-install-recommends redis-server >/dev/null 2>&1; } \
+    || true
+  command -v redis-server >/dev/null || {
+    echo "test.sh: redis-server is needed by tests/replicas.rs: apt-get install redis-server" >&2
+    exit 1
+  }
+fi
 [ -x "$venv/bin/moto_server" ] || pip_install 'moto[server]'
 [ -x "$venv/bin/cfn-lint" ] || pip_install cfn-lint
 "$vpy" -c 'import pydantic, aws_lambda_powertools.utilities.parser.models' 2>/dev/null \

@@ -20,10 +20,28 @@ const RULES: &str = include_str!("../deploy/observability/spillway-rules.yaml");
 const TELEMETRY: &str = include_str!("../src/telemetry.rs");
 
 /// Names the files may use although a quickstart gateway does not export them, and why.
-const EXEMPT: &[(&str, &str)] = &[(
-    "spillway_provider_errors_total",
-    "EC2 and Lambda gateways only (tests/aws_ec2.rs and tests/aws_lambda.rs check its series)",
-)];
+const EXEMPT: &[(&str, &str)] = &[
+    (
+        "spillway_provider_errors_total",
+        "EC2 and Lambda gateways only (tests/aws_ec2.rs and tests/aws_lambda.rs check its series)",
+    ),
+    (
+        "spillway_coordination_role",
+        "coordinated replicas only (tests/replicas.rs checks its series)",
+    ),
+    (
+        "spillway_coordination_term",
+        "coordinated replicas only (tests/replicas.rs checks its series)",
+    ),
+    (
+        "spillway_coordination_replicas",
+        "coordinated replicas only (tests/replicas.rs checks its series)",
+    ),
+    (
+        "spillway_coordination_store_errors_total",
+        "coordinated replicas only (tests/replicas.rs checks its series)",
+    ),
+];
 
 /// A histogram label whose values a counter shows from startup: (histogram family,
 /// label, counter). `telemetry::request` records `spillway_request_duration_seconds` and

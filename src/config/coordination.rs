@@ -62,8 +62,8 @@ pub struct NoCoordinationConfig {}
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RedisCoordinationConfig {
-    /// The Redis server: `redis://[user:password@]host:port[/db]`, `rediss://…` (TLS) or
-    /// `unix:///path/to/redis.sock`.
+    /// The Redis server: `redis://[user:password@]host:port[/db]` or
+    /// `unix:///path/to/redis.sock` (no TLS: keep it on a private network).
     pub url: String,
     /// The pool's name, the same on every replica: every key in Redis starts with
     /// `spillway:{cluster}:`, and it names the VM pool when `vm_pool.gateway_id` is not
@@ -174,11 +174,15 @@ impl RedisCoordinationConfig {
 fn redis_url_problem(url: &str) -> Option<String> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Some(format!(
-            "must be a redis://host:port, rediss://host:port or unix:///path URL, got {url:?}"
+            "must be a redis://host:port or unix:///path URL, got {url:?}"
         ));
     };
     match scheme {
-        "redis" | "rediss" | "valkey" | "valkeys" => {
+        "rediss" | "valkeys" => Some(format!(
+            "TLS to Redis is not built into this spillway: use redis:// on a private network \
+             or a unix:/// socket, got {url:?}"
+        )),
+        "redis" | "valkey" => {
             let authority = rest.split('/').next().unwrap_or("");
             let host = authority.rsplit('@').next().unwrap_or("");
             if host.is_empty() {
@@ -196,7 +200,7 @@ fn redis_url_problem(url: &str) -> Option<String> {
             }
         }
         other => Some(format!(
-            "unknown scheme {other:?} (redis, rediss or unix), got {url:?}"
+            "unknown scheme {other:?} (redis or unix), got {url:?}"
         )),
     }
 }
@@ -295,9 +299,10 @@ mod tests {
     fn url_forms() {
         assert_eq!(redis_url_problem("redis://127.0.0.1:6379/0"), None);
         assert_eq!(
-            redis_url_problem("rediss://user:pw@redis.example:6380"),
+            redis_url_problem("redis://user:pw@redis.example:6380"),
             None
         );
+        assert!(redis_url_problem("rediss://redis.example:6380").is_some());
         assert_eq!(redis_url_problem("unix:///run/redis.sock"), None);
         assert!(redis_url_problem("unix://run/redis.sock").is_some());
         assert!(redis_url_problem("redis://").is_some());
