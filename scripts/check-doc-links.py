@@ -2,7 +2,7 @@
 """Check the manual's links: every relative link and #anchor in README.md, docs/*.md and
 the mdBook pages under docs/src/ points at a file of the repository, and an anchor at a
 heading of the Markdown file it names; every page under docs/src/ is in SUMMARY.md and
-every page SUMMARY.md lists exists.
+every page SUMMARY.md lists exists, once.
 
 Anchors are the ids mdBook (and GitHub) give headings: lower case, letters, digits, `-`
 and `_` kept, spaces turned into `-`, everything else dropped; a repeated heading gets
@@ -104,11 +104,16 @@ def main():
     # SUMMARY.md lists every page, and every page it lists exists.
     src = os.path.join(ROOT, "docs", "src")
     summary = os.path.join(src, "SUMMARY.md")
-    listed = set()
+    listed = {}
     with open(summary, encoding="utf-8") as f:
         for n, line in lines_outside_code(f.read()):
             for m in LINK.finditer(line):
-                listed.add(os.path.normpath(os.path.join(src, m.group(1).partition("#")[0])))
+                page = os.path.normpath(os.path.join(src, m.group(1).partition("#")[0]))
+                if page in listed:
+                    # mdbook refuses a summary that lists one file twice.
+                    problems.append(f"docs/src/SUMMARY.md:{n}: {os.path.relpath(page, ROOT)} is listed twice (first on line {listed[page]})")
+                else:
+                    listed[page] = n
     for dirpath, _, names in os.walk(src):
         for name in names:
             p = os.path.normpath(os.path.join(dirpath, name))
