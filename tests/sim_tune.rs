@@ -319,3 +319,24 @@ fn keep_alive_prewarm_and_a_per_vm_cap_say_what_the_live_gateway_honours() {
     .to_string();
     assert!(e.starts_with("--search: libra.rho=1.5: "), "{e}");
 }
+
+#[test]
+fn tune_help_shows_the_dimensions_and_a_whole_example() {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_spillway"))
+        .args(["tune", "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let help = String::from_utf8(out.stdout).unwrap();
+    for part in [
+        "--search <NAME=VALUES>",
+        "decision_epochs",
+        "keep_alive",
+        "prewarm",
+        "--max-violation-pct",
+        "Example, from an nginx access log to a recommended config:",
+        "spillway check --sim tuned.yaml",
+    ] {
+        assert!(help.contains(part), "{part} missing:\n{help}");
+    }
+}

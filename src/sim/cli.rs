@@ -602,7 +602,12 @@ fn run_one(
     }
     let total = trace.total_requests();
     let (model, warnings) = model_summary(&config);
-    for w in &warnings {
+    // The warnings are about the service-time model, which a log with a duration on
+    // every line does not use.
+    let all_logged = log_summary
+        .as_ref()
+        .is_some_and(|s| s.requests > 0 && s.with_duration == s.requests);
+    for w in warnings.iter().filter(|_| !all_logged) {
         eprintln!("{w}");
     }
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
@@ -747,7 +752,7 @@ pub(crate) fn log_line(s: &super::logs::LogSummary) -> String {
         (None, n) => format!(", {n} bad lines skipped"),
     };
     format!(
-        "log ({}): {} lines, {} requests ({} with a duration), {} route keys, {} lines ignored{bad}\n",
+        "log ({}): {} lines, {} requests ({} with a duration, their service time), {} route keys, {} lines ignored{bad}\n",
         s.format,
         s.lines,
         s.requests,
