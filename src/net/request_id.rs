@@ -102,11 +102,22 @@ pub fn generate() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// The request id of a request from `peer` with `headers`: the client's when it is valid
-/// and `trust` allows it, else a new one. The header is set to it (replacing every
-/// value the client sent).
+/// [`choose`], and the header set to it (replacing every value the client sent).
 pub fn assign(
     headers: &mut HeaderMap,
+    peer: IpAddr,
+    trust: RequestIdTrust,
+    trusted: &TrustedProxies,
+) -> HeaderValue {
+    let id = choose(headers, peer, trust, trusted);
+    headers.insert(REQUEST_ID, id.clone());
+    id
+}
+
+/// The request id of a request from `peer` with `headers`: the client's when it is valid
+/// (one field) and `trust` allows it, else a new one.
+pub fn choose(
+    headers: &HeaderMap,
     peer: IpAddr,
     trust: RequestIdTrust,
     trusted: &TrustedProxies,
@@ -121,11 +132,9 @@ pub fn assign(
         (Some(v), None) if trusted_peer && is_valid(v.as_bytes()) => Some(v.clone()),
         _ => None,
     };
-    let id = kept.unwrap_or_else(|| {
+    kept.unwrap_or_else(|| {
         HeaderValue::from_str(&generate()).expect("hex digits are a valid header value")
-    });
-    headers.insert(REQUEST_ID, id.clone());
-    id
+    })
 }
 
 #[cfg(test)]

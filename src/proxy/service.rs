@@ -188,8 +188,10 @@ pub async fn handle(
     peer: SocketAddr,
     scheme: &'static str,
 ) -> Response<Body> {
-    let id = request_id::assign(
-        req.headers_mut(),
+    // Chosen now, set on the request once its head passed the limits (which count the
+    // client's header section, not the gateway's field).
+    let id = request_id::choose(
+        req.headers(),
         peer.ip(),
         settings.request_id_trust,
         &settings.trusted_proxies,
@@ -226,7 +228,7 @@ async fn handle_with_id(
     let method = req.method().clone();
     let uri = req.uri().clone();
     let problem_json = super::error::wants_problem_json(req.headers());
-    let (tier, mut resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
+    let (tier, mut resp) = match dispatch(&gw, &settings, req, peer, scheme, &id).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
             if matches!(e, ProxyError::RequestBodyTimeout(_)) {
@@ -267,13 +269,15 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: &'static str,
+    request_id: &HeaderValue,
 ) -> Outcome {
     // Host, target form, header limits, path normalization, cookies.
-    let req = match validate::check(req, &settings.request_rules) {
+    let mut req = match validate::check(req, &settings.request_rules) {
         Checked::Forward(req) => req,
         Checked::Answer(resp) => return Ok(("local", resp)),
         Checked::Refuse(e) => return Err(("local", e.into())),
     };
+    req.headers_mut().insert(REQUEST_ID, request_id.clone());
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
         let answered = match a.classify(&req) {
