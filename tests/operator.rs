@@ -381,3 +381,19 @@ fn fatal_start_up_errors_follow_the_json_log_format() {
     assert!(message.contains("bad.yaml"), "{message}");
     assert!(!err.contains("hunter2"), "{err}");
 }
+
+/// `spillway --help` describes the log lines as they are: the JSON object's flattened
+/// fields (`message`, no `fields` object) and the request's span with its id.
+#[test]
+fn help_describes_the_log_fields_as_they_are() {
+    let out = std::process::Command::new(common::exe())
+        .arg("--help")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let help = String::from_utf8_lossy(&out.stdout);
+    for needle in ["\"message\"", "request_id", "\"span\""] {
+        assert!(help.contains(needle), "{needle} not in:\n{help}");
+    }
+    assert!(!help.contains("\"fields\""), "{help}");
+}
