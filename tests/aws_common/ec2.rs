@@ -10,9 +10,10 @@
 //! (`spillway:upstream`) is written at creation by the `boot` callback, standing in for
 //! the instance's boot script. Loopback only.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{StubRequest, read_stub_request, write_stub_reply};
@@ -199,12 +200,12 @@ impl FakeEc2 {
 
     /// Change the faults.
     pub fn set(&self, f: impl FnOnce(&mut Faults)) {
-        f(&mut self.state.lock().unwrap().faults);
+        f(&mut self.state.lock().faults);
     }
 
     /// Add an instance as if launched earlier (by another run or gateway).
     pub fn insert(&self, state: &str, tags: &[(&str, &str)]) -> String {
-        let mut st = self.state.lock().unwrap();
+        let mut st = self.state.lock();
         st.next += 1;
         let id = format!("i-{:017x}", 0xa000 + st.next);
         st.instances.insert(
@@ -226,7 +227,7 @@ impl FakeEc2 {
 
     /// Every instance, by id.
     pub fn instances(&self) -> BTreeMap<String, FakeInstance> {
-        self.state.lock().unwrap().instances.clone()
+        self.state.lock().instances.clone()
     }
 
     /// Ids of the instances in `state`.
@@ -248,7 +249,7 @@ impl FakeEc2 {
 
     /// Every request so far with the time it arrived and the HTTP status of the reply.
     pub fn timed_requests(&self) -> Vec<(Instant, StubRequest, u16)> {
-        self.state.lock().unwrap().seen.clone()
+        self.state.lock().seen.clone()
     }
 
     /// The requests with `Action` = `action`.
@@ -481,7 +482,7 @@ fn serve_one(
     };
     let arrived = Instant::now();
     let (status, body) = {
-        let mut st = st.lock().unwrap();
+        let mut st = st.lock();
         let reply = handle(&req, &mut st, boot);
         st.seen.push((arrived, req, reply.0));
         reply

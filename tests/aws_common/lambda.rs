@@ -5,10 +5,11 @@
 //! Each test that uses moto's Lambda starts its own [`Moto`]: the simple backend's reply
 //! queue is per moto process, so tests stay independent and can run in parallel.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
@@ -288,13 +289,13 @@ impl InvokeStub {
 
     /// Answer the next Invoke calls with `replies`, in order.
     pub fn script(&self, replies: impl IntoIterator<Item = InvokeReply>) {
-        self.state.lock().unwrap().script.extend(replies);
+        self.state.lock().script.extend(replies);
     }
 
     /// Answer GetProvisionedConcurrencyConfig with these `(Status, StatusReason)` in
     /// order, the last one repeating.
     pub fn pc_statuses(&self, statuses: &[(&str, &str)]) {
-        self.state.lock().unwrap().pc_statuses = statuses
+        self.state.lock().pc_statuses = statuses
             .iter()
             .map(|(s, r)| (s.to_string(), r.to_string()))
             .collect();
@@ -302,7 +303,7 @@ impl InvokeStub {
 
     /// Every call so far (recorded once answered).
     pub fn calls(&self) -> Vec<StubRequest> {
-        self.state.lock().unwrap().seen.clone()
+        self.state.lock().seen.clone()
     }
 
     /// Invoke calls so far.
@@ -340,7 +341,6 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
     {
         return st
             .lock()
-            .unwrap()
             .script
             .pop_front()
             .unwrap_or_else(|| default.clone());
@@ -358,7 +358,7 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
                 .ok()
                 .and_then(|v| v["ProvisionedConcurrentExecutions"].as_u64())
                 .unwrap_or(0);
-            st.lock().unwrap().pc_requested = n;
+            st.lock().pc_requested = n;
             InvokeReply {
                 status: 202,
                 headers: vec![("Content-Type".into(), "application/json".into())],
@@ -374,7 +374,7 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
             }
         }
         "GET" => {
-            let mut st = st.lock().unwrap();
+            let mut st = st.lock();
             let (status, reason) = if st.pc_statuses.len() > 1 {
                 st.pc_statuses.pop_front().unwrap()
             } else {
@@ -421,6 +421,6 @@ fn serve_one(stream: TcpStream, st: &Mutex<StubState>, default: &InvokeReply) {
         std::thread::sleep(reply.delay);
     }
     // Recorded before the reply goes out: a caller that has the reply sees the call.
-    st.lock().unwrap().seen.push(req);
+    st.lock().seen.push(req);
     write_stub_reply(reader, reply.status, &reply.headers, reply.body.as_bytes());
 }

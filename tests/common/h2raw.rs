@@ -3,9 +3,10 @@
 //! records what the server sends back (GOAWAY, RST_STREAM, HEADERS) on a reader thread,
 //! which also acknowledges the server's SETTINGS.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Frame types (RFC 9113 §6).
@@ -133,18 +134,18 @@ impl RawH2 {
                 };
                 match kind {
                     SETTINGS if flags & 0x1 == 0 => {
-                        let _ = w.lock().unwrap().write_all(&frame(SETTINGS, 0x1, 0, &[]));
+                        let _ = w.lock().write_all(&frame(SETTINGS, 0x1, 0, &[]));
                     }
                     GOAWAY if len >= 8 => {
-                        s.lock().unwrap().goaway = Some((word(0) & 0x7fff_ffff, word(4)));
+                        s.lock().goaway = Some((word(0) & 0x7fff_ffff, word(4)));
                     }
-                    RST_STREAM if len >= 4 => s.lock().unwrap().resets.push((id, word(0))),
-                    HEADERS => s.lock().unwrap().answered.push(id),
-                    PING if flags & 0x1 == 0 => s.lock().unwrap().pings += 1,
+                    RST_STREAM if len >= 4 => s.lock().resets.push((id, word(0))),
+                    HEADERS => s.lock().answered.push(id),
+                    PING if flags & 0x1 == 0 => s.lock().pings += 1,
                     _ => {}
                 }
             }
-            s.lock().unwrap().closed = true;
+            s.lock().closed = true;
         });
         let mut c = RawH2 {
             writer,
@@ -159,7 +160,7 @@ impl RawH2 {
 
     /// Write bytes; false once the server has closed (write error).
     pub fn send(&mut self, bytes: &[u8]) -> bool {
-        let ok = self.writer.lock().unwrap().write_all(bytes).is_ok();
+        let ok = self.writer.lock().write_all(bytes).is_ok();
         if ok {
             self.written += bytes.len();
         }
@@ -168,7 +169,7 @@ impl RawH2 {
 
     /// What the server sent so far.
     pub fn seen(&self) -> Seen {
-        self.seen.lock().unwrap().clone()
+        self.seen.lock().clone()
     }
 
     /// Poll until `pred` holds on what the server sent, or panic after `within`.

@@ -5,10 +5,11 @@
 pub mod h2raw;
 pub mod stub;
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -56,7 +57,7 @@ impl Proc {
         let log2 = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                log2.lock().unwrap().push(line.clone());
+                log2.lock().push(line.clone());
                 let _ = tx.send(line);
             }
         });
@@ -82,14 +83,14 @@ impl Proc {
                 Ok(_) => {}
                 Err(_) => panic!(
                     "no line containing {needle:?} within {within:?}; log:\n{}",
-                    self.log.lock().unwrap().join("\n")
+                    self.log.lock().join("\n")
                 ),
             }
         }
     }
 
     pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+        self.log.lock().join("\n")
     }
 
     pub fn signal(&self, sig: &str) {

@@ -4,11 +4,12 @@
 //! spread over the replicas, `/status` sampling, and a small TCP fault proxy that can cut
 //! one replica off from Redis.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -264,7 +265,7 @@ impl Sampler {
             while !st2.load(Ordering::Relaxed) {
                 for (i, a) in admins.iter().enumerate() {
                     if let Some(v) = try_status(*a) {
-                        s2.lock().unwrap().push(Sample {
+                        s2.lock().push(Sample {
                             at: Instant::now(),
                             epoch: wall_epoch(),
                             replica: i,
@@ -288,7 +289,7 @@ impl Sampler {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        std::mem::take(&mut *self.samples.lock().unwrap())
+        std::mem::take(&mut *self.samples.lock())
     }
 }
 
@@ -384,8 +385,8 @@ impl FaultProxy {
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
-                k2.lock().unwrap().push(client.try_clone().unwrap());
-                k2.lock().unwrap().push(server.try_clone().unwrap());
+                k2.lock().push(client.try_clone().unwrap());
+                k2.lock().push(server.try_clone().unwrap());
                 for (mut from, mut to) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
@@ -406,7 +407,7 @@ impl FaultProxy {
 
     pub fn cut(&self) {
         self.cut.store(true, Ordering::Relaxed);
-        for c in self.conns.lock().unwrap().drain(..) {
+        for c in self.conns.lock().drain(..) {
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
     }
@@ -553,7 +554,7 @@ impl Background {
                     std::thread::sleep(wait); // pacing the open-loop sender
                 }
                 i += 1;
-                let w = weights.lock().unwrap().clone();
+                let w = weights.lock().clone();
                 let total: f64 = w.iter().sum();
                 for (c, x) in credit.iter_mut().zip(&w) {
                     *c += x / total;

@@ -4,9 +4,10 @@
 //! and counts requests in flight; plus a raw client connection that reads responses one
 //! at a time.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One request the stub parsed.
@@ -100,7 +101,7 @@ impl Stub {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let conn = {
-                    let mut s = st.lock().unwrap();
+                    let mut s = st.lock();
                     s.connections += 1;
                     s.open_connections += 1;
                     s.connections - 1
@@ -109,7 +110,7 @@ impl Stub {
                 let handler = Arc::clone(&handler);
                 std::thread::spawn(move || {
                     serve(stream, conn, &st, &*handler);
-                    st.lock().unwrap().open_connections -= 1;
+                    st.lock().open_connections -= 1;
                 });
             }
         });
@@ -123,7 +124,7 @@ impl Stub {
 
     /// Every request parsed so far.
     pub fn requests(&self) -> Vec<StubRequest> {
-        self.state.lock().unwrap().requests.clone()
+        self.state.lock().requests.clone()
     }
 
     /// Requests whose target is `target`.
@@ -136,27 +137,27 @@ impl Stub {
 
     /// Every byte received, all connections, in arrival order.
     pub fn raw(&self) -> Vec<u8> {
-        self.state.lock().unwrap().raw.clone()
+        self.state.lock().raw.clone()
     }
 
     /// Connections accepted so far.
     pub fn connections(&self) -> usize {
-        self.state.lock().unwrap().connections
+        self.state.lock().connections
     }
 
     /// Connections still open.
     pub fn open_connections(&self) -> usize {
-        self.state.lock().unwrap().open_connections
+        self.state.lock().open_connections
     }
 
     /// Requests read and not yet answered (held ones until their connection closes).
     pub fn in_flight(&self) -> usize {
-        self.state.lock().unwrap().in_flight
+        self.state.lock().in_flight
     }
 
     /// Most requests in flight at once.
     pub fn peak_in_flight(&self) -> usize {
-        self.state.lock().unwrap().peak_in_flight
+        self.state.lock().peak_in_flight
     }
 
     /// Poll until `pred` holds on the stub, or panic after `within`.
@@ -191,11 +192,7 @@ impl Reader<'_> {
         match self.stream.read(&mut chunk) {
             Ok(0) | Err(_) => false,
             Ok(n) => {
-                self.state
-                    .lock()
-                    .unwrap()
-                    .raw
-                    .extend_from_slice(&chunk[..n]);
+                self.state.lock().raw.extend_from_slice(&chunk[..n]);
                 self.buf.extend_from_slice(&chunk[..n]);
                 true
             }
@@ -293,12 +290,12 @@ fn serve(stream: TcpStream, conn: usize, state: &Mutex<State>, handler: &Handler
     };
     while let Some(req) = read_request(&mut r, conn) {
         {
-            let mut s = state.lock().unwrap();
+            let mut s = state.lock();
             s.requests.push(req.clone());
             s.in_flight += 1;
             s.peak_in_flight = s.peak_in_flight.max(s.in_flight);
         }
-        let done = |st: &Mutex<State>| st.lock().unwrap().in_flight -= 1;
+        let done = |st: &Mutex<State>| st.lock().in_flight -= 1;
         match handler(&req) {
             Reply::Raw(bytes) => {
                 let _ = writer.write_all(&bytes);
