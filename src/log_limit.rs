@@ -14,7 +14,6 @@
 
 use std::collections::HashMap;
 use std::hash::Hash;
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -26,7 +25,7 @@ pub const WINDOW: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct LogLimiter<K> {
     window: Duration,
-    kinds: Mutex<HashMap<K, Kind>>,
+    kinds: parking_lot::Mutex<HashMap<K, Kind>>,
 }
 
 #[derive(Debug)]
@@ -40,7 +39,7 @@ impl<K: Eq + Hash> LogLimiter<K> {
     pub fn new(window: Duration) -> Self {
         Self {
             window,
-            kinds: Mutex::new(HashMap::new()),
+            kinds: parking_lot::Mutex::new(HashMap::new()),
         }
     }
 
@@ -48,7 +47,7 @@ impl<K: Eq + Hash> LogLimiter<K> {
     /// kind left out since the last one logged, `None` when this one is left out (and
     /// counted).
     pub fn admit(&self, kind: K, now: Instant) -> Option<u64> {
-        let mut kinds = self.kinds.lock().unwrap_or_else(|p| p.into_inner());
+        let mut kinds = self.kinds.lock();
         match kinds.get_mut(&kind) {
             Some(k) if now.saturating_duration_since(k.logged_at) < self.window => {
                 k.suppressed += 1;
