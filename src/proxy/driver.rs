@@ -1366,6 +1366,7 @@ impl TicketGuard {
     /// The first decision ([`Gateway::route`]); after a [`Decision::Queue`], await
     /// [`Self::wait_queued`].
     pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
+        self.gw.bill(|m, _, now| m.on_arrival(now));
         let (d, rx) = self
             .gw
             .decide(&mut self.ticket, |core, now, t| Some(core.route(now, t)))
