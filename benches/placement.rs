@@ -4,6 +4,9 @@
 //! holds 100 idle pre-warmed instances, so each call is a warm start that keeps the
 //! state steady; one call in ten comes from no edge zone (the cloud).
 
+// `criterion_group!` defines an undocumented `pub fn`; a bench is not an API.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

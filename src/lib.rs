@@ -20,8 +20,6 @@
 //! * [`state_dir`] — where the gateway keeps what outlives it (the asynchronous-call
 //!   store).
 
-#![warn(missing_docs)]
-
 pub mod backends;
 pub mod build_info;
 pub mod cli;

@@ -23,7 +23,7 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// rather than `MADV_FREE`, which leaves it counted until memory runs short), so that
 /// RSS comes back down after many connections close even when the gateway is idle.
 #[cfg(all(unix, not(target_env = "musl")))]
-#[allow(non_upper_case_globals)]
+#[allow(non_upper_case_globals, unsafe_code)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static _rjem_malloc_conf: &[u8; 60] =
     b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:0\0";

@@ -35,7 +35,7 @@
 //! | `spillway_r_max_adjustments_total` | counter | — (adaptive: periods that changed r_max) |
 //! | `spillway_function_instances` | gauge | `zone` (function zone name), `state` = starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm); set at every scrape |
 //! | `spillway_queue_length` | gauge | `route` (route key): calls waiting in the gateway queue (call scheduling §4); set at every scrape |
-//! | `spillway_queue_expected_processing_seconds` | gauge | `route`: E[p], the mean of the key's last 10 completed calls; set at every scrape |
+//! | `spillway_queue_expected_processing_seconds` | gauge | `route`: `E[p]`, the mean of the key's last 10 completed calls; set at every scrape |
 //! | `spillway_queue_wait_seconds` | gauge | `route`, `stat` = mean, p50, p95: queue wait of served calls; set at every scrape |
 //! | `spillway_route_response_seconds` | gauge | `route`, `stat`: response time R (arrival to end of the response body); set at every scrape |
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
@@ -55,7 +55,7 @@
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
 //! produce (its provider's operations included), so that `rate()` and `increase()` work
-//! from the first scrape; every metric has HELP text ([`describe`]).
+//! from the first scrape; every metric has HELP text (`describe`).
 
 use std::time::Duration;
 

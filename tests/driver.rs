@@ -6,7 +6,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
@@ -48,7 +49,6 @@ impl FakeTier {
     fn events(&self, what: &str) -> Vec<(Duration, InstanceId)> {
         self.log
             .lock()
-            .unwrap()
             .iter()
             .filter(|(_, w, _)| *w == what)
             .map(|(t, _, i)| (*t, *i))
@@ -56,10 +56,7 @@ impl FakeTier {
     }
 
     fn record(&self, what: &'static str, i: InstanceId) {
-        self.log
-            .lock()
-            .unwrap()
-            .push((self.origin.elapsed(), what, i));
+        self.log.lock().push((self.origin.elapsed(), what, i));
     }
 }
 
@@ -137,7 +134,7 @@ async fn keep_alive_expiry_wakes_the_driver_before_the_epoch_ends() {
         stops,
         vec![(ms(3_900), calls[0].1)],
         "{:?}",
-        tier.log.lock().unwrap()
+        tier.log.lock()
     );
     let z = &gw.status().core.zones[0];
     assert_eq!((z.idle, z.usage.unwrap().instances_expired), (0, 1));
@@ -211,12 +208,7 @@ async fn a_call_waits_for_a_booting_prewarmed_instance() {
     let (a, b) = tokio::join!(timed(), timed());
     let mut took = [a, b];
     took.sort();
-    assert_eq!(
-        took,
-        [cold - arrive, cold],
-        "{:?}",
-        tier.log.lock().unwrap()
-    );
+    assert_eq!(took, [cold - arrive, cold], "{:?}", tier.log.lock());
     let u = gw.status().core.zones[0].usage.unwrap();
     assert_eq!((u.cold_starts, u.warm_starts, u.prewarm_waits), (1, 1, 1));
     let calls = tier.events("call");
@@ -239,7 +231,7 @@ impl VmProvider for NeverReady {
         true
     }
     fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>> {
-        *self.origin.lock().unwrap() = Some(Instant::now());
+        *self.origin.lock() = Some(Instant::now());
         Box::pin(async { Ok(Vec::new()) })
     }
     fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
@@ -250,10 +242,9 @@ impl VmProvider for NeverReady {
     }
     fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            let origin = self.origin.lock().unwrap().expect("adopt ran first");
+            let origin = self.origin.lock().expect("adopt ran first");
             self.terminated
                 .lock()
-                .unwrap()
                 .push((origin.elapsed(), instance.to_string()));
             Ok(())
         })
@@ -305,7 +296,7 @@ async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
     gw.start().await.unwrap();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
-        *vms.terminated.lock().unwrap(),
+        *vms.terminated.lock(),
         vec![(ms(4_500), "i-0".to_string())],
         "terminated exactly at the core's boot deadline, once"
     );

@@ -5,7 +5,7 @@
 //! 1. an `Upgrade` request is refused ([`FunctionError::UpgradeNotSupported`], a 4xx:
 //!    http-cases C6; the balancer pins upgrades to VMs, this is the defensive net);
 //! 2. the request body is buffered, at most [`MAX_PAYLOAD_BYTES`]; the event is built by
-//!    the pure mapper [`lambda_event`](super::lambda_event), `requestContext.http.sourceIp`
+//!    the pure mapper [`super::lambda_event`], `requestContext.http.sourceIp`
 //!    from the [`ClientInfo`] the request path put into the request's extensions;
 //!    an event over [`MAX_PAYLOAD_BYTES`] is [`FunctionError::PayloadTooLarge`] (413)
 //!    before any invoke;

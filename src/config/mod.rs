@@ -2,9 +2,9 @@
 //! (`spillway sim`, `spillway cost`).
 //!
 //! Loading happens in three steps, nothing half-applied:
-//! 1. **parse** the YAML text into a located tree ([`yaml`], with serde-saphyr's parser):
+//! 1. **parse** the YAML text into a located tree (`yaml`, with serde-saphyr's parser):
 //!    a syntax error stops here with `file:line:column`;
-//! 2. **read** the schema from the tree ([`de`]): every type error (a word where a number
+//! 2. **read** the schema from the tree (`de`): every type error (a word where a number
 //!    belongs, an unknown key, an unknown `type:`) is collected with its line, column and
 //!    field path, fields of `type:`-tagged sections included;
 //! 3. **validate**: semantic checks collect every remaining problem with its field path,
@@ -12,6 +12,19 @@
 //!
 //! Type and semantic problems are reported together, in file order. The validated
 //! [`Config`] then hands typed values (durations, policy parameters) to the drivers.
+//!
+//! | module | section |
+//! |---|---|
+//! | `schema` | the root [`Config`], `gateway:`, `libra:`, `vm_pool:`, `function_tier:` and their validation |
+//! | `lambda` | `function_tier: {type: lambda}` |
+//! | `zones` | `function_zones:` and `placement:` |
+//! | `routes` | `routes:` (route keys) |
+//! | `queue` | `queue:` (the gateway queue, call scheduling) |
+//! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
+//! | [`coordination`] | `coordination:` (several replicas, one decision) |
+//! | [`sim`] | `sim:` (simulator-only models) |
+//! | `overrides` | `--set PATH=VALUE` |
+//! | `yaml`, `de` | the located YAML tree and the serde deserializer over it |
 //!
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the

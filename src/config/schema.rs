@@ -413,6 +413,7 @@ pub fn open_files_limit() -> Option<u64> {
             rlim_max: 0,
         };
         // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+        #[allow(unsafe_code)]
         let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
         (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
     }

@@ -264,7 +264,7 @@ impl Core {
 
     /// A call of `key` completed: `processing` from sending it upstream to the end of
     /// its response body (a cold start excluded), `response` from its arrival. Feeds
-    /// E[p] (the last [`super::sched::HISTORY`] calls of the key) and the per-key
+    /// `E[p]` (the last [`super::sched::HISTORY`] calls of the key) and the per-key
     /// response-time and stretch measures. A no-op without a queue.
     pub fn on_call_completed(&mut self, key: KeyId, processing: Duration, response: Duration) {
         if let Some(s) = &mut self.sched {
@@ -1404,7 +1404,7 @@ mod tests {
 
     /// Call scheduling §4 through the core: with the VM at its 2 slots and the zone at
     /// its 1 call, calls queue; each freed slot serves the queue's head in SEPT order
-    /// (E[p] short 10 ms, long 300 ms); a full queue answers 503; a call past its longest
+    /// (`E[p]` short 10 ms, long 300 ms); a full queue answers 503; a call past its longest
     /// wait leaves with `QueueTimedOut`; a cancelled one never gets a slot.
     #[test]
     fn saturated_calls_wait_and_are_served_shortest_expected_first() {

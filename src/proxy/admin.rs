@@ -21,23 +21,23 @@ use crate::telemetry as m;
 /// The admin bearer token in force, shared by the admin connections and replaceable
 /// on reload. Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct AdminToken(Arc<std::sync::RwLock<Option<String>>>);
+pub struct AdminToken(Arc<parking_lot::RwLock<Option<String>>>);
 
 impl AdminToken {
     /// A token holder starting with `token` (`None`: no authentication).
     pub fn new(token: Option<String>) -> Self {
-        Self(Arc::new(std::sync::RwLock::new(token)))
+        Self(Arc::new(parking_lot::RwLock::new(token)))
     }
 
     /// Replace the token (reload).
     pub fn set(&self, token: Option<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token;
+        *self.0.write() = token;
     }
 
     /// Whether `req` may read protected paths: no token configured, or
     /// `Authorization: Bearer <token>` (compared in constant time).
     fn admits<B>(&self, req: &Request<B>) -> bool {
-        let held = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let held = self.0.read();
         let Some(token) = held.as_deref() else {
             return true;
         };
@@ -532,7 +532,7 @@ fn coordination_json(gw: &Gateway) -> Value {
 }
 
 /// `queue`: the gateway queue (call scheduling §4) — order, length and per route key
-/// the calls waiting, E[p] and wait, response time and stretch (mean, p50, p95); `null`
+/// the calls waiting, `E[p]` and wait, response time and stretch (mean, p50, p95); `null`
 /// without a queue.
 ///
 /// ```json

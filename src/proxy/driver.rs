@@ -19,9 +19,10 @@
 //! * Function instances start for pre-warm ([`Action::StartInstance`]) or a cold start,
 //!   and stop at keep-alive expiry ([`Action::StopInstance`]) or when they died.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::Uri;
@@ -337,7 +338,7 @@ impl Gateway {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock must not take the data plane down with it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Run `f` on the core, then wake the timer task if the next deadline moved earlier
@@ -510,7 +511,7 @@ impl Gateway {
 
     /// A call of `key` that arrived at `arrived` (policy time) and was sent upstream at
     /// `sent` completed now (end of its response body): its processing time (a cold
-    /// start excluded) feeds E[p], its response time and stretch the per-key measures.
+    /// start excluded) feeds `E[p]`, its response time and stretch the per-key measures.
     pub fn call_completed(&self, key: KeyId, arrived: Time, sent: Instant) {
         let processing = sent.elapsed();
         let mut st = self.lock();
@@ -693,7 +694,7 @@ impl Gateway {
     }
 
     /// Probe every ready VM and every parked static member each `interval`: a ready VM
-    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies ([`Self::vm_died`]); a parked
+    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies (`vm_died`); a parked
     /// member that answers is adopted again.
     pub fn start_health_checks(self: &Arc<Self>, interval: Duration) {
         let me = Arc::clone(self);

@@ -12,8 +12,9 @@
 //! kept; the budget is republished at once and the next scaling decision uses the new
 //! φ, r_max, VM bounds and CIP.
 
+use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -100,7 +101,7 @@ impl Reloader {
     /// Re-read, validate, apply all or nothing; logs what changed.
     ///
     /// The configuration that runs afterwards is the running one with the live keys of
-    /// the new file copied in ([`Self::live_part`]); it is validated as a whole before
+    /// the new file copied in (`live_part`); it is validated as a whole before
     /// anything is swapped. The report is derived from it, so it cannot claim more than
     /// was applied: `applied` = what differs between the old and the running
     /// configuration, `restart_required` = what still differs between the running
@@ -124,11 +125,7 @@ impl Reloader {
         if let Some(a) = self.overrides.1 {
             new.gateway.admin_listen = a;
         }
-        let old = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let old = self.current.lock().clone();
         let running = self.live_part(&old, &new);
         // Everything that can fail is prepared before anything is swapped.
         for c in [&new, &running] {
@@ -185,7 +182,7 @@ impl Reloader {
         // Apply: settings for new requests, the admin token, the static members, LIBRA's
         // parameters, the TLS acceptor.
         let settings = Arc::new(ServiceSettings::from_config(&running));
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.settings.write() = settings;
         self.admin_token.set(token);
         if let Some(gw) = &self.gateway {
             if let Some(members) = &static_members {
@@ -201,11 +198,11 @@ impl Reloader {
             }
         }
         if let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
-            *slot.write().unwrap_or_else(|p| p.into_inner()) = acceptor;
+            *slot.write() = acceptor;
         }
         // The running configuration keeps the restart-only values of the running
         // gateway, so the next reload reports them again until a restart.
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = running;
+        *self.current.lock() = running;
         tracing::info!(
             applied = ?report.applied,
             restart_required = ?report.restart_required,
@@ -284,11 +281,7 @@ impl Reloader {
 impl Reloader {
     /// `gateway.drain_timeout_seconds` in force.
     pub fn drain_timeout(&self) -> std::time::Duration {
-        let g = &self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gateway;
+        let g = &self.current.lock().gateway;
         crate::backends::secs(g.drain_timeout_seconds)
     }
 }

@@ -778,7 +778,7 @@ where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let last = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let last = Arc::new(parking_lot::Mutex::new(Instant::now()));
     let mut down = Touch {
         io: down,
         last: Arc::clone(&last),
@@ -790,11 +790,11 @@ where
     let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
     tokio::pin!(copy);
     loop {
-        let deadline = *last.lock().expect("tunnel clock") + idle;
+        let deadline = *last.lock() + idle;
         tokio::select! {
             _ = &mut copy => return false,
             () = tokio::time::sleep_until(deadline) => {
-                if last.lock().expect("tunnel clock").elapsed() >= idle {
+                if last.lock().elapsed() >= idle {
                     return true;
                 }
             }
@@ -806,7 +806,7 @@ where
 /// every write follows a read of the other side).
 struct Touch<T> {
     io: T,
-    last: Arc<std::sync::Mutex<Instant>>,
+    last: Arc<parking_lot::Mutex<Instant>>,
 }
 
 impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
@@ -819,7 +819,7 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
         let before = buf.filled().len();
         let polled = std::pin::Pin::new(&mut this.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            *this.last.lock().expect("tunnel clock") = Instant::now();
+            *this.last.lock() = Instant::now();
         }
         polled
     }

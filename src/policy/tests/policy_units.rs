@@ -93,8 +93,9 @@ mod policy {
         //! The controller's bookkeeping, observed through a scripted scaling policy and
         //! router that record what the controller hands them (LIBRA §III, Fig. 2).
 
+        use parking_lot::Mutex;
         use std::collections::VecDeque;
-        use std::sync::{Arc, Mutex};
+        use std::sync::Arc;
         use std::time::Duration;
 
         use spillway_policy::VmId;
@@ -142,12 +143,12 @@ mod policy {
                 self.1
             }
             fn on_epoch(&mut self, now: Duration, obs: &EpochObservation) -> Option<ScaleDecision> {
-                let mut log = self.0.lock().unwrap();
+                let mut log = self.0.lock();
                 log.epochs.push((now, *obs));
                 log.decisions.pop_front().flatten()
             }
             fn set_r_max(&mut self, r_max_rps: f64) {
-                self.0.lock().unwrap().r_max.push(r_max_rps);
+                self.0.lock().r_max.push(r_max_rps);
             }
         }
 
@@ -158,15 +159,15 @@ mod policy {
                 "scripted"
             }
             fn set_vm_budget(&mut self, now: Duration, vm_reqs_rps: f64) {
-                self.0.lock().unwrap().budgets.push((now, vm_reqs_rps));
+                self.0.lock().budgets.push((now, vm_reqs_rps));
             }
             fn route(&mut self, _: Duration, _: &RequestMeta, _: Attempt, _: &VmTable) -> Route {
-                self.0.lock().unwrap().route.unwrap_or(Route::Function {
+                self.0.lock().route.unwrap_or(Route::Function {
                     reason: RouteReason::BudgetExhausted,
                 })
             }
             fn take_deferred_token(&mut self, _: Duration) -> bool {
-                !self.0.lock().unwrap().deny_deferred
+                !self.0.lock().deny_deferred
             }
         }
 
@@ -214,11 +215,11 @@ mod policy {
         }
 
         fn set_route(log: &Shared, route: Route) {
-            log.lock().unwrap().route = Some(route);
+            log.lock().route = Some(route);
         }
 
         fn last_budget(log: &Shared) -> Option<f64> {
-            log.lock().unwrap().budgets.last().map(|b| b.1)
+            log.lock().budgets.last().map(|b| b.1)
         }
 
         const PLAIN: RequestMeta = RequestMeta {
@@ -355,7 +356,7 @@ mod policy {
             // Closed late: the observation is still stamped with the epoch's end.
             c.handle_timeout(EPOCH + Duration::from_millis(150));
             {
-                let log = log.lock().unwrap();
+                let log = log.lock();
                 assert_eq!(log.epochs.len(), 1);
                 let (at, obs) = log.epochs[0];
                 assert_eq!(at, EPOCH);
@@ -390,7 +391,7 @@ mod policy {
             assert_eq!(c.poll_timeout(), EPOCH * 2);
             // The next epoch starts from zero and without a utilisation.
             c.handle_timeout(EPOCH * 2);
-            let log = log.lock().unwrap();
+            let log = log.lock();
             let (at, obs) = log.epochs[1];
             assert_eq!(at, EPOCH * 2);
             assert_eq!(
@@ -408,7 +409,7 @@ mod policy {
             c.start(Duration::ZERO);
             c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
             c.route(EPOCH, &PLAIN, Attempt::First);
-            let log = log.lock().unwrap();
+            let log = log.lock();
             assert_eq!(log.epochs.len(), 1);
             assert_eq!(log.epochs[0].1.traffic.requests, 1);
             assert_eq!(c.monitor().current_epoch_requests(), 1);
@@ -449,7 +450,7 @@ mod policy {
             );
             assert_eq!(c.monitor().current_epoch_requests(), 0);
             c.handle_timeout(EPOCH);
-            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 0);
+            assert_eq!(log.lock().epochs[0].1.vm_requests, 0);
         }
 
         /// An idle-mode release takes the least-loaded ready VM while it is below `slots`
@@ -469,7 +470,7 @@ mod policy {
             assert_eq!(c.admit_deferred(t, Some(2)), None);
             // Without a slot cap the least-loaded one still takes it.
             assert_eq!(c.admit_deferred(t, None), Some(a));
-            log.lock().unwrap().deny_deferred = true;
+            log.lock().deny_deferred = true;
             assert_eq!(c.admit_deferred(t, None), None, "no token");
             let (oa, ob) = (
                 c.vms().get(a).unwrap().outstanding,
@@ -486,7 +487,7 @@ mod policy {
             );
             assert_eq!(c.monitor().current_epoch_requests(), 5);
             c.handle_timeout(EPOCH);
-            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 5);
+            assert_eq!(log.lock().epochs[0].1.vm_requests, 5);
             // No ready VM: nothing to admit.
             let (mut e, _) = controller(decision(0, 100.0), true);
             e.start(Duration::ZERO);
@@ -522,7 +523,7 @@ mod policy {
             }
             assert_eq!(last_budget(&log), Some(3.0 * R_MAX));
             {
-                let mut l = log.lock().unwrap();
+                let mut l = log.lock();
                 l.decisions.push_back(Some(decision(4, 9.0))); // epoch 0: −1
                 l.decisions.push_back(Some(decision(1, 6.0))); // epoch 1: −3
                 l.decisions.push_back(Some(decision(1, 6.0))); // epoch 2: hold
@@ -619,10 +620,7 @@ mod policy {
             );
             c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
             c.route(Duration::from_millis(2), &PLAIN, Attempt::First);
-            log.lock()
-                .unwrap()
-                .decisions
-                .push_back(Some(decision(0, 0.0)));
+            log.lock().decisions.push_back(Some(decision(0, 0.0)));
             c.handle_timeout(EPOCH);
             let a = actions(&mut c);
             assert_eq!(a.last(), Some(&Action::Drain { vm }), "{a:?}");
@@ -696,7 +694,7 @@ mod policy {
             c.set_r_max(Duration::from_millis(5), 4.25);
             assert_eq!(c.r_max(), 4.25);
             assert_eq!(c.status().r_max_rps, 4.25);
-            let l = log.lock().unwrap();
+            let l = log.lock();
             assert_eq!(l.r_max, vec![4.25]);
             assert_eq!(
                 l.budgets.last(),
@@ -1192,7 +1190,8 @@ mod policy {
         //! across failures, failure accounting per zone and reason, and the pass-through
         //! calls the module's own tests do not reach.
 
-        use std::sync::{Arc, Mutex};
+        use parking_lot::Mutex;
+        use std::sync::Arc;
         use std::time::Duration;
 
         use spillway_policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
@@ -1414,7 +1413,7 @@ mod policy {
                 }
             }
             fn on_epoch(&mut self, _: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
-                self.0.lock().unwrap().push(obs.vm_utilisation);
+                self.0.lock().push(obs.vm_utilisation);
                 None
             }
         }
@@ -1469,7 +1468,7 @@ mod policy {
             core.set_vm_utilisation(0.42);
             core.handle_timeout(ms(700));
             core.handle_timeout(ms(1_400));
-            assert_eq!(*seen.lock().unwrap(), vec![Some(0.42), None]);
+            assert_eq!(*seen.lock(), vec![Some(0.42), None]);
             // A report-only pool: the budget is the VM's capacity, 2 req/s · ρ 0.5, one
             // token. The first call takes it, the next ones go to the functions.
             let mut v = ticket(None);
