@@ -11,7 +11,7 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use spillway::policy::functions::FunctionPoolParams;
+use spillway::policy::functions::{FunctionPoolParams, WarmOrder};
 use spillway::policy::placement::{
     Placement, PlacementParams, PlacementPolicy, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
     ZoneSet,
@@ -33,6 +33,7 @@ fn placement(policy: PlacementPolicy) -> Placement {
             keep_alive: Duration::from_secs(30),
             max_instances: Some(100),
             prewarmed: 100,
+            warm_order: WarmOrder::Newest,
         }),
     };
     let mut p = Placement::new(PlacementParams {

@@ -20,7 +20,7 @@ use spillway::policy::VmId;
 use spillway::policy::balancer::VmFirst;
 use spillway::policy::controller::ControllerParams;
 use spillway::policy::core::{Core, CoreParams};
-use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+use spillway::policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
 use spillway::policy::monitor::MonitorParams;
 use spillway::policy::placement::{PlacementParams, ZoneCapacity};
 use spillway::policy::scaling::{LibraScaler, LibraScalingParams};
@@ -107,6 +107,7 @@ async fn keep_alive_expiry_wakes_the_driver_before_the_epoch_ends() {
         keep_alive: ms(2_500),
         max_instances: Some(2),
         prewarmed: 0,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -147,6 +148,7 @@ async fn prewarmed_instances_serve_warm_and_are_kept() {
         keep_alive: ms(200),
         max_instances: Some(4),
         prewarmed: 1,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -186,6 +188,7 @@ async fn a_call_waits_for_a_booting_prewarmed_instance() {
         keep_alive: Duration::from_secs(60),
         max_instances: Some(3),
         prewarmed: 1,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -311,6 +314,7 @@ async fn a_request_dropped_during_its_cold_start_leaks_nothing() {
         keep_alive: Duration::from_secs(30),
         max_instances: Some(1),
         prewarmed: 0,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -359,6 +363,7 @@ async fn two_zones_place_by_policy_prewarm_per_zone_and_expire_per_zone() {
                 keep_alive,
                 max_instances: Some(max),
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             }),
         };
         let params = CoreParams {

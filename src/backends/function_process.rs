@@ -338,6 +338,7 @@ mod tests {
             keep_alive_seconds: 60.0,
             max_instances: 4,
             prewarmed_instances: 0,
+            warm_instance_order: Default::default(),
             boot_timeout_seconds: boot,
             probe_interval_seconds: 0.05,
         }

@@ -1192,7 +1192,7 @@ mod tests {
     use crate::attempt::NotSentReason as N;
     use crate::balancer::{RequestMeta, VmFirst};
     use crate::baselines::{FixedScaler, FunctionOnly};
-    use crate::functions::FunctionPoolParams;
+    use crate::functions::{FunctionPoolParams, WarmOrder};
     use crate::monitor::MonitorParams;
     use crate::placement::{Start, ZoneCapacity, ZoneKind, ZoneParams};
     use crate::scaling::{LibraScaler, LibraScalingParams};
@@ -1675,6 +1675,7 @@ mod tests {
             keep_alive: Duration::from_secs(30),
             max_instances: Some(3),
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         let mut t = ticket();
         let Decision::Function { lease, .. } = core.route(secs(1.0), &mut t) else {
@@ -1715,6 +1716,7 @@ mod tests {
             keep_alive: Duration::from_secs(2),
             max_instances: None,
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(60.0)));
         let mut t = ticket();

@@ -505,7 +505,7 @@ impl Placement {
     }
 
     /// Expire the idle instances whose keep-alive ran out by `now`; the driver stops
-    /// them and reports [`Self::on_stopped`]. Never below a zone's pre-warmed count.
+    /// them and reports [`Self::on_stopped`]. Pre-warmed instances are never expired.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<(ZoneId, InstanceId)> {
         let mut out = Vec::new();
         for (i, z) in self.zones.iter_mut().enumerate() {
@@ -592,6 +592,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::functions::WarmOrder;
 
     fn secs(s: f64) -> Time {
         Duration::from_secs_f64(s)
@@ -602,6 +603,7 @@ mod tests {
             keep_alive: Duration::from_secs(keep_alive_s),
             max_instances: Some(max),
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         })
     }
 
@@ -749,6 +751,7 @@ mod keep_alive_tests {
     //! Edge-first vs warm-first with asymmetric keep-alives, computed by hand (FaaSim,
     //! "two-tier edge/cloud").
     use super::*;
+    use crate::functions::WarmOrder;
 
     fn secs(s: f64) -> Time {
         Duration::from_secs_f64(s)
@@ -764,6 +767,7 @@ mod keep_alive_tests {
                 keep_alive: secs(ka),
                 max_instances: Some(max),
                 prewarmed: 0,
+                warm_order: WarmOrder::Newest,
             })
         };
         Placement::new(PlacementParams {

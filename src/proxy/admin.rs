@@ -209,11 +209,14 @@ pub async fn handle(
         },
         (&Method::GET, "/metrics") => {
             scrape_gauges(&gw);
-            text(
-                StatusCode::OK,
-                prometheus.render(),
-                "text/plain; version=0.0.4",
-            )
+            let mut out = prometheus.render();
+            if let Some((since_start, _)) = gw.cost_bills() {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&cost_metrics_text(&since_start));
+            }
+            text(StatusCode::OK, out, "text/plain; version=0.0.4")
         }
         (&Method::GET, "/status") => text(
             StatusCode::OK,
@@ -284,6 +287,9 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
 /// at zero on the first scrape.
 fn scrape_gauges(gw: &Gateway) {
     m::cip_gauge(gw.cip_rps());
+    if let Some((_, hour)) = gw.cost_bills() {
+        m::cost_last_hour(&hour);
+    }
     let st = gw.status();
     for z in &st.core.zones {
         m::function_instances(&z.name, z.starting, z.busy, z.idle);
@@ -494,6 +500,7 @@ fn status_document(gw: &Gateway) -> Value {
             s.core.fall_backs_to_vm,
         ),
         "queue": queue_json(s.core.queue.as_ref()),
+        "cost": cost_json(gw),
         "coordination": coordination_json(gw),
         "async": s.core.delay.as_ref().map(|d| json!({
             "queued": d.queued,
@@ -512,6 +519,83 @@ fn status_document(gw: &Gateway) -> Value {
             "expected_processing_seconds": seconds(d.expected_processing),
         })),
     })
+}
+
+/// `cost`: the running bill ([`CostMeter`](crate::policy::cost::CostMeter)) since start
+/// and of the last hour, USD: VM time by instance type, function calls and provisioned
+/// concurrency by zone, the total (the hybrid's cost) and the counterfactual for the same
+/// arrivals (all on functions; all on a VM pool sized for the window's peak at r_max).
+///
+/// ```json
+/// {"since_start": {"from_seconds": 0.0, "to_seconds": 5400.0, "total_usd": 0.62,
+///   "vm": [{"instance_type": "m5.large", "vm_seconds": 5400.0, "usd": 0.54}],
+///   "functions": [{"zone": "cloud", "requests": 2, "gb_seconds": 1.5, "usd": 0.00003}],
+///   "provisioned": [{"zone": "cloud", "gb_seconds": 16200.0, "usd": 0.081}],
+///   "counterfactual": {"all_functions_usd": 0.0001, "all_vm_usd": 1.62,
+///                      "all_vm_vms": 3, "peak_rps": 25}},
+///  "last_hour": {…}}
+/// ```
+fn cost_json(gw: &Gateway) -> Value {
+    match gw.cost_bills() {
+        Some((since_start, last_hour)) => json!({
+            "since_start": since_start,
+            "last_hour": last_hour,
+        }),
+        None => Value::Null,
+    }
+}
+
+/// `spillway_cost_dollars_total{tier, zone}` and
+/// `spillway_cost_counterfactual_dollars_total{policy}` as Prometheus text, from the bill
+/// since start. Written here rather than through the `metrics` crate, whose counters
+/// count whole numbers: dollars are fractions. `tier` is `vm` (with the instance type in
+/// `zone`: VMs have no placement zone), `function` or `provisioned`; `policy` is
+/// `all_functions` or `all_vm`.
+pub fn cost_metrics_text(b: &crate::policy::cost::Bill) -> String {
+    use std::fmt::Write as _;
+    fn label(v: &str) -> String {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    }
+    let mut out = String::new();
+    out.push_str(
+        "# HELP spillway_cost_dollars_total The running bill since start, USD, by tier (vm: \
+         the instance type in zone; function; provisioned) and zone.\n\
+         # TYPE spillway_cost_dollars_total counter\n",
+    );
+    let lines =
+        b.vm.iter()
+            .map(|l| ("vm", l.instance_type.as_str(), l.usd))
+            .chain(
+                b.functions
+                    .iter()
+                    .map(|l| ("function", l.zone.as_str(), l.usd)),
+            )
+            .chain(
+                b.provisioned
+                    .iter()
+                    .map(|l| ("provisioned", l.zone.as_str(), l.usd)),
+            );
+    for (tier, zone, usd) in lines {
+        let _ = writeln!(
+            out,
+            "spillway_cost_dollars_total{{tier=\"{tier}\",zone=\"{}\"}} {usd}",
+            label(zone)
+        );
+    }
+    let c = &b.counterfactual;
+    let _ = write!(
+        out,
+        "# HELP spillway_cost_counterfactual_dollars_total What the same arrivals would have \
+         cost since start, USD: all_functions (every call on functions), all_vm (a VM pool \
+         sized for the peak at r_max).\n\
+         # TYPE spillway_cost_counterfactual_dollars_total counter\n\
+         spillway_cost_counterfactual_dollars_total{{policy=\"all_functions\"}} {}\n\
+         spillway_cost_counterfactual_dollars_total{{policy=\"all_vm\"}} {}\n",
+        c.all_functions_usd, c.all_vm_usd
+    );
+    out
 }
 
 /// `coordination`: `{"type": "none"}` for one gateway; with `type: redis` this

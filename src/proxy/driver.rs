@@ -38,6 +38,7 @@ use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
 use crate::policy::core::{Action, Core, CoreStatus, Release};
+use crate::policy::cost::{Bill, CostMeter, MeterPricing};
 use crate::policy::delay::CallId;
 use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
@@ -134,6 +135,9 @@ pub struct Gateway {
     /// Several replicas (`crate::coord`): the coordinator, which fences every pool
     /// write and whose snapshot `/status` shows.
     coordinator: std::sync::OnceLock<Arc<Coordinator>>,
+    /// The running bill ([`CostMeter`]) and the instance type of this pool's VMs, once
+    /// set ([`Self::set_cost_meter`]).
+    cost: Mutex<Option<(CostMeter, String)>>,
 }
 
 /// A VM chosen for a request: its id and base URL.
@@ -200,7 +204,39 @@ impl Gateway {
             cip_rps,
             async_calls: std::sync::OnceLock::new(),
             coordinator: std::sync::OnceLock::new(),
+            cost: Mutex::new(None),
         })
+    }
+
+    /// Bill this gateway with `meter` from now on, pricing its VMs as `instance_type`
+    /// (`/status` `cost`, `spillway_cost_*` metrics). Replaces a meter set before.
+    pub fn set_cost_meter(&self, meter: CostMeter, instance_type: String) {
+        *self.cost.lock() = Some((meter, instance_type));
+    }
+
+    /// New prices for the running bill (a configuration reload); nothing without a meter.
+    pub fn set_cost_pricing(&self, pricing: MeterPricing) {
+        if let Some((m, _)) = self.cost.lock().as_mut() {
+            m.set_pricing(pricing);
+        }
+    }
+
+    /// Feed the meter (when set) with `now`.
+    fn bill(&self, f: impl FnOnce(&mut CostMeter, &str, Time)) {
+        let now = self.now();
+        if let Some((m, t)) = self.cost.lock().as_mut() {
+            f(m, t, now);
+        }
+    }
+
+    /// The bills since start and of the last hour, and the time they were read at;
+    /// `None` without a meter.
+    pub fn cost_bills(&self) -> Option<(Bill, Bill)> {
+        let now = self.now();
+        self.cost
+            .lock()
+            .as_ref()
+            .map(|(m, _)| (m.since_start(now), m.last_hour(now)))
     }
 
     /// Run under `c` (set once, after [`Self::start`]): every pool write asks its
@@ -438,6 +474,7 @@ impl Gateway {
     /// The first decision for a request; a VM decision comes with the VM's base URL.
     /// A [`Decision::Queue`] here is never served: use [`TicketGuard::route`].
     pub fn route(&self, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
+        self.bill(|m, _, now| m.on_arrival(now));
         let (d, _) = self
             .decide(ticket, |core, now, t| Some(core.route(now, t)))
             .expect("route always decides");
@@ -538,6 +575,7 @@ impl Gateway {
     /// the same lock.
     pub fn finish_vm_request_sent_at(&self, vm: VmId, sent: Instant) {
         let latency = sent.elapsed();
+        self.bill(|m, _, now| m.on_vm_call(now, latency));
         self.with_core(|core, now| {
             core.on_vm_response_time(now, latency);
             core.on_vm_request_finished(now, vm);
@@ -547,6 +585,14 @@ impl Gateway {
     /// The function call holding `lease` finished (response body done or dropped).
     pub fn finish_function(&self, lease: Lease) {
         self.with_core(|core, now| core.on_function_finished(now, lease));
+    }
+
+    /// Like [`Self::finish_function`] for a call sent at `sent`: its duration so far is
+    /// billed to the zone (GB-seconds at 1 ms granularity and a request fee).
+    pub fn finish_function_sent_at(&self, lease: Lease, sent: Instant) {
+        let duration = sent.elapsed();
+        self.bill(|m, _, now| m.on_function_call(now, usize::from(lease.zone.0), duration));
+        self.finish_function(lease);
     }
 
     /// A function instance died during a call (abandoned mid-request, unreachable): the
@@ -972,6 +1018,7 @@ impl Gateway {
                 if let Err(e) = provider.terminate(&instance).await {
                     tracing::warn!(%instance, error = %e, "terminate failed");
                 }
+                this.bill(|m, _, now| m.on_vm_stopped(now, vm));
             });
         }
     }
@@ -1062,7 +1109,11 @@ impl Gateway {
             return;
         }
         let instance = match provider.launch(vm).await {
-            Ok(instance) => instance,
+            Ok(instance) => {
+                // Billed from here (EC2: from `running`) until it is terminated.
+                self.bill(|m, t, now| m.on_vm_running(now, vm, t));
+                instance
+            }
             Err(e) => {
                 tracing::warn!(%vm, error = %e, "VM launch failed");
                 m::vm_failures("launch");
@@ -1091,6 +1142,7 @@ impl Gateway {
             // Stopped by a scale-in or the boot deadline while the launch was in flight.
             if self.pool_write("terminate", vm, Some(&instance)).await {
                 let _ = provider.terminate(&instance).await;
+                self.bill(|m, _, now| m.on_vm_stopped(now, vm));
             }
             return;
         }
@@ -1131,6 +1183,7 @@ impl Gateway {
                 }
                 if terminate && self.pool_write("terminate", vm, Some(&instance)).await {
                     let _ = provider.terminate(&instance).await;
+                    self.bill(|m, _, now| m.on_vm_stopped(now, vm));
                 }
             }
             (Err(_), None) => unreachable!("a failed boot is never reported ready"),
@@ -1352,6 +1405,7 @@ impl TicketGuard {
     /// The first decision ([`Gateway::route`]); after a [`Decision::Queue`], await
     /// [`Self::wait_queued`].
     pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
+        self.gw.bill(|m, _, now| m.on_arrival(now));
         let (d, rx) = self
             .gw
             .decide(&mut self.ticket, |core, now, t| Some(core.route(now, t)))

@@ -189,6 +189,9 @@ impl Reloader {
                 let (added, removed) = gw.set_static_members(members);
                 tracing::info!(added, removed, "static VM pool changed");
             }
+            if running.pricing != old.pricing || running.libra.r_max_rps != old.libra.r_max_rps {
+                gw.set_cost_pricing(running.pricing.meter_pricing(running.libra.r_max_rps));
+            }
             if retune && !gw.retune(&tuning) {
                 // Not reachable with the gateway's LIBRA policies; said, not hidden.
                 tracing::warn!("the policy core has no LIBRA parameters; libra unchanged");

@@ -422,6 +422,7 @@ impl Server {
                 .as_ref()
                 .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
+        gateway.set_cost_meter(config.cost_meter(), config.vm_instance_type());
         if let Some((store, _, settings)) = coordination {
             crate::telemetry::zero_coordination();
             tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");

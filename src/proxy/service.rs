@@ -732,7 +732,7 @@ async fn attempts(
                             if let Some((key, arrived)) = completion {
                                 gw2.call_completed(key, arrived, sent_at);
                             }
-                            gw2.finish_function(lease)
+                            gw2.finish_function_sent_at(lease, sent_at)
                         });
                         let idle = settings.response_body_idle_timeout;
                         let mut resp = resp

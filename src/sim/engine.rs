@@ -204,6 +204,7 @@ impl SimParams {
                     keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
                     max_instances: Some(f.max_concurrency),
                     prewarmed: f.prewarmed,
+                    warm_order: f.warm_instance_order,
                 }),
             )
         };

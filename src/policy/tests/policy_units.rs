@@ -709,7 +709,9 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway_policy::functions::{Acquire, FunctionPool, FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{
+            Acquire, FunctionPool, FunctionPoolParams, InstanceId, WarmOrder,
+        };
 
         fn ms(n: u64) -> Duration {
             Duration::from_millis(n)
@@ -720,6 +722,7 @@ mod policy {
                 keep_alive: ms(keep_alive_ms),
                 max_instances,
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             })
         }
 
@@ -768,29 +771,29 @@ mod policy {
             // The most recently used idle instance (2) serves the next call.
             assert_eq!(p.acquire_warm(ms(3_000)), Some(InstanceId(2))); // idle 800
             p.release(ms(3_100), InstanceId(2)); // busy 100
-            // The oldest idle one (0, since 2000) expires first, at 2000 + 2500.
-            assert_eq!(p.poll_timeout(), Some(ms(4_500)));
-            assert_eq!(p.handle_timeout(ms(4_499)), vec![]);
-            assert_eq!(p.handle_timeout(ms(4_500)), vec![pre[0]]);
-            // Then 1 (since 2100) at 4600; 2 (since 3100) would be at 5600 but the pool
-            // keeps one instance: the pre-warmed count.
+            // The pre-warmed one (0, idle since 2000) never expires: the oldest idle
+            // cold-started one (1, since 2100) expires first, at 2100 + 2500.
             assert_eq!(p.poll_timeout(), Some(ms(4_600)));
-            assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(1)]);
+            assert_eq!(p.handle_timeout(ms(4_599)), vec![]);
+            assert_eq!(p.handle_timeout(ms(4_600)), vec![InstanceId(1)]);
+            // Then 2 (since 3100) at 5600, handled late at 9000; 0 stays.
+            assert_eq!(p.poll_timeout(), Some(ms(5_600)));
+            assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(2)]);
             assert_eq!(p.poll_timeout(), None);
             assert_eq!(counts(&p), (1, 0, 0, 1));
             // Expired instances shut down until the driver reports them stopped: they no
             // longer count as alive, but their slots are not free yet.
             assert_eq!(p.stopping(), 2);
-            p.on_stopped(ms(4_650), pre[0]); // 150 ms shutdown
-            // 1 expired at 4600 (handled late, at 9000): its shutdown runs from 4600.
-            p.on_stopped(ms(9_400), InstanceId(1)); // 4800 ms shutdown
-            p.on_stopped(ms(9_500), InstanceId(1)); // twice: nothing more
+            p.on_stopped(ms(4_650), InstanceId(1)); // 50 ms shutdown
+            // 2 expired at 5600 (handled late, at 9000): its shutdown runs from 5600.
+            p.on_stopped(ms(9_400), InstanceId(2)); // 3800 ms shutdown
+            p.on_stopped(ms(9_500), InstanceId(2)); // twice: nothing more
             assert_eq!(p.stopping(), 0);
-            p.finish(ms(10_000)); // 2 idle since 3100: 6900
+            p.finish(ms(10_000)); // 0 idle since 2000: 8000
             p.finish(ms(10_000)); // twice: nothing more
-            // 0 idle 400–1000 after its pre-warm, then 0 and 1 a full keep-alive each,
-            // 2 idle 2200–3000, then 3100–10000.
-            let idle = ms(600) + ms(2_500) + ms(2_500) + ms(800) + ms(6_900);
+            // 0 idle 400–1000 after its pre-warm, then 2000–10000; 1 a full keep-alive;
+            // 2 idle 2200–3000, then a full keep-alive.
+            let idle = ms(600) + ms(8_000) + ms(2_500) + ms(800) + ms(2_500);
             // Field by field: a struct literal would break when the usage gains a field.
             let u = *p.usage();
             assert_eq!((u.cold_starts, u.warm_starts, u.throttled), (2, 2, 2));
@@ -798,10 +801,11 @@ mod policy {
             assert_eq!(u.startup, ms(300) + ms(700));
             assert_eq!(u.busy, ms(1_000) + ms(800) + ms(500) + ms(100));
             assert_eq!(u.idle, idle);
-            assert_eq!(u.shutdown, ms(150) + ms(4_800));
-            // A freed slot is reused for the next instance.
-            assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(InstanceId(2)));
-            assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(1)));
+            assert_eq!(u.shutdown, ms(50) + ms(3_800));
+            // The pre-warmed instance serves the next call; a freed slot (the last freed
+            // first) is reused for the next instance.
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(pre[0]));
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(2)));
         }
 
         /// A failed instance is forgotten whatever its state (starting, busy, idle), once;
@@ -872,7 +876,7 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
         use spillway_policy::placement::{
             ConcurrencyUsage, Lease, Placement, PlacementParams, PlacementPolicy, Start,
             ZoneCapacity, ZoneId, ZoneKind, ZoneParams, ZoneSet,
@@ -887,6 +891,7 @@ mod policy {
                 keep_alive: ms(keep_alive_ms),
                 max_instances: Some(max),
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             })
         }
 
@@ -1193,7 +1198,7 @@ mod policy {
         use spillway_policy::balancer::{RequestMeta, RouteReason, VmFirst};
         use spillway_policy::controller::{self, ControllerParams};
         use spillway_policy::core::{Action, Core, CoreParams};
-        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
         use spillway_policy::monitor::MonitorParams;
         use spillway_policy::placement::{
             PlacementParams, PlacementPolicy, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
@@ -1433,6 +1438,7 @@ mod policy {
                             keep_alive: ms(5_000),
                             max_instances: Some(2),
                             prewarmed: 1,
+                            warm_order: WarmOrder::Newest,
                         }),
                     ),
                     vm_boot_timeout: None,
