@@ -197,12 +197,12 @@ impl Gateway {
     /// Bill this gateway with `meter` from now on, pricing its VMs as `instance_type`
     /// (`/status` `cost`, `spillway_cost_*` metrics). Replaces a meter set before.
     pub fn set_cost_meter(&self, meter: CostMeter, instance_type: String) {
-        *self.cost.lock().unwrap_or_else(|p| p.into_inner()) = Some((meter, instance_type));
+        *self.cost.lock() = Some((meter, instance_type));
     }
 
     /// New prices for the running bill (a configuration reload); nothing without a meter.
     pub fn set_cost_pricing(&self, pricing: MeterPricing) {
-        if let Some((m, _)) = self.cost.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some((m, _)) = self.cost.lock().as_mut() {
             m.set_pricing(pricing);
         }
     }
@@ -210,7 +210,7 @@ impl Gateway {
     /// Feed the meter (when set) with `now`.
     fn bill(&self, f: impl FnOnce(&mut CostMeter, &str, Time)) {
         let now = self.now();
-        if let Some((m, t)) = self.cost.lock().unwrap_or_else(|p| p.into_inner()).as_mut() {
+        if let Some((m, t)) = self.cost.lock().as_mut() {
             f(m, t, now);
         }
     }
@@ -221,7 +221,6 @@ impl Gateway {
         let now = self.now();
         self.cost
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .as_ref()
             .map(|(m, _)| (m.since_start(now), m.last_hour(now)))
     }
