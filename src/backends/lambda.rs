@@ -412,7 +412,13 @@ impl LambdaFunctionTier {
             }
         };
         let client = parts.extensions.get::<ClientInfo>().copied();
-        let request_id = format!("{:032x}", rand::random::<u128>());
+        // The gateway's request id (`crate::net::request_id`, set on every request
+        // before it is routed) is the event's `requestContext.requestId` too.
+        let request_id = parts
+            .headers
+            .get(crate::net::request_id::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(crate::net::request_id::generate, str::to_owned);
         // The event's wall-clock timestamp (`requestContext.timeEpoch`); not a timer.
         #[allow(clippy::disallowed_methods)]
         let now_ms = SystemTime::now()

@@ -262,6 +262,7 @@ impl Config {
 /// (`file:line:column: warning: path: message`) and still exits 0; `serve` logs them.
 pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
     let mut out = delay::warnings(config);
+    out.extend(gateway_warnings(config));
     if let Some(places) = text
         .and_then(|t| yaml::parse(t).ok())
         .map(|t| t.locations())
@@ -269,6 +270,24 @@ pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
         for w in &mut out {
             w.location = locate(&places, &w.path).or_else(|| locate(&places, "routes"));
         }
+    }
+    out
+}
+
+/// Risky `gateway:` settings that are valid: `request_id_trust: trusted_proxies` with no
+/// trusted proxy (every client's request id would be replaced). (An admin listener off
+/// loopback without a token is an error, not a warning: see
+/// [`GatewayConfig::admin_exposure_issue`].)
+fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
+    let g = &config.gateway;
+    let mut out = Vec::new();
+    if g.request_id_trust == crate::net::request_id::RequestIdTrust::TrustedProxies
+        && g.trusted_proxies.is_empty()
+    {
+        out.push(ConfigIssue::new(
+            "gateway.request_id_trust",
+            "trusted_proxies is empty: every client's x-request-id is replaced (use `none` to say so)",
+        ));
     }
     out
 }

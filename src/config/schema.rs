@@ -139,12 +139,15 @@ pub struct GatewayConfig {
     /// ([`resolve_listen`]). Port 0 picks a free port.
     #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
-    /// Admin listener (`/healthz`, `/metrics`, `/status`).
+    /// Admin listener (`/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`,
+    /// `/reload`).
     #[serde(deserialize_with = "listen_addr")]
     pub admin_listen: SocketAddr,
     /// File holding the admin bearer token (surrounding whitespace ignored). With a
     /// token, `/status`, `/metrics` and `/reload` need `Authorization: Bearer TOKEN`;
-    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token.
+    /// the probes (`/livez`, `/readyz`, `/healthz`) stay open. A non-loopback
+    /// `admin_listen` needs a token; without one, requests whose `Host` or `Origin` is
+    /// not loopback are refused (403).
     pub admin_token_file: Option<std::path::PathBuf>,
     /// Name of an environment variable holding the admin bearer token (instead of
     /// `admin_token_file`).
@@ -215,6 +218,9 @@ pub struct GatewayConfig {
     /// A request header naming the caller's edge zone (function zones), honoured only
     /// when the peer is in `trusted_proxies`; otherwise `client_cidrs` decide.
     pub origin_zone_header: Option<String>,
+    /// Whose `x-request-id` is kept (a valid one, [`crate::net::request_id`]): `any`
+    /// client's (default), only `trusted_proxies`', or `none` (always a new one).
+    pub request_id_trust: crate::net::request_id::RequestIdTrust,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
     /// Checked at parse time and on every resolved address at connect time
@@ -397,6 +403,7 @@ impl Default for GatewayConfig {
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
             access_log: false,
             origin_zone_header: None,
+            request_id_trust: crate::net::request_id::RequestIdTrust::Any,
             allow_loopback_upstreams: false,
             upstream_tls: None,
         }

@@ -211,6 +211,10 @@ pub struct ZoneStatus {
     pub instances: Vec<InstanceUsage>,
     /// Concurrency zones: calls and throttles.
     pub calls: Option<ConcurrencyUsage>,
+    /// Whether the zone could take a call now: an idle instance or room for a new one
+    /// (`max_instances`), or a concurrency zone below `max_concurrency` (the gateway's
+    /// readiness).
+    pub has_capacity: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -542,9 +546,12 @@ impl Placement {
                     usage: Some(*p.usage()),
                     instances: p.instances(),
                     calls: None,
+                    has_capacity: p.idle() > 0 || p.has_room(),
                 },
                 ZoneState::Concurrency {
-                    in_flight, usage, ..
+                    max,
+                    in_flight,
+                    usage,
                 } => ZoneStatus {
                     name: z.params.name.clone(),
                     kind: z.params.kind,
@@ -555,6 +562,7 @@ impl Placement {
                     usage: None,
                     instances: Vec::new(),
                     calls: Some(*usage),
+                    has_capacity: max.is_none_or(|m| *in_flight < m),
                 },
             })
             .collect()

@@ -59,6 +59,20 @@ struct VmRecord {
     foreign: bool,
 }
 
+/// A dead member of a `static` pool (see `State::parked`).
+#[derive(Clone, Debug)]
+struct Parked {
+    /// Its name (the configured URL).
+    instance: String,
+    base: Uri,
+    /// The controller id it had while it served (`vm-2`), for `/status`.
+    id: String,
+    /// When it died, seconds since the Unix epoch.
+    since_unix_seconds: u64,
+    /// Why it died.
+    last_error: &'static str,
+}
+
 struct State {
     core: Core,
     records: HashMap<VmId, VmRecord>,
@@ -69,8 +83,8 @@ struct State {
     /// same lock as the decision that queued them.
     waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
-    /// health loop and adopted again once healthy.
-    parked: Vec<(String, Uri)>,
+    /// health loop, shown in `/status` as `dead`, and adopted again once healthy.
+    parked: Vec<Parked>,
     /// Calls waiting for a booting pre-warmed instance they claimed
     /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
     /// when it came first; registered in the same lock as the core's state.
@@ -673,7 +687,13 @@ impl Gateway {
                     ..
                 }) = &record
             {
-                st.parked.push((instance.clone(), base.clone()));
+                st.parked.push(Parked {
+                    instance: instance.clone(),
+                    base: base.clone(),
+                    id: vm.to_string(),
+                    since_unix_seconds: unix_seconds(),
+                    last_error: why,
+                });
             }
             record
         });
@@ -725,7 +745,7 @@ impl Gateway {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (Some(vm), base.clone(), me.probe(&base).await) });
                 }
-                for (_, base) in parked {
+                for Parked { base, .. } in parked {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (None, base.clone(), me.probe(&base).await) });
                 }
@@ -764,7 +784,7 @@ impl Gateway {
                 .map(|(vm, _)| *vm)
                 .collect();
             let parked_before = st.parked.len();
-            st.parked.retain(|(name, _)| keep.contains(name.as_str()));
+            st.parked.retain(|p| keep.contains(p.instance.as_str()));
             for vm in &gone {
                 st.core.on_vm_failed(now, *vm);
                 st.records.remove(vm);
@@ -773,7 +793,7 @@ impl Gateway {
                 .records
                 .values()
                 .filter_map(|r| r.instance.clone())
-                .chain(st.parked.iter().map(|(name, _)| name.clone()))
+                .chain(st.parked.iter().map(|p| p.instance.clone()))
                 .collect();
             let mut added = 0;
             for (name, base) in members {
@@ -797,8 +817,8 @@ impl Gateway {
     /// A parked static member at `base` is healthy again: adopt it as a ready VM.
     fn readopt(&self, base: &Uri) {
         let vm = self.with_core_state(|st, now| {
-            let i = st.parked.iter().position(|(_, b)| b == base)?;
-            let (instance, base) = st.parked.remove(i);
+            let i = st.parked.iter().position(|p| &p.base == base)?;
+            let Parked { instance, base, .. } = st.parked.remove(i);
             let vm = st.core.adopt_ready_vm(now);
             st.records.insert(
                 vm,
@@ -850,7 +870,18 @@ impl Gateway {
                     .records
                     .get(&r.id)
                     .and_then(|x| x.base.as_ref().map(redact_userinfo)),
+                dead_since_unix_seconds: None,
+                last_error: None,
             })
+            .chain(st.parked.iter().map(|p| VmView {
+                id: p.id.clone(),
+                state: "dead",
+                outstanding: 0,
+                instance: Some(p.instance.clone()),
+                url: Some(redact_userinfo(&p.base)),
+                dead_since_unix_seconds: Some(p.since_unix_seconds),
+                last_error: Some(p.last_error),
+            }))
             .collect();
         GatewayStatus {
             core: st.core.status(),
@@ -1306,6 +1337,14 @@ impl Host for Gateway {
     }
 }
 
+/// Wall-clock seconds since the Unix epoch, for `/status` readers (not a timer).
+fn unix_seconds() -> u64 {
+    #[allow(clippy::disallowed_methods)]
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
 /// `/status` never shows credentials.
 fn redact_userinfo(uri: &Uri) -> String {
@@ -1476,7 +1515,8 @@ impl Drop for TicketGuard {
 pub struct VmView {
     /// Controller id (`vm-3`).
     pub id: String,
-    /// `booting`, `ready` or `draining`.
+    /// `booting`, `ready`, `draining`, or `dead`: a member of a `static` pool that failed
+    /// its probes, probed on and back in the pool once it answers.
     pub state: &'static str,
     /// Requests in flight on it.
     pub outstanding: u32,
@@ -1484,6 +1524,12 @@ pub struct VmView {
     pub instance: Option<String>,
     /// Base URL once resolved.
     pub url: Option<String>,
+    /// A `dead` member: since when, seconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_since_unix_seconds: Option<u64>,
+    /// A `dead` member: why it left the pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<&'static str>,
 }
 
 /// What `/status` shows.

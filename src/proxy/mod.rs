@@ -7,7 +7,7 @@
 //! | [`lifetime`] | client connection budgets and deadlines (first request, header read, keep-alive idle) |
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
-//! | [`admin`] | `/healthz`, `/metrics`, `/status` |
+//! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
 //! | [`access_log`] | the in-flight gauge and the per-request access log |
 //! | [`error`] | the one mapping from errors to HTTP status codes |
 //! | [`reload`] | `SIGHUP` / `POST /reload`: re-read, validate, swap — nothing half-applied |

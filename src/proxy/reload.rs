@@ -5,7 +5,7 @@
 //!
 //! | applied live | restart needed (reported, not applied) |
 //! |---|---|
-//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, `headers_with_underscores_action`, `upgrade_protocols`, the admin token, the TLS certificate and key, `pricing` (the CIP), `libra.alpha`, `beta`, `phi`, `rho`, `decision_epochs`, `first_decision_epoch`, `min_vms`, `max_vms`, `cip_rps` and `r_max_rps` (without `r_max_adaptive`) | everything else: `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `keepalive_idle_timeout_seconds`, `http2_keepalive_*`, `max_connections*`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `upstream_tls`, `origin_zone_header`, `libra.epoch_seconds`, `balancer`, `quota_truncate`, `max_outstanding_per_vm`, `r_max_adaptive`, any other `vm_pool` change, `function_tier`, `function_zones`, `placement`, `queue`, `routes`, `async`, `sim` |
+//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, `headers_with_underscores_action`, `upgrade_protocols`, `request_id_trust`, the admin token, the TLS certificate and key, `pricing` (the CIP), `libra.alpha`, `beta`, `phi`, `rho`, `decision_epochs`, `first_decision_epoch`, `min_vms`, `max_vms`, `cip_rps` and `r_max_rps` (without `r_max_adaptive`) | everything else: `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `keepalive_idle_timeout_seconds`, `http2_keepalive_*`, `max_connections*`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `upstream_tls`, `origin_zone_header`, `libra.epoch_seconds`, `balancer`, `quota_truncate`, `max_outstanding_per_vm`, `r_max_adaptive`, any other `vm_pool` change, `function_tier`, `function_zones`, `placement`, `queue`, `routes`, `async`, `sim` |
 //!
 //! LIBRA's parameters go to the running policy core (`Core::retune`): the traffic
 //! monitor's EWMAs, the VM table, the balancer's tokens, function leases and queues are
@@ -242,6 +242,7 @@ impl Reloader {
         g.path_with_escaped_slashes_action = n.path_with_escaped_slashes_action;
         g.headers_with_underscores_action = n.headers_with_underscores_action;
         g.upgrade_protocols.clone_from(&n.upgrade_protocols);
+        g.request_id_trust = n.request_id_trust;
         g.admin_token_file.clone_from(&n.admin_token_file);
         g.admin_token_env.clone_from(&n.admin_token_env);
         if let (Some(t), Some(nt), Some(_)) = (&mut g.tls, &n.tls, &self.tls) {
