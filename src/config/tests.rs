@@ -455,6 +455,42 @@ fn faasim_jitter_and_times_are_validated_with_their_paths() {
     assert_eq!(c.sim.function.prewarm_boot_ms, 6019.0);
 }
 
+/// The live bill's `pricing` keys are checked where they stand; a valid set reaches the
+/// meter's prices, and a bad warm order names its key.
+#[test]
+fn live_bill_pricing_and_the_warm_order_are_validated_with_their_paths() {
+    let yaml = "pricing:\n  vm_billing_granularity_seconds: 0\n  vm_minimum_billed_seconds: -1\n  \
+                vm_hourly_usd_by_instance_type: {c5.large: -0.1}\n  \
+                provisioned_concurrency_gb_second_usd: -1\n";
+    let err = Config::from_yaml(yaml, "p.yaml").unwrap_err();
+    let paths: Vec<String> = problems(&err).into_iter().map(|p| p.1).collect();
+    assert_eq!(
+        paths,
+        [
+            "pricing.vm_billing_granularity_seconds",
+            "pricing.vm_minimum_billed_seconds",
+            "pricing.vm_hourly_usd_by_instance_type.c5.large",
+            "pricing.provisioned_concurrency_gb_second_usd",
+        ],
+        "{err}"
+    );
+    let ok = "pricing:\n  vm_hourly_usd: 0.2\n  vm_hourly_usd_by_instance_type: {c5.large: 0.085}\n  \
+              vm_billing_granularity_seconds: 10\n  vm_minimum_billed_seconds: 0\n";
+    let c = Config::from_yaml(ok, "ok.yaml").unwrap();
+    let m = c.pricing.meter_pricing(16.0);
+    assert_eq!(
+        (m.vm_hourly("c5.large"), m.vm_hourly("t3.micro")),
+        (0.085, 0.2)
+    );
+    assert_eq!(m.vm_billing.billed_seconds(41.0), 50.0);
+    let bad = "sim:\n  function:\n    warm_instance_order: lifo\n";
+    let err = Config::from_yaml(bad, "w.yaml").unwrap_err().to_string();
+    assert!(
+        err.contains("w.yaml:3:26") && err.contains("newest") && err.contains("oldest"),
+        "{err}"
+    );
+}
+
 #[test]
 fn connection_and_response_limits_are_checked_at_their_place() {
     let yaml = "gateway: {max_connections: 0, max_connections_per_client_ip: 0, keepalive_idle_timeout_seconds: 0, max_response_header_count: 0, max_response_header_bytes: 100, headers_with_underscores_action: keep}\n";
