@@ -152,6 +152,28 @@ fn assert_admissions_bounded(r: &Run, what: &str) {
     }
 }
 
+/// No replica sent a request to a VM that was gone: a follower routes to a registry VM
+/// until its next round, so a VM stopped as soon as the leader scaled it in failed
+/// their requests (connect refused, reset before an answer) — answered 502 once the
+/// retry budget or the single retry ran out.
+fn assert_no_request_met_a_stopped_vm(gws: &[Gateway], what: &str) {
+    for (i, g) in gws.iter().enumerate() {
+        let log = g.proc.log_text();
+        let met: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("connect failed") || l.contains("upstream failed before answering")
+            })
+            .collect();
+        assert!(
+            met.is_empty(),
+            "{what}: replica {i} sent {} requests to a stopped VM: {:?}",
+            met.len(),
+            &met[..met.len().min(3)]
+        );
+    }
+}
+
 fn assert_all_ok(r: &Run, what: &str) {
     let bad: Vec<&Sent> = r.sent.iter().filter(|s| s.status != 200).collect();
     assert!(
@@ -183,6 +205,7 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
     let even = run(&refs, &[1.0, 1.0, 1.0], &load);
+    assert_no_request_met_a_stopped_vm(&gws, "1/3 each");
     drop(gws);
     reaper.reap();
     assert_all_ok(&even, "three replicas, 1/3 each");
@@ -195,6 +218,7 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
     let uneven = run(&refs, &[0.7, 0.2, 0.1], &load);
+    assert_no_request_met_a_stopped_vm(&gws, "70/20/10");
     drop(gws);
     reaper.reap();
     assert_all_ok(&uneven, "three replicas, 70/20/10");
