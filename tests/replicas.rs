@@ -858,18 +858,14 @@ fn a_soak_with_the_leader_killed_every_twenty_seconds() {
     );
 }
 
-/// The owner tag a replica logged at start (`owner_tag=…`, 8 hexadecimal digits).
-fn logged_owner_tag(gw: &Gateway) -> String {
-    let log = gw.proc.log_text();
-    let line = log
-        .lines()
-        .find(|l| l.contains("asynchronous calls looked up across replicas"))
-        .unwrap_or_else(|| panic!("no owner tag logged:\n{log}"));
-    line.split("owner_tag=")
-        .nth(1)
-        .and_then(|r| r.split_whitespace().next())
-        .map(|t| t.trim_matches('"').to_string())
-        .unwrap_or_else(|| panic!("{line}"))
+/// A replica's owner tag and advertised URL (`/status` `coordination.calls`).
+fn owner_tag_of(gw: &Gateway) -> (String, String) {
+    let s = try_status(gw.admin).expect("status");
+    let calls = &s["coordination"]["calls"];
+    (
+        calls["owner_tag"].as_str().expect("owner_tag").to_string(),
+        calls["url"].as_str().expect("url").to_string(),
+    )
 }
 
 /// Poll `path` through `via` until it answers `want`: 503 (the owner not in this
@@ -912,7 +908,26 @@ fn an_async_call_accepted_by_one_replica_is_fetched_through_another() {
         &config(functions.addr, Some(&redis.url()), cluster, routes),
     );
     wait_one_leader(&gws.iter().collect::<Vec<_>>(), Duration::from_secs(10));
-    let tags: Vec<String> = gws.iter().map(logged_owner_tag).collect();
+    let tags: Vec<String> = gws
+        .iter()
+        .map(|g| {
+            let (tag, url) = owner_tag_of(g);
+            assert_eq!(url, format!("http://{}", g.proxy), "the bound listener");
+            tag
+        })
+        .collect();
+    // Every replica knows every owner once each has reported.
+    until(
+        "every owner known",
+        &admins(&gws),
+        Duration::from_secs(10),
+        |st| {
+            st.iter().all(|s| {
+                s.as_ref()
+                    .is_some_and(|s| s["coordination"]["calls"]["owners_known"] == 3)
+            })
+        },
+    );
     assert!(
         tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2],
         "{tags:?}"

@@ -339,6 +339,20 @@ impl Coordinator {
         *self.address.lock().unwrap_or_else(|p| p.into_inner()) = Some(address);
     }
 
+    /// What [`Self::advertise`] set, if anything.
+    pub fn call_address(&self) -> Option<CallAddress> {
+        self.address
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The owner tags of live replicas this replica can forward lookups to (its own
+    /// included once it has reported).
+    pub fn call_owners(&self) -> usize {
+        self.directory.load().len()
+    }
+
     /// The live replicas' call addresses of `x`: owner tag → URL (the latest
     /// heartbeat wins when a restarted replica's old id is still live).
     fn directory_of(x: &Exchange) -> BTreeMap<u32, String> {
