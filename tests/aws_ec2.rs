@@ -18,9 +18,10 @@
 mod aws_common;
 mod common;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_common::ec2::{FakeEc2, FakeInstance};
@@ -235,7 +236,7 @@ impl Agent {
                         Boot::SampleApi => {
                             let api = SampleApi::start(&format!("vm-{}", inst.id));
                             let url = format!("http://{}", api.addr);
-                            apis2.lock().unwrap().insert(inst.id.clone(), api);
+                            apis2.lock().insert(inst.id.clone(), api);
                             url
                         }
                         Boot::Broken => format!("http://127.0.0.1:{}", aws_common::free_port()),
@@ -260,7 +261,7 @@ impl Drop for Agent {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.apis.lock().unwrap().clear();
+        self.apis.lock().clear();
     }
 }
 
@@ -297,7 +298,7 @@ impl Loader {
                     let who = header(&headers, "x-spillway-instance")
                         .unwrap_or("")
                         .to_string();
-                    results.lock().unwrap().push((code, who));
+                    results.lock().push((code, who));
                 });
             }
         });
@@ -323,9 +324,9 @@ impl Loader {
         let mut last = usize::MAX;
         loop {
             std::thread::sleep(Duration::from_millis(200));
-            let n = self.results.lock().unwrap().len();
+            let n = self.results.lock().len();
             if n == last || Instant::now() > deadline {
-                return self.results.lock().unwrap().clone();
+                return self.results.lock().clone();
             }
             last = n;
         }
@@ -840,7 +841,7 @@ fn fake_with_apis() -> (FakeEc2, Arc<Mutex<Vec<SampleApi>>>) {
     let fake = FakeEc2::start(move |id| {
         let api = SampleApi::start(&format!("vm-{id}"));
         let url = format!("http://{}", api.addr);
-        keep.lock().unwrap().push(api);
+        keep.lock().push(api);
         Some(url)
     });
     (fake, apis)

@@ -65,10 +65,11 @@
 //!   controller serves with the VMs that are ready and spills the rest to the function
 //!   tier; a failed adoption listing starts the gateway with no adopted VM.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use aws_sdk_ec2::Client;
@@ -289,8 +290,8 @@ impl Pool {
         v
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
-        self.instances.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Tracked>> {
+        self.instances.lock()
     }
 
     /// The client-token prefix of this run's launches.
@@ -666,7 +667,7 @@ impl Pool {
                 let id = inst.instance_id().unwrap_or("?");
                 tracing::error!(instance = %id, error = %reason, "EC2 instance address refused; the instance is not used");
                 let (count, last) = {
-                    let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut r = self.refused.lock();
                     r.0 += 1;
                     r.1 = id.to_owned();
                     r.clone()

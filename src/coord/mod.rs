@@ -51,9 +51,10 @@ pub mod memory;
 pub mod redis;
 pub mod store;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -336,15 +337,12 @@ impl Coordinator {
     /// Write `address` with every heartbeat from now on: other replicas then forward
     /// lookups of call ids carrying its tag to its URL.
     pub fn advertise(&self, address: CallAddress) {
-        *self.address.lock().unwrap_or_else(|p| p.into_inner()) = Some(address);
+        *self.address.lock() = Some(address);
     }
 
     /// What [`Self::advertise`] set, if anything.
     pub fn call_address(&self) -> Option<CallAddress> {
-        self.address
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.address.lock().clone()
     }
 
     /// The owner tags of live replicas this replica can forward lookups to (its own
@@ -415,8 +413,8 @@ impl Coordinator {
         self.refresh();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     fn snapshot(settings: &Settings, store: &'static str, i: &Inner) -> CoordStatus {
@@ -521,11 +519,7 @@ impl Coordinator {
                 sum_epoch: ended.saturating_sub(1),
                 live_window: self.settings.epoch * (self.settings.grace_epochs + 1),
                 counts_ttl: self.settings.epoch * 100,
-                address: self
-                    .address
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .clone(),
+                address: self.address.lock().clone(),
             }
         };
         match self.op("exchange", self.store.exchange(&report)).await {
