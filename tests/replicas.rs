@@ -153,6 +153,28 @@ fn assert_admissions_bounded(r: &Run, what: &str) {
     }
 }
 
+/// No replica sent a request to a VM that was gone: a follower routes to a registry VM
+/// until its next round, so a VM stopped as soon as the leader scaled it in failed
+/// their requests (connect refused, reset before an answer) — answered 502 once the
+/// retry budget or the single retry ran out.
+fn assert_no_request_met_a_stopped_vm(gws: &[Gateway], what: &str) {
+    for (i, g) in gws.iter().enumerate() {
+        let log = g.proc.log_text();
+        let met: Vec<&str> = log
+            .lines()
+            .filter(|l| {
+                l.contains("connect failed") || l.contains("upstream failed before answering")
+            })
+            .collect();
+        assert!(
+            met.is_empty(),
+            "{what}: replica {i} sent {} requests to a stopped VM: {:?}",
+            met.len(),
+            &met[..met.len().min(3)]
+        );
+    }
+}
+
 fn assert_all_ok(r: &Run, what: &str) {
     let bad: Vec<&Sent> = r.sent.iter().filter(|s| s.status != 200).collect();
     assert!(
@@ -184,6 +206,7 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
     let even = run(&refs, &[1.0, 1.0, 1.0], &load);
+    assert_no_request_met_a_stopped_vm(&gws, "1/3 each");
     drop(gws);
     reaper.reap();
     assert_all_ok(&even, "three replicas, 1/3 each");
@@ -196,6 +219,7 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
     let uneven = run(&refs, &[0.7, 0.2, 0.1], &load);
+    assert_no_request_met_a_stopped_vm(&gws, "70/20/10");
     drop(gws);
     reaper.reap();
     assert_all_ok(&uneven, "three replicas, 70/20/10");
@@ -474,8 +498,8 @@ fn a_paused_leader_steps_down_when_it_resumes_and_a_terminated_one_hands_over() 
 /// request answers 2xx, every replica reports local decisions within a few epochs, no
 /// VM is launched or stopped during the outage, shared mode and a leader are back within
 /// 2 epochs of the restart, and the outage's counts reach the store. Then Redis hung
-/// (SIGSTOP): request p99 no more than 10 % above the slower of two baselines (before
-/// and after).
+/// (SIGSTOP): every request answers and the median stays within 3 × the slower of two
+/// baselines (before and after; waiting on Redis would cost 10 ×).
 #[test]
 fn redis_down_then_back_and_hung_costs_no_request() {
     let _serial = serial();
@@ -550,32 +574,44 @@ fn redis_down_then_back_and_hung_costs_no_request() {
     }
     assert!(gaps.is_empty(), "epochs without three counts: {gaps:?}");
 
-    // Hung, not dead: p99 with Redis stopped against baselines just before and after
-    // (this machine's own noise sets their spread).
-    let p99 = |path: &str| {
+    // Hung, not dead: requests keep being served. A request path that waited on the
+    // store would take at least one store deadline (200 ms) on top of the 20 ms the
+    // sample API sleeps, ten times the baseline; so the median with Redis stopped is
+    // compared with the slower of two baselines (before, after) as a ratio bounded at 3:
+    // far from what the machine's load does to a median of hundreds of requests, far
+    // below what waiting on Redis would cost.
+    let median = |path: &str| {
         let l = Background::start(proxies.clone(), Arc::clone(&weights), 40.0, path);
         std::thread::sleep(Duration::from_secs(8));
         let r = l.finish();
         all_ok(&r, path);
         let mut d: Vec<Duration> = r.iter().map(|x| x.1).collect();
-        percentile(&mut d, 99.0)
+        (percentile(&mut d, 50.0), percentile(&mut d, 99.0), r.len())
     };
-    let before = p99("/sleep?ms=20");
+    let before = median("/sleep?ms=20");
     redis.signal("STOP");
-    let hung = p99("/sleep?ms=20");
+    let hung = median("/sleep?ms=20");
     redis.signal("CONT");
-    let after = p99("/sleep?ms=20");
+    let after = median("/sleep?ms=20");
     eprintln!(
         "Redis SIGKILL: local after {local:?}, back {back:?} after the restart, {} requests ok; \
-         SIGSTOP: p99 {before:?} before, {hung:?} hung, {after:?} after",
-        results.len()
+         SIGSTOP: median / p99 {:?} / {:?} before, {:?} / {:?} hung ({} requests ok), {:?} / {:?} after",
+        results.len(),
+        before.0,
+        before.1,
+        hung.0,
+        hung.1,
+        hung.2,
+        after.0,
+        after.1
     );
-    // One-sided: a hung store must not slow requests down (on a shared 2-core machine
-    // the p99 of two baselines differ by far more than 10 % either way).
-    let ratio = hung.as_secs_f64() / before.max(after).as_secs_f64();
+    let ratio = hung.0.as_secs_f64() / before.0.max(after.0).as_secs_f64();
     assert!(
-        ratio <= 1.1,
-        "p99 {hung:?} with Redis hung, {before:?} before and {after:?} after"
+        ratio <= 3.0,
+        "median {:?} with Redis hung, {:?} before and {:?} after",
+        hung.0,
+        before.0,
+        after.0
     );
 }
 
@@ -820,5 +856,144 @@ fn a_soak_with_the_leader_killed_every_twenty_seconds() {
     eprintln!(
         "soak {seconds} s: {kills} leader kills, terms {terms:?}, {} requests ok, targets {lo}..={hi} alone",
         results.len()
+    );
+}
+
+/// A replica's owner tag and advertised URL (`/status` `coordination.calls`).
+fn owner_tag_of(gw: &Gateway) -> (String, String) {
+    let s = try_status(gw.admin).expect("status");
+    let calls = &s["coordination"]["calls"];
+    (
+        calls["owner_tag"].as_str().expect("owner_tag").to_string(),
+        calls["url"].as_str().expect("url").to_string(),
+    )
+}
+
+/// Poll `path` through `via` until it answers `want`: 503 (the owner not in this
+/// replica's directory yet) only before the first other answer.
+fn poll_until(via: &Gateway, path: &str, want: impl Fn(u16, &[u8]) -> bool) -> (u16, Vec<u8>) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, _, body) = common::http(via.proxy, "GET", path, &[], b"");
+        if want(code, &body) {
+            return (code, body);
+        }
+        assert!(
+            code == 503 || code == 200,
+            "{path} through another replica: {code} {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert!(
+            Instant::now() < deadline,
+            "{path} never answered as wanted: last {code} {}",
+            String::from_utf8_lossy(&body)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Asynchronous calls across replicas: a call accepted by one replica carries its owner
+/// tag, its status and result are fetched through the other replicas (forwarded to the
+/// owner, never forwarded twice), and once the owner is gone a lookup elsewhere says so
+/// (503 with `Retry-After`) instead of answering "no such call".
+#[test]
+fn an_async_call_accepted_by_one_replica_is_fetched_through_another() {
+    let _serial = serial();
+    let functions = SampleApi::start("fn-shared");
+    let redis = Redis::start();
+    let cluster = "calls";
+    let _reaper = Reaper(cluster.into());
+    let routes = "routes:\n  - {name: api, path_prefix: /, async: prefer}\n";
+    let gws = replicas::start(
+        3,
+        &config(functions.addr, Some(&redis.url()), cluster, routes),
+    );
+    wait_one_leader(&gws.iter().collect::<Vec<_>>(), Duration::from_secs(10));
+    let tags: Vec<String> = gws
+        .iter()
+        .map(|g| {
+            let (tag, url) = owner_tag_of(g);
+            assert_eq!(url, format!("http://{}", g.proxy), "the bound listener");
+            tag
+        })
+        .collect();
+    // Every replica knows every owner once each has reported.
+    until(
+        "every owner known",
+        &admins(&gws),
+        Duration::from_secs(10),
+        |st| {
+            st.iter().all(|s| {
+                s.as_ref()
+                    .is_some_and(|s| s["coordination"]["calls"]["owners_known"] == 3)
+            })
+        },
+    );
+    assert!(
+        tags[0] != tags[1] && tags[1] != tags[2] && tags[0] != tags[2],
+        "{tags:?}"
+    );
+    let prefer = ("Prefer", "respond-async");
+    let mut locations = Vec::new();
+    for (i, gw) in gws.iter().enumerate() {
+        let payload = format!("call accepted by replica {i}");
+        let (code, h, _) = common::http(gw.proxy, "POST", "/echo", &[prefer], payload.as_bytes());
+        assert_eq!(code, 202, "replica {i}");
+        let location = common::header(&h, "location")
+            .expect("Location")
+            .to_string();
+        let id = location.rsplit('/').next().unwrap().to_string();
+        assert_eq!(id.len(), 32);
+        assert_eq!(&id[..8], tags[i], "the id carries its owner's tag");
+        locations.push((location, payload));
+    }
+    // Every call through every other replica: its status, then its result.
+    for (owner, (location, payload)) in locations.iter().enumerate() {
+        for via in (0..3).filter(|&v| v != owner) {
+            let (_, status) = poll_until(&gws[via], location, |code, body| {
+                code == 200
+                    && serde_json::from_slice::<Value>(body).is_ok_and(|v| v["state"] == "done")
+            });
+            let v: Value = serde_json::from_slice(&status).unwrap();
+            assert_eq!(v["attempts"], 1, "{v}");
+            let (code, _, body) = common::http(
+                gws[via].proxy,
+                "GET",
+                &format!("{location}/result"),
+                &[],
+                b"",
+            );
+            assert_eq!(code, 200, "result of {location} through replica {via}");
+            assert_eq!(String::from_utf8_lossy(&body), *payload);
+        }
+    }
+    // A forwarded lookup is answered where it arrives, never forwarded again.
+    let (first, _) = &locations[0];
+    let (code, _, _) = common::http(
+        gws[1].proxy,
+        "GET",
+        first,
+        &[("Spillway-Call-Lookup", &tags[2])],
+        b"",
+    );
+    assert_eq!(code, 404, "a forwarded lookup of another replica's call");
+    // An id no live replica carries: the owner is not live.
+    let unknown_tag = (0..u32::MAX)
+        .map(|t| format!("{t:08x}"))
+        .find(|t| !tags.contains(t))
+        .unwrap();
+    let unknown = format!("/_spillway/calls/{unknown_tag}{}", "1".repeat(24));
+    let (code, h, _) = common::http(gws[1].proxy, "GET", &unknown, &[], b"");
+    assert_eq!(code, 503, "an id whose owner is not live");
+    assert!(common::header(&h, "retry-after").is_some());
+    // The owner killed: once its heartbeat ages out the others say so.
+    gws[0].proc.signal("KILL");
+    let (code, _) = poll_until(&gws[2], first, |code, _| code == 503);
+    assert_eq!(code, 503);
+    let (code, h, body) = common::http(gws[2].proxy, "GET", first, &[], b"");
+    assert_eq!(code, 503, "{}", String::from_utf8_lossy(&body));
+    assert!(common::header(&h, "retry-after").is_some());
+    eprintln!(
+        "async calls across replicas: owner tags {tags:?}; every call fetched through both other replicas"
     );
 }

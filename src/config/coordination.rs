@@ -83,6 +83,12 @@ pub struct RedisCoordinationConfig {
     /// silent replica's share.
     #[serde(default = "default_grace_epochs")]
     pub grace_epochs: u32,
+    /// The URL other replicas reach this replica's proxy listener at
+    /// (`http://10.0.0.5:8080`), where they forward the status lookups of asynchronous
+    /// calls this replica accepted; absent: `http://` and the bound `gateway.listen`
+    /// address, which must then be a specific IP address (not `0.0.0.0` or `[::]`).
+    #[serde(default)]
+    pub advertise_url: Option<String>,
 }
 
 fn default_cluster() -> String {
@@ -151,6 +157,11 @@ impl CoordinationConfig {
                 format!("must be at least 1 and shorter than one epoch ({epoch_ms} ms), got {t}"),
             );
         }
+        if let Some(u) = &r.advertise_url
+            && let Some(p) = advertise_url_problem(u)
+        {
+            is.push("coordination.advertise_url", p);
+        }
         if r.grace_epochs == 0 || r.grace_epochs > 1000 {
             is.push(
                 "coordination.grace_epochs",
@@ -167,6 +178,31 @@ impl RedisCoordinationConfig {
             .map_or(epoch / 4, Duration::from_millis)
             .max(Duration::from_millis(1))
     }
+}
+
+/// What is wrong with an `advertise_url`, if anything: `http://HOST:PORT` with no path
+/// beyond `/` (the replicas talk plain HTTP on their private network).
+fn advertise_url_problem(url: &str) -> Option<String> {
+    let Ok(u) = url.parse::<http::Uri>() else {
+        return Some(format!("must be an http://HOST:PORT URL, got {url:?}"));
+    };
+    if u.scheme_str() != Some("http") {
+        return Some(format!(
+            "must be an http:// URL (the replicas' plain listener), got {url:?}"
+        ));
+    }
+    let Some(a) = u.authority() else {
+        return Some(format!("has no host, got {url:?}"));
+    };
+    if a.port_u16().is_none() || a.as_str().contains('@') {
+        return Some(format!(
+            "must name a host and port and no user, got {url:?}"
+        ));
+    }
+    if !matches!(u.path(), "" | "/") || u.query().is_some() {
+        return Some(format!("must have no path or query, got {url:?}"));
+    }
+    None
 }
 
 /// What is wrong with a Redis URL, if anything (scheme and host; the redis crate parses
@@ -258,15 +294,47 @@ mod tests {
     }
 
     #[test]
-    fn asynchronous_calls_on_local_disk_are_refused_with_coordination() {
+    fn asynchronous_routes_with_coordination_need_an_address_other_replicas_reach() {
         let routes = "routes:\n  - name: jobs\n    path_prefix: /jobs\n    async: prefer\n";
-        let text = check(&format!(
-            "{routes}coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n"
-        ));
-        assert!(text.contains("routes[0].async"), "{text}");
-        assert!(text.contains("another replica"), "{text}");
-        // Alone, asynchronous routes stay as they are.
+        let redis = "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n";
+        // Listening on every address: which one do the others use?
+        let every = "gateway:\n  listen: 0.0.0.0:8080\n";
+        let text = check(&format!("{every}{routes}{redis}"));
+        assert!(text.contains("coordination.advertise_url"), "{text}");
+        assert!(text.contains("0.0.0.0"), "{text}");
+        // A specific listen address, or an advertised URL: accepted.
+        let listen = "gateway:\n  listen: 10.0.0.5:8080\n";
+        assert_eq!(check(&format!("{listen}{routes}{redis}")), "");
+        assert_eq!(
+            check(&format!(
+                "{every}{routes}{redis}  advertise_url: http://10.0.0.5:8080\n"
+            )),
+            ""
+        );
+        assert_eq!(check(&format!("{every}{redis}")), "");
+        // Without asynchronous routes nothing is looked up across replicas.
+        assert_eq!(check(redis), "");
         assert_eq!(check(routes), "");
+    }
+
+    #[test]
+    fn advertise_url_forms() {
+        assert_eq!(advertise_url_problem("http://10.0.0.5:8080"), None);
+        assert_eq!(advertise_url_problem("http://gw-0.gw:8080/"), None);
+        for bad in [
+            "https://10.0.0.5:8443",
+            "http://10.0.0.5",
+            "http://u:p@10.0.0.5:8080",
+            "http://10.0.0.5:8080/api",
+            "10.0.0.5:8080",
+            "not a url",
+        ] {
+            assert!(advertise_url_problem(bad).is_some(), "{bad}");
+        }
+        let text = check(
+            "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n  advertise_url: https://x:1\n",
+        );
+        assert!(text.contains("coordination.advertise_url"), "{text}");
     }
 
     #[test]

@@ -1542,22 +1542,29 @@ impl Config {
         is.0
     }
 
-    /// What coordinated replicas cannot share yet: asynchronous calls stored on one
-    /// replica's disk (a result lookup through another replica would not find them).
+    /// Asynchronous calls across coordinated replicas: each call stays on the replica
+    /// that accepted it and the others forward its status lookups there
+    /// (`proxy::async_calls`), so that replica needs an address the others reach:
+    /// `coordination.advertise_url`, or a `gateway.listen` on a specific IP address.
     fn validate_replicas(&self, is: &mut Issues) {
-        if self.coordination.redis().is_none() {
+        let Some(r) = self.coordination.redis() else {
             return;
-        }
-        for (i, r) in self.routes.iter().enumerate() {
-            if r.async_mode != super::routes::AsyncMode::Off {
-                is.push(
-                    format!("routes[{i}].async"),
-                    "asynchronous calls are stored on this replica's disk (the state \
-                     directory): behind a load balancer a result lookup can reach another \
-                     replica, which does not have the call; with coordination asynchronous \
-                     routes are not supported yet (set `async: off`)",
-                );
-            }
+        };
+        let asynchronous = self
+            .routes
+            .iter()
+            .any(|route| route.async_mode != super::routes::AsyncMode::Off);
+        if asynchronous && r.advertise_url.is_none() && self.gateway.listen.ip().is_unspecified() {
+            is.push(
+                "coordination.advertise_url",
+                format!(
+                    "required with asynchronous routes while gateway.listen is {} (every \
+                     address): the other replicas forward the status lookups of this \
+                     replica's calls to this URL (http://HOST:PORT), or listen on a specific \
+                     IP address",
+                    self.gateway.listen
+                ),
+            );
         }
     }
 

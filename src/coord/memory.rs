@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::store::{Exchange, Intent, LeaderKey, Published, Report, Store, StoreError};
+use super::store::{
+    CallAddress, Exchange, Intent, LeaderKey, Published, Report, Store, StoreError,
+};
 use crate::backends::BoxFuture;
 
 /// How the in-memory store misbehaves.
@@ -33,6 +35,7 @@ struct Data {
     counts: BTreeMap<u64, BTreeMap<String, u64>>,
     last: BTreeMap<String, (u64, u64)>,
     heartbeats: BTreeMap<String, u64>,
+    addresses: BTreeMap<String, CallAddress>,
     published: Option<Published>,
     intents: Vec<Intent>,
     refused: u64,
@@ -164,6 +167,9 @@ impl Store for MemoryStore {
                 }
             }
             d.heartbeats.insert(report.replica.clone(), now);
+            if let Some(a) = &report.address {
+                d.addresses.insert(report.replica.clone(), a.clone());
+            }
             let window = report.live_window.as_millis() as u64;
             let live = d
                 .heartbeats
@@ -179,6 +185,7 @@ impl Store for MemoryStore {
                 live,
                 counts: d.counts.get(&report.sum_epoch).cloned().unwrap_or_default(),
                 last: d.last.clone(),
+                addresses: d.addresses.clone(),
             }
         })
     }

@@ -63,8 +63,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 pub use store::{
-    Exchange, Intent, LeaderKey, Published, PublishedDecision, RegistryVm, Report, Store,
-    StoreError,
+    CallAddress, Exchange, Intent, LeaderKey, Published, PublishedDecision, RegistryVm, Report,
+    Store, StoreError,
 };
 
 use crate::backends::BoxFuture;
@@ -177,6 +177,14 @@ pub trait Host: Send + Sync + 'static {
     fn last_decision(&self) -> Option<(u64, ScaleDecision)>;
 }
 
+/// Where a call id's owner is found (asynchronous calls across replicas): the
+/// coordinator's directory of live replicas, read without waiting on the store.
+pub trait CallDirectory: Send + Sync + 'static {
+    /// The base URL of the live replica whose call ids carry `tag`; `None` when no live
+    /// replica has written it (the owner is down, or has not reported yet).
+    fn call_owner(&self, tag: u32) -> Option<String>;
+}
+
 /// What the driver asks before every pool write (launch, terminate).
 pub trait PoolFence: Send + Sync + 'static {
     /// Record the intent of `op` (`launch` or `terminate`) on `vm` in the store, fenced
@@ -218,6 +226,11 @@ pub struct Coordinator {
     inner: Mutex<Inner>,
     status: ArcSwap<CoordStatus>,
     stop: Notify,
+    /// This replica's asynchronous-call address, written with every heartbeat.
+    address: Mutex<Option<CallAddress>>,
+    /// The live replicas' call addresses: owner tag → base URL (as of the last
+    /// exchange that answered).
+    directory: ArcSwap<BTreeMap<u32, String>>,
 }
 
 /// Where policy time zero lies on the store's clock: `(origin, base_epoch)` — the
@@ -316,7 +329,42 @@ impl Coordinator {
             inner: Mutex::new(inner),
             status,
             stop: Notify::new(),
+            address: Mutex::new(None),
+            directory: ArcSwap::from_pointee(BTreeMap::new()),
         })
+    }
+
+    /// Write `address` with every heartbeat from now on: other replicas then forward
+    /// lookups of call ids carrying its tag to its URL.
+    pub fn advertise(&self, address: CallAddress) {
+        *self.address.lock() = Some(address);
+    }
+
+    /// What [`Self::advertise`] set, if anything.
+    pub fn call_address(&self) -> Option<CallAddress> {
+        self.address.lock().clone()
+    }
+
+    /// The owner tags of live replicas this replica can forward lookups to (its own
+    /// included once it has reported).
+    pub fn call_owners(&self) -> usize {
+        self.directory.load().len()
+    }
+
+    /// The live replicas' call addresses of `x`: owner tag → URL (the latest
+    /// heartbeat wins when a restarted replica's old id is still live).
+    fn directory_of(x: &Exchange) -> BTreeMap<u32, String> {
+        let mut newest: BTreeMap<u32, (u64, String)> = BTreeMap::new();
+        for (replica, a) in &x.addresses {
+            let Some(&seen) = x.live.get(replica) else {
+                continue;
+            };
+            let e = newest.entry(a.tag).or_insert((seen, a.url.clone()));
+            if seen > e.0 {
+                *e = (seen, a.url.clone());
+            }
+        }
+        newest.into_iter().map(|(t, (_, url))| (t, url)).collect()
     }
 
     /// Put the core under shared inputs (aggregate counts, not the pool writer) and
@@ -328,6 +376,15 @@ impl Coordinator {
         });
         let me = Arc::clone(self);
         tokio::spawn(async move { me.run().await });
+    }
+
+    /// How long the leader keeps a scaled-in VM running after it left the registry:
+    /// two epochs and one store deadline. Followers route to a registry VM until their
+    /// next round reads the publication without it (at most one epoch and a deadline
+    /// after it); the second epoch lets their requests on it finish. Stopping it at
+    /// once would fail the followers' requests still sent to it.
+    pub fn scale_in_handoff(&self) -> Duration {
+        self.settings.epoch * 2 + self.settings.op_timeout
     }
 
     /// The latest snapshot for `/status`.
@@ -462,6 +519,7 @@ impl Coordinator {
                 sum_epoch: ended.saturating_sub(1),
                 live_window: self.settings.epoch * (self.settings.grace_epochs + 1),
                 counts_ttl: self.settings.epoch * 100,
+                address: self.address.lock().clone(),
             }
         };
         match self.op("exchange", self.store.exchange(&report)).await {
@@ -483,6 +541,7 @@ impl Coordinator {
                     i.leader = x.leader.as_ref().map(|k| k.replica.clone());
                     i.replicas = u32::try_from(x.live.len()).unwrap_or(u32::MAX).max(1);
                 }
+                self.directory.store(Arc::new(Self::directory_of(&x)));
                 self.on_exchange(ended, x).await;
             }
             Err(e) => self.on_store_down(&e, &fresh),
@@ -608,6 +667,7 @@ impl Coordinator {
             sum_epoch: ended,
             live_window: e * (self.settings.grace_epochs + 1),
             counts_ttl: e * 100,
+            address: None,
         };
         match self.op("exchange", self.store.exchange(&report)).await {
             Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
@@ -799,6 +859,12 @@ fn to_decision(d: &PublishedDecision) -> ScaleDecision {
         target_vms: d.target_vms,
         vm_reqs_rps: d.vm_reqs_rps.unwrap_or(f64::INFINITY),
         reason: reason_named(&d.reason),
+    }
+}
+
+impl CallDirectory for Coordinator {
+    fn call_owner(&self, tag: u32) -> Option<String> {
+        self.directory.load().get(&tag).cloned()
     }
 }
 

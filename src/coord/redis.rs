@@ -11,6 +11,7 @@
 //! | `counts:EPOCH` | hash replica → requests, expires | every replica | absolute counts: a retry writes the same value |
 //! | `last` | hash replica → `epoch:requests` | every replica | its latest count (imputation) |
 //! | `heartbeats` | sorted set replica → ms | every replica | live replicas |
+//! | `addresses` | hash replica → `TAG URL` | replicas with asynchronous calls | where a call id's owner tag is looked up (dropped with the heartbeat) |
 //! | `state` | string (JSON [`Published`]) | the leader, fenced | decision, EWMAs, shares, registry |
 //! | `intents` | list (JSON [`Intent`]), last 1000 | the leader, fenced | pool writes, recorded before they are made |
 //! | `refused` | integer | the scripts | fenced writes refused for an old term |
@@ -26,7 +27,9 @@ use std::time::Duration;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Client, Script};
 
-use super::store::{Exchange, Intent, LeaderKey, Published, Report, Store, StoreError};
+use super::store::{
+    CallAddress, Exchange, Intent, LeaderKey, Published, Report, Store, StoreError,
+};
 use crate::backends::BoxFuture;
 
 const EXCHANGE: &str = r"
@@ -34,12 +37,13 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local replica = ARGV[1]
 local window = tonumber(ARGV[2])
-local n = #KEYS - 6
+local n = #KEYS - 7
 for i = 1, n do
-  redis.call('HSET', KEYS[6 + i], replica, ARGV[3 + i])
-  redis.call('PEXPIRE', KEYS[6 + i], ARGV[3])
+  redis.call('HSET', KEYS[7 + i], replica, ARGV[3 + i])
+  redis.call('PEXPIRE', KEYS[7 + i], ARGV[3])
 end
 local last = ARGV[4 + n]
+local address = ARGV[5 + n]
 if last ~= '' then
   local old = redis.call('HGET', KEYS[2], replica)
   local new_epoch = tonumber(string.match(last, '^(%d+):'))
@@ -49,13 +53,23 @@ if last ~= '' then
 end
 redis.call('ZADD', KEYS[1], now, replica)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - 100 * window)
+if address ~= '' then
+  redis.call('HSET', KEYS[7], replica, address)
+end
+local addresses = redis.call('HGETALL', KEYS[7])
+for i = 1, #addresses, 2 do
+  if not redis.call('ZSCORE', KEYS[1], addresses[i]) then
+    redis.call('HDEL', KEYS[7], addresses[i])
+  end
+end
 local live = redis.call('ZRANGEBYSCORE', KEYS[1], now - window, '+inf', 'WITHSCORES')
 local leader = redis.call('GET', KEYS[3]) or ''
 local term = redis.call('GET', KEYS[4]) or '0'
 local state = redis.call('GET', KEYS[5]) or ''
 local counts = redis.call('HGETALL', KEYS[6])
 local lasts = redis.call('HGETALL', KEYS[2])
-return {tostring(now), leader, term, state, live, counts, lasts}
+addresses = redis.call('HGETALL', KEYS[7])
+return {tostring(now), leader, term, state, live, counts, lasts, addresses}
 ";
 
 const ACQUIRE: &str = r"
@@ -185,6 +199,7 @@ type ExchangeReply = (
     Vec<String>,
     Vec<String>,
     Vec<String>,
+    Vec<String>,
 );
 
 impl Store for RedisStore {
@@ -212,7 +227,8 @@ impl Store for RedisStore {
                 .key(self.key("leader"))
                 .key(self.key("term"))
                 .key(self.key("state"))
-                .key(self.key(&format!("counts:{}", report.sum_epoch)));
+                .key(self.key(&format!("counts:{}", report.sum_epoch)))
+                .key(self.key("addresses"));
             for (epoch, _) in &report.counts {
                 inv.key(self.key(&format!("counts:{epoch}")));
             }
@@ -228,8 +244,14 @@ impl Store for RedisStore {
                     .last()
                     .map_or(String::new(), |(e, n)| format!("{e}:{n}")),
             );
+            inv.arg(
+                report
+                    .address
+                    .as_ref()
+                    .map_or(String::new(), CallAddress::value),
+            );
             let mut c = self.conn.clone();
-            let (now, leader, term, state, live, counts, last): ExchangeReply =
+            let (now, leader, term, state, live, counts, last, addresses): ExchangeReply =
                 inv.invoke_async(&mut c).await.map_err(redis_err(OP))?;
             let state = if state.is_empty() {
                 None
@@ -258,6 +280,9 @@ impl Store for RedisStore {
                 })?
                 .into_iter()
                 .collect(),
+                addresses: pairs(OP, addresses, CallAddress::parse)?
+                    .into_iter()
+                    .collect(),
             })
         })
     }

@@ -54,6 +54,38 @@ pub struct Report {
     pub live_window: Duration,
     /// How long an epoch's counts are kept.
     pub counts_ttl: Duration,
+    /// Where other replicas reach this one's asynchronous calls ([`CallAddress`]),
+    /// when it accepts them; written with the heartbeat.
+    pub address: Option<CallAddress>,
+}
+
+/// Where a replica's asynchronous calls are looked up: the owner tag its call ids carry
+/// and the base URL of its proxy listener (`http://10.0.0.5:8080`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CallAddress {
+    /// The tag in the high 32 bits of every call id the replica accepts.
+    pub tag: u32,
+    /// The base URL other replicas forward a status lookup to.
+    pub url: String,
+}
+
+impl CallAddress {
+    /// The stored value: `TAG URL` (tag as 8 hexadecimal digits).
+    pub fn value(&self) -> String {
+        format!("{:08x} {}", self.tag, self.url)
+    }
+
+    /// Read a stored value `TAG URL`.
+    pub fn parse(value: &str) -> Option<Self> {
+        let (tag, url) = value.split_once(' ')?;
+        if tag.len() != 8 || url.is_empty() {
+            return None;
+        }
+        Some(CallAddress {
+            tag: u32::from_str_radix(tag, 16).ok()?,
+            url: url.to_string(),
+        })
+    }
 }
 
 /// The reply to a [`Report`].
@@ -73,6 +105,9 @@ pub struct Exchange {
     pub counts: BTreeMap<String, u64>,
     /// Every replica's latest count: `(epoch, requests)`.
     pub last: BTreeMap<String, (u64, u64)>,
+    /// The asynchronous-call addresses of the replicas that wrote one
+    /// ([`Report::address`]), by replica.
+    pub addresses: BTreeMap<String, CallAddress>,
 }
 
 /// The decision the leader published (LIBRA Alg. 1's output).
@@ -243,6 +278,19 @@ mod tests {
         assert_eq!(LeaderKey::parse(&k.value()), Some(k));
         assert_eq!(LeaderKey::parse("nope"), None);
         assert_eq!(LeaderKey::parse("a:x"), None);
+    }
+
+    #[test]
+    fn call_addresses_round_trip() {
+        let a = CallAddress {
+            tag: 0x00ab_12cd,
+            url: "http://10.0.0.5:8080".into(),
+        };
+        assert_eq!(a.value(), "00ab12cd http://10.0.0.5:8080");
+        assert_eq!(CallAddress::parse(&a.value()), Some(a));
+        assert_eq!(CallAddress::parse("ab12cd http://x"), None, "short tag");
+        assert_eq!(CallAddress::parse("0000000g http://x"), None, "not hex");
+        assert_eq!(CallAddress::parse("00ab12cd "), None, "no URL");
     }
 
     #[test]

@@ -537,3 +537,113 @@ fn published_reasons_map_back() {
     }
     assert_eq!(reason_named("?"), ScaleReason::Provision);
 }
+
+/// A slow store (every operation 100 ms, E/10, within the 250 ms deadline) changes
+/// nothing a user sees: one leader, every replica on its target. A store slower than
+/// the deadline (E/2 = 500 ms) is a store that does not answer: local decisions after
+/// the grace epochs, the pool frozen; shared again once it is fast.
+#[tokio::test(start_paused = true)]
+async fn a_slow_store_is_shared_within_the_deadline_and_local_beyond_it() {
+    let r = Replicas::start(3);
+    r.store.set_faults(Faults {
+        delay: Duration::from_millis(100),
+        ..Faults::default()
+    });
+    r.run(12, &[42, 12, 6]).await;
+    let roles = r.roles();
+    assert_eq!(
+        roles.iter().filter(|&&x| x == Role::Leader).count(),
+        1,
+        "{roles:?}"
+    );
+    assert!(!roles.contains(&Role::Local), "{roles:?}");
+    let leader = r.leader().unwrap();
+    let targets = r.targets();
+    assert!(targets.iter().all(|&t| t == targets[leader]), "{targets:?}");
+    assert!(targets[leader] >= 5, "60 req/s at r_max 10: {targets:?}");
+    assert!(r.coords.iter().all(|c| c.status().store_errors_total == 0));
+
+    let launched =
+        |r: &Replicas| -> usize { r.hosts.iter().map(|h| h.state.lock().launched.len()).sum() };
+    let before = launched(&r);
+    r.store.set_faults(Faults {
+        delay: Duration::from_millis(500),
+        ..Faults::default()
+    });
+    r.run(6, &[90, 90, 90]).await;
+    assert_eq!(r.roles(), vec![Role::Local; 3]);
+    assert_eq!(
+        launched(&r),
+        before,
+        "the pool is frozen while the store is slow"
+    );
+    r.store.set_faults(Faults::default());
+    r.run(3, &[90, 90, 90]).await;
+    let roles = r.roles();
+    assert!(!roles.contains(&Role::Local), "{roles:?}");
+    assert_eq!(roles.iter().filter(|&&x| x == Role::Leader).count(), 1);
+}
+
+/// A store restarted empty forgets the term counter; the replicas do not: the next
+/// leader's term is above every term they saw (fencing stays monotonic).
+#[tokio::test(start_paused = true)]
+async fn a_store_restarted_empty_grants_a_higher_term_than_any_seen() {
+    let r = Replicas::start(3);
+    r.run(6, &[20, 20, 20]).await;
+    let old = r.leader().unwrap();
+    r.coords[old].shutdown().await;
+    r.run(2, &[20, 20, 20]).await;
+    let seen = r
+        .coords
+        .iter()
+        .filter_map(|c| c.status().term)
+        .max()
+        .unwrap();
+    assert_eq!(seen, 2, "one hand-over");
+    r.store.wipe();
+    r.run(3, &[20, 20, 20]).await;
+    let leader = r.leader().expect("a leader after the wipe");
+    let term = r.coords[leader].status().term.unwrap();
+    assert!(term > seen, "term {term} after the wipe, {seen} before");
+    assert!(
+        r.store.intents().iter().all(|i| i.term > seen),
+        "no intent of an old term after the wipe: {:?}",
+        r.store.intents()
+    );
+}
+
+/// The asynchronous-call directory: each replica's tag and URL as it heartbeats, only
+/// the live ones; a cut-off replica's tag leaves once its heartbeat ages out.
+#[tokio::test(start_paused = true)]
+async fn the_call_directory_lists_the_live_replicas_tags() {
+    let r = Replicas::start(3);
+    for (i, c) in r.coords.iter().enumerate() {
+        c.advertise(CallAddress {
+            tag: 0x1000_0000 + i as u32,
+            url: format!("http://10.0.0.{i}:8080"),
+        });
+    }
+    r.run(3, &[5, 5, 5]).await;
+    for c in &r.coords {
+        for i in 0..3u32 {
+            assert_eq!(
+                c.call_owner(0x1000_0000 + i).as_deref(),
+                Some(format!("http://10.0.0.{i}:8080").as_str())
+            );
+        }
+        assert_eq!(c.call_owner(0x2000_0000), None);
+    }
+    r.store.set_faults(Faults {
+        cut: BTreeSet::from(["r2".to_string()]),
+        ..Faults::default()
+    });
+    // The live window is grace + 1 = 4 epochs.
+    r.run(6, &[5, 5, 5]).await;
+    assert_eq!(r.coords[0].call_owner(0x1000_0002), None, "r2 is not live");
+    assert!(r.coords[0].call_owner(0x1000_0001).is_some());
+    assert_eq!(
+        r.coords[2].call_owner(0x1000_0000).as_deref(),
+        Some("http://10.0.0.0:8080"),
+        "a cut-off replica keeps its last directory"
+    );
+}

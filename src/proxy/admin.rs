@@ -606,8 +606,12 @@ pub fn cost_metrics_text(b: &crate::policy::cost::Bill) -> String {
 /// {"type": "redis", "store": "redis", "replica": "gw-0-1", "role": "follower",
 ///  "term": 4, "leader": "gw-1-1", "share": 0.33, "replicas": 3, "epoch": 1764630000,
 ///  "missed_epochs": 0, "buffered_counts": 0, "last_store_error": null,
-///  "store_errors_total": 2, "refused_writes_total": 0}
+///  "store_errors_total": 2, "refused_writes_total": 0,
+///  "calls": {"owner_tag": "20a0e7ac", "url": "http://10.0.0.5:8080", "owners_known": 3}}
 /// ```
+///
+/// `calls` (with asynchronous routes): the owner tag this replica's call ids carry, the
+/// URL it advertises, and how many live replicas' tags it can forward lookups to.
 fn coordination_json(gw: &Gateway) -> Value {
     let Some(c) = gw.coordinator() else {
         return json!({"type": "none"});
@@ -615,6 +619,16 @@ fn coordination_json(gw: &Gateway) -> Value {
     let mut v = json!(*c.status());
     if let Value::Object(m) = &mut v {
         m.insert("type".into(), json!("redis"));
+        if let Some(a) = c.call_address() {
+            m.insert(
+                "calls".into(),
+                json!({
+                    "owner_tag": format!("{:08x}", a.tag),
+                    "url": a.url,
+                    "owners_known": c.call_owners(),
+                }),
+            );
+        }
     }
     v
 }

@@ -31,13 +31,25 @@
 //!   that upstreams can deduplicate: delivery is **at least once** — a call running when
 //!   the gateway is killed runs again after the restart.
 //!
+//! **Several replicas** (`coordination: {type: redis}`): a call is stored, run and
+//! answered by the replica that accepted it, behind a load balancer that may send its
+//! status lookup to any replica. Every call id a coordinated replica accepts carries its
+//! **owner tag** in the high 32 bits (8 hexadecimal digits, kept in
+//! `<state dir>/async/owner.tag`, so that a replica restarted on the same disk keeps
+//! answering its calls); the other 96 bits stay random. A replica that does not hold the
+//! call looks the tag up in the coordinator's directory (each replica writes its tag and
+//! `coordination.advertise_url` with its heartbeat) and forwards the `GET`/`HEAD` to
+//! that replica, marked `Spillway-Call-Lookup` so that it is answered there and never
+//! forwarded again. A tag no live replica carries is answered 503 with `Retry-After`
+//! (the owner is down; its calls run and answer when it is back on its disk).
+//!
 //! The traffic monitor counts an asynchronous call at **release**, not at accept: it
 //! loads the pool only when it runs, and counting a deferred burst at accept would make
 //! LIBRA scale the pool for load the delay queue has just moved out of the peak.
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -55,6 +67,7 @@ use super::error::ProxyError;
 use super::service::{self, ServiceSettings};
 use crate::config::delay::{AsyncConfig, CpuSignal};
 use crate::config::{AsyncMode, RouteConfig};
+use crate::coord::CallDirectory;
 use crate::net::body::{self, Body};
 use crate::net::headers;
 use crate::policy::Time;
@@ -64,6 +77,61 @@ use crate::policy::delay::CallId;
 
 /// Header carrying the call id to the upstream.
 pub const CALL_ID_HEADER: &str = "spillway-call-id";
+
+/// Header marking a status lookup one replica forwarded to the call's owner (its value:
+/// the forwarding replica's owner tag): answered from the local store, never forwarded
+/// again.
+pub const LOOKUP_HEADER: &str = "spillway-call-lookup";
+
+/// The owner-tag file in the store's directory.
+pub const OWNER_TAG_FILE: &str = "owner.tag";
+
+/// The owner tag of a call id (its high 32 bits), `None` for text that is not an id.
+pub fn owner_tag(id: &str) -> Option<u32> {
+    let id = id.parse::<CallId>().ok()?;
+    Some((id.0 >> 96) as u32)
+}
+
+/// The owner tag kept in `<dir>/owner.tag` (8 hexadecimal digits), created at random
+/// when absent, so that a replica restarted on the same store keeps its calls' tag.
+///
+/// # Errors
+/// The file cannot be read or created, or does not hold a tag (naming the file).
+pub fn load_or_create_owner_tag(dir: &std::path::Path) -> Result<u32, String> {
+    let path = dir.join(OWNER_TAG_FILE);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            let t = text.trim();
+            if t.len() != 8 {
+                return Err(format!(
+                    "{}: holds {t:?}, an owner tag is 8 hexadecimal digits",
+                    path.display()
+                ));
+            }
+            u32::from_str_radix(t, 16).map_err(|_| {
+                format!(
+                    "{}: holds {t:?}, an owner tag is 8 hexadecimal digits",
+                    path.display()
+                )
+            })
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let tag = rand::random::<u32>();
+            std::fs::write(&path, format!("{tag:08x}\n"))
+                .map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(tag)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
+    }
+}
+
+/// This replica's part in asynchronous calls across replicas.
+struct Replicas {
+    /// The owner tag of the ids it accepts.
+    tag: u32,
+    /// Where other tags' owners are.
+    directory: Arc<dyn CallDirectory>,
+}
 
 /// The gateway's asynchronous-call front end and release runner. See the
 /// [module docs](self).
@@ -86,6 +154,8 @@ pub struct AsyncCalls {
     last_vm_ticks: Mutex<Option<VmTicks>>,
     /// The `prometheus` signal (with `cpu_signal: prometheus`).
     prometheus: Option<Arc<PrometheusCpu>>,
+    /// Under coordination: the owner tag and the other replicas' directory.
+    replicas: OnceLock<Replicas>,
 }
 
 /// A status URL request or an asynchronous request, as [`AsyncCalls::classify`] sees it.
@@ -131,8 +201,25 @@ impl AsyncCalls {
                 .then(|| PrometheusCpu::new(&cfg.prometheus))
                 .flatten()
                 .map(Arc::new),
+            replicas: OnceLock::new(),
             cfg,
         })
+    }
+
+    /// Run as one of several coordinated replicas: accepted ids carry `tag`, lookups
+    /// of other tags go to their owner in `directory` (set once, before serving).
+    pub fn set_replicas(&self, tag: u32, directory: Arc<dyn CallDirectory>) {
+        let _ = self.replicas.set(Replicas { tag, directory });
+    }
+
+    /// A new call id: 128 random bits, or under coordination this replica's owner tag
+    /// and 96 random bits.
+    fn new_id(&self) -> CallId {
+        let random = rand::random::<u128>();
+        match self.replicas.get() {
+            Some(r) => CallId((u128::from(r.tag) << 96) | (random >> 32)),
+            None => CallId(random),
+        }
     }
 
     /// Start the background work: the purge of finished calls after
@@ -295,7 +382,7 @@ impl AsyncCalls {
             }
             Err(e) => return Err(ProxyError::BadRequestBody(e.to_string())),
         };
-        let id = CallId(rand::random::<u128>()).to_string();
+        let id = self.new_id().to_string();
         let mut sealed_headers = Vec::new();
         for name in SEALED_HEADERS {
             for v in parts.headers.get_all(name) {
@@ -434,7 +521,11 @@ impl AsyncCalls {
     ///
     /// # Errors
     /// 404 (unknown call, no result yet), 410 (result expired), 503 (store failure).
-    pub async fn status<B>(&self, req: &Request<B>) -> Result<Response<Body>, ProxyError> {
+    pub async fn status<B>(
+        &self,
+        gw: &Gateway,
+        req: &Request<B>,
+    ) -> Result<Response<Body>, ProxyError> {
         let rest = req
             .uri()
             .path()
@@ -463,6 +554,9 @@ impl AsyncCalls {
         .map_err(|e| self.unavailable(e.to_string()))?
         .map_err(|e| self.unavailable(e.to_string()))?;
         let (Some(rec), res) = found else {
+            if let Some(url) = self.owner_elsewhere(&id, req)? {
+                return self.forward_lookup(gw, &url, &id, req).await;
+            }
             return Err(ProxyError::CallNotFound);
         };
         if !want_result {
@@ -505,6 +599,75 @@ impl AsyncCalls {
             }
         }
         Ok(resp)
+    }
+
+    /// The base URL of the replica that owns call `id` when it is not this one and the
+    /// lookup was not forwarded already; `None`: answer here.
+    ///
+    /// # Errors
+    /// 503 when no live replica carries the id's tag.
+    fn owner_elsewhere<B>(&self, id: &str, req: &Request<B>) -> Result<Option<String>, ProxyError> {
+        let Some(r) = self.replicas.get() else {
+            return Ok(None);
+        };
+        let Some(tag) = owner_tag(id) else {
+            return Ok(None);
+        };
+        if tag == r.tag || req.headers().contains_key(LOOKUP_HEADER) {
+            return Ok(None);
+        }
+        match r.directory.call_owner(tag) {
+            Some(url) => Ok(Some(url)),
+            None => Err(self.unavailable(format!(
+                "the replica that accepted this call (owner tag {tag:08x}) is not live; \
+                 its calls answer when it is back"
+            ))),
+        }
+    }
+
+    /// Forward a status lookup of `id` to its owner at `url` and relay the answer.
+    ///
+    /// # Errors
+    /// 503 when the owner does not answer within `gateway.upstream_timeout_seconds`.
+    async fn forward_lookup<B>(
+        &self,
+        gw: &Gateway,
+        url: &str,
+        id: &str,
+        req: &Request<B>,
+    ) -> Result<Response<Body>, ProxyError> {
+        let base: http::Uri = url
+            .parse()
+            .map_err(|e| self.unavailable(format!("owner URL {url:?} of call {id}: {e}")))?;
+        let own = self.replicas.get().map_or(0, |r| r.tag);
+        let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
+        let mut out = Request::builder()
+            .method(req.method().clone())
+            .uri(target)
+            .header(LOOKUP_HEADER, format!("{own:08x}"));
+        for name in [header::HOST, header::ACCEPT] {
+            for v in req.headers().get_all(&name) {
+                out = out.header(name.clone(), v.clone());
+            }
+        }
+        let out = out
+            .body(body::empty())
+            .map_err(|e| self.unavailable(e.to_string()))?;
+        let timeout = self.settings.upstream_timeout;
+        match tokio::time::timeout(timeout, gw.client().forward(&base, out)).await {
+            Ok(Ok(resp)) => {
+                let (mut parts, incoming) = resp.into_parts();
+                headers::strip_hop_by_hop(&mut parts.headers, false);
+                tracing::debug!(call = %id, owner = %url, status = parts.status.as_u16(), "status lookup answered by the owner");
+                Ok(Response::from_parts(parts, body::boxed(incoming)))
+            }
+            Ok(Err(e)) => Err(self.unavailable(format!(
+                "the replica that accepted this call ({url}) did not answer: {e}"
+            ))),
+            Err(_) => Err(self.unavailable(format!(
+                "the replica that accepted this call ({url}) did not answer within {timeout:?}"
+            ))),
+        }
     }
 
     /// The path prefix of status URLs (`async.status_prefix`).

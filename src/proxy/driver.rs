@@ -940,7 +940,15 @@ impl Gateway {
             Action::Scaling(controller::Action::Drain { vm }) => {
                 tracing::info!(%vm, "draining VM")
             }
-            Action::Scaling(controller::Action::Stop { vm }) => self.terminate(vm, "stopping VM"),
+            Action::Scaling(controller::Action::Stop { vm }) => {
+                // Under coordination the followers route to this VM until their next
+                // round drops it from their tables: stop it only after that hand-off.
+                let handoff = self
+                    .coordinator
+                    .get()
+                    .map_or(Duration::ZERO, |c| c.scale_in_handoff());
+                self.terminate_after(vm, "stopping VM", handoff);
+            }
             Action::VmBootTimedOut { vm } => {
                 m::vm_failures("not_ready");
                 self.terminate(vm, "VM not ready before its boot deadline; terminating it");
@@ -995,6 +1003,14 @@ impl Gateway {
     /// Forget `vm`'s address; terminate its instance when it had one (a launch still in
     /// flight terminates its own instance when it sees the VM is gone).
     fn terminate(&self, vm: VmId, why: &'static str) {
+        self.terminate_after(vm, why, Duration::ZERO);
+    }
+
+    /// [`Self::terminate`], the instance stopped `handoff` later: the VM leaves this
+    /// replica's table (and the registry it publishes) at once, and the fenced intent
+    /// and the provider call come after the hand-off, so that the replicas still
+    /// routing to it have dropped it and finished their requests on it.
+    fn terminate_after(&self, vm: VmId, why: &'static str, handoff: Duration) {
         let (record, writer) = {
             let mut st = self.lock();
             (
@@ -1007,11 +1023,14 @@ impl Gateway {
             return;
         }
         let instance: Option<String> = record.and_then(|r| r.instance);
-        tracing::info!(%vm, instance = instance.as_deref().unwrap_or("-"), "{why}");
+        tracing::info!(%vm, instance = instance.as_deref().unwrap_or("-"), handoff_ms = handoff.as_millis() as u64, "{why}");
         if let Some(instance) = instance {
             let provider = Arc::clone(&self.vm_provider);
             let this = self.self_arc();
             tokio::spawn(async move {
+                if !handoff.is_zero() {
+                    tokio::time::sleep(handoff).await;
+                }
                 if !this.pool_write("terminate", vm, Some(&instance)).await {
                     return;
                 }

@@ -157,7 +157,7 @@ enum Store {
 fn open_store(
     dir: Option<&std::path::Path>,
     cfg: &crate::config::delay::AsyncConfig,
-) -> Result<(RedbStore, Sealer), ServeError> {
+) -> Result<(RedbStore, Sealer, u32), ServeError> {
     let state = crate::state_dir::from_env(dir)?;
     let store_dir = state.join("async");
     crate::state_dir::create(&store_dir).map_err(|e| {
@@ -184,7 +184,16 @@ fn open_store(
     })?;
     let sealer =
         Sealer::load_or_create(&store_dir).map_err(|e| ServeError::AsyncStore(e.to_string()))?;
-    Ok((store, sealer))
+    let tag =
+        super::async_calls::load_or_create_owner_tag(&store_dir).map_err(ServeError::AsyncStore)?;
+    Ok((store, sealer, tag))
+}
+
+/// The bound address of `listener` (its configured one when it cannot say).
+fn proxy_addr_of(listener: &TcpListener) -> SocketAddr {
+    listener
+        .local_addr()
+        .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -458,11 +467,11 @@ impl Server {
             }
         }
         if config.async_enabled() {
-            let (store, sealer): (Arc<dyn CallStore>, _) = match store {
-                Store::Given(s) => (s, Sealer::ephemeral()),
+            let (store, sealer, tag): (Arc<dyn CallStore>, _, _) = match store {
+                Store::Given(s) => (s, Sealer::ephemeral(), rand::random::<u32>()),
                 Store::In(dir) => {
-                    let (s, sealer) = open_store(dir.as_deref(), &config.async_calls)?;
-                    (Arc::new(s), sealer)
+                    let (s, sealer, tag) = open_store(dir.as_deref(), &config.async_calls)?;
+                    (Arc::new(s), sealer, tag)
                 }
             };
             let a = AsyncCalls::new(
@@ -473,6 +482,17 @@ impl Server {
                 Arc::new(ServiceSettings::from_config(&config)),
                 config.slots_per_vm(),
             );
+            if let (Some(c), Some(r)) = (gateway.coordinator(), config.coordination.redis()) {
+                // Calls across replicas: ids carry this replica's tag, the others forward
+                // their lookups to this address.
+                let url = r
+                    .advertise_url
+                    .clone()
+                    .unwrap_or_else(|| format!("http://{}", proxy_addr_of(&proxy)));
+                tracing::info!(owner_tag = %format!("{tag:08x}"), %url, "asynchronous calls looked up across replicas");
+                c.advertise(crate::coord::CallAddress { tag, url });
+                a.set_replicas(tag, Arc::clone(c) as Arc<dyn crate::coord::CallDirectory>);
+            }
             gateway.set_async_calls(Arc::clone(&a));
             gateway.start().await?;
             a.start(&gateway);

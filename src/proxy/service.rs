@@ -281,7 +281,7 @@ async fn dispatch(
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
         let answered = match a.classify(&req) {
-            Kind::Status => a.status(&req).await,
+            Kind::Status => a.status(gw, &req).await,
             Kind::Async => a.accept(gw, req, peer, scheme).await,
             Kind::Sync => return dispatch_sync(gw, settings, req, peer, scheme).await,
         };
