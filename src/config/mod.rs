@@ -17,6 +17,7 @@
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of this module.
 
+mod aws_warnings;
 pub mod coordination;
 mod de;
 pub mod delay;
@@ -29,6 +30,7 @@ pub mod sim;
 mod yaml;
 mod zones;
 
+pub use aws_warnings::{TAG_CIDR_MIN_PREFIX_V4, TAG_CIDR_MIN_PREFIX_V6};
 pub use lambda::*;
 pub use overrides::with_override;
 pub use queue::*;
@@ -249,6 +251,7 @@ impl Config {
 /// (`file:line:column: warning: path: message`) and still exits 0; `serve` logs them.
 pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
     let mut out = delay::warnings(config);
+    out.extend(aws_warnings::warnings(config));
     if let Some(places) = text
         .and_then(|t| yaml::parse(t).ok())
         .map(|t| t.locations())
