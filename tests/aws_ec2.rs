@@ -1615,3 +1615,49 @@ fn a_stray_instance_is_terminated_after_the_grace_period_with_an_alarm() {
         "another gateway's"
     );
 }
+
+/// `spillway check` warns, with the place in the file, about an allow-list that lets
+/// an instance's tag name nearly any address and about plain `http://` to an AWS
+/// endpoint off loopback — and still accepts the file (exit 0).
+#[test]
+fn check_warns_on_arbitrary_tag_addresses_and_plain_http_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("risky.yaml");
+    let yaml = ec2_config("  r_max_rps: 10", "http://10.1.2.3:4566", "cfg", "")
+        .replace("[127.0.0.0/8]", "[127.0.0.0/8, 0.0.0.0/0]");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "warnings, not errors: {stderr}");
+    let line_of = |needle: &str| 1 + yaml.lines().position(|l| l.contains(needle)).unwrap();
+    let file = path.display().to_string();
+    let endpoint = format!("{file}:{}:", line_of("endpoint_url: http://10.1.2.3:4566"));
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&endpoint)
+            && l.contains("warning: vm_pool.endpoint_url: plain http://")),
+        "{stderr}"
+    );
+    let cidrs = format!("{file}:{}:", line_of("tag_address_allowed_cidrs"));
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&cidrs)
+            && l.contains(
+                "warning: vm_pool.tag_address_allowed_cidrs[1]: 0.0.0.0/0 is wider than a /8"
+            )),
+        "{stderr}"
+    );
+    // Loopback endpoints and narrow lists (the other tests' configs) are not warned about.
+    std::fs::write(
+        &path,
+        ec2_config("  r_max_rps: 10", "http://127.0.0.1:1", "cfg", ""),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning:"), "{stderr}");
+}
