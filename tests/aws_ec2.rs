@@ -1661,3 +1661,38 @@ fn check_warns_on_arbitrary_tag_addresses_and_plain_http_endpoints() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!stderr.contains("warning:"), "{stderr}");
 }
+
+/// Without `gateway_id`, the pool's writer id is the `pool_name` (never the host
+/// name), and instances an earlier version tagged with the host name (its default
+/// id) are adopted too: an upgraded gateway keeps its pool instead of doubling it.
+#[test]
+fn without_a_gateway_id_the_pool_name_is_the_id_and_the_host_name_is_adopted() {
+    let (fake, apis) = fake_with_apis();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("a Linux host name")
+        .trim()
+        .to_string();
+    let api = SampleApi::start("vm-earlier-version");
+    let url = format!("http://{}", api.addr);
+    apis.lock().unwrap().push(api);
+    let earlier = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "noid"),
+            ("spillway:gateway", &host),
+            (UPSTREAM_TAG, &url),
+        ],
+    );
+    let gw = start(&ec2_config(
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 2\n  max_vms: 2\n  cip_rps: 0",
+        &fake.endpoint(),
+        "noid",
+        "",
+    ));
+    gw.wait_status("the earlier instance adopted and one launched", LONG, |s| {
+        ready(s) == 2 && status_instances(s).contains(&earlier)
+    });
+    let runs = fake.calls("RunInstances");
+    assert_eq!(runs.len(), 1, "one launch beside the adopted instance");
+    assert_eq!(tag_of(&runs[0], "spillway:gateway"), "noid");
+}

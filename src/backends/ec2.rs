@@ -267,6 +267,9 @@ struct Pool {
     strays: Mutex<HashMap<String, Instant>>,
     /// `vm_pool.stray_grace_seconds`.
     stray_grace: Duration,
+    /// Without `vm_pool.gateway_id`: the host name, the default id of earlier versions,
+    /// whose instances are this gateway's too (an upgrade keeps its pool).
+    legacy_id: Option<String>,
 }
 
 /// The pool's writer id: `vm_pool.gateway_id`, else (under coordination the config
@@ -276,6 +279,18 @@ pub fn effective_gateway_id(cfg: &Ec2VmPoolConfig) -> String {
     cfg.gateway_id
         .clone()
         .unwrap_or_else(|| cfg.pool_name.clone())
+}
+
+/// The host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`), the default
+/// `gateway_id` of earlier versions: without `vm_pool.gateway_id`, instances tagged with
+/// it are adopted like this gateway's own, so an upgraded gateway keeps the pool its
+/// previous version launched.
+pub fn legacy_gateway_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|h| h.trim().chars().take(128).collect::<String>())
+        .filter(|h| !h.is_empty())
 }
 
 impl Ec2VmPool {
@@ -336,6 +351,11 @@ impl Ec2VmPool {
                 gone: Mutex::new(HashSet::new()),
                 strays: Mutex::new(HashMap::new()),
                 stray_grace: super::secs(cfg.stray_grace_seconds),
+                legacy_id: if cfg.gateway_id.is_none() {
+                    legacy_gateway_id()
+                } else {
+                    None
+                },
             }),
         })
     }
@@ -805,12 +825,15 @@ impl Pool {
     }
 
     /// Which gateway an instance of the pool belongs to: `Ok(())` this one (its id, an
-    /// id in `adopt_gateway_ids`, or no id tag), `Err(other id)` another.
+    /// id in `adopt_gateway_ids`, the host name when no `gateway_id` is set
+    /// ([`legacy_gateway_id`]), or no id tag), `Err(other id)` another.
     fn owner(&self, inst: &Instance) -> Result<(), String> {
         match tag_value(inst, EC2_GATEWAY_TAG_KEY) {
             None => Ok(()),
             Some(g)
-                if g == self.gateway_id || self.cfg.adopt_gateway_ids.iter().any(|a| a == g) =>
+                if g == self.gateway_id
+                    || self.cfg.adopt_gateway_ids.iter().any(|a| a == g)
+                    || self.legacy_id.as_deref() == Some(g) =>
             {
                 Ok(())
             }
