@@ -17,6 +17,8 @@
 
 mod aws_common;
 mod common;
+#[path = "common/replicas.rs"]
+mod replicas;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
@@ -1695,4 +1697,48 @@ fn without_a_gateway_id_the_pool_name_is_the_id_and_the_host_name_is_adopted() {
     let runs = fake.calls("RunInstances");
     assert_eq!(runs.len(), 1, "one launch beside the adopted instance");
     assert_eq!(tag_of(&runs[0], "spillway:gateway"), "noid");
+}
+
+/// A pool shared by coordinated replicas: an instance of the pool's id (the cluster
+/// name) that no replica has as a VM — an earlier leader's launch that got ready after
+/// that leader stopped — is adopted by the leader once healthy, not left running
+/// untracked (the stray rule does not apply: the replicas share the id).
+#[test]
+fn the_leader_adopts_an_earlier_leaders_late_instance() {
+    let redis = replicas::Redis::start();
+    let (fake, apis) = fake_with_apis();
+    let yaml = ec2_config(
+        "  epoch_seconds: 0.5\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 2\n  cip_rps: 0",
+        &fake.endpoint(),
+        "shared",
+        "  audit_interval_seconds: 0.3",
+    ) + &format!(
+        "coordination:\n  type: redis\n  url: {}\n  cluster: c-ec2\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n",
+        redis.url()
+    );
+    let gw = start(&yaml);
+    gw.wait_status("this replica leads", LONG, |s| {
+        replicas::role(s) == "leader"
+    });
+    let api = SampleApi::start("vm-earlier-leader");
+    let url = format!("http://{}", api.addr);
+    apis.lock().unwrap().push(api);
+    let late = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "shared"),
+            ("spillway:gateway", "c-ec2"),
+            (UPSTREAM_TAG, &url),
+        ],
+    );
+    gw.wait_status("the late instance adopted", LONG, |s| {
+        ready(s) == 1 && status_instances(s) == [late.clone()]
+    });
+    let s = gw.status();
+    let conditions = &s["vm_pool"]["errors"]["conditions"];
+    assert!(
+        conditions.get("stray_instances").is_none() && conditions.get("pool_writers").is_none(),
+        "{s:#}"
+    );
+    assert!(fake.calls("TerminateInstances").is_empty());
 }

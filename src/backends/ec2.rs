@@ -74,7 +74,10 @@
 //!     and resolving it fails.
 //!
 //!   Under coordination (`shared`) the replicas share one id: no `pool_writers` alarm
-//!   and no stray termination.
+//!   and no stray termination; a running, healthy instance this replica does not track
+//!   is offered to the driver ([`PoolChanges::unclaimed`]), and the leader adopts it
+//!   unless one of its VMs (its own, or the registry's) is that instance — a launch of
+//!   an earlier leader that got ready after that leader stopped is not lost.
 //! * **Shutdown**: `on_shutdown: keep` (default) leaves the pool's VMs for the next run to
 //!   adopt (instances being terminated are still terminated); `terminate` terminates
 //!   every instance this run launched or adopted.
@@ -1135,6 +1138,7 @@ impl Pool {
         let mut twins: Vec<String> = Vec::new();
         let mut recovered: Vec<Instance> = Vec::new();
         let mut strays_seen: Vec<String> = Vec::new();
+        let mut unclaimed: Vec<Instance> = Vec::new();
         let mut gone: Vec<String> = Vec::new();
         let visible: HashSet<String> = found
             .iter()
@@ -1203,8 +1207,14 @@ impl Pool {
                                         .is_some_and(|t| t.secs() > self.started_unix);
                                     let own_id = tag_value(inst, EC2_GATEWAY_TAG_KEY)
                                         == Some(&self.gateway_id);
-                                    if self.shared || ours {
-                                        // Another replica's, or already being handled.
+                                    if ours {
+                                        // Already being handled.
+                                    } else if self.shared {
+                                        // Another replica's; the leader adopts it when
+                                        // no VM stands for it.
+                                        if state == InstanceStateName::Running {
+                                            unclaimed.push(inst.clone());
+                                        }
                                     } else if own_id && after_start && up {
                                         twins.push(id.to_owned());
                                     } else {
@@ -1249,6 +1259,7 @@ impl Pool {
         }
         to_terminate.extend(self.note_strays(&strays_seen, now));
         self.adopt_recovered(recovered).await;
+        self.offer_unclaimed(unclaimed).await;
         // Terminations EC2 never confirmed and that it no longer lists are forgotten.
         {
             let mut map = self.lock();
@@ -1347,6 +1358,27 @@ impl Pool {
             detail,
         );
         due
+    }
+
+    /// A shared pool's running instances that this replica does not track: those whose
+    /// address passes the policy and that answer one health probe are offered to the
+    /// driver ([`PoolChanges::unclaimed`]), which adopts them on the leader only (a
+    /// follower's driver already has the leader's VMs from the registry).
+    async fn offer_unclaimed(&self, unclaimed: Vec<Instance>) {
+        for inst in unclaimed {
+            let Some(id) = inst.instance_id().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(Some(base)) = self.address(&inst) else {
+                continue;
+            };
+            if self.http.probe(&base, &self.cfg.health_path).await {
+                let mut changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+                if !changes.unclaimed.iter().any(|(queued, _)| *queued == id) {
+                    changes.unclaimed.push((id, base));
+                }
+            }
+        }
     }
 
     /// Instances of launches this run gave up on (outcome unknown) that turned up
@@ -1534,6 +1566,16 @@ impl VmProvider for Ec2VmPool {
 
     fn take_pool_changes(&self) -> PoolChanges {
         std::mem::take(&mut *self.pool.changes.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    fn track(&self, instance: &str, base: &Uri) {
+        self.pool.lock().insert(
+            instance.to_owned(),
+            Tracked {
+                base: Some(base.clone()),
+                ..Tracked::default()
+            },
+        );
     }
 
     fn errors(&self) -> ProviderErrorStats {

@@ -126,12 +126,18 @@ pub struct PoolChanges {
     /// `stopping`, `stopped`, or no longer listed): their VMs leave the pool whatever
     /// still answers at their old address.
     pub gone: Vec<String>,
+    /// Instances of a pool shared by coordinated replicas that no VM of this replica
+    /// stands for and that are running and healthy, as `(instance, base URL)`: a launch
+    /// of an earlier leader that became ready after it stopped. The replica that may
+    /// write the pool (the leader) adopts them as ready VMs and hands them back with
+    /// [`VmProvider::track`]; the others ignore them.
+    pub unclaimed: Vec<(String, Uri)>,
 }
 
 impl PoolChanges {
     /// Nothing to do.
     pub fn is_empty(&self) -> bool {
-        self.adopted.is_empty() && self.gone.is_empty()
+        self.adopted.is_empty() && self.gone.is_empty() && self.unclaimed.is_empty()
     }
 }
 
@@ -174,6 +180,12 @@ pub trait VmProvider: Send + Sync + 'static {
     /// The driver takes them on every health-check tick. Default: nothing.
     fn take_pool_changes(&self) -> PoolChanges {
         PoolChanges::default()
+    }
+
+    /// The driver adopted `instance` (at `base`) from [`PoolChanges::unclaimed`]: the
+    /// provider manages it from now on (terminate, shutdown). Default: nothing.
+    fn track(&self, instance: &str, base: &Uri) {
+        let _ = (instance, base);
     }
 
     /// API errors so far, for `/status` (`vm_pool.errors`). Local providers have none.

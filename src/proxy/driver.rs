@@ -738,14 +738,44 @@ impl Gateway {
         if changes.is_empty() {
             return;
         }
+        let claimed: Vec<(String, Uri)> = self.with_core_state(|st, now| {
+            // A shared pool's unclaimed instance (an earlier leader's late launch) is
+            // adopted only by the replica that writes the pool.
+            if changes.unclaimed.is_empty() || !st.core.controller().is_pool_writer() {
+                return Vec::new();
+            }
+            let mut known: std::collections::HashSet<String> =
+                st.records.values().filter_map(|r| r.instance.clone()).collect();
+            let mut claimed = Vec::new();
+            for (instance, base) in &changes.unclaimed {
+                if !known.insert(instance.clone()) {
+                    continue;
+                }
+                let vm = st.core.adopt_ready_vm(now);
+                tracing::info!(%vm, %instance, %base, "adopted VM (launched by an earlier leader, found by the pool audit)");
+                st.records.insert(
+                    vm,
+                    VmRecord {
+                        instance: Some(instance.clone()),
+                        base: Some(base.clone()),
+                        foreign: false,
+                    },
+                );
+                claimed.push((instance.clone(), base.clone()));
+            }
+            claimed
+        });
+        for (instance, base) in &claimed {
+            self.vm_provider.track(instance, base);
+        }
         let dead: Vec<VmId> = self.with_core_state(|st, now| {
-            let known: std::collections::HashSet<String> = st
+            let mut known: std::collections::HashSet<String> = st
                 .records
                 .values()
                 .filter_map(|r| r.instance.clone())
                 .collect();
             for (instance, base) in changes.adopted {
-                if known.contains(&instance) {
+                if !known.insert(instance.clone()) {
                     continue;
                 }
                 let vm = st.core.adopt_ready_vm(now);
