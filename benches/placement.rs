@@ -4,11 +4,14 @@
 //! holds 100 idle pre-warmed instances, so each call is a warm start that keeps the
 //! state steady; one call in ten comes from no edge zone (the cloud).
 
+// `criterion_group!` defines an undocumented `pub fn`; a bench is not an API.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use spillway::policy::functions::FunctionPoolParams;
+use spillway::policy::functions::{FunctionPoolParams, WarmOrder};
 use spillway::policy::placement::{
     Placement, PlacementParams, PlacementPolicy, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
     ZoneSet,
@@ -30,6 +33,7 @@ fn placement(policy: PlacementPolicy) -> Placement {
             keep_alive: Duration::from_secs(30),
             max_instances: Some(100),
             prewarmed: 100,
+            warm_order: WarmOrder::Newest,
         }),
     };
     let mut p = Placement::new(PlacementParams {

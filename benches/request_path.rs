@@ -8,6 +8,9 @@
 //! regressions (the socket numbers come from `scripts/bench-proxy.sh`). The binary's
 //! allocator (jemalloc) is used here too.
 
+// `criterion_group!` defines an undocumented `pub fn`; a bench is not an API.
+#![allow(missing_docs)]
+
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -36,6 +39,7 @@ fn cpu_now() -> Duration {
             tv_nsec: 0,
         };
         // SAFETY: clock_gettime writes the timespec it is given and nothing else.
+        #[allow(unsafe_code)]
         let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut t) };
         assert_eq!(rc, 0, "CLOCK_THREAD_CPUTIME_ID is available on Linux");
         Duration::new(t.tv_sec as u64, t.tv_nsec as u32)

@@ -3,6 +3,9 @@
 //! `on_vm_request_finished`, with 8 ready VMs. This is the policy work on the gateway's
 //! hot path, without locking or I/O.
 
+// `criterion_group!` defines an undocumented `pub fn`; a bench is not an API.
+#![allow(missing_docs)]
+
 use std::hint::black_box;
 use std::time::Duration;
 

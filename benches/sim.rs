@@ -5,6 +5,9 @@
 //! requests; `scripts/fetch-traces.sh` puts it there) with `config/sim/libra-paper.yaml`,
 //! else a synthetic WITS-like trace of the same shape (and says so).
 
+// `criterion_group!` defines an undocumented `pub fn`; a bench is not an API.
+#![allow(missing_docs)]
+
 use std::path::Path;
 use std::time::Duration;
 

@@ -116,12 +116,15 @@ def check_references(docs):
         problem(where, "selector does not match the pod template's labels")
     container = pod["spec"]["containers"][0]
     ports = {p["name"]: p["containerPort"] for p in container.get("ports", [])}
-    for probe in ("readinessProbe", "livenessProbe"):
+    # Readiness is /readyz (503 while the gateway cannot serve), liveness /livez (the
+    # process works): a liveness probe on readiness would restart a gateway that only
+    # waits for its VMs.
+    for probe, path in (("readinessProbe", "/readyz"), ("livenessProbe", "/livez")):
         get = container.get(probe, {}).get("httpGet")
         if not get:
             problem(where, f"no {probe} httpGet")
-        elif get["port"] not in ports or get["path"] != "/healthz" or ports[get["port"]] != ports.get("admin"):
-            problem(where, f"{probe} must get /healthz on the admin port")
+        elif get["port"] not in ports or get["path"] != path or ports[get["port"]] != ports.get("admin"):
+            problem(where, f"{probe} must get {path} on the admin port")
     # The coordination store's own Deployment and Service (redis.yaml) are checked
     # apart: every other Service must select the gateway's pods.
     redis_pods = [d for d in by_kind.get("Deployment", []) + by_kind.get("StatefulSet", [])[1:]

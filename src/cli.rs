@@ -25,7 +25,10 @@ use crate::build_info;
     long_about = None
 )]
 pub struct Cli {
-    /// Log lines on standard error as `text` (default) or `json` (one object a line).
+    /// Log lines on standard error as `text` (default) or `json` (one object a line);
+    /// fatal start-up errors too. Credentials in log lines are replaced by `***`.
+    /// A request's lines carry its `request_id` (text: `request{request_id=…}:` before
+    /// the target; JSON: in `span`).
     #[arg(long, global = true, value_enum, env = "SPILLWAY_LOG_FORMAT", default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
     /// What to do.
@@ -36,9 +39,13 @@ pub struct Cli {
 /// `--log-format` values.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum LogFormat {
-    /// Human-readable lines (`2025-01-01T00:00:00Z INFO spillway: …`).
+    /// Human-readable lines: `2025-01-01T00:00:00.000000Z  INFO spillway: message
+    /// key=value …` (a request's: `WARN request{request_id=…}: spillway::proxy::service:
+    /// request failed status=502 …`).
     Text,
-    /// One JSON object a line (`{"timestamp":…,"level":"INFO","fields":{…},"target":…}`).
+    /// One JSON object a line: `{"timestamp":…,"level":"INFO","message":…, the event's
+    /// fields…, "target":…}`, and for a request's lines `"span":{"request_id":…,
+    /// "name":"request"}` and `"spans":[…]`.
     Json,
 }
 

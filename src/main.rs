@@ -23,13 +23,14 @@ static GLOBAL: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 /// rather than `MADV_FREE`, which leaves it counted until memory runs short), so that
 /// RSS comes back down after many connections close even when the gateway is idle.
 #[cfg(all(unix, not(target_env = "musl")))]
-#[allow(non_upper_case_globals)]
+#[allow(non_upper_case_globals, unsafe_code)]
 #[unsafe(export_name = "_rjem_malloc_conf")]
 pub static _rjem_malloc_conf: &[u8; 60] =
     b"background_thread:true,dirty_decay_ms:5000,muzzy_decay_ms:0\0";
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let log_format = cli.log_format;
     // `serve` sets up logging once its config is read (the access-log switch is there).
     match &cli.command {
         Command::Serve { .. } => {}
@@ -39,7 +40,7 @@ fn main() -> ExitCode {
     match run(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {}", render(&e));
+            fatal(log_format, &render(&e));
             ExitCode::FAILURE
         }
     }
@@ -57,6 +58,39 @@ fn render(e: &anyhow::Error) -> String {
         }
     }
     out
+}
+
+/// A fatal error on standard error, credentials redacted ([`spillway::redact`]): as
+/// `error: TEXT` in the text format, as one JSON log object (`level: ERROR`, the text in
+/// `message`) with `--log-format json`, so that a log collector reading JSON lines
+/// sees why the process stopped.
+fn fatal(format: LogFormat, text: &str) {
+    let text = spillway::redact::redact(text);
+    match format {
+        LogFormat::Text => eprintln!("error: {text}"),
+        LogFormat::Json => fatal_json(&text),
+    }
+}
+
+/// A problem with the user's input (a config file) as it is (it names file:line:column),
+/// or as one JSON log object with `--log-format json`.
+fn input_error(format: LogFormat, text: &str) {
+    let text = spillway::redact::redact(text);
+    match format {
+        LogFormat::Text => eprintln!("{text}"),
+        LogFormat::Json => fatal_json(&text),
+    }
+}
+
+/// One ERROR event in the JSON log format, whether or not logging is set up yet (a
+/// config error comes before `serve` sets it up).
+fn fatal_json(text: &str) {
+    let subscriber = tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(spillway::redact::RedactingStderr)
+        .finish();
+    tracing::subscriber::with_default(subscriber, || tracing::error!("{text}"));
 }
 
 /// Log to standard error at `default` level (unless `RUST_LOG` says otherwise), as text
@@ -82,9 +116,11 @@ fn init_tracing(default: &str, format: LogFormat, access_log: bool) {
                 .expect("a valid directive"),
         );
     }
+    // Every line through the one redaction (`spillway::redact`): no credential from a
+    // URL, a header or a provider's error reaches the log.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(spillway::redact::RedactingStderr);
     match format {
         LogFormat::Json => builder.json().flatten_event(true).init(),
         LogFormat::Text => builder
@@ -101,10 +137,14 @@ fn report(result: Result<ExitCode, spillway::sim::SimError>) -> ExitCode {
     })
 }
 
-/// A config problem is the user's input: printed as it is, exit 1.
-fn config_or_exit(result: Result<Config, ConfigError>) -> Result<Config, ExitCode> {
+/// A config problem is the user's input: printed as it is (a JSON log object with
+/// `--log-format json`), exit 1.
+fn config_or_exit(
+    format: LogFormat,
+    result: Result<Config, ConfigError>,
+) -> Result<Config, ExitCode> {
     result.map_err(|e| {
-        eprintln!("{e}");
+        input_error(format, &e.to_string());
         ExitCode::FAILURE
     })
 }
@@ -165,7 +205,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "the embedded quickstart (config/quickstart.yaml)".to_string(),
                 ),
             };
-            let config = match config_or_exit(loaded) {
+            let config = match config_or_exit(log_format, loaded) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
@@ -193,7 +233,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     "embedded quickstart (config/quickstart.yaml)".to_string(),
                 ),
             };
-            let mut config = match config_or_exit(loaded) {
+            let mut config = match config_or_exit(log_format, loaded) {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
@@ -204,7 +244,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 config.gateway.admin_listen = addr;
             }
             if let Some(problem) = config.gateway.admin_exposure_issue() {
-                eprintln!("gateway.admin_listen: {problem}");
+                input_error(log_format, &format!("gateway.admin_listen: {problem}"));
                 return Ok(ExitCode::FAILURE);
             }
             config.gateway.access_log |= access_log;

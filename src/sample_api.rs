@@ -17,12 +17,13 @@
 //! Bad query parameters give 400 with a short `text/plain` message; a method other than
 //! GET/HEAD on `/` or `/stats` gives 405.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -86,12 +87,12 @@ impl Stats {
             .find(|p| *p == path)
             .unwrap_or("other");
         // A poisoned lock only means a panic elsewhere mid-increment; the map is still usable.
-        let mut map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+        let mut map = self.by_path.lock();
         *map.entry(key).or_insert(0) += 1;
     }
 
     fn to_json(&self) -> serde_json::Value {
-        let map = self.by_path.lock().unwrap_or_else(|e| e.into_inner());
+        let map = self.by_path.lock();
         json!({
             "requests": self.total.load(Ordering::Relaxed),
             "by_path": &*map,

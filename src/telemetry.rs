@@ -20,6 +20,9 @@
 //! | `spillway_client_connections` | gauge | `budget` = proxy (plain and TLS listeners), admin |
 //! | `spillway_connections_refused_total` | counter | `listener` = proxy, tls, admin; `limit` = max_connections, max_connections_per_client_ip (closed at accept) |
 //! | `spillway_cip_rps` | gauge | — (the cost-indifference point in force, LIBRA §III-A: `libra.cip_rps` or computed from `pricing`; set at every scrape) |
+//! | `spillway_cost_dollars_total` | counter | `tier` = vm (`zone`: the instance type), function, provisioned; `zone` — the running bill since start, USD ([`crate::policy::cost::CostMeter`]); written by the admin listener (float counter), not this module |
+//! | `spillway_cost_counterfactual_dollars_total` | counter | `policy` = all_functions, all_vm — the same arrivals on one tier only, since start, USD; written by the admin listener |
+//! | `spillway_cost_last_hour_dollars` | gauge | `policy` = hybrid (the bill), all_functions, all_vm — the last hour, as `/status` `cost.last_hour`; set at every scrape |
 //! | `spillway_async_deadline_misses_total` | counter | — (asynchronous calls that finished after their deadline, ProFaaStinate §3; set at every scrape from the delay queue)
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
 //! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable, terminated |
@@ -32,7 +35,7 @@
 //! | `spillway_r_max_adjustments_total` | counter | — (adaptive: periods that changed r_max) |
 //! | `spillway_function_instances` | gauge | `zone` (function zone name), `state` = starting, busy (running a call, or calls in flight in a concurrency-limited zone), idle (warm); set at every scrape |
 //! | `spillway_queue_length` | gauge | `route` (route key): calls waiting in the gateway queue (call scheduling §4); set at every scrape |
-//! | `spillway_queue_expected_processing_seconds` | gauge | `route`: E[p], the mean of the key's last 10 completed calls; set at every scrape |
+//! | `spillway_queue_expected_processing_seconds` | gauge | `route`: `E[p]`, the mean of the key's last 10 completed calls; set at every scrape |
 //! | `spillway_queue_wait_seconds` | gauge | `route`, `stat` = mean, p50, p95: queue wait of served calls; set at every scrape |
 //! | `spillway_route_response_seconds` | gauge | `route`, `stat`: response time R (arrival to end of the response body); set at every scrape |
 //! | `spillway_route_stretch` | gauge | `route`, `stat`: stretch R / p; set at every scrape |
@@ -52,7 +55,7 @@
 //!
 //! Every counter exists from startup at zero for the label values the running gateway can
 //! produce (its provider's operations included), so that `rate()` and `increase()` work
-//! from the first scrape; every metric has HELP text ([`describe`]).
+//! from the first scrape; every metric has HELP text (`describe`).
 
 use std::time::Duration;
 
@@ -371,6 +374,10 @@ fn describe() {
         "VM budget the balancer uses (before rho), requests/s."
     );
     metrics::describe_gauge!(
+        "spillway_cost_last_hour_dollars",
+        "The bill of the last hour, USD: hybrid (what ran), all_functions and all_vm (the same arrivals on one tier only)."
+    );
+    metrics::describe_gauge!(
         "spillway_cip_rps",
         "Cost-indifference point in force, requests/s: below it every VM is released (libra.cip_rps, or computed from pricing)."
     );
@@ -646,6 +653,16 @@ pub fn controller_gauges(s: &ControllerStatus) {
 /// can compare the traffic with it (deploy/observability/spillway-rules.yaml).
 pub fn cip_gauge(cip_rps: f64) {
     gauge!("spillway_cip_rps").set(finite_or_zero(cip_rps));
+}
+
+/// Export the last hour's bill: `hybrid` (what ran), `all_functions` and `all_vm` (the
+/// counterfactual), USD. The admin listener sets it at every scrape.
+pub fn cost_last_hour(b: &crate::policy::cost::Bill) {
+    gauge!("spillway_cost_last_hour_dollars", "policy" => "hybrid").set(b.total_usd);
+    gauge!("spillway_cost_last_hour_dollars", "policy" => "all_functions")
+        .set(b.counterfactual.all_functions_usd);
+    gauge!("spillway_cost_last_hour_dollars", "policy" => "all_vm")
+        .set(b.counterfactual.all_vm_usd);
 }
 
 /// Export the adaptive r_max controller's gauges (LIBRA §III-B).

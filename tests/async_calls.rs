@@ -279,9 +279,9 @@ async fn a_failing_store_is_503_with_retry_after_and_sync_traffic_still_flows() 
 
 /// A fake Prometheus on loopback: every request gets `reply`'s current status and JSON
 /// body (the `/api/v1/query` API's shape).
-fn fake_prometheus(reply: std::sync::Arc<std::sync::Mutex<(u16, String)>>) -> Stub {
+fn fake_prometheus(reply: std::sync::Arc<parking_lot::Mutex<(u16, String)>>) -> Stub {
     Stub::start(move |_| {
-        let (code, body) = reply.lock().unwrap().clone();
+        let (code, body) = reply.lock().clone();
         common::stub::Reply::Raw(
             format!(
                 "HTTP/1.1 {code} X\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -325,7 +325,7 @@ fn wait_queries(gw: &Gateway, prom: &Stub, more: usize) {
 fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_reply() {
     let busy = [0.97, 0.81];
     let busy_mean = busy.iter().sum::<f64>() / busy.len() as f64;
-    let reply = std::sync::Arc::new(std::sync::Mutex::new((200, vector(&busy))));
+    let reply = std::sync::Arc::new(parking_lot::Mutex::new((200, vector(&busy))));
     let prom = fake_prometheus(std::sync::Arc::clone(&reply));
     let stub = Stub::start(ok_reply);
     let gw = gateway(
@@ -379,7 +379,7 @@ fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_repl
 
     // A bad reply: one clear warning, the outstanding signal (nothing in flight: 0)
     // stands in, the scheduler goes idle and releases the call.
-    *reply.lock().unwrap() = (
+    *reply.lock() = (
         400,
         r#"{"status":"error","errorType":"bad_data","error":"1:5: parse error: unexpected end of input"}"#
             .into(),
@@ -408,7 +408,7 @@ fn the_prometheus_cpu_signal_holds_calls_while_busy_and_falls_back_on_a_bad_repl
     );
 
     // Prometheus answers again: back on its signal, busy again.
-    *reply.lock().unwrap() = (200, vector(&busy));
+    *reply.lock() = (200, vector(&busy));
     gw.wait_status("busy again", Duration::from_secs(20), |s| {
         mode(s).as_deref() == Some("busy") && s["async"]["cpu_signal"]["in_use"] == "prometheus"
     });
@@ -720,11 +720,11 @@ enum Exporter {
 
 /// A fake node_exporter on loopback: `/metrics` in the Prometheus text format with two
 /// CPUs' `node_cpu_seconds_total` counters, advanced by the current step per scrape.
-fn fake_node_exporter(mode: std::sync::Arc<std::sync::Mutex<Exporter>>) -> Stub {
-    let counters = std::sync::Mutex::new([(5000.25, 1200.5, 300.75), (4800.0, 1500.0, 410.5)]);
+fn fake_node_exporter(mode: std::sync::Arc<parking_lot::Mutex<Exporter>>) -> Stub {
+    let counters = parking_lot::Mutex::new([(5000.25, 1200.5, 300.75), (4800.0, 1500.0, 410.5)]);
     Stub::start(move |_| {
-        let mut mode = mode.lock().unwrap();
-        let mut c = counters.lock().unwrap();
+        let mut mode = mode.lock();
+        let mut c = counters.lock();
         let step = match *mode {
             Exporter::Failing(code) => {
                 return common::stub::Reply::Raw(
@@ -775,7 +775,7 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
     let (busy_u, idle_u) = (step_utilisation(&busy), step_utilisation(&idle));
     let threshold = 0.55;
     assert!(busy_u > threshold && idle_u < threshold);
-    let mode = std::sync::Arc::new(std::sync::Mutex::new(Exporter::Counting(busy)));
+    let mode = std::sync::Arc::new(parking_lot::Mutex::new(Exporter::Counting(busy)));
     let exporter = fake_node_exporter(std::sync::Arc::clone(&mode));
     let stub = Stub::start(ok_reply);
     // The process VM pool runs its VMs on 127.0.0.1: the fake exporter on 127.0.0.1 is
@@ -826,7 +826,7 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
     assert_eq!(get_json(&gw, &location).1["state"], "queued");
 
     // The counters grow mostly idle: the scheduler goes idle and releases the call.
-    *mode.lock().unwrap() = Exporter::Counting(idle);
+    *mode.lock() = Exporter::Counting(idle);
     gw.wait_status(
         "idle at the counters' share",
         Duration::from_secs(20),
@@ -835,7 +835,7 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
     wait_state(&gw, &location, "done", Duration::from_secs(20));
 
     // The exporter fails: one warning naming its URL and the reason; outstanding stands in.
-    *mode.lock().unwrap() = Exporter::Failing(503);
+    *mode.lock() = Exporter::Failing(503);
     let url = format!("http://127.0.0.1:{}/metrics", exporter.addr.port());
     let st = gw.wait_status("outstanding stands in", Duration::from_secs(20), |s| {
         s["async"]["cpu_signal"]["in_use"] == "outstanding"
@@ -859,7 +859,7 @@ fn the_node_exporter_cpu_signal_follows_each_vm_hosts_counters() {
 
     // The host comes back rebooted (counters near zero): the reset is a new baseline,
     // and the busy share is back from the second scrape on.
-    *mode.lock().unwrap() = Exporter::Rebooted(busy);
+    *mode.lock() = Exporter::Rebooted(busy);
     gw.wait_status("busy again", Duration::from_secs(20), |s| {
         mode_of(s).as_deref() == Some("busy")
             && near(s, busy_u)

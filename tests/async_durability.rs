@@ -11,12 +11,13 @@
 
 mod common;
 
+use parking_lot::Mutex;
 use redb::ReadableTable as _;
 use std::collections::{HashMap, HashSet};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::stub::{Stub, ok_reply};
@@ -170,7 +171,7 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
                         return;
                     }
                     match try_accept(addr, &format!("/job/{t}-{k}")) {
-                        Some(loc) => acked.lock().unwrap().push(loc),
+                        Some(loc) => acked.lock().push(loc),
                         None => return,
                     }
                 }
@@ -178,7 +179,7 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
         })
         .collect();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while acked.lock().unwrap().len() < 300 {
+    while acked.lock().len() < 300 {
         assert!(Instant::now() < deadline, "too few calls accepted");
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -189,7 +190,7 @@ fn acknowledged_calls_survive_a_kill_mid_accept_and_damage_costs_only_what_is_da
     for c in clients {
         c.join().unwrap();
     }
-    let acked: Vec<String> = acked.lock().unwrap().clone();
+    let acked: Vec<String> = acked.lock().clone();
     let id_of = |loc: &str| loc.rsplit('/').next().unwrap().to_owned();
 
     // Damage one acknowledged call's record: only its first half is left.

@@ -20,9 +20,10 @@ mod common;
 #[path = "common/replicas.rs"]
 mod replicas;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use aws_common::ec2::{FakeEc2, FakeInstance};
@@ -237,7 +238,7 @@ impl Agent {
                         Boot::SampleApi => {
                             let api = SampleApi::start(&format!("vm-{}", inst.id));
                             let url = format!("http://{}", api.addr);
-                            apis2.lock().unwrap().insert(inst.id.clone(), api);
+                            apis2.lock().insert(inst.id.clone(), api);
                             url
                         }
                         Boot::Broken => format!("http://127.0.0.1:{}", aws_common::free_port()),
@@ -262,7 +263,7 @@ impl Drop for Agent {
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        self.apis.lock().unwrap().clear();
+        self.apis.lock().clear();
     }
 }
 
@@ -299,7 +300,7 @@ impl Loader {
                     let who = header(&headers, "x-spillway-instance")
                         .unwrap_or("")
                         .to_string();
-                    results.lock().unwrap().push((code, who));
+                    results.lock().push((code, who));
                 });
             }
         });
@@ -325,9 +326,9 @@ impl Loader {
         let mut last = usize::MAX;
         loop {
             std::thread::sleep(Duration::from_millis(200));
-            let n = self.results.lock().unwrap().len();
+            let n = self.results.lock().len();
             if n == last || Instant::now() > deadline {
-                return self.results.lock().unwrap().clone();
+                return self.results.lock().clone();
             }
             last = n;
         }
@@ -842,7 +843,7 @@ fn fake_with_apis() -> (FakeEc2, Arc<Mutex<Vec<SampleApi>>>) {
     let fake = FakeEc2::start(move |id| {
         let api = SampleApi::start(&format!("vm-{id}"));
         let url = format!("http://{}", api.addr);
-        keep.lock().unwrap().push(api);
+        keep.lock().push(api);
         Some(url)
     });
     (fake, apis)
@@ -1420,7 +1421,7 @@ fn adoption_is_retried_before_the_first_launch() {
     let (fake, apis) = fake_with_apis();
     let api = SampleApi::start("vm-earlier-run");
     let url = format!("http://{}", api.addr);
-    apis.lock().unwrap().push(api);
+    apis.lock().push(api);
     let earlier = fake.insert(
         "running",
         &[
@@ -1676,7 +1677,7 @@ fn without_a_gateway_id_the_pool_name_is_the_id_and_the_host_name_is_adopted() {
         .to_string();
     let api = SampleApi::start("vm-earlier-version");
     let url = format!("http://{}", api.addr);
-    apis.lock().unwrap().push(api);
+    apis.lock().push(api);
     let earlier = fake.insert(
         "running",
         &[
@@ -1722,7 +1723,7 @@ fn the_leader_adopts_an_earlier_leaders_late_instance() {
     });
     let api = SampleApi::start("vm-earlier-leader");
     let url = format!("http://{}", api.addr);
-    apis.lock().unwrap().push(api);
+    apis.lock().push(api);
     let late = fake.insert(
         "running",
         &[

@@ -913,3 +913,30 @@ fn connections_to_the_lambda_api_send_tcp_keepalives() {
     }
     assert_eq!(call.join().unwrap(), 200);
 }
+
+/// The gateway's request id reaches the function as the event's `x-request-id` header
+/// and as its `requestContext.requestId`, and comes back on the reply.
+#[test]
+fn the_request_id_is_the_events_request_id() {
+    let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
+    let gw = lambda_gateway(&stub.endpoint(), &[], "");
+    let (code, h, _) = http(
+        gw.proxy,
+        "GET",
+        "/t",
+        &[("X-Request-Id", "rq-lambda-1")],
+        b"",
+    );
+    assert_eq!(code, 200);
+    assert_eq!(header(&h, "x-request-id"), Some("rq-lambda-1"));
+    let (code, h, _) = http(gw.proxy, "GET", "/t", &[], b"");
+    assert_eq!(code, 200);
+    let made = header(&h, "x-request-id").unwrap().to_string();
+    let calls = stub.invocations();
+    assert_eq!(calls.len(), 2);
+    for (call, id) in calls.iter().zip(["rq-lambda-1", made.as_str()]) {
+        let ev: Value = serde_json::from_slice(&call.body).unwrap();
+        assert_eq!(ev["headers"]["x-request-id"], id, "{ev:#}");
+        assert_eq!(ev["requestContext"]["requestId"], id, "{ev:#}");
+    }
+}

@@ -105,6 +105,7 @@ async fn process_function_tier_runs_the_sample_api() {
         keep_alive_seconds: 4.0,
         max_instances: 2,
         prewarmed_instances: 0,
+        warm_instance_order: Default::default(),
         boot_timeout_seconds: 20.0,
         probe_interval_seconds: 0.05,
     };
@@ -169,6 +170,7 @@ async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
         keep_alive_seconds: 60.0,
         max_instances: 4,
         prewarmed_instances: 0,
+        warm_instance_order: Default::default(),
         boot_timeout_seconds: 20.0,
         probe_interval_seconds: 0.05,
     };

@@ -6,7 +6,8 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
@@ -19,7 +20,7 @@ use spillway::policy::VmId;
 use spillway::policy::balancer::VmFirst;
 use spillway::policy::controller::ControllerParams;
 use spillway::policy::core::{Core, CoreParams};
-use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+use spillway::policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
 use spillway::policy::monitor::MonitorParams;
 use spillway::policy::placement::{PlacementParams, ZoneCapacity};
 use spillway::policy::scaling::{LibraScaler, LibraScalingParams};
@@ -48,7 +49,6 @@ impl FakeTier {
     fn events(&self, what: &str) -> Vec<(Duration, InstanceId)> {
         self.log
             .lock()
-            .unwrap()
             .iter()
             .filter(|(_, w, _)| *w == what)
             .map(|(t, _, i)| (*t, *i))
@@ -56,10 +56,7 @@ impl FakeTier {
     }
 
     fn record(&self, what: &'static str, i: InstanceId) {
-        self.log
-            .lock()
-            .unwrap()
-            .push((self.origin.elapsed(), what, i));
+        self.log.lock().push((self.origin.elapsed(), what, i));
     }
 }
 
@@ -110,6 +107,7 @@ async fn keep_alive_expiry_wakes_the_driver_before_the_epoch_ends() {
         keep_alive: ms(2_500),
         max_instances: Some(2),
         prewarmed: 0,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -136,7 +134,7 @@ async fn keep_alive_expiry_wakes_the_driver_before_the_epoch_ends() {
         stops,
         vec![(ms(3_900), calls[0].1)],
         "{:?}",
-        tier.log.lock().unwrap()
+        tier.log.lock()
     );
     let z = &gw.status().core.zones[0];
     assert_eq!((z.idle, z.usage.unwrap().instances_expired), (0, 1));
@@ -150,6 +148,7 @@ async fn prewarmed_instances_serve_warm_and_are_kept() {
         keep_alive: ms(200),
         max_instances: Some(4),
         prewarmed: 1,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -189,6 +188,7 @@ async fn a_call_waits_for_a_booting_prewarmed_instance() {
         keep_alive: Duration::from_secs(60),
         max_instances: Some(3),
         prewarmed: 1,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -208,12 +208,7 @@ async fn a_call_waits_for_a_booting_prewarmed_instance() {
     let (a, b) = tokio::join!(timed(), timed());
     let mut took = [a, b];
     took.sort();
-    assert_eq!(
-        took,
-        [cold - arrive, cold],
-        "{:?}",
-        tier.log.lock().unwrap()
-    );
+    assert_eq!(took, [cold - arrive, cold], "{:?}", tier.log.lock());
     let u = gw.status().core.zones[0].usage.unwrap();
     assert_eq!((u.cold_starts, u.warm_starts, u.prewarm_waits), (1, 1, 1));
     let calls = tier.events("call");
@@ -236,7 +231,7 @@ impl VmProvider for NeverReady {
         true
     }
     fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>> {
-        *self.origin.lock().unwrap() = Some(Instant::now());
+        *self.origin.lock() = Some(Instant::now());
         Box::pin(async { Ok(Vec::new()) })
     }
     fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
@@ -247,10 +242,9 @@ impl VmProvider for NeverReady {
     }
     fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
-            let origin = self.origin.lock().unwrap().expect("adopt ran first");
+            let origin = self.origin.lock().expect("adopt ran first");
             self.terminated
                 .lock()
-                .unwrap()
                 .push((origin.elapsed(), instance.to_string()));
             Ok(())
         })
@@ -302,7 +296,7 @@ async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
     gw.start().await.unwrap();
     tokio::time::sleep(Duration::from_secs(10)).await;
     assert_eq!(
-        *vms.terminated.lock().unwrap(),
+        *vms.terminated.lock(),
         vec![(ms(4_500), "i-0".to_string())],
         "terminated exactly at the core's boot deadline, once"
     );
@@ -320,6 +314,7 @@ async fn a_request_dropped_during_its_cold_start_leaks_nothing() {
         keep_alive: Duration::from_secs(30),
         max_instances: Some(1),
         prewarmed: 0,
+        warm_order: WarmOrder::Newest,
     };
     let gw = gateway(
         faas_core(Duration::from_secs(60), pool),
@@ -368,6 +363,7 @@ async fn two_zones_place_by_policy_prewarm_per_zone_and_expire_per_zone() {
                 keep_alive,
                 max_instances: Some(max),
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             }),
         };
         let params = CoreParams {

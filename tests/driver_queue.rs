@@ -15,7 +15,7 @@ use spillway::backends::{BackendError, BoxFuture, FunctionError, FunctionTier};
 use spillway::net::body::{self, Body};
 use spillway::policy::attempt::{AttemptKind, Decision, Ticket};
 use spillway::policy::balancer::RequestMeta;
-use spillway::policy::functions::{FunctionPoolParams, InstanceId};
+use spillway::policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
 use spillway::policy::placement::Start;
 use spillway::policy::sched::{Order, SchedParams};
 use spillway::proxy::driver::TicketGuard;
@@ -56,6 +56,7 @@ async fn queued_calls_time_out_are_served_on_release_and_leave_when_dropped() {
         keep_alive: Duration::from_secs(600),
         max_instances: Some(1),
         prewarmed: 0,
+        warm_order: WarmOrder::Newest,
     };
     let core = faas_core(Duration::from_secs(60), pool).with_queue(
         Some(SchedParams {

@@ -344,3 +344,97 @@ fn mentions_read_names_and_matchers() {
         ("state".into(), "=".into(), "ready".into())
     );
 }
+
+/// The value of the `/metrics` line starting with `series` (name and labels as printed).
+fn metric_value(text: &str, series: &str) -> Option<f64> {
+    text.lines()
+        .find(|l| l.starts_with(series) && l[series.len()..].starts_with(' '))
+        .map(|l| l[series.len() + 1..].trim().parse().expect("a number"))
+}
+
+/// The live bill of a real gateway, with asymmetric prices: one `process` VM at
+/// $0.36/h billed per 1 s with a 60 s minimum, and 2048 MB function calls at
+/// $0.00002/GB-s and $0.000001 a call (`cloud`, the only zone). Seven requests: every
+/// priced line is consistent with its quantities, the function calls are billed at 1 ms
+/// granularity, the counterfactuals see the same arrivals, and `/metrics` carries the
+/// same dollars as `/status`.
+#[test]
+fn the_live_bill_prices_the_running_vm_and_every_call() {
+    let yaml = process_config(
+        "  epoch_seconds: 0.1\n  decision_epochs: 5\n  r_max_rps: 20\n  min_vms: 1\n  max_vms: 1",
+        "",
+    ) + "pricing:\n  vm_hourly_usd: 0.36\n  function_memory_mb: 2048\n  gb_second_usd: 0.00002\n  request_usd: 0.000001\n";
+    let gw = Gateway::start(&yaml);
+    for _ in 0..7 {
+        assert_eq!(http(gw.proxy, "GET", "/", &[], b"").0, 200);
+    }
+    // A call is billed when its response body ends, just after the client has it.
+    let s = gw.wait_status("the bill of 7 calls", Duration::from_secs(60), |s| {
+        let b = &s["cost"]["since_start"];
+        let fn_calls = b["functions"][0]["requests"].as_u64().unwrap_or(0);
+        let vm_calls = s["routed"]["vm"].as_u64().unwrap_or(0);
+        fn_calls + vm_calls >= 7 && b["vm"][0]["vm_seconds"].as_f64().is_some()
+    });
+    let b = &s["cost"]["since_start"];
+    let close = |a: f64, b: f64| (a - b).abs() <= 1e-12 * b.abs().max(1e-6);
+    let vm = &b["vm"][0];
+    assert_eq!(vm["instance_type"], "process");
+    let vm_s = vm["vm_seconds"].as_f64().unwrap();
+    assert!(vm_s >= 60.0 && vm_s.fract() == 0.0, "{vm}");
+    assert!(
+        close(vm["usd"].as_f64().unwrap(), vm_s / 3600.0 * 0.36),
+        "{vm}"
+    );
+    let f = &b["functions"][0];
+    assert_eq!(f["zone"], "cloud");
+    let (n, gbs) = (
+        f["requests"].as_u64().unwrap(),
+        f["gb_seconds"].as_f64().unwrap(),
+    );
+    // 2 GB × whole milliseconds, at least 1 ms a call.
+    assert!(gbs >= n as f64 * 0.002, "{f}");
+    assert!(((gbs / 0.002).round() - gbs / 0.002).abs() < 1e-6, "{f}");
+    let fn_usd = f["usd"].as_f64().unwrap();
+    assert!(close(fn_usd, gbs * 0.000_02 + n as f64 * 0.000_001), "{f}");
+    assert!(close(
+        b["total_usd"].as_f64().unwrap(),
+        vm["usd"].as_f64().unwrap() + fn_usd
+    ));
+    let c = &b["counterfactual"];
+    // Every call on functions: the 7 request fees and at least their function time.
+    let all_fn = c["all_functions_usd"].as_f64().unwrap();
+    assert!(
+        all_fn >= fn_usd && all_fn >= 7.0 * (0.000_001 + 0.002 * 0.000_02),
+        "{c}"
+    );
+    // A pool for the busiest second at r_max 20: one VM for the whole run.
+    assert_eq!(c["all_vm_vms"], 1, "{c}");
+    let up = b["to_seconds"].as_f64().unwrap();
+    let billed = ((up * 1e6).round() / 1e6).ceil().max(60.0);
+    assert!(
+        close(c["all_vm_usd"].as_f64().unwrap(), billed / 3600.0 * 0.36),
+        "{c}"
+    );
+    assert!(s["cost"]["last_hour"]["total_usd"].as_f64().unwrap() > 0.0);
+
+    let (_, _, body) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains("# TYPE spillway_cost_dollars_total counter"));
+    let metric_fn = metric_value(
+        &text,
+        r#"spillway_cost_dollars_total{tier="function",zone="cloud"}"#,
+    )
+    .expect("the function line");
+    // Read after /status: later calls only add.
+    assert!(metric_fn >= fn_usd, "{text}");
+    let metric_vm = metric_value(
+        &text,
+        r#"spillway_cost_dollars_total{tier="vm",zone="process"}"#,
+    )
+    .expect("the VM line");
+    assert!(metric_vm >= vm["usd"].as_f64().unwrap());
+    for policy in ["all_functions", "all_vm"] {
+        let series = format!(r#"spillway_cost_counterfactual_dollars_total{{policy="{policy}"}}"#);
+        assert!(metric_value(&text, &series).is_some(), "{series}: {text}");
+    }
+}

@@ -16,7 +16,8 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 
 use common::{Gateway, SampleApi};
 use replicas::{
@@ -29,8 +30,8 @@ use serde_json::Value;
 /// processes, and the timing assertions need the machine's cores.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+fn serial() -> parking_lot::MutexGuard<'static, ()> {
+    SERIAL.lock()
 }
 
 /// The lease of [`replicas::config`].
@@ -443,9 +444,9 @@ fn a_paused_leader_steps_down_when_it_resumes_and_a_terminated_one_hands_over() 
     let st: Vec<Option<Value>> = admins.iter().map(|a| try_status(*a)).collect();
     let cur = leaders(&st)[0];
     let cur_term = term(st[cur].as_ref().unwrap());
-    weights.lock().unwrap()[cur] = 0.0;
+    weights.lock()[cur] = 0.0;
     if cur != leader {
-        weights.lock().unwrap()[leader] = 1.0;
+        weights.lock()[leader] = 1.0;
     }
     gws[cur].proc.signal("TERM");
     let rest: Vec<SocketAddr> = (0..3).filter(|&i| i != cur).map(|i| admins[i]).collect();
@@ -636,7 +637,7 @@ fn a_follower_cut_off_goes_local_and_its_share_moves_only_after_the_grace_epochs
         let p2 = Arc::clone(&proxy);
         let h = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(6));
-            *cut_at.lock().unwrap() = Some(std::time::Instant::now());
+            *cut_at.lock() = Some(std::time::Instant::now());
             p2.cut();
         });
         (h, proxy)
@@ -647,7 +648,7 @@ fn a_follower_cut_off_goes_local_and_its_share_moves_only_after_the_grace_epochs
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let shares = shares.join().unwrap();
     cutter.1.heal();
-    let cut_at = cut_at.lock().unwrap().expect("cut");
+    let cut_at = cut_at.lock().expect("cut");
     let bad: Vec<&Sent> = sent.iter().filter(|s| s.status != 200).collect();
     assert!(bad.is_empty(), "{} requests failed", bad.len());
     // The cut replica goes local after the grace epochs (3) and its op deadlines.
@@ -790,7 +791,7 @@ fn a_soak_with_the_leader_killed_every_twenty_seconds() {
             panic!("no leader: terms {terms:?}")
         };
         // The balancer stops sending to it, then it dies hard.
-        weights.lock().unwrap()[victim] = 0.0;
+        weights.lock()[victim] = 0.0;
         std::thread::sleep(Duration::from_millis(700));
         results.extend(load.finish());
         if let Some(g) = gws[victim].take() {
@@ -798,7 +799,7 @@ fn a_soak_with_the_leader_killed_every_twenty_seconds() {
         }
         kills += 1;
         gws[victim] = Some(Gateway::start(&yaml));
-        weights.lock().unwrap()[victim] = 1.0;
+        weights.lock()[victim] = 1.0;
     }
     all_ok(&results, "soak");
     assert!(kills >= 2, "{kills} kills in {seconds} s");

@@ -209,13 +209,13 @@ fn idle_tunnel_is_closed_and_frees_the_slot() {
 /// twice: it gets 502, and no upstream saw it more than once.
 #[test]
 fn stale_connection_gets_are_retried_posts_are_not() {
+    use parking_lot::Mutex;
     use std::collections::HashMap;
-    use std::sync::Mutex;
     // A: the first request of each connection is answered with keep-alive, the next one
     // on that connection finds it closed.
     let seen: Mutex<HashMap<usize, usize>> = Mutex::new(HashMap::new());
     let a = Stub::start(move |req: &StubRequest| {
-        let mut seen = seen.lock().unwrap();
+        let mut seen = seen.lock();
         let n = seen.entry(req.conn).or_default();
         *n += 1;
         if *n == 1 { ok_reply(req) } else { Reply::Close }

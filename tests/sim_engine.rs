@@ -1098,3 +1098,77 @@ fn a_ten_million_second_gap_costs_what_the_stepped_runs_extrapolate() {
         );
     }
 }
+
+/// Pre-warmed instances never expire, each of them: 2 pre-warmed, a zero keep-alive and
+/// batches of 3 calls (just above the pre-warm count) at 0.5, 1.5, 2.5 and 3.5 s. Every
+/// batch takes both pre-warmed instances warm and cold-starts a third, which expires the
+/// moment its call ends; the pre-warmed ones, idle first, stay (FaaSim: they never cool
+/// down).
+#[test]
+fn prewarmed_instances_never_expire_under_load_just_above_their_count() {
+    let c = one_zone(
+        "max_instances: 10, prewarmed_instances: 2, keep_alive_seconds: 0",
+        "cold_start_ms: 100, warm_start_ms: 20",
+    );
+    let batch =
+        "0.5 0\n0.5 0\n0.5 0\n1.5 0\n1.5 0\n1.5 0\n2.5 0\n2.5 0\n2.5 0\n3.5 0\n3.5 0\n3.5 0\n";
+    let r = run(&c, &events(batch), PolicyKind::Faas);
+    let z = &r.report.zones[0];
+    assert_eq!((z.cold_starts, z.warm_starts), (4, 8), "{z:?}");
+    let (pre, cold): (Vec<_>, Vec<_>) = z.instances.iter().partition(|i| i.prewarmed);
+    assert_eq!(pre.len(), 2);
+    for i in &pre {
+        assert_eq!(i.stopped_s, None, "a pre-warmed instance expired: {i:?}");
+        assert_eq!((i.warm_starts, i.cold_starts), (4, 0), "{i:?}");
+    }
+    assert_eq!(cold.len(), 4);
+    assert!(cold.iter().all(|i| i.cold_starts == 1));
+    // Each expired when its call ended; the last one's call ends the run.
+    for i in &cold[..3] {
+        assert!(
+            i.stopped_s.is_some(),
+            "a cold-started instance expires: {i:?}"
+        );
+    }
+}
+
+/// `warm_instance_order`: two instances go idle at 1.0 and 1.2 s (calls at 0.4 and
+/// 0.6 s); one call at 5 s reuses the newest idle (the 0.6 s one) or the oldest (the 0.4
+/// s one), and with a 10 s keep-alive the other one is the one that expires first.
+#[test]
+fn the_warm_instance_order_setting_picks_the_newest_or_oldest_idle_instance() {
+    for (order, reused_serial) in [("newest", 1usize), ("oldest", 0)] {
+        let c = one_zone(
+            &format!("max_instances: 10, keep_alive_seconds: 10, warm_instance_order: {order}"),
+            "cold_start_ms: 300, warm_start_ms: 20",
+        );
+        let r = run(&c, &events("0.4 0\n0.6 0\n5 0\n"), PolicyKind::Faas);
+        let z = &r.report.zones[0];
+        assert_eq!((z.cold_starts, z.warm_starts), (2, 1), "{order}");
+        assert_eq!(z.instances[reused_serial].warm_starts, 1, "{order}: {z:?}");
+        assert_eq!(z.instances[1 - reused_serial].warm_starts, 0, "{order}");
+    }
+}
+
+/// An `events` trace spanning 2³³ s (past the 2³² s a `u32` epoch index reaches with 1 s
+/// epochs): every policy finishes and serves both ends, with the idle stretch closed in
+/// bulk.
+#[test]
+fn an_events_trace_spanning_two_to_the_33_seconds_runs_to_its_end() {
+    let c = config(60, 16.0, BASE_SIM);
+    let far = (1u64 << 33) as f64;
+    let t = events(&format!("0.5 0\n0.5 0\n{far} 0\n"));
+    assert_eq!(t.duration_s, far);
+    let p = SimParams::from_config(&c).unwrap();
+    for k in [
+        PolicyKind::Libra,
+        PolicyKind::Max,
+        PolicyKind::Faas,
+        PolicyKind::Auto,
+        PolicyKind::Spock,
+    ] {
+        let r = run_policy(&p, &t, k, 1, false, &mut |_| {});
+        assert_eq!((r.report.requests, r.report.served), (3, 3), "{k:?}");
+        assert!(r.stats.end_s >= far, "{k:?}: ended at {}", r.stats.end_s);
+    }
+}

@@ -404,3 +404,19 @@ fn an_events_trace_starts_at_its_first_event() {
     assert_eq!(w.offset_s, 1.7e9 + 50.0);
     assert_eq!(arrivals(&w)[0].at_ns, 0, "the event at 1.7e9 + 50.0 s");
 }
+
+/// A millisecond timestamp among Unix seconds puts an arrival 1.7·10¹² s after the
+/// first: past the simulator's clock (u64 nanoseconds, 584 years), so the trace is
+/// refused at that line, in both `events` layouts; 2³³ s after the first is accepted.
+#[test]
+fn an_arrival_beyond_the_clock_is_refused_naming_its_line() {
+    let text = "1700000000.5 0\n1700000001.5 0\n1700000002000 0\n";
+    let (line, message) = parse_error(text, TraceFormat::Events);
+    assert_eq!(line, 3);
+    assert!(message.contains("millisecond timestamp"), "{message}");
+    let named = "time_s zone\n1700000000.5 0\n1700000002000 1\n";
+    assert_eq!(parse_error(named, TraceFormat::Events).0, 3);
+    let far = format!("0.5 0\n{} 0\n", 1u64 << 33);
+    let t = Trace::parse(&far, Path::new("far.txt"), &opts(TraceFormat::Events)).unwrap();
+    assert_eq!(arrivals(&t)[1].at_ns, (1u64 << 33) * 1_000_000_000);
+}

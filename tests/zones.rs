@@ -365,3 +365,64 @@ fn warm_first_takes_a_warm_cloud_instance_over_a_cold_edge_start() {
         assert_eq!((starts(0), starts(1)), want, "{placement}: {s:#}");
     }
 }
+
+/// Pre-warmed instances never expire, each of them, in the live gateway too: one
+/// pre-warmed edge instance, a 0.5 s keep-alive and two calls at once (just above the
+/// pre-warm count). The pre-warmed instance ends its call first and idles longest, yet
+/// the cold-started one is the one that expires; the next call is a warm start on the
+/// pre-warmed instance.
+#[test]
+fn the_prewarmed_instance_outlives_a_cold_started_one_under_load_above_its_count() {
+    let yaml = zones_config(
+        &edge_command(),
+        "    client_cidrs: [127.0.0.0/8]\n    prewarmed_instances: 1",
+        "",
+    )
+    .replacen("keep_alive_seconds: 30", "keep_alive_seconds: 0.5", 1);
+    let gw = Gateway::start(&yaml);
+    gw.wait_status(
+        "the pre-warmed instance is ready",
+        std::time::Duration::from_secs(20),
+        |s| zone_stat(s, 0, "idle") == 1,
+    );
+    let served = concurrent(&gw, 2, "/sleep?ms=400", &[]);
+    assert!(served.iter().all(|(code, _)| *code == 200), "{served:?}");
+    let s = gw.status();
+    assert_eq!(
+        (
+            zone_stat(&s, 0, "cold_starts"),
+            zone_stat(&s, 0, "warm_starts")
+        ),
+        (1, 1),
+        "{s:#}"
+    );
+    let s = gw.wait_status(
+        "one instance expired and stopped",
+        std::time::Duration::from_secs(20),
+        |s: &serde_json::Value| {
+            s.pointer("/functions/zones/0/usage/instances_expired") == Some(&serde_json::json!(1))
+                && s.pointer("/functions/zones/0/usage/instances_stopping")
+                    == Some(&serde_json::json!(0))
+        },
+    );
+    let inst = s
+        .pointer("/functions/zones/0/usage/instances")
+        .and_then(|v| v.as_array())
+        .unwrap();
+    assert_eq!(inst.len(), 1, "{s:#}");
+    assert_eq!(
+        inst[0]["prewarmed"], true,
+        "the pre-warmed one stays: {s:#}"
+    );
+    let (code, _, _) = http(gw.proxy, "GET", "/", &[], b"");
+    assert_eq!(code, 200);
+    let s = gw.status();
+    assert_eq!(
+        (
+            zone_stat(&s, 0, "cold_starts"),
+            zone_stat(&s, 0, "warm_starts")
+        ),
+        (1, 2),
+        "{s:#}"
+    );
+}

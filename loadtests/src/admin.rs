@@ -16,11 +16,11 @@ use hyper_util::client::legacy::connect::HttpConnector;
 use serde_json::Value;
 
 /// How long one `/status` request may take before the snapshot counts as missing.
-pub const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
+pub(crate) const STATUS_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// The parts of a `/status` response the report uses.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct AdminSnapshot {
+pub(crate) struct AdminSnapshot {
     /// Cumulative attempts routed to VMs.
     pub routed_vm: u64,
     /// Cumulative attempts routed to the function tier.
@@ -34,7 +34,7 @@ pub struct AdminSnapshot {
 
 impl AdminSnapshot {
     /// Extract a snapshot from a `/status` JSON document.
-    pub fn from_json(doc: &Value) -> anyhow::Result<Self> {
+    pub(crate) fn from_json(doc: &Value) -> anyhow::Result<Self> {
         let counter = |ptr: &str| {
             doc.pointer(ptr)
                 .and_then(Value::as_u64)
@@ -67,7 +67,7 @@ impl AdminSnapshot {
 
 /// Routing shares between two snapshots, as fractions in `[0, 1]`.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Shares {
+pub(crate) struct Shares {
     /// Share of attempts routed to VMs.
     pub vm: f64,
     /// Share of attempts routed to the function tier.
@@ -76,7 +76,7 @@ pub struct Shares {
 
 /// Shares of the attempts routed between `before` and `after`; `None` when
 /// nothing was routed or the counters went backwards (gateway restarted).
-pub fn shares(before: &AdminSnapshot, after: &AdminSnapshot) -> Option<Shares> {
+pub(crate) fn shares(before: &AdminSnapshot, after: &AdminSnapshot) -> Option<Shares> {
     let vm = after.routed_vm.checked_sub(before.routed_vm)?;
     let function = after.routed_function.checked_sub(before.routed_function)?;
     let total = vm + function;
@@ -87,11 +87,11 @@ pub fn shares(before: &AdminSnapshot, after: &AdminSnapshot) -> Option<Shares> {
 }
 
 /// The HTTP client type shared by the load and the admin requests.
-pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+pub(crate) type HttpClient = Client<HttpConnector, Full<Bytes>>;
 
 /// Fetch one snapshot from `status_url`, bounded by [`STATUS_TIMEOUT`], with
 /// `Authorization: Bearer TOKEN` when a token is given.
-pub async fn fetch(
+pub(crate) async fn fetch(
     client: &HttpClient,
     status_url: &Uri,
     token: Option<&str>,

@@ -54,7 +54,7 @@ struct Cli {
     #[arg(long, value_name = "FILE", required_unless_present = "profile_rmax")]
     trace: Option<PathBuf>,
 
-    /// Target URL; the host must be loopback (127.0.0.0/8, localhost or [::1]) unless
+    /// Target URL; the host must be loopback (127.0.0.0/8, localhost or `[::1]`) unless
     /// --allow-remote is given with --profile-rmax.
     #[arg(long, value_name = "URL")]
     url: String,

@@ -44,7 +44,7 @@ use crate::stats::{Outcome, Stats};
 
 /// Everything a profiling run needs, validated.
 #[derive(Clone, Debug)]
-pub struct ProfileParams {
+pub(crate) struct ProfileParams {
     /// The VM (or any single upstream) under test.
     pub url: Uri,
     /// HTTP method of every request.
@@ -83,7 +83,7 @@ pub struct ProfileParams {
 
 impl ProfileParams {
     /// Length of the measured part of a step at `rate`.
-    pub fn measured_for(&self, rate: f64) -> Duration {
+    pub(crate) fn measured_for(&self, rate: f64) -> Duration {
         let for_samples = Duration::from_secs_f64(self.min_samples as f64 / rate.max(1e-9));
         self.step.max(for_samples).min(self.max_step.max(self.step))
     }
@@ -91,7 +91,7 @@ impl ProfileParams {
 
 /// Which part of the search a step belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Phase {
+pub(crate) enum Phase {
     /// Doubling from the start rate.
     Up,
     /// Halving after the start rate failed.
@@ -102,7 +102,7 @@ pub enum Phase {
 
 impl Phase {
     /// Label in the table: `up`, `down`, `bisect`.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Phase::Up => "up",
             Phase::Down => "down",
@@ -114,7 +114,7 @@ impl Phase {
 /// The search state: highest passing and lowest failing rate. Pure, so that the
 /// strategy is tested without a network.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Search {
+pub(crate) struct Search {
     /// Highest rate that passed.
     pub lo: Option<f64>,
     /// Lowest rate that failed.
@@ -127,7 +127,7 @@ pub struct Search {
 
 impl Search {
     /// A search from `start` within `[min, max]` to a relative `precision`.
-    pub fn new(start: f64, min: f64, max: f64, precision: f64) -> Self {
+    pub(crate) fn new(start: f64, min: f64, max: f64, precision: f64) -> Self {
         Self {
             lo: None,
             hi: None,
@@ -139,7 +139,7 @@ impl Search {
     }
 
     /// The next rate to try, or `None` when the search is done.
-    pub fn next(&self) -> Option<(Phase, f64)> {
+    pub(crate) fn next(&self) -> Option<(Phase, f64)> {
         match (self.lo, self.hi) {
             (None, None) => Some((Phase::Up, self.start)),
             (Some(lo), None) => (lo < self.max).then(|| (Phase::Up, (2.0 * lo).min(self.max))),
@@ -154,7 +154,7 @@ impl Search {
     }
 
     /// Record a step's verdict.
-    pub fn record(&mut self, rate: f64, pass: bool) {
+    pub(crate) fn record(&mut self, rate: f64, pass: bool) {
         if pass {
             self.lo = Some(self.lo.map_or(rate, |lo| lo.max(rate)));
         } else {
@@ -165,7 +165,7 @@ impl Search {
 
 /// One step's result.
 #[derive(Clone, Debug)]
-pub struct Step {
+pub(crate) struct Step {
     /// Search phase.
     pub phase: Phase,
     /// Offered rate, requests/s.
@@ -186,14 +186,14 @@ pub struct Step {
 
 impl Step {
     /// The step's quantile, ms (responses only).
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         self.stats.quantile_ms(q)
     }
 }
 
 /// Why the search ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Stop {
+pub(crate) enum Stop {
     /// The bracket is within the precision (or `max_rps` passed, or no rate down to
     /// `min_rps` passed).
     Done,
@@ -203,7 +203,7 @@ pub enum Stop {
 
 /// The profiling result.
 #[derive(Clone, Debug)]
-pub struct Profile {
+pub(crate) struct Profile {
     /// Every step, in order.
     pub steps: Vec<Step>,
     /// The final bracket.
@@ -278,7 +278,11 @@ async fn run_step(p: &ProfileParams, client: &HttpClient, phase: Phase, rate: f6
 }
 
 /// Run the search, calling `on_step` after each step.
-pub async fn run(p: &ProfileParams, client: HttpClient, mut on_step: impl FnMut(&Step)) -> Profile {
+pub(crate) async fn run(
+    p: &ProfileParams,
+    client: HttpClient,
+    mut on_step: impl FnMut(&Step),
+) -> Profile {
     let mut search = Search::new(p.start_rps, p.min_rps, p.max_rps, p.precision);
     let started = Instant::now();
     let mut steps = Vec::new();
@@ -326,7 +330,7 @@ fn fmt_ms(ms: Option<f64>) -> String {
 
 /// A rate for humans and YAML: at most two decimals, rounded down (r_max never claims
 /// more than the rate that passed), no trailing zeros.
-pub fn fmt_rate(r: f64) -> String {
+pub(crate) fn fmt_rate(r: f64) -> String {
     let r = (r * 100.0 + 1e-9).floor() / 100.0;
     let s = format!("{r:.2}");
     s.trim_end_matches('0').trim_end_matches('.').to_owned()
@@ -345,7 +349,7 @@ fn render(cells: &[String], format: Format) -> String {
 }
 
 /// The table header (two lines in markdown).
-pub fn header(format: Format) -> String {
+pub(crate) fn header(format: Format) -> String {
     let names: Vec<String> = COLUMNS.iter().map(|(n, _)| (*n).to_owned()).collect();
     let rule: Vec<String> = COLUMNS
         .iter()
@@ -358,7 +362,7 @@ pub fn header(format: Format) -> String {
 }
 
 /// One table line for step number `i` (1-based).
-pub fn line(i: usize, s: &Step, format: Format) -> String {
+pub(crate) fn line(i: usize, s: &Step, format: Format) -> String {
     render(
         &[
             i.to_string(),
@@ -377,7 +381,7 @@ pub fn line(i: usize, s: &Step, format: Format) -> String {
 }
 
 /// The closing lines: r_max, the bracket, and the YAML line to paste.
-pub fn summary(p: &ProfileParams, prof: &Profile) -> String {
+pub(crate) fn summary(p: &ProfileParams, prof: &Profile) -> String {
     let pct = fmt_rate(p.quantile * 100.0);
     let sla = fmt_rate(p.sla.as_secs_f64() * 1000.0);
     let mut out = String::new();
@@ -428,7 +432,7 @@ pub fn summary(p: &ProfileParams, prof: &Profile) -> String {
 }
 
 /// The `--json` document.
-pub fn to_json(p: &ProfileParams, prof: &Profile) -> Value {
+pub(crate) fn to_json(p: &ProfileParams, prof: &Profile) -> Value {
     let steps: Vec<Value> = prof
         .steps
         .iter()

@@ -12,7 +12,7 @@ use crate::stats::Stats;
 
 /// Table style for standard output.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-pub enum Format {
+pub(crate) enum Format {
     /// A GitHub-flavoured markdown table, ready to paste into a README.
     Markdown,
     /// Space-aligned columns.
@@ -21,7 +21,7 @@ pub enum Format {
 
 /// One report row: an interval of trace seconds, or the whole run.
 #[derive(Clone, Debug)]
-pub struct Row {
+pub(crate) struct Row {
     /// `None` for an interval row, `Some("TOTAL")` for the summary row.
     pub label: Option<&'static str>,
     /// First trace second covered (absolute, as in the trace file).
@@ -73,7 +73,7 @@ fn fmt_share(share: Option<f64>) -> String {
 
 impl Row {
     /// The row's cells, in [`COLUMNS`] order.
-    pub fn cells(&self) -> [String; 10] {
+    pub(crate) fn cells(&self) -> [String; 10] {
         let interval = match self.label {
             Some(label) => label.to_owned(),
             None => format!("{}-{}", self.start, self.end),
@@ -105,7 +105,7 @@ impl Row {
     }
 
     /// The row as a JSON object. Missing values are `null`; shares are fractions.
-    pub fn to_json(&self) -> Value {
+    pub(crate) fn to_json(&self) -> Value {
         let kinds: serde_json::Map<String, Value> = self
             .stats
             .error_kinds()
@@ -151,12 +151,12 @@ fn render(cells: &[String], format: Format) -> String {
 }
 
 /// The header line(s) of the table.
-pub fn header(format: Format) -> String {
+pub(crate) fn header(format: Format) -> String {
     header_of(&COLUMNS[..SYNC_COLUMNS], format)
 }
 
 /// The header with the asynchronous-call columns (`--async-share`).
-pub fn header_async(format: Format) -> String {
+pub(crate) fn header_async(format: Format) -> String {
     header_of(&COLUMNS, format)
 }
 
@@ -179,7 +179,7 @@ fn header_of(columns: &[(&str, usize)], format: Format) -> String {
 }
 
 /// One row of the table.
-pub fn line(row: &Row, format: Format) -> String {
+pub(crate) fn line(row: &Row, format: Format) -> String {
     let mut cells = row.cells().to_vec();
     if let Some((queued, released, waiting)) = row.async_calls {
         cells.extend([

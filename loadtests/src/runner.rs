@@ -28,7 +28,7 @@ use crate::stats::{Outcome, Stats};
 
 /// Everything the replay needs, already validated.
 #[derive(Clone, Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     /// Target of the load (loopback, checked).
     pub url: Uri,
     /// HTTP method of every request.
@@ -58,7 +58,7 @@ pub struct Plan {
 
 /// The result of a completed replay.
 #[derive(Debug)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// The whole-run row.
     pub total: Row,
     /// The latest any request was sent after its scheduled time.
@@ -233,7 +233,7 @@ async fn schedule(
 
 /// Replay `plan`, calling `on_row` for each interval row as soon as it is
 /// complete, in order. Returns once every request has finished.
-pub async fn run(
+pub(crate) async fn run(
     plan: Plan,
     client: HttpClient,
     mut on_row: impl FnMut(&Row),

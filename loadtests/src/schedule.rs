@@ -10,20 +10,24 @@ use std::time::Duration;
 
 /// Real-time offset from the start of the run at which trace time `trace_secs`
 /// (seconds since the first replayed second, possibly fractional) falls.
-pub fn trace_to_real(trace_secs: f64, compression: f64) -> Duration {
+pub(crate) fn trace_to_real(trace_secs: f64, compression: f64) -> Duration {
     Duration::from_secs_f64(trace_secs / compression)
 }
 
 /// Real-time offsets of the `n` requests of replayed second `second` (0 = the
 /// first replayed second), in sending order.
-pub fn send_offsets(second: u64, n: u64, compression: f64) -> impl Iterator<Item = Duration> {
+pub(crate) fn send_offsets(
+    second: u64,
+    n: u64,
+    compression: f64,
+) -> impl Iterator<Item = Duration> {
     (0..n).map(move |k| trace_to_real(second as f64 + k as f64 / n as f64, compression))
 }
 
 /// Interval `[start, end)` of replayed seconds (relative to the first replayed
 /// second) that relative second `second` belongs to, for intervals of `len`
 /// seconds clipped to a replay of `total` seconds.
-pub fn interval_of(second: u64, len: u64, total: u64) -> (u64, u64) {
+pub(crate) fn interval_of(second: u64, len: u64, total: u64) -> (u64, u64) {
     let start = second / len * len;
     (start, (start + len).min(total))
 }

@@ -13,7 +13,7 @@ use hdrhistogram::Histogram;
 
 /// How one scheduled request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// A full response arrived; `latency` is measured from the scheduled time.
     Response {
         /// HTTP status code.
@@ -33,7 +33,7 @@ pub enum Outcome {
 
 /// Counters and latencies of a set of requests (an interval or the whole run).
 #[derive(Clone, Debug)]
-pub struct Stats {
+pub(crate) struct Stats {
     /// Requests scheduled (sent, or refused as overload).
     pub requests: u64,
     /// Responses with a 5xx status.
@@ -70,7 +70,7 @@ impl Default for Stats {
 
 impl Stats {
     /// Count one request's outcome.
-    pub fn record(&mut self, outcome: Outcome) {
+    pub(crate) fn record(&mut self, outcome: Outcome) {
         self.requests += 1;
         match outcome {
             Outcome::Response { status, latency } => {
@@ -95,12 +95,12 @@ impl Stats {
     }
 
     /// All errors: non-2xx/3xx responses plus requests without a response.
-    pub fn errors(&self) -> u64 {
+    pub(crate) fn errors(&self) -> u64 {
         self.http_5xx + self.http_other + self.connect + self.timeout + self.overload + self.io
     }
 
     /// Error counts by kind, in report order, as `(name, count)`.
-    pub fn error_kinds(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn error_kinds(&self) -> [(&'static str, u64); 6] {
         [
             ("5xx", self.http_5xx),
             ("other_status", self.http_other),
@@ -112,12 +112,12 @@ impl Stats {
     }
 
     /// The latency at quantile `q` (0..=1) in milliseconds; `None` without responses.
-    pub fn quantile_ms(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile_ms(&self, q: f64) -> Option<f64> {
         (!self.latency_us.is_empty()).then(|| self.latency_us.value_at_quantile(q) as f64 / 1000.0)
     }
 
     /// Add `other`'s requests to these.
-    pub fn merge(&mut self, other: &Stats) {
+    pub(crate) fn merge(&mut self, other: &Stats) {
         self.requests += other.requests;
         self.http_5xx += other.http_5xx;
         self.http_other += other.http_other;

@@ -11,7 +11,7 @@ use hyper::Uri;
 
 /// Whether `host` (as it appears in a URL authority, IPv6 in brackets) names a
 /// loopback address. Host names other than `localhost` are not resolved.
-pub fn is_loopback_host(host: &str) -> bool {
+pub(crate) fn is_loopback_host(host: &str) -> bool {
     if host.eq_ignore_ascii_case("localhost") || host.eq_ignore_ascii_case("localhost.") {
         return true;
     }
@@ -24,13 +24,13 @@ pub fn is_loopback_host(host: &str) -> bool {
 
 /// Parse `text` as an `http://` URL on a loopback host. `flag` names the option
 /// in error messages.
-pub fn parse_loopback_url(text: &str, flag: &str) -> anyhow::Result<Uri> {
+pub(crate) fn parse_loopback_url(text: &str, flag: &str) -> anyhow::Result<Uri> {
     parse_url(text, flag, false)
 }
 
 /// Parse `text` as an `http://` URL; unless `allow_remote` (the profiling mode's
 /// explicit `--allow-remote`), its host must be loopback.
-pub fn parse_url(text: &str, flag: &str, allow_remote: bool) -> anyhow::Result<Uri> {
+pub(crate) fn parse_url(text: &str, flag: &str, allow_remote: bool) -> anyhow::Result<Uri> {
     let uri: Uri = text
         .parse()
         .with_context(|| format!("{flag} {text:?} is not a valid URL"))?;
@@ -54,7 +54,7 @@ pub fn parse_url(text: &str, flag: &str, allow_remote: bool) -> anyhow::Result<U
 
 /// The `GET /status` URL of an admin endpoint given as its base URL (a trailing
 /// slash or an explicit `/status` path are both accepted).
-pub fn status_url(admin: &Uri) -> anyhow::Result<Uri> {
+pub(crate) fn status_url(admin: &Uri) -> anyhow::Result<Uri> {
     let path = admin.path().trim_end_matches('/');
     let path = if path.ends_with("/status") {
         path.to_owned()

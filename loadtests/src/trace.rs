@@ -12,7 +12,7 @@ use anyhow::{Context, bail};
 
 /// A malformed trace line.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ParseError {
+pub(crate) struct ParseError {
     /// The file (or other source) the text came from, as shown to the user.
     pub source_name: String,
     /// 1-based line number.
@@ -38,7 +38,7 @@ impl std::error::Error for ParseError {}
 /// Blank lines are accepted only at the end of the text (after the last count);
 /// a blank line between counts is an error, since reading it as zero would
 /// silently shift every later second.
-pub fn parse_trace(text: &str, source_name: &str) -> Result<Vec<u64>, ParseError> {
+pub(crate) fn parse_trace(text: &str, source_name: &str) -> Result<Vec<u64>, ParseError> {
     let lines: Vec<&str> = text.lines().map(str::trim).collect();
     let used = lines
         .iter()
@@ -58,7 +58,7 @@ pub fn parse_trace(text: &str, source_name: &str) -> Result<Vec<u64>, ParseError
 }
 
 /// Read and parse a trace file.
-pub fn read_trace(path: &Path) -> anyhow::Result<Vec<u64>> {
+pub(crate) fn read_trace(path: &Path) -> anyhow::Result<Vec<u64>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read trace file {}", path.display()))?;
     Ok(parse_trace(&text, &path.display().to_string())?)
@@ -66,7 +66,7 @@ pub fn read_trace(path: &Path) -> anyhow::Result<Vec<u64>> {
 
 /// The half-open range `[from, to)` of trace seconds to replay. `to` defaults to
 /// the trace length; an empty or out-of-range window is an error.
-pub fn slice(trace: &[u64], from: Option<u64>, to: Option<u64>) -> anyhow::Result<&[u64]> {
+pub(crate) fn slice(trace: &[u64], from: Option<u64>, to: Option<u64>) -> anyhow::Result<&[u64]> {
     let len = trace.len() as u64;
     let from = from.unwrap_or(0);
     let to = to.unwrap_or(len);
@@ -86,7 +86,7 @@ pub fn slice(trace: &[u64], from: Option<u64>, to: Option<u64>) -> anyhow::Resul
 /// and emitting the whole part each second, but without floating-point drift. The
 /// last second is rounded instead of floored, so the scaled total is exactly
 /// `(total / D).round()`.
-pub fn scale(counts: &[u64], divisor: f64) -> Vec<u64> {
+pub(crate) fn scale(counts: &[u64], divisor: f64) -> Vec<u64> {
     assert!(
         divisor.is_finite() && divisor >= 1.0,
         "divisor must be >= 1"

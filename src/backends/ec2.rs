@@ -92,10 +92,11 @@
 //!   tier; adoption listings that all fail start the gateway with no adopted VM and the
 //!   alarm `adoption` until the audit lists the pool.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use aws_sdk_ec2::Client;
@@ -386,19 +387,16 @@ impl Pool {
         v
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, Tracked>> {
-        self.instances.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Tracked>> {
+        self.instances.lock()
     }
 
-    fn launches(&self) -> std::sync::MutexGuard<'_, HashMap<String, Launch>> {
-        self.launches.lock().unwrap_or_else(|p| p.into_inner())
+    fn launches(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Launch>> {
+        self.launches.lock()
     }
 
     fn is_gone(&self, id: &str) -> bool {
-        self.gone
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(id)
+        self.gone.lock().contains(id)
     }
 
     /// The client-token prefix of this run's launches.
@@ -787,7 +785,7 @@ impl Pool {
                 let id = inst.instance_id().unwrap_or("?");
                 tracing::error!(instance = %id, error = %reason, "EC2 instance address refused; the instance is not used");
                 let (count, last) = {
-                    let mut r = self.refused.lock().unwrap_or_else(|p| p.into_inner());
+                    let mut r = self.refused.lock();
                     r.0 += 1;
                     r.1 = id.to_owned();
                     r.clone()
@@ -1247,15 +1245,8 @@ impl Pool {
         if !gone.is_empty() {
             gone.sort();
             tracing::warn!(instances = ?gone, pool = %self.cfg.pool_name, "EC2 reports these instances terminated or stopped outside the gateway; their VMs leave the pool");
-            self.gone
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(gone.iter().cloned());
-            self.changes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .gone
-                .extend(gone);
+            self.gone.lock().extend(gone.iter().cloned());
+            self.changes.lock().gone.extend(gone);
         }
         to_terminate.extend(self.note_strays(&strays_seen, now));
         self.adopt_recovered(recovered).await;
@@ -1313,7 +1304,7 @@ impl Pool {
     /// longer, to be terminated. A stray that is no longer listed live is forgotten.
     fn note_strays(&self, seen: &[String], now: Instant) -> Vec<String> {
         let strays: Vec<(String, Instant)> = {
-            let mut st = self.strays.lock().unwrap_or_else(|p| p.into_inner());
+            let mut st = self.strays.lock();
             st.retain(|id, _| seen.contains(id));
             for id in seen {
                 st.entry(id.clone()).or_insert(now);
@@ -1373,7 +1364,7 @@ impl Pool {
                 continue;
             };
             if self.http.probe(&base, &self.cfg.health_path).await {
-                let mut changes = self.changes.lock().unwrap_or_else(|p| p.into_inner());
+                let mut changes = self.changes.lock();
                 if !changes.unclaimed.iter().any(|(queued, _)| *queued == id) {
                     changes.unclaimed.push((id, base));
                 }
@@ -1407,11 +1398,7 @@ impl Pool {
                 },
             );
             tracing::warn!(instance = %id, %base, "an instance of a launch whose outcome was unknown turned up; adopted as a ready VM");
-            self.changes
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .adopted
-                .push((id, base));
+            self.changes.lock().adopted.push((id, base));
         }
     }
 
@@ -1565,7 +1552,7 @@ impl VmProvider for Ec2VmPool {
     }
 
     fn take_pool_changes(&self) -> PoolChanges {
-        std::mem::take(&mut *self.pool.changes.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.pool.changes.lock())
     }
 
     fn track(&self, instance: &str, base: &Uri) {

@@ -81,7 +81,8 @@ impl FunctionTier for HttpFunctionTier {
             match self.client.forward(&self.base, req).await {
                 Ok(resp) => Ok(resp.map(boxed)),
                 Err(UpstreamError::Connect { uri, source }) => {
-                    tracing::warn!(%uri, error = %source, "function endpoint unreachable");
+                    // The request's one warning is its failure (or none: a VM took it).
+                    tracing::debug!(%uri, error = %source, "function endpoint unreachable");
                     Err(FunctionError::NotSent {
                         reason: NotSentReason::Unreachable,
                         request: None,

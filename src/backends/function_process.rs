@@ -14,12 +14,13 @@
 //! * A call abandoned mid-request (the gateway's upstream timeout dropped the future)
 //!   stops its instance rather than leaving a still-busy instance for the next call.
 //!
-//! The instance map sits behind one `std::sync::Mutex` never held across an `.await`.
+//! The instance map sits behind one `parking_lot::Mutex` never held across an `.await`.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 use http::{Request, Response};
 
@@ -111,9 +112,7 @@ impl fmt::Debug for ProcessFunctionTier {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         // The state is updated in small steps that leave it consistent: survive a poison.
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock()
     }
 
     /// Spawn an instance on a free port and wait until it is ready. The port is picked by
@@ -339,6 +338,7 @@ mod tests {
             keep_alive_seconds: 60.0,
             max_instances: 4,
             prewarmed_instances: 0,
+            warm_instance_order: Default::default(),
             boot_timeout_seconds: boot,
             probe_interval_seconds: 0.05,
         }

@@ -5,7 +5,7 @@
 //! 1. an `Upgrade` request is refused ([`FunctionError::UpgradeNotSupported`], a 4xx:
 //!    http-cases C6; the balancer pins upgrades to VMs, this is the defensive net);
 //! 2. the request body is buffered, at most [`MAX_PAYLOAD_BYTES`]; the event is built by
-//!    the pure mapper [`lambda_event`](super::lambda_event), `requestContext.http.sourceIp`
+//!    the pure mapper [`super::lambda_event`], `requestContext.http.sourceIp`
 //!    from the [`ClientInfo`] the request path put into the request's extensions;
 //!    an event over [`MAX_PAYLOAD_BYTES`] is [`FunctionError::PayloadTooLarge`] (413)
 //!    before any invoke;
@@ -449,7 +449,13 @@ impl LambdaFunctionTier {
             }
         };
         let client = parts.extensions.get::<ClientInfo>().copied();
-        let request_id = format!("{:032x}", rand::random::<u128>());
+        // The gateway's request id (`crate::net::request_id`, set on every request
+        // before it is routed) is the event's `requestContext.requestId` too.
+        let request_id = parts
+            .headers
+            .get(crate::net::request_id::REQUEST_ID)
+            .and_then(|v| v.to_str().ok())
+            .map_or_else(crate::net::request_id::generate, str::to_owned);
         // The event's wall-clock timestamp (`requestContext.timeEpoch`); not a timer.
         #[allow(clippy::disallowed_methods)]
         let now_ms = SystemTime::now()

@@ -2,7 +2,7 @@
 //!
 //! The live driver (`crate::proxy::driver`) executes the controller's actions through a
 //! [`VmProvider`] and sends spilled requests to a [`FunctionTier`]. Both traits are
-//! asynchronous and object-safe so that local providers (this issue) and AWS providers
+//! asynchronous and object-safe so that local providers and AWS providers
 //! (EC2, Lambda) plug in the same way:
 //!
 //! * a VM goes through **launch** (the provider starts it and names it), **address
@@ -16,6 +16,18 @@
 //!   untouched request comes back, when the backend still has it, so that the policy core
 //!   can place it in another zone or fall back to a VM. Function backends only execute:
 //!   the instance pool, keep-alive and pre-warm live in the policy core's placement.
+//!
+//! | module | provider |
+//! |---|---|
+//! | [`vm_process`] | `vm_pool: {type: process}` — local child processes (the quickstart's VMs) |
+//! | [`vm_static`] | `vm_pool: {type: static}` — a fixed list of upstream URLs |
+//! | `ec2` | `vm_pool: {type: ec2}` — EC2 instances (feature `aws`) |
+//! | [`function_process`] | `function_tier: {type: process}` — local function instances with real cold starts |
+//! | [`function_http`] | `function_tier: {type: http}` — an existing function endpoint over HTTP(S) |
+//! | `lambda`, `lambda_event` | `function_tier: {type: lambda}` — the Invoke API, and the pure HTTP ↔ Lambda event mapping (feature `aws`) |
+//! | `aws_sdk`, `aws_http` | the AWS SDK configuration and the HTTP client every SDK call goes through (feature `aws`) |
+//! | [`process`] | child processes on loopback ports, shared by the local providers |
+//! | [`provider_errors`] | cloud provider error accounting for logs, `/status` and metrics |
 
 #[cfg(feature = "aws")]
 pub mod aws_http;

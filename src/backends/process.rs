@@ -140,6 +140,7 @@ impl ChildProcess {
         // child when the gateway dies without cleaning up (SIGKILL, crash), so no VM or
         // function process outlives its gateway.
         if !detached {
+            #[allow(unsafe_code)]
             unsafe {
                 command.pre_exec(|| {
                     if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM) == -1 {
@@ -234,7 +235,9 @@ pub fn stop_by_name(name: &str) -> bool {
     #[cfg(target_os = "linux")]
     if mine && pid > 1 {
         // SAFETY: kill(2) with a checked positive pid; no memory is touched.
-        return unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+        #[allow(unsafe_code)]
+        let sent = unsafe { libc::kill(pid, libc::SIGTERM) } == 0;
+        return sent;
     }
     false
 }

@@ -16,9 +16,9 @@
 //! `<section>.errors.conditions.<name>` with `alarm: true` for those an operator must act
 //! on.
 
+use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Display;
-use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
@@ -236,8 +236,8 @@ impl ProviderErrors {
         self.lock().clone()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, ProviderErrorStats> {
-        self.stats.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, ProviderErrorStats> {
+        self.stats.lock()
     }
 }
 

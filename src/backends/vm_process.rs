@@ -5,9 +5,9 @@
 //! resolves its address ([`VmProvider::resolve`], immediate for a process) and probes it
 //! for readiness with the settings of [`ProcessVmPool::readiness`].
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard};
 
 use http::Uri;
 
@@ -78,9 +78,7 @@ impl ProcessVmPool {
 
     fn lock(&self) -> MutexGuard<'_, HashMap<String, ChildProcess>> {
         // A panic while holding the lock leaves the map consistent: keep going.
-        self.children
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.children.lock()
     }
 }
 

@@ -80,7 +80,7 @@ impl DeError {
     }
 
     /// The field path the error is about.
-    pub fn path(&self) -> String {
+    pub(super) fn path(&self) -> String {
         let base = self.at.as_ref().map_or("", |a| a.path.as_str());
         match self.missing_field {
             Some(f) if base.is_empty() => f.to_string(),

@@ -84,8 +84,8 @@ pub struct LambdaFunctionTierConfig {
     pub max_concurrency: Option<u32>,
     /// Pre-warm as provisioned concurrency on `qualifier`: `N > 0` puts N at start
     /// (PutProvisionedConcurrencyConfig), then polls it until `READY` or `FAILED`
-    /// (shown in `/status`). `0` or absent: the gateway does not touch it (since issue
-    /// 13: `0` no longer removes it; see `remove_prewarm_on_start`).
+    /// (shown in `/status`). `0` or absent: the gateway does not touch it (`0` does not
+    /// remove it; that is `remove_prewarm_on_start`).
     #[serde(default)]
     pub prewarmed_instances: Option<u32>,
     /// Remove the provisioned concurrency of `qualifier` at start

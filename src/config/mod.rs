@@ -2,9 +2,9 @@
 //! (`spillway sim`, `spillway cost`).
 //!
 //! Loading happens in three steps, nothing half-applied:
-//! 1. **parse** the YAML text into a located tree ([`yaml`], with serde-saphyr's parser):
+//! 1. **parse** the YAML text into a located tree (`yaml`, with serde-saphyr's parser):
 //!    a syntax error stops here with `file:line:column`;
-//! 2. **read** the schema from the tree ([`de`]): every type error (a word where a number
+//! 2. **read** the schema from the tree (`de`): every type error (a word where a number
 //!    belongs, an unknown key, an unknown `type:`) is collected with its line, column and
 //!    field path, fields of `type:`-tagged sections included;
 //! 3. **validate**: semantic checks collect every remaining problem with its field path,
@@ -12,6 +12,20 @@
 //!
 //! Type and semantic problems are reported together, in file order. The validated
 //! [`Config`] then hands typed values (durations, policy parameters) to the drivers.
+//!
+//! | module | section |
+//! |---|---|
+//! | `schema` | the root [`Config`], `gateway:`, `libra:`, `vm_pool:`, `function_tier:` and their validation |
+//! | `lambda` | `function_tier: {type: lambda}` |
+//! | `zones` | `function_zones:` and `placement:` |
+//! | `routes` | `routes:` (route keys) |
+//! | `queue` | `queue:` (the gateway queue, call scheduling) |
+//! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
+//! | [`coordination`] | `coordination:` (several replicas, one decision) |
+//! | [`sim`] | `sim:` (simulator-only models) |
+//! | `overrides` | `--set PATH=VALUE` |
+//! | `aws_warnings` | `spillway check` warnings about risky AWS settings (plain-HTTP endpoints off loopback, wide tag allow-lists) |
+//! | `yaml`, `de` | the located YAML tree and the serde deserializer over it |
 //!
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
@@ -251,6 +265,7 @@ impl Config {
 /// (`file:line:column: warning: path: message`) and still exits 0; `serve` logs them.
 pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
     let mut out = delay::warnings(config);
+    out.extend(gateway_warnings(config));
     out.extend(aws_warnings::warnings(config));
     if let Some(places) = text
         .and_then(|t| yaml::parse(t).ok())
@@ -259,6 +274,24 @@ pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
         for w in &mut out {
             w.location = locate(&places, &w.path).or_else(|| locate(&places, "routes"));
         }
+    }
+    out
+}
+
+/// Risky `gateway:` settings that are valid: `request_id_trust: trusted_proxies` with no
+/// trusted proxy (every client's request id would be replaced). (An admin listener off
+/// loopback without a token is an error, not a warning: see
+/// [`GatewayConfig::admin_exposure_issue`].)
+fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
+    let g = &config.gateway;
+    let mut out = Vec::new();
+    if g.request_id_trust == crate::net::request_id::RequestIdTrust::TrustedProxies
+        && g.trusted_proxies.is_empty()
+    {
+        out.push(ConfigIssue::new(
+            "gateway.request_id_trust",
+            "trusted_proxies is empty: every client's x-request-id is replaced (use `none` to say so)",
+        ));
     }
     out
 }

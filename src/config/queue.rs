@@ -14,7 +14,7 @@ use crate::policy::sched::{Order, SchedParams};
 pub const DEFAULT_MAX_QUEUE_LENGTH: usize = 1000;
 /// Default longest wait, seconds.
 pub const DEFAULT_MAX_QUEUE_WAIT_SECONDS: f64 = 30.0;
-/// Default E[p] before any call completed, ms.
+/// Default `E[p]` before any call completed, ms.
 pub const DEFAULT_PROCESSING_MS: f64 = 100.0;
 /// Default fair-choice window T, seconds (call scheduling §4: "e.g. 60 s").
 pub const DEFAULT_FAIR_CHOICE_WINDOW_SECONDS: f64 = 60.0;
@@ -29,7 +29,7 @@ pub struct QueueConfig {
     pub max_queue_length: usize,
     /// Longest wait, seconds; then 503 with `Retry-After`.
     pub max_queue_wait_seconds: f64,
-    /// E[p] before any call completed, ms.
+    /// `E[p]` before any call completed, ms.
     pub default_processing_ms: f64,
     /// Fair choice's T: a key's arrivals counted over this window, seconds.
     pub fair_choice_window_seconds: f64,

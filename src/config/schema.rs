@@ -14,7 +14,7 @@ use crate::net::validate::{
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
-use crate::policy::functions::FunctionPoolParams;
+use crate::policy::functions::{FunctionPoolParams, WarmOrder};
 use crate::policy::monitor::MonitorParams;
 use crate::policy::placement::ZoneCapacity;
 use crate::policy::rmax::RMaxParams;
@@ -139,12 +139,15 @@ pub struct GatewayConfig {
     /// ([`resolve_listen`]). Port 0 picks a free port.
     #[serde(deserialize_with = "listen_addr")]
     pub listen: SocketAddr,
-    /// Admin listener (`/healthz`, `/metrics`, `/status`).
+    /// Admin listener (`/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`,
+    /// `/reload`).
     #[serde(deserialize_with = "listen_addr")]
     pub admin_listen: SocketAddr,
     /// File holding the admin bearer token (surrounding whitespace ignored). With a
     /// token, `/status`, `/metrics` and `/reload` need `Authorization: Bearer TOKEN`;
-    /// `/healthz` stays open. A non-loopback `admin_listen` needs a token.
+    /// the probes (`/livez`, `/readyz`, `/healthz`) stay open. A non-loopback
+    /// `admin_listen` needs a token; without one, requests whose `Host` or `Origin` is
+    /// not loopback are refused (403).
     pub admin_token_file: Option<std::path::PathBuf>,
     /// Name of an environment variable holding the admin bearer token (instead of
     /// `admin_token_file`).
@@ -215,6 +218,9 @@ pub struct GatewayConfig {
     /// A request header naming the caller's edge zone (function zones), honoured only
     /// when the peer is in `trusted_proxies`; otherwise `client_cidrs` decide.
     pub origin_zone_header: Option<String>,
+    /// Whose `x-request-id` is kept (a valid one, [`crate::net::request_id`]): `any`
+    /// client's (default), only `trusted_proxies`', or `none` (always a new one).
+    pub request_id_trust: crate::net::request_id::RequestIdTrust,
     /// Allow user-given upstream addresses (static `urls`, the `http` function tier's
     /// `url`, EC2 tag addresses) on the gateway's own host (loopback, `localhost`).
     /// Checked at parse time and on every resolved address at connect time
@@ -397,6 +403,7 @@ impl Default for GatewayConfig {
             path_with_escaped_slashes_action: EscapedSlashesAction::RejectRequest,
             access_log: false,
             origin_zone_header: None,
+            request_id_trust: crate::net::request_id::RequestIdTrust::Any,
             allow_loopback_upstreams: false,
             upstream_tls: None,
         }
@@ -413,6 +420,7 @@ pub fn open_files_limit() -> Option<u64> {
             rlim_max: 0,
         };
         // SAFETY: getrlimit writes into the struct we pass and reads nothing else.
+        #[allow(unsafe_code)]
         let ok = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0;
         (ok && lim.rlim_cur != libc::RLIM_INFINITY).then_some(lim.rlim_cur)
     }
@@ -693,8 +701,9 @@ impl Default for LibraConfig {
     }
 }
 
-/// `pricing:` — prices and the function profile used for the CIP and the simulator.
-#[derive(Clone, Debug, Serialize, Deserialize)]
+/// `pricing:` — prices and the function profile used for the CIP, the simulator and the
+/// live bill.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct PricingConfig {
     /// On-demand price of one VM, USD per hour (default: m4.large).
@@ -714,6 +723,16 @@ pub struct PricingConfig {
     pub api_gateway: bool,
     /// API gateway fee per request, USD, charged only when `api_gateway` is true.
     pub api_gateway_request_usd: f64,
+    /// USD per VM-hour by instance type, for the live bill (`/status` `cost`); a type not
+    /// listed costs `vm_hourly_usd`.
+    pub vm_hourly_usd_by_instance_type: std::collections::BTreeMap<String, f64>,
+    /// The live bill's VM billing unit, seconds: VM time is rounded up to it (EC2: 1).
+    pub vm_billing_granularity_seconds: f64,
+    /// The live bill's least billed time per VM, seconds (EC2: 60).
+    pub vm_minimum_billed_seconds: f64,
+    /// USD per GB-second of provisioned concurrency (pre-warmed instances, billed all the
+    /// time they are configured; Lambda x86_64 list price, 2025).
+    pub provisioned_concurrency_gb_second_usd: f64,
 }
 
 impl Default for PricingConfig {
@@ -727,6 +746,11 @@ impl Default for PricingConfig {
             request_usd: cost::DEFAULT_LAMBDA_REQUEST_USD,
             api_gateway: false,
             api_gateway_request_usd: cost::DEFAULT_API_GATEWAY_REQUEST_USD,
+            vm_hourly_usd_by_instance_type: std::collections::BTreeMap::new(),
+            vm_billing_granularity_seconds: cost::VmBillingRule::EC2_PER_SECOND.granularity_seconds,
+            vm_minimum_billed_seconds: cost::VmBillingRule::EC2_PER_SECOND.minimum_seconds,
+            provisioned_concurrency_gb_second_usd:
+                cost::DEFAULT_PROVISIONED_CONCURRENCY_GB_SECOND_USD,
         }
     }
 }
@@ -744,6 +768,27 @@ impl PricingConfig {
             } else {
                 0.0
             },
+        }
+    }
+
+    /// The live bill's VM billing rule.
+    pub fn vm_billing(&self) -> cost::VmBillingRule {
+        cost::VmBillingRule {
+            granularity_seconds: self.vm_billing_granularity_seconds,
+            minimum_seconds: self.vm_minimum_billed_seconds,
+        }
+    }
+
+    /// The live meter's prices, with `r_max_rps` for the all-VM counterfactual.
+    pub fn meter_pricing(&self, r_max_rps: f64) -> cost::MeterPricing {
+        cost::MeterPricing {
+            vm_hourly_usd: self.vm_hourly_usd,
+            vm_hourly_usd_by_type: self.vm_hourly_usd_by_instance_type.clone(),
+            vm_billing: self.vm_billing(),
+            function: self.function_pricing(),
+            function_memory_mb: self.function_memory_mb,
+            provisioned_gb_second_usd: self.provisioned_concurrency_gb_second_usd,
+            r_max_rps,
         }
     }
 
@@ -1085,9 +1130,13 @@ pub struct ProcessFunctionTierConfig {
     pub keep_alive_seconds: f64,
     /// Cap on simultaneous instances; calls beyond it are throttled.
     pub max_instances: u32,
-    /// Instances started up front and kept warm (pre-warm).
+    /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
     #[serde(default)]
     pub prewarmed_instances: u32,
+    /// Which idle instance a warm start takes: `newest` (most recently idle, the default)
+    /// or `oldest` (idle longest, as FaaSim).
+    #[serde(default)]
+    pub warm_instance_order: WarmOrder,
     /// A cold start not ready after this long fails the call (502).
     #[serde(default = "default_function_boot_timeout")]
     pub boot_timeout_seconds: f64,
@@ -1424,6 +1473,21 @@ impl Config {
         }
         is.non_negative("pricing.request_usd", p.request_usd);
         is.non_negative("pricing.api_gateway_request_usd", p.api_gateway_request_usd);
+        for (t, usd) in &p.vm_hourly_usd_by_instance_type {
+            is.non_negative(&format!("pricing.vm_hourly_usd_by_instance_type.{t}"), *usd);
+        }
+        is.positive(
+            "pricing.vm_billing_granularity_seconds",
+            p.vm_billing_granularity_seconds,
+        );
+        is.non_negative(
+            "pricing.vm_minimum_billed_seconds",
+            p.vm_minimum_billed_seconds,
+        );
+        is.non_negative(
+            "pricing.provisioned_concurrency_gb_second_usd",
+            p.provisioned_concurrency_gb_second_usd,
+        );
 
         match &self.vm_pool {
             None => {}
@@ -1962,6 +2026,7 @@ impl ProcessFunctionTierConfig {
             keep_alive: Duration::from_secs_f64(self.keep_alive_seconds),
             max_instances: Some(self.max_instances),
             prewarmed: self.prewarmed_instances,
+            warm_order: self.warm_instance_order,
         }
     }
 }

@@ -9,6 +9,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::Issues;
+use crate::policy::functions::WarmOrder;
 
 /// The `sim:` section.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -268,8 +269,12 @@ pub struct FunctionModelConfig {
     /// Most instances at once; calls beyond it are throttled (counted, not served). 0: no
     /// function tier (the call-scheduling preset's single VM).
     pub max_concurrency: u32,
-    /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency).
+    /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency);
+    /// keep-alive never expires them.
     pub prewarmed: u32,
+    /// Which idle instance a warm start takes: `newest` (most recently idle) or `oldest`
+    /// (idle longest, as FaaSim).
+    pub warm_instance_order: WarmOrder,
     /// Bill the cold start as INIT duration (AWS does; the LIBRA preset does not).
     pub bill_init: bool,
     /// Uniform jitter of a function call's execution (service) time, ± this fraction of
@@ -295,6 +300,7 @@ impl Default for FunctionModelConfig {
             keep_alive_seconds: 600.0,
             max_concurrency: 1000,
             prewarmed: 0,
+            warm_instance_order: WarmOrder::Newest,
             bill_init: true,
             exec_jitter: 0.0,
             cold_start_jitter: 0.0,

@@ -491,3 +491,18 @@ fn connection_and_response_limits_are_checked_at_their_place() {
     let (total, per_ip) = Config::default().gateway.connection_limits();
     assert!((16..=10_000).contains(&total) && per_ip == (total / 4).max(1));
 }
+
+#[test]
+fn request_ids_trusted_from_proxies_without_any_is_a_located_warning() {
+    let text = "gateway:\n  request_id_trust: trusted_proxies\n";
+    let c = Config::from_yaml(text, "g.yaml").unwrap();
+    let w = warnings(&c, Some(text));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].path, "gateway.request_id_trust");
+    assert_eq!(w[0].location.map(|l| l.line), Some(2));
+    let text = "gateway:\n  request_id_trust: trusted_proxies\n  trusted_proxies: [10.0.0.0/8]\n";
+    let c = Config::from_yaml(text, "g.yaml").unwrap();
+    assert!(warnings(&c, Some(text)).is_empty());
+    let bad = Config::from_yaml("gateway:\n  request_id_trust: some\n", "g.yaml").unwrap_err();
+    assert!(bad.to_string().contains("g.yaml:2:"), "{bad}");
+}

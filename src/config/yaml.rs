@@ -84,7 +84,7 @@ pub(crate) enum Kind {
 impl Node {
     /// Where errors about this node point: the key that names it when it has one (a
     /// section, a list), else the node itself.
-    pub fn report_loc(&self) -> Loc {
+    pub(super) fn report_loc(&self) -> Loc {
         match self.kind {
             Kind::Scalar(..) => self.loc,
             _ => self.key_loc.unwrap_or(self.loc),
@@ -92,12 +92,12 @@ impl Node {
     }
 
     /// A plain scalar that YAML resolves to null (`~`, `null`, nothing).
-    pub fn is_null(&self) -> bool {
+    pub(super) fn is_null(&self) -> bool {
         matches!(&self.kind, Kind::Scalar(s, Style::Plain) if is_null_text(s))
     }
 
     /// What the node is, for messages: `` `abc` ``, `a list`, `a mapping`, `nothing`.
-    pub fn describe(&self) -> String {
+    pub(super) fn describe(&self) -> String {
         match &self.kind {
             _ if self.is_null() => "nothing (null)".into(),
             Kind::Scalar(s, _) => format!("`{s}`"),
@@ -107,7 +107,7 @@ impl Node {
     }
 
     /// Every node's path with its location (value location; for containers the key's).
-    pub fn locations(&self) -> HashMap<String, Loc> {
+    pub(super) fn locations(&self) -> HashMap<String, Loc> {
         fn walk(n: &Node, out: &mut HashMap<String, Loc>) {
             out.entry(n.path.clone()).or_insert(n.report_loc());
             match &n.kind {
@@ -123,7 +123,7 @@ impl Node {
 
     /// Remove the node with `id` (a map entry by its key or value, or a list item) from
     /// the tree. Returns whether it was found; the root cannot be removed.
-    pub fn remove(&mut self, id: usize) -> bool {
+    pub(super) fn remove(&mut self, id: usize) -> bool {
         match &mut self.kind {
             Kind::Scalar(..) => false,
             Kind::Seq(items) => {
@@ -144,7 +144,7 @@ impl Node {
     }
 
     /// The node with `id`, if it is in the tree.
-    pub fn find(&self, id: usize) -> Option<&Node> {
+    pub(super) fn find(&self, id: usize) -> Option<&Node> {
         if self.id == id {
             return Some(self);
         }
@@ -165,7 +165,7 @@ pub(crate) fn is_null_text(s: &str) -> bool {
 
 /// The document is not YAML (or uses something this reader does not accept).
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SyntaxError {
+pub(super) struct SyntaxError {
     /// Where.
     pub loc: Loc,
     /// What is wrong, in words.

@@ -15,6 +15,7 @@ use super::schema::{
     SINGLE_ZONE_NAME, default_function_boot_timeout, default_health_path, default_keep_alive,
     default_probe_interval,
 };
+use crate::policy::functions::WarmOrder;
 use crate::policy::placement::{MAX_ZONES, PlacementParams, PlacementPolicy, ZoneKind, ZoneParams};
 
 /// `placement:` — FaaSim's placement policy between edge and cloud zones.
@@ -173,9 +174,13 @@ pub struct ProcessZoneConfig {
     pub keep_alive_seconds: f64,
     /// Cap on instances alive (booting + busy + idle).
     pub max_instances: u32,
-    /// Instances started up front and kept warm (pre-warm).
+    /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
     #[serde(default)]
     pub prewarmed_instances: u32,
+    /// Which idle instance a warm start takes: `newest` (most recently idle, the default)
+    /// or `oldest` (idle longest, as FaaSim).
+    #[serde(default)]
+    pub warm_instance_order: WarmOrder,
     /// A cold start not ready after this long fails the attempt, seconds.
     #[serde(default = "default_function_boot_timeout")]
     pub boot_timeout_seconds: f64,
@@ -254,6 +259,7 @@ impl FunctionZoneConfig {
                     keep_alive_seconds: p.keep_alive_seconds,
                     max_instances: p.max_instances,
                     prewarmed_instances: p.prewarmed_instances,
+                    warm_instance_order: p.warm_instance_order,
                     boot_timeout_seconds: p.boot_timeout_seconds,
                     probe_interval_seconds: p.probe_interval_seconds,
                 })
@@ -323,6 +329,41 @@ impl Config {
             });
         }
         out
+    }
+
+    /// The live cost meter for this configuration: `pricing`'s prices, r_max for the
+    /// all-VM counterfactual, and one zone per [`Self::zone_specs`] entry with its
+    /// pre-warmed instances (process zones' `prewarmed_instances`, Lambda's provisioned
+    /// concurrency) as provisioned concurrency.
+    pub fn cost_meter(&self) -> crate::policy::cost::CostMeter {
+        let zones = self
+            .zone_specs()
+            .into_iter()
+            .map(|z| crate::policy::cost::MeterZone {
+                provisioned_instances: match &z.tier {
+                    FunctionTierConfig::Process(p) => p.prewarmed_instances,
+                    FunctionTierConfig::Lambda(l) => l.prewarmed_instances.unwrap_or(0),
+                    FunctionTierConfig::Http(_) => 0,
+                },
+                name: z.name,
+            })
+            .collect();
+        crate::policy::cost::CostMeter::new(self.pricing.meter_pricing(self.libra.r_max_rps), zones)
+    }
+
+    /// The instance type the live bill prices the pool's VMs at: the EC2 pool's
+    /// `instance_type` (`launch_template` when the template sets it), `process` or
+    /// `static` otherwise.
+    pub fn vm_instance_type(&self) -> String {
+        use super::schema::VmPoolConfig;
+        match &self.vm_pool {
+            Some(VmPoolConfig::Ec2(e)) => e
+                .instance_type
+                .clone()
+                .unwrap_or_else(|| "launch_template".to_string()),
+            Some(VmPoolConfig::Static(_)) => "static".to_string(),
+            Some(VmPoolConfig::Process(_)) | None => "process".to_string(),
+        }
     }
 
     /// Function placement (FaaSim): one zone per [`Self::zone_specs`] entry, with

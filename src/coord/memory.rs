@@ -4,8 +4,8 @@
 //! cut off, a delay per operation. Written here rather than taken from a library
 //! because it must follow tokio's paused clock and fail on command.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -59,33 +59,33 @@ impl MemoryStore {
 
     /// Replace the faults.
     pub fn set_faults(&self, faults: Faults) {
-        *self.faults.lock().expect("faults") = faults;
+        *self.faults.lock() = faults;
     }
 
     /// Lose everything (a store restarted empty).
     pub fn wipe(&self) {
-        *self.data.lock().expect("data") = Data::default();
+        *self.data.lock() = Data::default();
     }
 
     /// Pool-write intents accepted so far, in order.
     pub fn intents(&self) -> Vec<Intent> {
-        self.data.lock().expect("data").intents.clone()
+        self.data.lock().intents.clone()
     }
 
     /// Fenced writes (publications, intents) refused so far for an old term.
     pub fn refused_writes(&self) -> u64 {
-        self.data.lock().expect("data").refused
+        self.data.lock().refused
     }
 
     /// The last publication.
     pub fn published(&self) -> Option<Published> {
-        self.data.lock().expect("data").published.clone()
+        self.data.lock().published.clone()
     }
 
     /// The lease holder now.
     pub fn leader(&self) -> Option<LeaderKey> {
         let now = self.now_ms();
-        let mut d = self.data.lock().expect("data");
+        let mut d = self.data.lock();
         Self::expire(&mut d, now);
         d.leader.as_ref().map(|(k, _)| k.clone())
     }
@@ -94,7 +94,6 @@ impl MemoryStore {
     pub fn counts(&self, epoch: u64) -> BTreeMap<String, u64> {
         self.data
             .lock()
-            .expect("data")
             .counts
             .get(&epoch)
             .cloned()
@@ -119,7 +118,7 @@ impl MemoryStore {
         f: impl FnOnce(&mut Data, u64) -> T + Send + 'a,
     ) -> BoxFuture<'a, Result<T, StoreError>> {
         Box::pin(async move {
-            let faults = self.faults.lock().expect("faults").clone();
+            let faults = self.faults.lock().clone();
             if !faults.delay.is_zero() {
                 tokio::time::sleep(faults.delay).await;
             }
@@ -130,7 +129,7 @@ impl MemoryStore {
                 return Err(StoreError::Unavailable { op });
             }
             let now = self.now_ms();
-            let mut d = self.data.lock().expect("data");
+            let mut d = self.data.lock();
             Self::expire(&mut d, now);
             Ok(f(&mut d, now))
         })

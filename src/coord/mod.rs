@@ -51,9 +51,10 @@ pub mod memory;
 pub mod redis;
 pub mod store;
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, VecDeque};
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
@@ -355,8 +356,8 @@ impl Coordinator {
         self.refresh();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Inner> {
+        self.inner.lock()
     }
 
     fn snapshot(settings: &Settings, store: &'static str, i: &Inner) -> CoordStatus {

@@ -3,8 +3,9 @@
 //! must survive — a leader cut off past its lease, the store down and hung, a leader
 //! that shuts down. α = 0.3, β = 0.2, φ = 1.5, ρ = 0.6, epochs of 1 s, K = 2.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::time::Instant;
@@ -98,7 +99,7 @@ impl TestHost {
     /// Execute the core's actions like the driver: launches through the fence.
     fn pump(self: &Arc<Self>) {
         let actions: Vec<Action> = {
-            let mut c = self.core.lock().unwrap();
+            let mut c = self.core.lock();
             std::iter::from_fn(|| c.poll_action()).collect()
         };
         for a in actions {
@@ -112,9 +113,9 @@ impl TestHost {
                         };
                         let now = me.now();
                         let name = format!("{}-{vm}", me.name);
-                        let mut c = me.core.lock().unwrap();
+                        let mut c = me.core.lock();
                         if ok {
-                            let mut st = me.state.lock().unwrap();
+                            let mut st = me.state.lock();
                             st.names.insert(vm, (name.clone(), true));
                             st.launched.push((Instant::now(), name));
                             c.on_vm_ready(now, vm);
@@ -124,12 +125,12 @@ impl TestHost {
                     });
                 }
                 Action::Scaling(controller::Action::Stop { vm }) => {
-                    self.state.lock().unwrap().names.remove(&vm);
+                    self.state.lock().names.remove(&vm);
                 }
                 Action::Scaling(controller::Action::Decided {
                     epoch, decision, ..
                 }) => {
-                    self.state.lock().unwrap().last_decision = Some((epoch, decision));
+                    self.state.lock().last_decision = Some((epoch, decision));
                 }
                 _ => {}
             }
@@ -143,13 +144,13 @@ impl TestHost {
             let now = self.now();
             let d = {
                 let mut t = Ticket::new(RequestMeta::default(), None);
-                let mut c = self.core.lock().unwrap();
+                let mut c = self.core.lock();
                 let d = c.route(now, &mut t);
                 c.finish(now, &mut t);
                 d
             };
             {
-                let mut st = self.state.lock().unwrap();
+                let mut st = self.state.lock();
                 st.requests += 1;
                 if matches!(d, Decision::Vm { .. }) {
                     st.vm_admissions += 1;
@@ -167,7 +168,7 @@ impl TestHost {
 impl Host for TestHost {
     fn with_core(&self, f: &mut dyn FnMut(&mut Core, Time)) {
         let now = self.now();
-        f(&mut self.core.lock().unwrap(), now);
+        f(&mut self.core.lock(), now);
         // The actions are executed by `pump`, which needs the Arc: the tests call it
         // after every round ([`Replicas::settle`]).
     }
@@ -177,8 +178,8 @@ impl Host for TestHost {
     }
 
     fn registry(&self) -> Vec<RegistryVm> {
-        let c = self.core.lock().unwrap();
-        let st = self.state.lock().unwrap();
+        let c = self.core.lock();
+        let st = self.state.lock();
         c.controller()
             .vms()
             .rows()
@@ -195,8 +196,8 @@ impl Host for TestHost {
     fn sync_registry(&self, vms: &[RegistryVm]) {
         let now = self.now();
         let listed: BTreeSet<&str> = vms.iter().map(|v| v.instance.as_str()).collect();
-        let mut c = self.core.lock().unwrap();
-        let mut st = self.state.lock().unwrap();
+        let mut c = self.core.lock();
+        let mut st = self.state.lock();
         let gone: Vec<VmId> = st
             .names
             .iter()
@@ -217,7 +218,7 @@ impl Host for TestHost {
     }
 
     fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
-        self.state.lock().unwrap().last_decision
+        self.state.lock().last_decision
     }
 }
 
@@ -295,7 +296,7 @@ impl Replicas {
     fn targets(&self) -> Vec<u32> {
         self.hosts
             .iter()
-            .map(|h| h.core.lock().unwrap().controller().pool().target)
+            .map(|h| h.core.lock().controller().pool().target)
             .collect()
     }
 }
@@ -321,7 +322,7 @@ async fn three_replicas_elect_one_leader_and_share_its_decision() {
     assert!(targets[leader] >= 5, "60 req/s at r_max 10: {targets:?}");
     // Only the leader launched, and every launch was recorded first.
     for (i, h) in r.hosts.iter().enumerate() {
-        let n = h.state.lock().unwrap().launched.len();
+        let n = h.state.lock().launched.len();
         if i == leader {
             assert_eq!(n, r.store.intents().len());
         } else {
@@ -335,22 +336,13 @@ async fn three_replicas_elect_one_leader_and_share_its_decision() {
     assert!(shares[0] > shares[1] && shares[1] > shares[2], "{shares:?}");
     // The monitor saw the sum: avg near 60 req/s on every replica (followers restore).
     for h in &r.hosts {
-        let avg = h.core.lock().unwrap().controller().status().avg_rps;
+        let avg = h.core.lock().controller().status().avg_rps;
         assert!((avg - 60.0).abs() < 3.0, "{avg}");
     }
     // The followers use the leader's registry: every ready VM is known everywhere.
-    let leader_ready = r.hosts[leader]
-        .core
-        .lock()
-        .unwrap()
-        .controller()
-        .pool()
-        .ready;
+    let leader_ready = r.hosts[leader].core.lock().controller().pool().ready;
     for h in &r.hosts {
-        assert_eq!(
-            h.core.lock().unwrap().controller().pool().ready,
-            leader_ready
-        );
+        assert_eq!(h.core.lock().controller().pool().ready, leader_ready);
     }
 }
 
@@ -361,7 +353,7 @@ async fn per_epoch_vm_admissions_stay_within_one_gateways_budget() {
     let before: Vec<u64> = r
         .hosts
         .iter()
-        .map(|h| h.state.lock().unwrap().vm_admissions)
+        .map(|h| h.state.lock().vm_admissions)
         .collect();
     let epochs = 6;
     r.run(epochs, &[30, 20, 10]).await;
@@ -369,13 +361,12 @@ async fn per_epoch_vm_admissions_stay_within_one_gateways_budget() {
         .hosts
         .iter()
         .zip(&before)
-        .map(|(h, b)| h.state.lock().unwrap().vm_admissions - b)
+        .map(|(h, b)| h.state.lock().vm_admissions - b)
         .sum();
     let leader = r.leader().unwrap();
     let vm_reqs = r.hosts[leader]
         .core
         .lock()
-        .unwrap()
         .controller()
         .status()
         .vm_reqs_rps;
@@ -423,7 +414,6 @@ async fn a_leader_cut_off_past_its_lease_is_replaced_and_writes_nothing_after() 
         r.hosts[old]
             .state
             .lock()
-            .unwrap()
             .launched
             .iter()
             .all(|(at, _)| *at <= cut_at),
@@ -435,11 +425,7 @@ async fn a_leader_cut_off_past_its_lease_is_replaced_and_writes_nothing_after() 
 async fn without_the_store_replicas_go_local_after_the_grace_epochs_then_return() {
     let r = Replicas::start(3);
     r.run(8, &[20, 20, 20]).await;
-    let launched_before: usize = r
-        .hosts
-        .iter()
-        .map(|h| h.state.lock().unwrap().launched.len())
-        .sum();
+    let launched_before: usize = r.hosts.iter().map(|h| h.state.lock().launched.len()).sum();
     r.store.set_faults(Faults {
         down: true,
         ..Faults::default()
@@ -458,11 +444,7 @@ async fn without_the_store_replicas_go_local_after_the_grace_epochs_then_return(
         assert!(s.buffered_counts >= 5, "{s:?}");
         assert!(s.last_store_error.is_some());
     }
-    let launched_during: usize = r
-        .hosts
-        .iter()
-        .map(|h| h.state.lock().unwrap().launched.len())
-        .sum();
+    let launched_during: usize = r.hosts.iter().map(|h| h.state.lock().launched.len()).sum();
     assert_eq!(launched_during, launched_before, "the pool is frozen");
     let outage_epoch = r.coords[0].status().epoch.unwrap();
     r.store.set_faults(Faults::default());
@@ -507,13 +489,7 @@ async fn a_leader_that_shuts_down_hands_over_and_the_ewmas_resume() {
     let r = Replicas::start(2);
     r.run(10, &[30, 30]).await;
     let old = r.leader().unwrap();
-    let avg_before = r.hosts[old]
-        .core
-        .lock()
-        .unwrap()
-        .controller()
-        .status()
-        .avg_rps;
+    let avg_before = r.hosts[old].core.lock().controller().status().avg_rps;
     r.coords[old].shutdown().await;
     assert!(r.store.leader().is_none(), "the lease is released");
     let other = 1 - old;
@@ -529,13 +505,7 @@ async fn a_leader_that_shuts_down_hands_over_and_the_ewmas_resume() {
         r.store.leader()
     );
     assert_eq!(st.term, Some(2));
-    let avg_after = r.hosts[other]
-        .core
-        .lock()
-        .unwrap()
-        .controller()
-        .status()
-        .avg_rps;
+    let avg_after = r.hosts[other].core.lock().controller().status().avg_rps;
     // One epoch of no traffic at α = 0.3 at most separates them.
     assert!(
         avg_after >= 0.6 * avg_before && avg_after <= avg_before * 1.01,

@@ -29,8 +29,9 @@
 //! Own code rather than a crate: the rules are spillway's (which addresses are whose),
 //! and the non-canonical IPv4 forms are the C library's `inet_aton` grammar, a few lines.
 
+use parking_lot::RwLock;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 
 /// Why an upstream host or address is refused.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -271,11 +272,7 @@ impl AddressPolicy {
     /// Record the gateway's bound listen addresses (proxy, admin, TLS; the real ports
     /// when configured with port 0): never connected to afterwards.
     pub fn set_gateway_listeners(&self, listeners: &[SocketAddr]) {
-        *self
-            .inner
-            .listeners
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = listeners.to_vec();
+        *self.inner.listeners.write() = listeners.to_vec();
     }
 
     /// The address rules of [`check_ip`] on `ip` (resolution: the port is not known).
@@ -312,11 +309,7 @@ impl AddressPolicy {
         addr: SocketAddr,
         local: Option<SocketAddr>,
     ) -> Result<(), AddressError> {
-        let listeners = self
-            .inner
-            .listeners
-            .read()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let listeners = self.inner.listeners.read();
         let ip = canonical(addr.ip());
         for l in listeners.iter().filter(|l| l.port() == addr.port()) {
             let lip = canonical(l.ip());

@@ -165,7 +165,7 @@ pub struct VmEntry {
 /// also indexed by `(outstanding, id)` in a tournament tree over the rows, so the
 /// least-loaded ready VM is found in O(1) (O(log n) when one VM is excluded) and a load
 /// change costs O(log n) array steps (a MAX fleet of thousands of VMs routes as fast as
-/// one of eight). A row is found from its id in O(1) through [`RowIndex`].
+/// one of eight). A row is found from its id in O(1) through `RowIndex`.
 #[derive(Clone, Debug, Default)]
 pub struct VmTable {
     rows: Vec<VmEntry>,

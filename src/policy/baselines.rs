@@ -3,7 +3,7 @@
 //! Spock (AUTO, with functions absorbing load while new VMs boot).
 //!
 //! Each one is a sans-IO [`ScalingPolicy`] and/or [`RoutingPolicy`] beside LIBRA's
-//! [`LibraScaler`](super::scaling::LibraScaler) and [`VmFirst`](super::balancer::VmFirst),
+//! [`super::scaling::LibraScaler`] and [`super::balancer::VmFirst`],
 //! so the live gateway could run them too; the simulator drives them through the same
 //! [`Controller`](super::controller::Controller).
 //!

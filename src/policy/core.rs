@@ -264,7 +264,7 @@ impl Core {
 
     /// A call of `key` completed: `processing` from sending it upstream to the end of
     /// its response body (a cold start excluded), `response` from its arrival. Feeds
-    /// E[p] (the last [`super::sched::HISTORY`] calls of the key) and the per-key
+    /// `E[p]` (the last [`super::sched::HISTORY`] calls of the key) and the per-key
     /// response-time and stretch measures. A no-op without a queue.
     pub fn on_call_completed(&mut self, key: KeyId, processing: Duration, response: Duration) {
         if let Some(s) = &mut self.sched {
@@ -1192,7 +1192,7 @@ mod tests {
     use crate::attempt::NotSentReason as N;
     use crate::balancer::{RequestMeta, VmFirst};
     use crate::baselines::{FixedScaler, FunctionOnly};
-    use crate::functions::FunctionPoolParams;
+    use crate::functions::{FunctionPoolParams, WarmOrder};
     use crate::monitor::MonitorParams;
     use crate::placement::{Start, ZoneCapacity, ZoneKind, ZoneParams};
     use crate::scaling::{LibraScaler, LibraScalingParams};
@@ -1404,7 +1404,7 @@ mod tests {
 
     /// Call scheduling §4 through the core: with the VM at its 2 slots and the zone at
     /// its 1 call, calls queue; each freed slot serves the queue's head in SEPT order
-    /// (E[p] short 10 ms, long 300 ms); a full queue answers 503; a call past its longest
+    /// (`E[p]` short 10 ms, long 300 ms); a full queue answers 503; a call past its longest
     /// wait leaves with `QueueTimedOut`; a cancelled one never gets a slot.
     #[test]
     fn saturated_calls_wait_and_are_served_shortest_expected_first() {
@@ -1675,6 +1675,7 @@ mod tests {
             keep_alive: Duration::from_secs(30),
             max_instances: Some(3),
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         let mut t = ticket();
         let Decision::Function { lease, .. } = core.route(secs(1.0), &mut t) else {
@@ -1715,6 +1716,7 @@ mod tests {
             keep_alive: Duration::from_secs(2),
             max_instances: None,
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(60.0)));
         let mut t = ticket();

@@ -3,12 +3,14 @@
 //!
 //! An instance goes `Cold-start → Busy → (Idle ↔ Warm-start → Busy)* → Shutdown →
 //! Terminated`. One instance serves one call at a time. After a call it stays warm for the
-//! keep-alive interval; a call in that window is a warm start on the most recently used
-//! idle instance. When no instance is idle the call takes a pre-warmed instance that is
+//! keep-alive interval; a call in that window is a warm start on an idle instance — the
+//! most recently idle one or the one idle longest, as [`WarmOrder`] says (FaaSim takes the
+//! oldest). When no instance is idle the call takes a pre-warmed instance that is
 //! still booting (it waits for the boot; FaaSim's "warming-up" resources) and otherwise a
 //! new one cold-starts, unless `max_instances` are alive (booting + busy + idle), in which
 //! case the call is throttled. Pre-warmed instances (AWS: provisioned concurrency) are
-//! started up front, never expire, and their boot is not start-up time. An expired
+//! started up front and their boot is not start-up time; each of them is exempt from
+//! keep-alive expiry, whatever the load: only instances started by a cold start expire. An expired
 //! instance is shutting down until the driver reports [`FunctionPool::on_stopped`]: that
 //! is its shutdown time; it no longer counts against `max_instances`, but its
 //! [`InstanceId`] is not reused before then.
@@ -35,8 +37,45 @@ pub struct FunctionPoolParams {
     pub keep_alive: Duration,
     /// Cap on simultaneous instances (starting + busy + idle); `None` = unlimited.
     pub max_instances: Option<u32>,
-    /// Instances kept warm at all times (pre-warm / provisioned concurrency).
+    /// Instances kept warm at all times (pre-warm / provisioned concurrency); each one is
+    /// exempt from keep-alive expiry.
     pub prewarmed: u32,
+    /// Which idle instance a warm start takes.
+    pub warm_order: WarmOrder,
+}
+
+/// Which idle instance a warm start takes (`warm_instance_order` in the config).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "snake_case")]
+pub enum WarmOrder {
+    /// The most recently idle instance (LIFO): the others stay idle and expire first, so
+    /// fewer instances stay alive. spillway's default.
+    #[default]
+    Newest,
+    /// The instance idle longest (FIFO), as FaaSim does: calls spread over the idle
+    /// instances, which keeps more of them warm.
+    Oldest,
+}
+
+impl WarmOrder {
+    /// The config spelling: `newest` or `oldest`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WarmOrder::Newest => "newest",
+            WarmOrder::Oldest => "oldest",
+        }
+    }
+}
+
+/// One idle instance: since when, and its place in the order instances became idle
+/// (ties of `since` keep that order).
+#[derive(Clone, Copy, Debug)]
+struct IdleEntry {
+    id: InstanceId,
+    since: Time,
+    seq: u64,
 }
 
 /// Outcome of asking the pool for an instance.
@@ -97,7 +136,7 @@ pub struct InstanceUsage {
     pub id: InstanceId,
     /// Its number among the pool's instances, from 0 in start order (never reused).
     pub serial: u64,
-    /// A pre-warmed instance (its boot is not start-up time; it never expires).
+    /// A pre-warmed instance (its boot is not start-up time; keep-alive never expires it).
     pub prewarmed: bool,
     /// When it was started (cold start or pre-warm).
     pub started_at: Duration,
@@ -148,8 +187,13 @@ pub struct FunctionPool {
     params: FunctionPoolParams,
     slots: Vec<State>,
     free: Vec<usize>,
-    /// Idle instances, oldest first (`since` ascending).
-    idle: VecDeque<(InstanceId, Time)>,
+    /// Idle instances started by a cold start, oldest first (`since` ascending): the
+    /// ones keep-alive expires.
+    idle: VecDeque<IdleEntry>,
+    /// Idle pre-warmed instances, oldest first: never expired.
+    idle_prewarmed: VecDeque<IdleEntry>,
+    /// Counter giving [`IdleEntry::seq`].
+    idle_seq: u64,
     alive: u32,
     /// Pre-warmed instances still booting that no call claimed yet.
     unclaimed_booting: u32,
@@ -172,6 +216,8 @@ impl FunctionPool {
             slots: Vec::new(),
             free: Vec::new(),
             idle: VecDeque::new(),
+            idle_prewarmed: VecDeque::new(),
+            idle_seq: 0,
             alive: 0,
             unclaimed_booting: 0,
             usage: FunctionUsage::default(),
@@ -228,10 +274,32 @@ impl FunctionPool {
         }
     }
 
-    /// The most recently used idle instance, now busy with a call arriving at `now` (a
-    /// warm start), or `None` when no instance is idle. FaaSim §3: instance reuse.
+    /// An idle instance, now busy with a call arriving at `now` (a warm start): the most
+    /// recently idle one or the one idle longest ([`FunctionPoolParams::warm_order`]),
+    /// pre-warmed or not; `None` when no instance is idle. FaaSim §3: instance reuse.
     pub fn acquire_warm(&mut self, now: Time) -> Option<InstanceId> {
-        let (id, since) = self.idle.pop_back()?;
+        let key = |e: &IdleEntry| (e.since, e.seq);
+        let take_prewarmed = match self.params.warm_order {
+            WarmOrder::Newest => match (self.idle.back(), self.idle_prewarmed.back()) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(a), Some(b)) => key(b) > key(a),
+            },
+            WarmOrder::Oldest => match (self.idle.front(), self.idle_prewarmed.front()) {
+                (_, None) => false,
+                (None, Some(_)) => true,
+                (Some(a), Some(b)) => key(b) < key(a),
+            },
+        };
+        let queue = if take_prewarmed {
+            &mut self.idle_prewarmed
+        } else {
+            &mut self.idle
+        };
+        let IdleEntry { id, since, .. } = match self.params.warm_order {
+            WarmOrder::Newest => queue.pop_back()?,
+            WarmOrder::Oldest => queue.pop_front()?,
+        };
         self.next_expiry = self.expiry();
         let idle = now.saturating_sub(since);
         self.usage.idle += idle;
@@ -347,8 +415,7 @@ impl FunctionPool {
             } else {
                 self.unclaimed_booting -= 1;
                 self.slots[i] = State::Idle;
-                self.idle.push_back((id, now));
-                self.next_expiry = self.expiry();
+                self.push_idle(id, now);
             }
         }
     }
@@ -382,9 +449,25 @@ impl FunctionPool {
             self.usage.busy += busy;
             self.records[id.0 as usize].busy += busy;
             self.slots[id.0 as usize] = State::Idle;
-            self.idle.push_back((id, now));
-            self.next_expiry = self.expiry();
+            self.push_idle(id, now);
         }
+    }
+
+    /// `id` became idle at `now`: queue it (a pre-warmed one where keep-alive does not
+    /// expire it).
+    fn push_idle(&mut self, id: InstanceId, now: Time) {
+        let e = IdleEntry {
+            id,
+            since: now,
+            seq: self.idle_seq,
+        };
+        self.idle_seq += 1;
+        if self.records[id.0 as usize].prewarmed {
+            self.idle_prewarmed.push_back(e);
+        } else {
+            self.idle.push_back(e);
+        }
+        self.next_expiry = self.expiry();
     }
 
     /// The instance failed (start-up failed, crashed) or, while shutting down, stopped
@@ -396,7 +479,10 @@ impl FunctionPool {
             Some(State::Stopping { .. }) => self.on_stopped(now, id),
             Some(st) => {
                 match st {
-                    State::Idle => self.idle.retain(|(x, _)| *x != id),
+                    State::Idle => {
+                        self.idle.retain(|e| e.id != id);
+                        self.idle_prewarmed.retain(|e| e.id != id);
+                    }
                     State::Busy { since } => {
                         let busy = now.saturating_sub(since);
                         self.usage.busy += busy;
@@ -460,7 +546,8 @@ impl FunctionPool {
         self.free.push(i);
     }
 
-    /// When the oldest idle instance's keep-alive runs out (`None`: nothing to expire).
+    /// When the keep-alive of the oldest idle instance that a cold start started runs out
+    /// (`None`: nothing to expire; pre-warmed instances never expire).
     #[inline]
     pub fn poll_timeout(&self) -> Option<Time> {
         debug_assert_eq!(self.next_expiry, self.expiry());
@@ -469,24 +556,20 @@ impl FunctionPool {
 
     /// The earliest keep-alive expiry, computed.
     fn expiry(&self) -> Option<Time> {
-        if self.alive <= self.params.prewarmed {
-            return None;
-        }
-        self.idle
-            .front()
-            .map(|(_, since)| *since + self.params.keep_alive)
+        self.idle.front().map(|e| e.since + self.params.keep_alive)
     }
 
     /// Expire the idle instances whose keep-alive ran out by `now`; returns them, the
     /// driver stops them and reports [`Self::on_stopped`] (their shutdown time runs from
-    /// the expiry until then). Never shrinks the pool below the pre-warmed count.
+    /// the expiry until then). Pre-warmed instances are never expired.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<InstanceId> {
         let mut expired = Vec::new();
         while let Some(at) = self.expiry() {
             if at > now {
                 break;
             }
-            let (id, since) = self.idle.pop_front().expect("poll_timeout saw an idle one");
+            let IdleEntry { id, since, .. } =
+                self.idle.pop_front().expect("poll_timeout saw an idle one");
             let idle = at.saturating_sub(since);
             self.usage.idle += idle;
             self.usage.instances_expired += 1;
@@ -503,11 +586,11 @@ impl FunctionPool {
 
     /// Account the idle time of instances still idle at `now` (end of a simulation).
     pub fn finish(&mut self, now: Time) {
-        for (id, since) in self.idle.iter_mut() {
-            let idle = now.saturating_sub(*since);
+        for e in self.idle.iter_mut().chain(self.idle_prewarmed.iter_mut()) {
+            let idle = now.saturating_sub(e.since);
             self.usage.idle += idle;
-            self.records[id.0 as usize].idle += idle;
-            *since = now;
+            self.records[e.id.0 as usize].idle += idle;
+            e.since = now;
         }
         self.next_expiry = self.expiry();
     }
@@ -519,7 +602,7 @@ impl FunctionPool {
 
     /// Idle (warm) instances.
     pub fn idle(&self) -> u32 {
-        self.idle.len() as u32
+        (self.idle.len() + self.idle_prewarmed.len()) as u32
     }
 
     /// Instances still starting (cold starts and pre-warms in progress).
@@ -603,6 +686,7 @@ mod tests {
             keep_alive: Duration::from_secs(10),
             max_instances: None,
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         let Acquire::Cold(a) = p.acquire(secs(0.0)) else {
             panic!()
@@ -630,6 +714,7 @@ mod tests {
             keep_alive: Duration::from_secs(1),
             max_instances: Some(2),
             prewarmed: 1,
+            warm_order: WarmOrder::Newest,
         });
         let warm = p.prewarm(secs(0.0));
         p.on_started(secs(3.0), warm[0]);
@@ -647,10 +732,121 @@ mod tests {
         p.on_started(secs(4.2), b);
         p.release(secs(5.0), b);
         p.release(secs(6.0), warm[0]);
-        // Only one may expire: the pool keeps the pre-warmed count.
+        // Only b expires: a pre-warmed instance never does.
         assert_eq!(p.handle_timeout(secs(100.0)), vec![b]);
         assert_eq!(p.alive(), 1);
         assert_eq!(p.usage().throttled, 1);
+    }
+
+    /// Load just above the pre-warm count: 3 pre-warmed instances, 4 calls at once, a
+    /// 2 s keep-alive. The pre-warmed instances finish first and idle longest, yet only
+    /// the cold-started one expires; the next 3 calls are all warm starts.
+    #[test]
+    fn prewarmed_instances_never_expire_under_load_above_their_count() {
+        for order in [WarmOrder::Newest, WarmOrder::Oldest] {
+            let mut p = FunctionPool::new(FunctionPoolParams {
+                keep_alive: Duration::from_secs(2),
+                max_instances: Some(10),
+                prewarmed: 3,
+                warm_order: order,
+            });
+            let pre = p.prewarm(secs(0.0));
+            for &id in &pre {
+                p.on_started(secs(0.0), id);
+            }
+            let mut served = Vec::new();
+            for _ in 0..3 {
+                let Acquire::Warm(id) = p.acquire(secs(1.0)) else {
+                    panic!("{order:?}: a pre-warmed instance is idle")
+                };
+                served.push(id);
+            }
+            let Acquire::Cold(extra) = p.acquire(secs(1.0)) else {
+                panic!("{order:?}: the fourth call cold-starts")
+            };
+            p.on_started(secs(1.5), extra);
+            // The pre-warmed instances go idle at 2.0, 2.1, 2.2; the extra one at 3.0.
+            for (k, &id) in served.iter().enumerate() {
+                p.release(secs(2.0 + 0.1 * k as f64), id);
+            }
+            p.release(secs(3.0), extra);
+            assert_eq!(p.poll_timeout(), Some(secs(5.0)), "{order:?}");
+            assert_eq!(p.handle_timeout(secs(60.0)), vec![extra], "{order:?}");
+            assert_eq!(p.poll_timeout(), None, "{order:?}");
+            assert_eq!(p.alive(), 3);
+            for _ in 0..3 {
+                assert!(
+                    matches!(p.acquire(secs(61.0)), Acquire::Warm(id) if pre.contains(&id)),
+                    "{order:?}: a pre-warmed instance serves"
+                );
+            }
+            assert_eq!(p.usage().cold_starts, 1, "{order:?}");
+            assert!(
+                p.instances()
+                    .iter()
+                    .filter(|r| r.prewarmed)
+                    .all(|r| r.stopped_at.is_none())
+            );
+        }
+    }
+
+    /// A zero keep-alive with 2 pre-warmed instances and 3 calls at once: the pre-warmed
+    /// instance that goes idle first is not stopped the moment it goes idle.
+    #[test]
+    fn a_zero_keep_alive_expires_only_cold_started_instances() {
+        let mut p = FunctionPool::new(FunctionPoolParams {
+            keep_alive: Duration::ZERO,
+            max_instances: None,
+            prewarmed: 2,
+            warm_order: WarmOrder::Newest,
+        });
+        let pre = p.prewarm(secs(0.0));
+        for &id in &pre {
+            p.on_started(secs(0.0), id);
+        }
+        assert!(matches!(p.acquire(secs(1.0)), Acquire::Warm(_)));
+        assert!(matches!(p.acquire(secs(1.0)), Acquire::Warm(_)));
+        let Acquire::Cold(c) = p.acquire(secs(1.0)) else {
+            panic!()
+        };
+        p.on_started(secs(1.25), c);
+        p.release(secs(2.0), pre[0]);
+        assert_eq!(p.handle_timeout(secs(2.0)), vec![]);
+        p.release(secs(2.5), c);
+        assert_eq!(p.handle_timeout(secs(2.5)), vec![c]);
+        p.release(secs(3.0), pre[1]);
+        assert_eq!(p.handle_timeout(secs(3.0)), vec![]);
+        assert_eq!(p.idle(), 2);
+    }
+
+    /// Three idle instances (idle since 1, 2 and 3 s): `newest` reuses the one idle
+    /// since 3 s, `oldest` the one since 1 s; the keep-alive then expires the oldest
+    /// still idle.
+    #[test]
+    fn the_warm_order_picks_the_newest_or_the_oldest_idle_instance() {
+        for (order, pick, first_expiry) in [
+            (WarmOrder::Newest, 2usize, 11.0),
+            (WarmOrder::Oldest, 0, 12.0),
+        ] {
+            let mut p = FunctionPool::new(FunctionPoolParams {
+                keep_alive: Duration::from_secs(10),
+                max_instances: None,
+                prewarmed: 0,
+                warm_order: order,
+            });
+            let ids: Vec<InstanceId> = (0..3)
+                .map(|_| match p.acquire(secs(0.0)) {
+                    Acquire::Cold(id) => id,
+                    other => panic!("{other:?}"),
+                })
+                .collect();
+            for (k, &id) in ids.iter().enumerate() {
+                p.on_started(secs(0.5), id);
+                p.release(secs(1.0 + k as f64), id);
+            }
+            assert_eq!(p.acquire(secs(4.0)), Acquire::Warm(ids[pick]), "{order:?}");
+            assert_eq!(p.poll_timeout(), Some(secs(first_expiry)), "{order:?}");
+        }
     }
 
     #[test]
@@ -660,6 +856,7 @@ mod tests {
             keep_alive: Duration::from_secs(10),
             max_instances: Some(3),
             prewarmed: 1,
+            warm_order: WarmOrder::Newest,
         });
         let pre = p.prewarm(secs(0.0))[0];
         assert_eq!(
@@ -692,6 +889,7 @@ mod tests {
             keep_alive: Duration::from_secs(10),
             max_instances: Some(1),
             prewarmed: 1,
+            warm_order: WarmOrder::Newest,
         });
         let pre = p.prewarm(secs(0.0))[0];
         assert_eq!(p.acquire(secs(1.0)), Acquire::Booting(pre));
@@ -711,6 +909,7 @@ mod tests {
             keep_alive: Duration::from_secs(5),
             max_instances: Some(1),
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         });
         p.keep_history();
         let Acquire::Cold(a) = p.acquire(secs(0.0)) else {

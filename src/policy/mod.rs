@@ -16,12 +16,13 @@
 //! | [`functions`] | FaaSim §3 (instance life cycle) | one zone's instances: cold/warm starts, keep-alive, pre-warm, max instances |
 //! | [`placement`] | FaaSim (edge/cloud placement) | which zone and instance runs a function call (edge-first, warm-first) |
 //! | [`attempt`] | LIBRA §III-C, http-cases C17 | the request attempt protocol: retry, fall-through, fall-back, queue, reject |
+//! | [`retry`] | http-cases C17 | the retry budget: re-sends capped at a share of the window's requests plus a floor per second |
 //! | [`timers`] | — | the timer table: one earliest deadline over every timed component |
 //! | [`core`] | all of the above | the one state machine both drivers run: controller + placement + boot deadlines + timers |
 //! | [`rmax`] | LIBRA §III-B, Alg. 1 line 3 | r_max adapted by a PID controller on the VM latency percentile |
 //! | [`cost`] | LIBRA §II (cost model) | per-request and per-VM prices, cost-indifference point |
 //! | [`baselines`] | LIBRA §IV (baselines) | MAX, FAAS, AUTO and Spock as scaling/routing policies |
-//! | [`sched`] | call scheduling §4 | the gateway queue: FIFO, SEPT, EECT, RECT, fair choice; per-key E[p] |
+//! | [`sched`] | call scheduling §4 | the gateway queue: FIFO, SEPT, EECT, RECT, fair choice; per-key `E[p]` |
 //! | [`routes`] | call scheduling §4 (f(i)) | the route key ("function") of a call |
 //! | [`delay`] | ProFaaStinate §3 | asynchronous calls: deadline-ordered queue, CPU-aware busy/idle release |
 //! | [`shared`] | LIBRA §III, several replicas | aggregate epoch counts, external decisions, budget shares, EWMA hand-over |

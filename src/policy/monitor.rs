@@ -173,11 +173,19 @@ impl TrafficMonitor {
         self.ends_at
     }
 
-    /// Start time of epoch `index`.
+    /// Start time of epoch `index`: `index · epoch`, exact for any `u64` index (computed
+    /// in nanoseconds as `u128`), saturating at [`Duration::MAX`].
     pub fn epoch_start(&self, index: u64) -> Time {
-        self.params
+        let ns = self
+            .params
             .epoch
-            .saturating_mul(index.min(u32::MAX as u64) as u32)
+            .as_nanos()
+            .saturating_mul(u128::from(index));
+        let secs = ns / 1_000_000_000;
+        match u64::try_from(secs) {
+            Ok(s) => Duration::new(s, (ns % 1_000_000_000) as u32),
+            Err(_) => Duration::MAX,
+        }
     }
 
     /// Close the current epoch if it ended at or before `now`, returning its summary.
@@ -390,6 +398,32 @@ mod tests {
         }
         m.handle_timeout(m.epoch_start(epoch + 1))
             .expect("epoch closes")
+    }
+
+    /// A trace spanning 2³³ s: with 2 s epochs the epoch index passes 2³² (u32) and the
+    /// epoch grid keeps advancing — each close moves the deadline one epoch on.
+    #[test]
+    fn epochs_past_two_to_the_33_seconds_keep_advancing() {
+        let mut m = monitor(3);
+        let far = (1u64 << 32) + 5;
+        assert_eq!(m.epoch_start(far), Duration::from_secs((1 << 33) + 10));
+        assert_eq!(m.epoch_start(u64::MAX), Duration::MAX, "saturates");
+        m.on_request(Duration::from_millis(300));
+        m.close_empty_epochs(far).expect("epochs closed");
+        assert_eq!(m.current_epoch(), far);
+        assert_eq!(m.poll_timeout(), Duration::from_secs((1 << 33) + 12));
+        for _ in 0..7 {
+            m.on_request(m.poll_timeout() - Duration::from_millis(700));
+        }
+        let e = m
+            .handle_timeout(Duration::from_secs((1 << 33) + 12))
+            .expect("the epoch at 2^33 s closes");
+        assert_eq!(e.epoch, far);
+        assert_eq!(m.poll_timeout(), Duration::from_secs((1 << 33) + 14));
+        assert!(
+            m.handle_timeout(Duration::from_secs((1 << 33) + 13))
+                .is_none()
+        );
     }
 
     #[test]

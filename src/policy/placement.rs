@@ -211,6 +211,10 @@ pub struct ZoneStatus {
     pub instances: Vec<InstanceUsage>,
     /// Concurrency zones: calls and throttles.
     pub calls: Option<ConcurrencyUsage>,
+    /// Whether the zone could take a call now: an idle instance or room for a new one
+    /// (`max_instances`), or a concurrency zone below `max_concurrency` (the gateway's
+    /// readiness).
+    pub has_capacity: bool,
 }
 
 #[derive(Clone, Debug)]
@@ -501,7 +505,7 @@ impl Placement {
     }
 
     /// Expire the idle instances whose keep-alive ran out by `now`; the driver stops
-    /// them and reports [`Self::on_stopped`]. Never below a zone's pre-warmed count.
+    /// them and reports [`Self::on_stopped`]. Pre-warmed instances are never expired.
     pub fn handle_timeout(&mut self, now: Time) -> Vec<(ZoneId, InstanceId)> {
         let mut out = Vec::new();
         for (i, z) in self.zones.iter_mut().enumerate() {
@@ -542,9 +546,12 @@ impl Placement {
                     usage: Some(*p.usage()),
                     instances: p.instances(),
                     calls: None,
+                    has_capacity: p.idle() > 0 || p.has_room(),
                 },
                 ZoneState::Concurrency {
-                    in_flight, usage, ..
+                    max,
+                    in_flight,
+                    usage,
                 } => ZoneStatus {
                     name: z.params.name.clone(),
                     kind: z.params.kind,
@@ -555,6 +562,7 @@ impl Placement {
                     usage: None,
                     instances: Vec::new(),
                     calls: Some(*usage),
+                    has_capacity: max.is_none_or(|m| *in_flight < m),
                 },
             })
             .collect()
@@ -584,6 +592,7 @@ impl Placement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::functions::WarmOrder;
 
     fn secs(s: f64) -> Time {
         Duration::from_secs_f64(s)
@@ -594,6 +603,7 @@ mod tests {
             keep_alive: Duration::from_secs(keep_alive_s),
             max_instances: Some(max),
             prewarmed: 0,
+            warm_order: WarmOrder::Newest,
         })
     }
 
@@ -741,6 +751,7 @@ mod keep_alive_tests {
     //! Edge-first vs warm-first with asymmetric keep-alives, computed by hand (FaaSim,
     //! "two-tier edge/cloud").
     use super::*;
+    use crate::functions::WarmOrder;
 
     fn secs(s: f64) -> Time {
         Duration::from_secs_f64(s)
@@ -756,6 +767,7 @@ mod keep_alive_tests {
                 keep_alive: secs(ka),
                 max_instances: Some(max),
                 prewarmed: 0,
+                warm_order: WarmOrder::Newest,
             })
         };
         Placement::new(PlacementParams {

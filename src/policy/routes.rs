@@ -1,5 +1,5 @@
 //! Route keys: which "function" a call belongs to, for the call-scheduling queue's
-//! per-function history (call scheduling §4: E[p] is kept per function f(i)).
+//! per-function history (call scheduling §4: `E[p]` is kept per function f(i)).
 //!
 //! A key is the first configured route (`routes:` — name, path prefix, methods) whose
 //! prefix matches the request's normalized path at a segment boundary and whose method

@@ -18,12 +18,12 @@
 //! | `fair_choice` | #(f(i), last T) · E[p(i)], the key's arrivals in (r'(i) − T, r'(i)], this one included |
 //!
 //! E[p(i)] is the mean of the last [`HISTORY`] completed calls of f(i); a key without
-//! history uses the mean of the other keys' E[p], or `default_processing` before any call
+//! history uses the mean of the other keys' `E[p]`, or `default_processing` before any call
 //! completed.
 //!
 //! Bounds (papers.md §4: "EECT and RECT cannot starve a call; SEPT can"):
-//! * **EECT**: a call enqueued at t with E[p] = L starts before every call with
-//!   E[p] = s that arrived after t + (L − s) (its priority t + L is lower).
+//! * **EECT**: a call enqueued at t with `E[p]` = L starts before every call with
+//!   `E[p]` = s that arrived after t + (L − s) (its priority t + L is lower).
 //! * **RECT**: a call i starts before every call j whose key's previous arrival r̄(j)
 //!   is later than r̄(i) + E[p(i)] − E[p(j)]; as r̄(i) ≤ r'(i), before every call j with
 //!   r̄(j) > r'(i) + (E[p(i)] − E[p(j)]). For short calls arriving every d, r̄(j) =
@@ -44,7 +44,7 @@ use hdrhistogram::Histogram;
 use super::Time;
 use super::routes::KeyId;
 
-/// Completed calls per key whose mean is E[p] (call scheduling §4: "the last 10").
+/// Completed calls per key whose mean is `E[p]` (call scheduling §4: "the last 10").
 pub const HISTORY: usize = 10;
 
 /// The queue discipline (call scheduling §4).
@@ -58,11 +58,11 @@ pub enum Order {
     Fifo,
     /// Shortest expected processing time first.
     Sept,
-    /// Earliest expected completion time: arrival + E[p].
+    /// Earliest expected completion time: arrival + `E[p]`.
     Eect,
-    /// Arrival of the key's previous call + E[p].
+    /// Arrival of the key's previous call + `E[p]`.
     Rect,
-    /// Recent call count of the key × E[p].
+    /// Recent call count of the key × `E[p]`.
     FairChoice,
 }
 
@@ -97,7 +97,7 @@ pub struct SchedParams {
     pub max_queue_length: usize,
     /// Longest wait; then the call leaves the queue (503).
     pub max_queue_wait: Duration,
-    /// E[p] before any call completed.
+    /// `E[p]` before any call completed.
     pub default_processing: Duration,
     /// T of fair choice: arrivals counted over this window.
     pub fair_choice_window: Duration,
@@ -135,8 +135,8 @@ pub struct Waiting<T> {
     pub arrival: Arrival,
     /// When it was enqueued.
     pub enqueued: Time,
-    /// Its priority (lower first), as a duration: a time for FIFO/EECT/RECT, E[p] for
-    /// SEPT, count × E[p] for fair choice.
+    /// Its priority (lower first), as a duration: a time for FIFO/EECT/RECT, `E[p]` for
+    /// SEPT, count × `E[p]` for fair choice.
     pub priority: Duration,
     /// The driver's or core's data.
     pub payload: T,
@@ -160,7 +160,7 @@ pub struct Summary {
 pub struct KeyStatus {
     /// Calls of the key waiting now.
     pub queued: usize,
-    /// E[p] now, ms (the value a call enqueued now would use).
+    /// `E[p]` now, ms (the value a call enqueued now would use).
     pub expected_processing_ms: f64,
     /// Completed calls recorded.
     pub completed: u64,
@@ -276,8 +276,8 @@ impl<T> Scheduler<T> {
         }
     }
 
-    /// E[p] of `key`: the mean of its last [`HISTORY`] completed calls; without history
-    /// the mean of the other keys' E[p]; before any completion `default_processing`.
+    /// `E[p]` of `key`: the mean of its last [`HISTORY`] completed calls; without history
+    /// the mean of the other keys' `E[p]`; before any completion `default_processing`.
     pub fn expected(&self, key: KeyId) -> Duration {
         if let Some(m) = self.keys.get(key.0 as usize).and_then(KeyState::mean) {
             return m;
@@ -290,7 +290,7 @@ impl<T> Scheduler<T> {
         }
     }
 
-    /// The priority of a call with `arrival` under the configured order, with E[p] as
+    /// The priority of a call with `arrival` under the configured order, with `E[p]` as
     /// of now.
     pub fn priority(&self, arrival: &Arrival) -> Duration {
         let e = self.expected(arrival.key);
@@ -400,7 +400,7 @@ impl<T> Scheduler<T> {
         self.queue.is_empty()
     }
 
-    /// A call of `key` completed: processing time `processing` (feeds E[p]) and
+    /// A call of `key` completed: processing time `processing` (feeds `E[p]`) and
     /// response time `response` (arrival to completion; with `processing`, the
     /// stretch).
     pub fn on_completed(&mut self, key: KeyId, processing: Duration, response: Duration) {

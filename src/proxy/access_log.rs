@@ -6,11 +6,13 @@
 //! with target `spillway::access` (text or JSON, like every log line):
 //!
 //! ```text
-//! INFO spillway::access: request client=127.0.0.1:50412 method=GET path=/sleep version=HTTP/1.1
-//!   status=200 tier=vm zone=- instance=vm-1 headers_ms=20.6 total_ms=20.8 bytes_in=0
-//!   bytes_out=12 complete=true
+//! INFO spillway::access: request request_id=4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b client=127.0.0.1:50412
+//!   method=GET path=/sleep version=HTTP/1.1 status=200 tier=vm zone=- instance=vm-1
+//!   headers_ms=20.6 total_ms=20.8 bytes_in=0 bytes_out=12 complete=true
 //! ```
 //!
+//! * `request_id`: the request's `x-request-id` ([`crate::net::request_id`]), also on
+//!   the response and in every warning about the request;
 //! * `tier`: `vm`, `function` or `local` (the gateway answered itself: 413, 503, …);
 //! * `zone`, `instance`: from the response's [`ServedBy`] (`-` when unknown);
 //! * `headers_ms`: arrival to response headers; `total_ms`: arrival to the last body byte,
@@ -43,6 +45,7 @@ use crate::telemetry as m;
 struct RequestInfo {
     start: Instant,
     client: SocketAddr,
+    request_id: String,
     method: Method,
     path: String,
     version: Version,
@@ -55,13 +58,18 @@ struct RequestInfo {
 #[derive(Debug)]
 pub struct Observation(Option<RequestInfo>);
 
-/// A request arrived from `client`.
-pub fn begin<B>(req: &Request<B>, client: SocketAddr) -> Observation {
+/// A request arrived from `client`; `request_id` is its `x-request-id`.
+pub fn begin<B>(req: &Request<B>, client: SocketAddr, request_id: &str) -> Observation {
     m::in_flight(1);
     let log = tracing::enabled!(target: "spillway::access", tracing::Level::INFO);
     Observation(Some(RequestInfo {
         start: Instant::now(),
         client,
+        request_id: if log {
+            request_id.to_owned()
+        } else {
+            String::new()
+        },
         method: req.method().clone(),
         // Only the log line reads it: no copy per request with the access log off.
         path: if log {
@@ -150,6 +158,7 @@ impl Finished {
         };
         tracing::info!(
             target: "spillway::access",
+            request_id = %r.request_id,
             client = %r.client,
             method = %r.method,
             path = %r.path,

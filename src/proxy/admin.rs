@@ -1,8 +1,14 @@
-//! The admin listener: `GET /healthz`, `GET /metrics` (Prometheus text), `GET /status`
-//! (JSON). With a bearer token configured (`gateway.admin_token_file` or
-//! `admin_token_env`) every path but `/healthz` needs
-//! `Authorization: Bearer TOKEN` (401 otherwise); without one the listener must be on
-//! loopback.
+//! The admin listener: `GET /livez` (the process works), `GET /readyz` (the gateway can
+//! serve now: a ready VM, or a function zone with capacity; 503 with the reason
+//! otherwise), `GET /healthz` (liveness, 503 while draining; kept for old probes),
+//! `GET /metrics` (Prometheus text), `GET /status` (JSON), `POST /reload`.
+//!
+//! With a bearer token configured (`gateway.admin_token_file` or `admin_token_env`) every
+//! path but the three probes needs `Authorization: Bearer TOKEN` (the scheme in any
+//! case; 401 otherwise). Without one the listener must be on loopback, and a request
+//! whose `Host` is not a loopback name or address, or whose `Origin` is not a loopback
+//! origin, is refused with 403: a web page cannot reach it through DNS rebinding or a
+//! cross-site form.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -21,23 +27,28 @@ use crate::telemetry as m;
 /// The admin bearer token in force, shared by the admin connections and replaceable
 /// on reload. Cheap to clone.
 #[derive(Clone, Debug, Default)]
-pub struct AdminToken(Arc<std::sync::RwLock<Option<String>>>);
+pub struct AdminToken(Arc<parking_lot::RwLock<Option<String>>>);
 
 impl AdminToken {
     /// A token holder starting with `token` (`None`: no authentication).
     pub fn new(token: Option<String>) -> Self {
-        Self(Arc::new(std::sync::RwLock::new(token)))
+        Self(Arc::new(parking_lot::RwLock::new(token)))
     }
 
     /// Replace the token (reload).
     pub fn set(&self, token: Option<String>) {
-        *self.0.write().unwrap_or_else(|p| p.into_inner()) = token;
+        *self.0.write() = token;
+    }
+
+    /// Whether a token is configured.
+    pub fn is_set(&self) -> bool {
+        self.0.read().is_some()
     }
 
     /// Whether `req` may read protected paths: no token configured, or
     /// `Authorization: Bearer <token>` (compared in constant time).
     fn admits<B>(&self, req: &Request<B>) -> bool {
-        let held = self.0.read().unwrap_or_else(|p| p.into_inner());
+        let held = self.0.read();
         let Some(token) = held.as_deref() else {
             return true;
         };
@@ -45,13 +56,71 @@ impl AdminToken {
             .headers()
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.strip_prefix("Bearer "))
+            .and_then(bearer_credentials)
         else {
             return false;
         };
         let (a, b) = (given.trim().as_bytes(), token.as_bytes());
         a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
     }
+}
+
+/// The credentials of an `Authorization: Bearer …` value; the scheme is matched in any
+/// case (RFC 9110 §11.1).
+fn bearer_credentials(value: &str) -> Option<&str> {
+    let (scheme, rest) = value.trim_start().split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("bearer")
+        .then(|| rest.trim())
+        .filter(|t| !t.is_empty())
+}
+
+/// Whether `host` (a `Host` value or an `Origin`'s host, port optional) names this
+/// machine's loopback: `localhost` (and `*.localhost`), `127.0.0.0/8`, `[::1]`.
+fn is_loopback_host(host: &str) -> bool {
+    let host = host.trim();
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        match rest.split_once(']') {
+            Some((ip, _)) => ip,
+            None => return false,
+        }
+    } else {
+        host.rsplit_once(':')
+            .filter(|(_, port)| port.bytes().all(|b| b.is_ascii_digit()))
+            .map_or(host, |(h, _)| h)
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// Without a token: why `req` is refused (`None`: it may go on) — a `Host` that is not
+/// a loopback name (DNS rebinding: a page on another name that resolves to 127.0.0.1),
+/// or a cross-site `Origin` (a form or `fetch` from a web page).
+fn loopback_refusal<B>(req: &Request<B>) -> Option<&'static str> {
+    let host = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| req.uri().authority().map(|a| a.as_str().to_owned()));
+    if !host.as_deref().is_some_and(is_loopback_host) {
+        return Some("the admin listener has no token: Host must be a loopback name or address\n");
+    }
+    if let Some(origin) = req.headers().get(header::ORIGIN) {
+        let ok = origin
+            .to_str()
+            .ok()
+            .and_then(|o| o.split_once("://"))
+            .is_some_and(|(_, host)| is_loopback_host(host));
+        if !ok {
+            return Some("the admin listener has no token: cross-origin requests are refused\n");
+        }
+    }
+    None
 }
 
 /// What the admin listener shares with the rest of the gateway.
@@ -61,7 +130,7 @@ pub struct AdminCtx {
     pub token: AdminToken,
     /// Reloads (`POST /reload`), when the gateway was started from a file.
     pub reloader: Option<Arc<super::reload::Reloader>>,
-    /// Set once shutdown began: `/healthz` answers 503 `draining`.
+    /// Set once shutdown began: `/healthz` and `/readyz` answer 503 `draining`.
     pub draining: Arc<std::sync::atomic::AtomicBool>,
 }
 
@@ -73,7 +142,14 @@ pub async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Body>, Infallible> {
     let path = req.uri().path();
-    if path != "/healthz" && !ctx.token.admits(&req) {
+    let probe = matches!(path, "/healthz" | "/livez" | "/readyz");
+    if !probe
+        && !ctx.token.is_set()
+        && let Some(why) = loopback_refusal(&req)
+    {
+        return Ok(text(StatusCode::FORBIDDEN, why.into(), "text/plain"));
+    }
+    if !probe && !ctx.token.admits(&req) {
         let mut r = text(
             StatusCode::UNAUTHORIZED,
             "unauthorized\n".into(),
@@ -91,7 +167,23 @@ pub async fn handle(
                 "text/plain",
             )
         }
-        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        (&Method::GET, "/healthz" | "/livez") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
+        (&Method::GET, "/readyz") => {
+            let draining = ctx.draining.load(std::sync::atomic::Ordering::Acquire);
+            match not_ready(&gw, draining) {
+                None => text(StatusCode::OK, "ready\n".into(), "text/plain"),
+                Some(why) => {
+                    let mut r = text(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: {why}\n"),
+                        "text/plain",
+                    );
+                    r.headers_mut()
+                        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                    r
+                }
+            }
+        }
         (&Method::POST, "/reload") => match &ctx.reloader {
             None => text(
                 StatusCode::CONFLICT,
@@ -117,18 +209,21 @@ pub async fn handle(
         },
         (&Method::GET, "/metrics") => {
             scrape_gauges(&gw);
-            text(
-                StatusCode::OK,
-                prometheus.render(),
-                "text/plain; version=0.0.4",
-            )
+            let mut out = prometheus.render();
+            if let Some((since_start, _)) = gw.cost_bills() {
+                if !out.is_empty() && !out.ends_with('\n') {
+                    out.push('\n');
+                }
+                out.push_str(&cost_metrics_text(&since_start));
+            }
+            text(StatusCode::OK, out, "text/plain; version=0.0.4")
         }
         (&Method::GET, "/status") => text(
             StatusCode::OK,
             serde_json::to_string_pretty(&status_json(&gw)).unwrap_or_default() + "\n",
             "application/json",
         ),
-        (_, "/healthz" | "/metrics" | "/status" | "/reload") => text(
+        (_, "/healthz" | "/livez" | "/readyz" | "/metrics" | "/status" | "/reload") => text(
             StatusCode::METHOD_NOT_ALLOWED,
             "method not allowed\n".into(),
             "text/plain",
@@ -136,6 +231,47 @@ pub async fn handle(
         _ => text(StatusCode::NOT_FOUND, "not found\n".into(), "text/plain"),
     };
     Ok(resp)
+}
+
+/// Why the gateway cannot serve a request now (`None`: it can) — readiness, as a
+/// Kubernetes readiness probe or a load balancer's health check reads it: draining, or
+/// no ready VM and no function zone that could take a call (every zone at
+/// `max_instances`/`max_concurrency`, or its provider in alarm, such as Lambda access
+/// denied).
+pub fn not_ready(gw: &Gateway, draining: bool) -> Option<String> {
+    if draining {
+        return Some("draining".into());
+    }
+    let st = gw.status();
+    let pool = &st.core.controller.pool;
+    if pool.ready > 0 {
+        return None;
+    }
+    let backends = gw.zone_backends();
+    let mut zones = Vec::new();
+    for (i, z) in st.core.zones.iter().enumerate() {
+        let alarms = backends
+            .get(i)
+            .map(|b| b.errors().alarms().join(","))
+            .unwrap_or_default();
+        if z.has_capacity && alarms.is_empty() {
+            return None;
+        }
+        zones.push(if alarms.is_empty() {
+            format!("{} at capacity", z.name)
+        } else {
+            format!("{} in alarm ({alarms})", z.name)
+        });
+    }
+    let dead = st.vms.iter().filter(|v| v.state == "dead").count();
+    let mut why = format!("no ready VM ({} booting, {dead} dead)", pool.booting);
+    if zones.is_empty() {
+        why.push_str(" and no function zone");
+    } else {
+        why.push_str(" and no function zone with capacity: ");
+        why.push_str(&zones.join("; "));
+    }
+    Some(why)
 }
 
 fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<Body> {
@@ -151,6 +287,9 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
 /// at zero on the first scrape.
 fn scrape_gauges(gw: &Gateway) {
     m::cip_gauge(gw.cip_rps());
+    if let Some((_, hour)) = gw.cost_bills() {
+        m::cost_last_hour(&hour);
+    }
     let st = gw.status();
     for z in &st.core.zones {
         m::function_instances(&z.name, z.starting, z.busy, z.idle);
@@ -227,69 +366,16 @@ fn error_kinds() -> Vec<&'static str> {
 /// A reload's error for the admin reply: credentials redacted, not shortened (it
 /// lists every problem of the file).
 fn redact_text_long(text: &str) -> String {
-    text.lines()
-        .map(redact_words)
-        .collect::<Vec<_>>()
-        .join("\n")
+    crate::redact::redact(text).into_owned()
 }
 
 /// Longest error text `/status` shows, characters.
-pub const MAX_STATUS_ERROR_CHARS: usize = 200;
+pub const MAX_STATUS_ERROR_CHARS: usize = crate::redact::MAX_REASON_CHARS;
 
-/// Provider error stats for `/status`: the last message cut to
-/// [`MAX_STATUS_ERROR_CHARS`] with credentials-looking parts removed.
-fn redacted(
-    mut e: crate::backends::provider_errors::ProviderErrorStats,
-) -> crate::backends::provider_errors::ProviderErrorStats {
-    if let Some(last) = &mut e.last {
-        last.message = redact_text(&last.message);
-    }
-    e
-}
-
-/// `text` without URL userinfo (`//user:pass@` → `//***@`) or `key=value` secrets
-/// (`token=`, `secret=`, `password=`, `signature=`, `credential=`), shortened.
+/// `text` through the one redaction ([`crate::redact::redact`]), shortened to
+/// [`MAX_STATUS_ERROR_CHARS`].
 pub fn redact_text(text: &str) -> String {
-    let out = redact_words(text);
-    if out.chars().count() > MAX_STATUS_ERROR_CHARS {
-        out.chars().take(MAX_STATUS_ERROR_CHARS).collect::<String>() + "…"
-    } else {
-        out
-    }
-}
-
-fn redact_words(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for word in text.split_inclusive(char::is_whitespace) {
-        let lower = word.to_ascii_lowercase();
-        if let Some(at) = word.find('@')
-            && let Some(scheme) = word.find("://")
-            && scheme < at
-        {
-            out.push_str(&word[..scheme + 3]);
-            out.push_str("***");
-            out.push_str(&word[at..]);
-        } else if [
-            "token=",
-            "secret=",
-            "password=",
-            "signature=",
-            "credential=",
-        ]
-        .iter()
-        .any(|k| lower.contains(k))
-        {
-            let cut = word.find('=').map_or(0, |i| i + 1);
-            out.push_str(&word[..cut]);
-            out.push_str("***");
-            if word.ends_with(char::is_whitespace) {
-                out.push(' ');
-            }
-        } else {
-            out.push_str(word);
-        }
-    }
-    out
+    crate::redact::redact_short(text, MAX_STATUS_ERROR_CHARS)
 }
 
 /// A rate, requests/s, rounded to 2 decimals (`null` when not finite: no budget cap).
@@ -340,6 +426,14 @@ fn seconds(d: std::time::Duration) -> Value {
 ///  "functions": {"kind": "process", "instances": {"busy": 1, "idle": 2}, …}}
 /// ```
 pub fn status_json(gw: &Gateway) -> Value {
+    let mut v = status_document(gw);
+    // Every string (condition reasons, last errors, instance names, URLs) through the
+    // one redaction, cut to MAX_STATUS_ERROR_CHARS.
+    crate::redact::redact_json(&mut v);
+    v
+}
+
+fn status_document(gw: &Gateway) -> Value {
     let s = gw.status();
     let c = &s.core.controller;
     json!({
@@ -397,7 +491,7 @@ pub fn status_json(gw: &Gateway) -> Value {
         "vm_pool": {
             "kind": gw.vm_provider().kind(),
             "vms": s.vms,
-            "errors": redacted(gw.vm_provider().errors()),
+            "errors": gw.vm_provider().errors(),
         },
         "functions": functions_json(
             gw,
@@ -406,6 +500,7 @@ pub fn status_json(gw: &Gateway) -> Value {
             s.core.fall_backs_to_vm,
         ),
         "queue": queue_json(s.core.queue.as_ref()),
+        "cost": cost_json(gw),
         "coordination": coordination_json(gw),
         "async": s.core.delay.as_ref().map(|d| json!({
             "queued": d.queued,
@@ -424,6 +519,83 @@ pub fn status_json(gw: &Gateway) -> Value {
             "expected_processing_seconds": seconds(d.expected_processing),
         })),
     })
+}
+
+/// `cost`: the running bill ([`CostMeter`](crate::policy::cost::CostMeter)) since start
+/// and of the last hour, USD: VM time by instance type, function calls and provisioned
+/// concurrency by zone, the total (the hybrid's cost) and the counterfactual for the same
+/// arrivals (all on functions; all on a VM pool sized for the window's peak at r_max).
+///
+/// ```json
+/// {"since_start": {"from_seconds": 0.0, "to_seconds": 5400.0, "total_usd": 0.62,
+///   "vm": [{"instance_type": "m5.large", "vm_seconds": 5400.0, "usd": 0.54}],
+///   "functions": [{"zone": "cloud", "requests": 2, "gb_seconds": 1.5, "usd": 0.00003}],
+///   "provisioned": [{"zone": "cloud", "gb_seconds": 16200.0, "usd": 0.081}],
+///   "counterfactual": {"all_functions_usd": 0.0001, "all_vm_usd": 1.62,
+///                      "all_vm_vms": 3, "peak_rps": 25}},
+///  "last_hour": {…}}
+/// ```
+fn cost_json(gw: &Gateway) -> Value {
+    match gw.cost_bills() {
+        Some((since_start, last_hour)) => json!({
+            "since_start": since_start,
+            "last_hour": last_hour,
+        }),
+        None => Value::Null,
+    }
+}
+
+/// `spillway_cost_dollars_total{tier, zone}` and
+/// `spillway_cost_counterfactual_dollars_total{policy}` as Prometheus text, from the bill
+/// since start. Written here rather than through the `metrics` crate, whose counters
+/// count whole numbers: dollars are fractions. `tier` is `vm` (with the instance type in
+/// `zone`: VMs have no placement zone), `function` or `provisioned`; `policy` is
+/// `all_functions` or `all_vm`.
+pub fn cost_metrics_text(b: &crate::policy::cost::Bill) -> String {
+    use std::fmt::Write as _;
+    fn label(v: &str) -> String {
+        v.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', "\\n")
+    }
+    let mut out = String::new();
+    out.push_str(
+        "# HELP spillway_cost_dollars_total The running bill since start, USD, by tier (vm: \
+         the instance type in zone; function; provisioned) and zone.\n\
+         # TYPE spillway_cost_dollars_total counter\n",
+    );
+    let lines =
+        b.vm.iter()
+            .map(|l| ("vm", l.instance_type.as_str(), l.usd))
+            .chain(
+                b.functions
+                    .iter()
+                    .map(|l| ("function", l.zone.as_str(), l.usd)),
+            )
+            .chain(
+                b.provisioned
+                    .iter()
+                    .map(|l| ("provisioned", l.zone.as_str(), l.usd)),
+            );
+    for (tier, zone, usd) in lines {
+        let _ = writeln!(
+            out,
+            "spillway_cost_dollars_total{{tier=\"{tier}\",zone=\"{}\"}} {usd}",
+            label(zone)
+        );
+    }
+    let c = &b.counterfactual;
+    let _ = write!(
+        out,
+        "# HELP spillway_cost_counterfactual_dollars_total What the same arrivals would have \
+         cost since start, USD: all_functions (every call on functions), all_vm (a VM pool \
+         sized for the peak at r_max).\n\
+         # TYPE spillway_cost_counterfactual_dollars_total counter\n\
+         spillway_cost_counterfactual_dollars_total{{policy=\"all_functions\"}} {}\n\
+         spillway_cost_counterfactual_dollars_total{{policy=\"all_vm\"}} {}\n",
+        c.all_functions_usd, c.all_vm_usd
+    );
+    out
 }
 
 /// `coordination`: `{"type": "none"}` for one gateway; with `type: redis` this
@@ -448,7 +620,7 @@ fn coordination_json(gw: &Gateway) -> Value {
 }
 
 /// `queue`: the gateway queue (call scheduling §4) — order, length and per route key
-/// the calls waiting, E[p] and wait, response time and stretch (mean, p50, p95); `null`
+/// the calls waiting, `E[p]` and wait, response time and stretch (mean, p50, p95); `null`
 /// without a queue.
 ///
 /// ```json
@@ -577,7 +749,7 @@ fn functions_json(
                     })).collect::<Vec<_>>(),
                 })
             }),
-            "errors": redacted(backend.errors()),
+            "errors": backend.errors(),
             // Failed calls by reason: unreachable, throttled,
             // cold_start_failed, instance_gone, never_ran, failed_after_send…
             "call_failures": gw_failures

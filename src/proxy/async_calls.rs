@@ -35,8 +35,9 @@
 //! loads the pool only when it runs, and counting a deferred burst at accept would make
 //! LIBRA scale the pool for load the delay queue has just moved out of the peak.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -580,7 +581,7 @@ impl AsyncCalls {
             })
             .collect();
         let now = VmTicks { total, per_pid };
-        let mut last = self.last_vm_ticks.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_vm_ticks.lock();
         let prev = last.replace(now);
         vm_share(prev.as_ref()?, last.as_ref()?)
     }
@@ -597,7 +598,7 @@ impl AsyncCalls {
         let total: u64 = v.iter().sum();
         let idle = v.get(3).copied().unwrap_or(0) + v.get(4).copied().unwrap_or(0);
         let busy = total.saturating_sub(idle);
-        let mut last = self.last_stat.lock().unwrap_or_else(|p| p.into_inner());
+        let mut last = self.last_stat.lock();
         let prev = last.replace((busy, total));
         let (pb, pt) = prev?;
         let dt = total.saturating_sub(pt);

@@ -24,10 +24,10 @@
 //! the database is opened again; [`RedbStore`] reopens its file at the next operation, so
 //! the store serves again once space returns, without a restart.
 
+use parking_lot::{Mutex, RwLock};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -377,7 +377,7 @@ impl RedbStore {
             path: store.path.clone(),
             message: e.to_string(),
         })?;
-        *store.counted.lock().unwrap_or_else(|p| p.into_inner()) = counted;
+        *store.counted.lock() = counted;
         Ok(store)
     }
 
@@ -408,9 +408,9 @@ impl RedbStore {
     }
 
     /// The database, reopened first when an earlier operation failed with an I/O error.
-    fn db(&self) -> Result<std::sync::RwLockReadGuard<'_, Option<Database>>, StoreError> {
+    fn db(&self) -> Result<parking_lot::RwLockReadGuard<'_, Option<Database>>, StoreError> {
         if self.broken.load(Ordering::Acquire) {
-            let mut slot = self.db.write().unwrap_or_else(|p| p.into_inner());
+            let mut slot = self.db.write();
             if self.broken.load(Ordering::Acquire) {
                 // The old handle holds the file's lock: drop it before opening again.
                 *slot = None;
@@ -419,7 +419,7 @@ impl RedbStore {
                 tracing::info!(store = %self.path.display(), "async store reopened after an I/O error");
             }
         }
-        Ok(self.db.read().unwrap_or_else(|p| p.into_inner()))
+        Ok(self.db.read())
     }
 
     /// `e` as a store error; an I/O error marks the database for reopening.
@@ -467,7 +467,7 @@ impl CallStore for RedbStore {
     fn insert(&self, call: &CallRecord, body: &[u8]) -> Result<(), StoreError> {
         let record = json(call);
         let needed = (record.len() + body.len()) as u64 + self.limits.result_max_bytes;
-        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counted = self.counted.lock();
         if let (Some(limit), Some(client)) = (self.limits.max_calls_per_client, &call.client)
             && counted.per_client.get(client).copied().unwrap_or(0) >= limit
         {
@@ -527,7 +527,6 @@ impl CallStore for RedbStore {
         })?;
         self.counted
             .lock()
-            .unwrap_or_else(|p| p.into_inner())
             .recount(&call.id, (record.len() + stored.len()) as u64);
         Ok(())
     }
@@ -603,7 +602,7 @@ impl CallStore for RedbStore {
             }
             Ok(())
         })?;
-        let mut counted = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let mut counted = self.counted.lock();
         for id in &old {
             counted.remove(id);
         }
@@ -611,7 +610,7 @@ impl CallStore for RedbStore {
     }
 
     fn usage(&self) -> StoreUsage {
-        let c = self.counted.lock().unwrap_or_else(|p| p.into_inner());
+        let c = self.counted.lock();
         StoreUsage {
             bytes: c.bytes,
             calls: c.calls.len() as u64,
@@ -709,7 +708,7 @@ mod tests {
             s.insert(&call(id), b"body").unwrap();
         }
         // A half-written record and a call whose body is gone.
-        let guard = s.db.read().unwrap();
+        let guard = s.db.read();
         let w = guard.as_ref().unwrap().begin_write().unwrap();
         {
             let whole = json(&call("b"));

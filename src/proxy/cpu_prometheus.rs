@@ -1,5 +1,5 @@
-//! The `prometheus` CPU signal of the delay queue's scheduler (ProFaaStinate §3, issue
-//! 10): the VM pool's CPU utilisation read from a Prometheus server's HTTP API,
+//! The `prometheus` CPU signal of the delay queue's scheduler (ProFaaStinate §3):
+//! the VM pool's CPU utilisation read from a Prometheus server's HTTP API,
 //! `GET <async.prometheus.url>/api/v1/query?query=<async.prometheus.query>`, by default
 //! the non-idle share of node_exporter's `node_cpu_seconds_total` on every VM.
 //!
@@ -15,7 +15,8 @@
 //! each ready VM host's node_exporter itself (no Prometheus server): see
 //! [`super::cpu_node_exporter`].
 
-use std::sync::{Arc, Mutex};
+use parking_lot::Mutex;
+use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Uri};
@@ -255,8 +256,8 @@ impl PrometheusCpu {
         self.lock().queries
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Last> {
-        self.last.lock().unwrap_or_else(|p| p.into_inner())
+    fn lock(&self) -> parking_lot::MutexGuard<'_, Last> {
+        self.last.lock()
     }
 
     /// One query: the pool's CPU utilisation in [0, 1].
@@ -338,10 +339,7 @@ impl PrometheusCpu {
             }
         }
         outcomes.sort_by(|a, b| a.0.cmp(&b.0));
-        let round = hosts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .record(outcomes);
+        let round = hosts.lock().record(outcomes);
         (round.value, round.error)
     }
 

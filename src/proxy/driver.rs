@@ -19,9 +19,10 @@
 //! * Function instances start for pre-warm ([`Action::StartInstance`]) or a cold start,
 //!   and stop at keep-alive expiry ([`Action::StopInstance`]) or when they died.
 
+use parking_lot::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::Uri;
@@ -37,6 +38,7 @@ use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
 use crate::policy::core::{Action, Core, CoreStatus, Release};
+use crate::policy::cost::{Bill, CostMeter, MeterPricing};
 use crate::policy::delay::CallId;
 use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
@@ -57,6 +59,20 @@ struct VmRecord {
     foreign: bool,
 }
 
+/// A dead member of a `static` pool (see `State::parked`).
+#[derive(Clone, Debug)]
+struct Parked {
+    /// Its name (the configured URL).
+    instance: String,
+    base: Uri,
+    /// The controller id it had while it served (`vm-2`), for `/status`.
+    id: String,
+    /// When it died, seconds since the Unix epoch.
+    since_unix_seconds: u64,
+    /// Why it died.
+    last_error: &'static str,
+}
+
 struct State {
     core: Core,
     records: HashMap<VmId, VmRecord>,
@@ -67,8 +83,8 @@ struct State {
     /// same lock as the decision that queued them.
     waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
-    /// health loop and adopted again once healthy.
-    parked: Vec<(String, Uri)>,
+    /// health loop, shown in `/status` as `dead`, and adopted again once healthy.
+    parked: Vec<Parked>,
     /// Calls waiting for a booting pre-warmed instance they claimed
     /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
     /// when it came first; registered in the same lock as the core's state.
@@ -123,6 +139,9 @@ pub struct Gateway {
     /// Several replicas (`crate::coord`): the coordinator, which fences every pool
     /// write and whose snapshot `/status` shows.
     coordinator: std::sync::OnceLock<Arc<Coordinator>>,
+    /// The running bill ([`CostMeter`]) and the instance type of this pool's VMs, once
+    /// set ([`Self::set_cost_meter`]).
+    cost: Mutex<Option<(CostMeter, String)>>,
 }
 
 /// A VM chosen for a request: its id and base URL.
@@ -189,7 +208,39 @@ impl Gateway {
             cip_rps,
             async_calls: std::sync::OnceLock::new(),
             coordinator: std::sync::OnceLock::new(),
+            cost: Mutex::new(None),
         })
+    }
+
+    /// Bill this gateway with `meter` from now on, pricing its VMs as `instance_type`
+    /// (`/status` `cost`, `spillway_cost_*` metrics). Replaces a meter set before.
+    pub fn set_cost_meter(&self, meter: CostMeter, instance_type: String) {
+        *self.cost.lock() = Some((meter, instance_type));
+    }
+
+    /// New prices for the running bill (a configuration reload); nothing without a meter.
+    pub fn set_cost_pricing(&self, pricing: MeterPricing) {
+        if let Some((m, _)) = self.cost.lock().as_mut() {
+            m.set_pricing(pricing);
+        }
+    }
+
+    /// Feed the meter (when set) with `now`.
+    fn bill(&self, f: impl FnOnce(&mut CostMeter, &str, Time)) {
+        let now = self.now();
+        if let Some((m, t)) = self.cost.lock().as_mut() {
+            f(m, t, now);
+        }
+    }
+
+    /// The bills since start and of the last hour, and the time they were read at;
+    /// `None` without a meter.
+    pub fn cost_bills(&self) -> Option<(Bill, Bill)> {
+        let now = self.now();
+        self.cost
+            .lock()
+            .as_ref()
+            .map(|(m, _)| (m.since_start(now), m.last_hour(now)))
     }
 
     /// Run under `c` (set once, after [`Self::start`]): every pool write asks its
@@ -304,7 +355,7 @@ impl Gateway {
 
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock must not take the data plane down with it.
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock()
     }
 
     /// Run `f` on the core, then wake the timer task if the next deadline moved earlier
@@ -427,6 +478,7 @@ impl Gateway {
     /// The first decision for a request; a VM decision comes with the VM's base URL.
     /// A [`Decision::Queue`] here is never served: use [`TicketGuard::route`].
     pub fn route(&self, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
+        self.bill(|m, _, now| m.on_arrival(now));
         let (d, _) = self
             .decide(ticket, |core, now, t| Some(core.route(now, t)))
             .expect("route always decides");
@@ -476,7 +528,7 @@ impl Gateway {
 
     /// A call of `key` that arrived at `arrived` (policy time) and was sent upstream at
     /// `sent` completed now (end of its response body): its processing time (a cold
-    /// start excluded) feeds E[p], its response time and stretch the per-key measures.
+    /// start excluded) feeds `E[p]`, its response time and stretch the per-key measures.
     pub fn call_completed(&self, key: KeyId, arrived: Time, sent: Instant) {
         let processing = sent.elapsed();
         let mut st = self.lock();
@@ -527,6 +579,7 @@ impl Gateway {
     /// the same lock.
     pub fn finish_vm_request_sent_at(&self, vm: VmId, sent: Instant) {
         let latency = sent.elapsed();
+        self.bill(|m, _, now| m.on_vm_call(now, latency));
         self.with_core(|core, now| {
             core.on_vm_response_time(now, latency);
             core.on_vm_request_finished(now, vm);
@@ -536,6 +589,14 @@ impl Gateway {
     /// The function call holding `lease` finished (response body done or dropped).
     pub fn finish_function(&self, lease: Lease) {
         self.with_core(|core, now| core.on_function_finished(now, lease));
+    }
+
+    /// Like [`Self::finish_function`] for a call sent at `sent`: its duration so far is
+    /// billed to the zone (GB-seconds at 1 ms granularity and a request fee).
+    pub fn finish_function_sent_at(&self, lease: Lease, sent: Instant) {
+        let duration = sent.elapsed();
+        self.bill(|m, _, now| m.on_function_call(now, usize::from(lease.zone.0), duration));
+        self.finish_function(lease);
     }
 
     /// A function instance died during a call (abandoned mid-request, unreachable): the
@@ -635,7 +696,13 @@ impl Gateway {
                     ..
                 }) = &record
             {
-                st.parked.push((instance.clone(), base.clone()));
+                st.parked.push(Parked {
+                    instance: instance.clone(),
+                    base: base.clone(),
+                    id: vm.to_string(),
+                    since_unix_seconds: unix_seconds(),
+                    last_error: why,
+                });
             }
             record
         });
@@ -655,7 +722,7 @@ impl Gateway {
     }
 
     /// Probe every ready VM and every parked static member each `interval`: a ready VM
-    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies ([`Self::vm_died`]); a parked
+    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies (`vm_died`); a parked
     /// member that answers is adopted again.
     pub fn start_health_checks(self: &Arc<Self>, interval: Duration) {
         let me = Arc::clone(self);
@@ -687,7 +754,7 @@ impl Gateway {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (Some(vm), base.clone(), me.probe(&base).await) });
                 }
-                for (_, base) in parked {
+                for Parked { base, .. } in parked {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (None, base.clone(), me.probe(&base).await) });
                 }
@@ -714,7 +781,7 @@ impl Gateway {
     }
 
     /// Take what the provider found about its pool on its own
-    /// ([`Self::apply_pool_changes`]) every [`POOL_CHANGES_INTERVAL`], whatever the
+    /// (`apply_pool_changes`) every [`POOL_CHANGES_INTERVAL`], whatever the
     /// health-check setting (the gateway's own probes cannot tell that EC2 terminated an
     /// instance while something still answers at its address).
     pub fn start_pool_changes(self: &Arc<Self>) {
@@ -826,7 +893,7 @@ impl Gateway {
                 .map(|(vm, _)| *vm)
                 .collect();
             let parked_before = st.parked.len();
-            st.parked.retain(|(name, _)| keep.contains(name.as_str()));
+            st.parked.retain(|p| keep.contains(p.instance.as_str()));
             for vm in &gone {
                 st.core.on_vm_failed(now, *vm);
                 st.records.remove(vm);
@@ -835,7 +902,7 @@ impl Gateway {
                 .records
                 .values()
                 .filter_map(|r| r.instance.clone())
-                .chain(st.parked.iter().map(|(name, _)| name.clone()))
+                .chain(st.parked.iter().map(|p| p.instance.clone()))
                 .collect();
             let mut added = 0;
             for (name, base) in members {
@@ -859,8 +926,8 @@ impl Gateway {
     /// A parked static member at `base` is healthy again: adopt it as a ready VM.
     fn readopt(&self, base: &Uri) {
         let vm = self.with_core_state(|st, now| {
-            let i = st.parked.iter().position(|(_, b)| b == base)?;
-            let (instance, base) = st.parked.remove(i);
+            let i = st.parked.iter().position(|p| &p.base == base)?;
+            let Parked { instance, base, .. } = st.parked.remove(i);
             let vm = st.core.adopt_ready_vm(now);
             st.records.insert(
                 vm,
@@ -912,7 +979,18 @@ impl Gateway {
                     .records
                     .get(&r.id)
                     .and_then(|x| x.base.as_ref().map(redact_userinfo)),
+                dead_since_unix_seconds: None,
+                last_error: None,
             })
+            .chain(st.parked.iter().map(|p| VmView {
+                id: p.id.clone(),
+                state: "dead",
+                outstanding: 0,
+                instance: Some(p.instance.clone()),
+                url: Some(redact_userinfo(&p.base)),
+                dead_since_unix_seconds: Some(p.since_unix_seconds),
+                last_error: Some(p.last_error),
+            }))
             .collect();
         GatewayStatus {
             core: st.core.status(),
@@ -1049,6 +1127,7 @@ impl Gateway {
                 if let Err(e) = provider.terminate(&instance).await {
                     tracing::warn!(%instance, error = %e, "terminate failed");
                 }
+                this.bill(|m, _, now| m.on_vm_stopped(now, vm));
             });
         }
     }
@@ -1139,7 +1218,11 @@ impl Gateway {
             return;
         }
         let instance = match provider.launch(vm).await {
-            Ok(instance) => instance,
+            Ok(instance) => {
+                // Billed from here (EC2: from `running`) until it is terminated.
+                self.bill(|m, t, now| m.on_vm_running(now, vm, t));
+                instance
+            }
             Err(e) => {
                 tracing::warn!(%vm, error = %e, "VM launch failed");
                 m::vm_failures("launch");
@@ -1168,6 +1251,7 @@ impl Gateway {
             // Stopped by a scale-in or the boot deadline while the launch was in flight.
             if self.pool_write("terminate", vm, Some(&instance)).await {
                 let _ = provider.terminate(&instance).await;
+                self.bill(|m, _, now| m.on_vm_stopped(now, vm));
             }
             return;
         }
@@ -1208,6 +1292,7 @@ impl Gateway {
                 }
                 if terminate && self.pool_write("terminate", vm, Some(&instance)).await {
                     let _ = provider.terminate(&instance).await;
+                    self.bill(|m, _, now| m.on_vm_stopped(now, vm));
                 }
             }
             (Err(_), None) => unreachable!("a failed boot is never reported ready"),
@@ -1361,6 +1446,14 @@ impl Host for Gateway {
     }
 }
 
+/// Wall-clock seconds since the Unix epoch, for `/status` readers (not a timer).
+fn unix_seconds() -> u64 {
+    #[allow(clippy::disallowed_methods)]
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
 /// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
 /// `/status` never shows credentials.
 fn redact_userinfo(uri: &Uri) -> String {
@@ -1421,6 +1514,7 @@ impl TicketGuard {
     /// The first decision ([`Gateway::route`]); after a [`Decision::Queue`], await
     /// [`Self::wait_queued`].
     pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
+        self.gw.bill(|m, _, now| m.on_arrival(now));
         let (d, rx) = self
             .gw
             .decide(&mut self.ticket, |core, now, t| Some(core.route(now, t)))
@@ -1530,7 +1624,8 @@ impl Drop for TicketGuard {
 pub struct VmView {
     /// Controller id (`vm-3`).
     pub id: String,
-    /// `booting`, `ready` or `draining`.
+    /// `booting`, `ready`, `draining`, or `dead`: a member of a `static` pool that failed
+    /// its probes, probed on and back in the pool once it answers.
     pub state: &'static str,
     /// Requests in flight on it.
     pub outstanding: u32,
@@ -1538,6 +1633,12 @@ pub struct VmView {
     pub instance: Option<String>,
     /// Base URL once resolved.
     pub url: Option<String>,
+    /// A `dead` member: since when, seconds since the Unix epoch.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_since_unix_seconds: Option<u64>,
+    /// A `dead` member: why it left the pool.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<&'static str>,
 }
 
 /// What `/status` shows.

@@ -1,9 +1,24 @@
 //! The one place where errors become HTTP responses.
 //!
-//! Every reply the gateway makes itself goes through [`ProxyError::into_response`]: a
-//! fixed status code per error kind, a short generic body, and no internal detail (the
-//! details go to the log at the call site). Errors carry who is at fault (client,
-//! upstream, capacity) in their variant.
+//! Every reply the gateway makes itself goes through [`ProxyError::into_reply`]: a
+//! fixed status code per error kind and a body with a short reason
+//! ([`ProxyError::reason`]: what happened, in the client's terms, redacted and without
+//! internal detail such as upstream addresses — those go to the log) and the request id,
+//! as `application/problem+json` (RFC 9457) when the client's `Accept` asks for JSON,
+//! else as text:
+//!
+//! ```text
+//! 502 Bad Gateway: the upstream failed or its answer was unusable
+//! request id: 4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b
+//! ```
+//!
+//! ```json
+//! {"type": "about:blank", "title": "Bad Gateway", "status": 502,
+//!  "detail": "the upstream failed or its answer was unusable",
+//!  "request_id": "4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b"}
+//! ```
+//!
+//! Errors carry who is at fault (client, upstream, capacity) in their variant.
 
 use std::time::Duration;
 
@@ -259,25 +274,77 @@ impl ProxyError {
         }
     }
 
-    /// The response sent to the client: status, generic text body, `Retry-After` on 503,
+    /// The short reason a reply body gives: what happened in the client's terms, no
+    /// upstream address or provider message (those are logged), redacted and at most
+    /// [`crate::redact::MAX_REASON_CHARS`] characters.
+    pub fn reason(&self) -> String {
+        let secs = |d: &Duration| {
+            format!("{:.3}", d.as_secs_f64())
+                .trim_end_matches('0')
+                .trim_end_matches('.')
+                .to_string()
+        };
+        let text = match self {
+            ProxyError::NoCapacity { reason } => {
+                format!("no capacity for the request now ({reason}); retry later")
+            }
+            ProxyError::BadRequestBody(_) => "the request body was malformed or cut off".into(),
+            ProxyError::RequestBodyTimeout(d) => {
+                format!("the request body paused for more than {} s", secs(d))
+            }
+            ProxyError::UpstreamTimeout(d) => {
+                format!("the upstream sent no response within {} s", secs(d))
+            }
+            ProxyError::Upstream(_) => "the upstream failed or its answer was unusable".into(),
+            ProxyError::Function(_) => "the function tier could not run the call".into(),
+            ProxyError::AsyncUnavailable { .. } => {
+                "asynchronous calls cannot be accepted now; retry later".into()
+            }
+            other => other.to_string(),
+        };
+        crate::redact::redact_short(&text, crate::redact::MAX_REASON_CHARS)
+    }
+
+    /// [`Self::into_reply`] as text, without a request id.
+    pub fn into_response(self) -> Response<Body> {
+        self.into_reply(false, None)
+    }
+
+    /// The response sent to the client: status, a body with [`Self::reason`] and the
+    /// request id (`application/problem+json` when `problem_json`, else text; see the
+    /// [module docs](self)), `Retry-After` on 503,
     /// `Allow` on 405. A refused request head (400, 405, 414, 431) and a body over the
     /// limit (413) also get `Connection: close`: an HTTP/1 client that sent one bad
     /// message is not trusted with the framing of the next (http-cases C1, C5; hyper
     /// removes the field on h2).
-    pub fn into_response(self) -> Response<Body> {
+    pub fn into_reply(self, problem_json: bool, request_id: Option<&str>) -> Response<Body> {
         let status = self.status();
-        let text = format!(
-            "{} {}\n",
-            status.as_u16(),
-            status.canonical_reason().unwrap_or("Error")
-        );
+        let title = status.canonical_reason().unwrap_or("Error");
+        let reason = self.reason();
+        let (text, content_type) = if problem_json {
+            let mut doc = serde_json::json!({
+                "type": "about:blank",
+                "title": title,
+                "status": status.as_u16(),
+                "detail": reason,
+            });
+            if let Some(id) = request_id {
+                doc["request_id"] = id.into();
+            }
+            (doc.to_string() + "\n", "application/problem+json")
+        } else {
+            let mut text = format!("{} {title}: {reason}\n", status.as_u16());
+            if let Some(id) = request_id {
+                text.push_str("request id: ");
+                text.push_str(id);
+                text.push('\n');
+            }
+            (text, "text/plain; charset=utf-8")
+        };
         let mut resp = Response::new(body::full(text));
         *resp.status_mut() = status;
         let h = resp.headers_mut();
-        h.insert(
-            header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
+        h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
         let retry_after = match &self {
             ProxyError::AsyncUnavailable { retry_after, .. }
             | ProxyError::AsyncStoreFull { retry_after, .. }
@@ -301,6 +368,26 @@ impl ProxyError {
         }
         resp
     }
+}
+
+/// Whether a client whose request has these headers gets its error as
+/// `application/problem+json`: its `Accept` names `application/problem+json` or
+/// `application/json` (or any `+json` type) without naming `text/plain` first.
+pub fn wants_problem_json(headers: &http::HeaderMap) -> bool {
+    headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .map(|item| {
+            item.split(';')
+                .next()
+                .unwrap_or("")
+                .trim()
+                .to_ascii_lowercase()
+        })
+        .find(|t| t == "text/plain" || t == "application/json" || t.ends_with("+json"))
+        .is_some_and(|t| t != "text/plain")
 }
 
 /// Whether hyper's client reported an error of the request body we streamed up (a

@@ -42,11 +42,12 @@
 //! stream (the first byte of a next request) and the request/response lifetimes together,
 //! which no tower layer sees, hence this module.
 
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::future::Future;
 use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -138,7 +139,7 @@ impl ConnLimits {
     ) -> Result<ConnPermit, Limit> {
         let ip = peer.to_canonical();
         let refused = {
-            let mut c = self.inner.counts.lock().unwrap_or_else(|p| p.into_inner());
+            let mut c = self.inner.counts.lock();
             let from_ip = c.per_ip.get(&ip).copied().unwrap_or(0);
             if c.total >= self.inner.max_total {
                 Some(Limit::Total)
@@ -168,7 +169,7 @@ impl ConnLimits {
     fn refused(&self, listener: &'static str, ip: IpAddr, limit: Limit) {
         crate::telemetry::connection_refused(listener, limit.as_str());
         let now = Instant::now();
-        let mut logs = self.inner.log.lock().unwrap_or_else(|p| p.into_inner());
+        let mut logs = self.inner.log.lock();
         let entry = logs.entry(listener).or_insert(RefusedLog {
             last: now,
             unlogged: 0,
@@ -194,11 +195,7 @@ impl ConnLimits {
 
     /// Connections open now.
     pub fn open(&self) -> usize {
-        self.inner
-            .counts
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .total
+        self.inner.counts.lock().total
     }
 
     /// Resolves once no connection of this budget is open (tunnels included).
@@ -225,7 +222,7 @@ pub struct ConnPermit {
 
 impl Drop for ConnPermit {
     fn drop(&mut self) {
-        let mut c = self.inner.counts.lock().unwrap_or_else(|p| p.into_inner());
+        let mut c = self.inner.counts.lock();
         c.total = c.total.saturating_sub(1);
         if let Some(ip) = self.ip
             && let Some(n) = c.per_ip.get_mut(&ip)
@@ -317,8 +314,8 @@ impl Lifetime {
         })
     }
 
-    fn state(&self) -> std::sync::MutexGuard<'_, LifeState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    fn state(&self) -> parking_lot::MutexGuard<'_, LifeState> {
+        self.state.lock()
     }
 
     /// A request's head is complete; it is in flight until the guard is dropped (with

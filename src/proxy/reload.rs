@@ -5,15 +5,16 @@
 //!
 //! | applied live | restart needed (reported, not applied) |
 //! |---|---|
-//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, `headers_with_underscores_action`, `upgrade_protocols`, the admin token, the TLS certificate and key, `pricing` (the CIP), `libra.alpha`, `beta`, `phi`, `rho`, `decision_epochs`, `first_decision_epoch`, `min_vms`, `max_vms`, `cip_rps` and `r_max_rps` (without `r_max_adaptive`) | everything else: `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `keepalive_idle_timeout_seconds`, `http2_keepalive_*`, `max_connections*`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `upstream_tls`, `origin_zone_header`, `libra.epoch_seconds`, `balancer`, `quota_truncate`, `max_outstanding_per_vm`, `r_max_adaptive`, any other `vm_pool` change, `function_tier`, `function_zones`, `placement`, `queue`, `routes`, `async`, `sim` |
+//! | a `static` pool's `urls`, `gateway.upstream_timeout_seconds`, the body and tunnel idle timeouts, `drain_timeout_seconds`, `trusted_proxies`, body/header/URI limits, path rules, `headers_with_underscores_action`, `upgrade_protocols`, `request_id_trust`, the admin token, the TLS certificate and key, `pricing` (the CIP), `libra.alpha`, `beta`, `phi`, `rho`, `decision_epochs`, `first_decision_epoch`, `min_vms`, `max_vms`, `cip_rps` and `r_max_rps` (without `r_max_adaptive`) | everything else: `gateway.listen`, `admin_listen`, `tls.listen`, `header_read_timeout_seconds`, `keepalive_idle_timeout_seconds`, `http2_keepalive_*`, `max_connections*`, `connect_timeout_seconds`, `idle_timeout_seconds`, `max_concurrent_streams`, `health_check_interval_seconds`, `retry_budget_*`, `access_log`, `allow_loopback_upstreams`, `upstream_tls`, `origin_zone_header`, `libra.epoch_seconds`, `balancer`, `quota_truncate`, `max_outstanding_per_vm`, `r_max_adaptive`, any other `vm_pool` change, `function_tier`, `function_zones`, `placement`, `queue`, `routes`, `async`, `sim` |
 //!
 //! LIBRA's parameters go to the running policy core (`Core::retune`): the traffic
 //! monitor's EWMAs, the VM table, the balancer's tokens, function leases and queues are
 //! kept; the budget is republished at once and the next scaling decision uses the new
 //! φ, r_max, VM bounds and CIP.
 
+use parking_lot::{Mutex, RwLock};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
 
 use serde_json::Value;
 
@@ -100,7 +101,7 @@ impl Reloader {
     /// Re-read, validate, apply all or nothing; logs what changed.
     ///
     /// The configuration that runs afterwards is the running one with the live keys of
-    /// the new file copied in ([`Self::live_part`]); it is validated as a whole before
+    /// the new file copied in (`live_part`); it is validated as a whole before
     /// anything is swapped. The report is derived from it, so it cannot claim more than
     /// was applied: `applied` = what differs between the old and the running
     /// configuration, `restart_required` = what still differs between the running
@@ -124,11 +125,7 @@ impl Reloader {
         if let Some(a) = self.overrides.1 {
             new.gateway.admin_listen = a;
         }
-        let old = self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let old = self.current.lock().clone();
         let running = self.live_part(&old, &new);
         // Everything that can fail is prepared before anything is swapped.
         for c in [&new, &running] {
@@ -185,12 +182,15 @@ impl Reloader {
         // Apply: settings for new requests, the admin token, the static members, LIBRA's
         // parameters, the TLS acceptor.
         let settings = Arc::new(ServiceSettings::from_config(&running));
-        *self.settings.write().unwrap_or_else(|p| p.into_inner()) = settings;
+        *self.settings.write() = settings;
         self.admin_token.set(token);
         if let Some(gw) = &self.gateway {
             if let Some(members) = &static_members {
                 let (added, removed) = gw.set_static_members(members);
                 tracing::info!(added, removed, "static VM pool changed");
+            }
+            if running.pricing != old.pricing || running.libra.r_max_rps != old.libra.r_max_rps {
+                gw.set_cost_pricing(running.pricing.meter_pricing(running.libra.r_max_rps));
             }
             if retune && !gw.retune(&tuning) {
                 // Not reachable with the gateway's LIBRA policies; said, not hidden.
@@ -198,11 +198,11 @@ impl Reloader {
             }
         }
         if let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
-            *slot.write().unwrap_or_else(|p| p.into_inner()) = acceptor;
+            *slot.write() = acceptor;
         }
         // The running configuration keeps the restart-only values of the running
         // gateway, so the next reload reports them again until a restart.
-        *self.current.lock().unwrap_or_else(|p| p.into_inner()) = running;
+        *self.current.lock() = running;
         tracing::info!(
             applied = ?report.applied,
             restart_required = ?report.restart_required,
@@ -242,6 +242,7 @@ impl Reloader {
         g.path_with_escaped_slashes_action = n.path_with_escaped_slashes_action;
         g.headers_with_underscores_action = n.headers_with_underscores_action;
         g.upgrade_protocols.clone_from(&n.upgrade_protocols);
+        g.request_id_trust = n.request_id_trust;
         g.admin_token_file.clone_from(&n.admin_token_file);
         g.admin_token_env.clone_from(&n.admin_token_env);
         if let (Some(t), Some(nt), Some(_)) = (&mut g.tls, &n.tls, &self.tls) {
@@ -281,11 +282,7 @@ impl Reloader {
 impl Reloader {
     /// `gateway.drain_timeout_seconds` in force.
     pub fn drain_timeout(&self) -> std::time::Duration {
-        let g = &self
-            .current
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .gateway;
+        let g = &self.current.lock().gateway;
         crate::backends::secs(g.drain_timeout_seconds)
     }
 }

@@ -194,7 +194,7 @@ pub struct Server {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     proxy: TcpListener,
     admin: TcpListener,
-    tls: Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
+    tls: Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
     admin_token: super::admin::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
@@ -423,6 +423,7 @@ impl Server {
                 .as_ref()
                 .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
+        gateway.set_cost_meter(config.cost_meter(), config.vm_instance_type());
         if let Some((store, _, settings)) = coordination {
             crate::telemetry::zero_coordination();
             tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");
@@ -444,7 +445,7 @@ impl Server {
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
                 Some((
                     bind("tls", t.listen).await?,
-                    Arc::new(std::sync::RwLock::new(acceptor)),
+                    Arc::new(parking_lot::RwLock::new(acceptor)),
                 ))
             }
             None => None,
@@ -539,7 +540,7 @@ impl Server {
     /// A server of client connections on any byte stream with this gateway and the
     /// configuration's settings (no reload): the request path without listeners.
     pub fn connections(&self) -> Connections {
-        let settings = Arc::new(std::sync::RwLock::new(Arc::new(
+        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
             ServiceSettings::from_config(&self.config),
         )));
         Connections::new(&self.config, Arc::clone(&self.gateway), settings)
@@ -548,7 +549,7 @@ impl Server {
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
-        let settings = Arc::new(std::sync::RwLock::new(Arc::new(
+        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
             ServiceSettings::from_config(&self.config),
         )));
         let reloader = {
@@ -783,7 +784,7 @@ pub struct Connections {
     builder: Arc<auto::Builder<TokioExecutor>>,
     gateway: Arc<Gateway>,
     /// The request path's settings in force (a reload replaces them).
-    settings: Arc<std::sync::RwLock<Arc<ServiceSettings>>>,
+    settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
     /// First-request, header-read and keep-alive idle deadlines.
     deadlines: Deadlines,
 }
@@ -794,7 +795,7 @@ impl Connections {
     pub fn new(
         config: &Config,
         gateway: Arc<Gateway>,
-        settings: Arc<std::sync::RwLock<Arc<ServiceSettings>>>,
+        settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
     ) -> Self {
         let g = &config.gateway;
         let rules = g.request_rules();
@@ -846,12 +847,7 @@ impl Connections {
         listener: &'static str,
         peer: SocketAddr,
     ) -> Option<ConnPermit> {
-        let trusted = self
-            .settings
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .trusted_proxies
-            .contains(peer.ip());
+        let trusted = self.settings.read().trusted_proxies.contains(peer.ip());
         limits.admit(listener, peer.ip(), trusted).ok()
     }
 
@@ -901,7 +897,7 @@ impl Connections {
             req.extensions_mut().insert(requests.client_closed());
             let gw = Arc::clone(&gw);
             // A request keeps the settings in force when it arrived (reload).
-            let settings = Arc::clone(&settings.read().unwrap_or_else(|p| p.into_inner()));
+            let settings = Arc::clone(&settings.read());
             let pending = watch.begin();
             let in_flight = requests.request_started(req.version() == http::Version::HTTP_2);
             async move {
@@ -939,7 +935,7 @@ impl Connections {
 }
 
 async fn accept_tls(
-    tls: &Option<(TcpListener, Arc<std::sync::RwLock<TlsAcceptor>>)>,
+    tls: &Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
 ) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
     match tls {
         Some((listener, acceptor)) => {
@@ -949,7 +945,7 @@ async fn accept_tls(
             };
             let _ = stream.set_nodelay(true);
             // The certificate in force now (a reload may have replaced it).
-            let acceptor = acceptor.read().unwrap_or_else(|p| p.into_inner()).clone();
+            let acceptor = acceptor.read().clone();
             Some(Ok((stream, peer, acceptor)))
         }
         None => std::future::pending().await,

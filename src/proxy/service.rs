@@ -35,6 +35,7 @@ use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
 use crate::net::headers::{self, TrustedProxies};
+use crate::net::request_id::{self, REQUEST_ID, RequestIdTrust};
 use crate::net::validate::{self, Checked, RequestRules};
 use crate::telemetry as m;
 
@@ -63,6 +64,8 @@ pub struct ServiceSettings {
     pub request_rules: RequestRules,
     /// How a request's origin edge zone is found (function zones, FaaSim).
     pub origins: OriginZones,
+    /// Whose `x-request-id` is kept (`gateway.request_id_trust`).
+    pub request_id_trust: RequestIdTrust,
 }
 
 /// A request's origin edge zone (FaaSim, "two-tier edge/cloud"): the zone named by the
@@ -141,6 +144,7 @@ impl ServiceSettings {
                 .collect(),
             request_rules: g.request_rules(),
             origins: OriginZones::new(c),
+            request_id_trust: g.request_id_trust,
         }
     }
 }
@@ -170,23 +174,61 @@ impl Replay {
 }
 
 /// Handle one client request. Never fails: errors become responses in
-/// [`ProxyError::into_response`].
+/// [`ProxyError::into_reply`], with a short reason and the request id.
+///
+/// The request gets its `x-request-id` first ([`request_id::assign`]): it goes upstream
+/// with the request, back on the response, into the access log, and every log line of
+/// the request runs in a span that names it. A failed request logs one warning
+/// (`request failed`, rate-limited per status by [`crate::log_limit`]); its attempts
+/// log at DEBUG.
 pub async fn handle(
+    gw: Arc<Gateway>,
+    settings: Arc<ServiceSettings>,
+    mut req: Request<Incoming>,
+    peer: SocketAddr,
+    scheme: &'static str,
+) -> Response<Body> {
+    // Chosen now, set on the request once its head passed the limits (which count the
+    // client's header section, not the gateway's field).
+    let id = request_id::choose(
+        req.headers(),
+        peer.ip(),
+        settings.request_id_trust,
+        &settings.trusted_proxies,
+    );
+    let id_text = id.to_str().unwrap_or("-").to_owned();
+    let span = match request_id::trace_context(req.headers_mut()) {
+        Some(trace_id) => {
+            tracing::error_span!("request", request_id = %id_text, trace_id = %trace_id)
+        }
+        None => tracing::error_span!("request", request_id = %id_text),
+    };
+    tracing::Instrument::instrument(
+        handle_with_id(gw, settings, req, peer, scheme, id, id_text),
+        span,
+    )
+    .await
+}
+
+async fn handle_with_id(
     gw: Arc<Gateway>,
     settings: Arc<ServiceSettings>,
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: &'static str,
+    id: HeaderValue,
+    id_text: String,
 ) -> Response<Body> {
     let started = Instant::now();
-    let mut observed = super::access_log::begin(&req, peer);
+    let mut observed = super::access_log::begin(&req, peer, &id_text);
     if let Some(a) = gw.async_calls() {
         observed.hide_call_id(a.status_prefix());
     }
     // For the failure log line (a shared-buffer clone, not a copy).
     let method = req.method().clone();
     let uri = req.uri().clone();
-    let (tier, resp) = match dispatch(&gw, &settings, req, peer, scheme).await {
+    let problem_json = super::error::wants_problem_json(req.headers());
+    let (tier, mut resp) = match dispatch(&gw, &settings, req, peer, scheme, &id).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
             if matches!(e, ProxyError::RequestBodyTimeout(_)) {
@@ -202,11 +244,19 @@ pub async fn handle(
                 | ProxyError::Request(_) => {
                     tracing::debug!(error = %e, "local reply")
                 }
-                _ => tracing::warn!(error = %e, %method, path = %uri.path(), "request failed"),
+                _ => {
+                    let status = e.status().as_u16();
+                    if let Some(suppressed) = crate::log_limit::warnings()
+                        .admit(("request failed", status), Instant::now())
+                    {
+                        tracing::warn!(status, error = %e, %method, path = %uri.path(), tier, suppressed, "request failed");
+                    }
+                }
             }
-            (tier, e.into_response())
+            (tier, e.into_reply(problem_json, Some(&id_text)))
         }
     };
+    resp.headers_mut().insert(REQUEST_ID, id);
     m::request(tier, resp.status().as_u16(), started.elapsed());
     observed.respond(tier, resp)
 }
@@ -219,13 +269,15 @@ async fn dispatch(
     req: Request<Incoming>,
     peer: SocketAddr,
     scheme: &'static str,
+    request_id: &HeaderValue,
 ) -> Outcome {
     // Host, target form, header limits, path normalization, cookies.
-    let req = match validate::check(req, &settings.request_rules) {
+    let mut req = match validate::check(req, &settings.request_rules) {
         Checked::Forward(req) => req,
         Checked::Answer(resp) => return Ok(("local", resp)),
         Checked::Refuse(e) => return Err(("local", e.into())),
     };
+    req.headers_mut().insert(REQUEST_ID, request_id.clone());
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
         let answered = match a.classify(&req) {
@@ -505,7 +557,8 @@ async fn attempts(
                     }
                     Ok(Err(UpstreamError::Connect { uri, source })) => {
                         gw.suspect_vm(&vm_target);
-                        tracing::warn!(%vm, %uri, error = %source, "connect failed");
+                        // DEBUG: the request's one warning is its failure, if it fails.
+                        tracing::debug!(%vm, %uri, error = %source, "connect failed");
                         let failure = Failure::NotSent {
                             reason: NotSentReason::ConnectFailed,
                             request_available: replay.is_some(),
@@ -531,13 +584,13 @@ async fn attempts(
                             return Err(("vm", err));
                         }
                         if response_started {
-                            tracing::warn!(%vm, error = %err, "upstream response refused; not sent again");
+                            tracing::debug!(%vm, error = %err, "upstream response refused; not sent again");
                         } else {
                             // Sent (or partly), no response byte: a bodiless idempotent
                             // request may go once more elsewhere (C17). The VM may be
                             // dead (a killed VM's pooled connections fail so): suspect.
                             gw.suspect_vm(&vm_target);
-                            tracing::warn!(%vm, error = %err, "upstream failed before answering");
+                            tracing::debug!(%vm, error = %err, "upstream failed before answering");
                         }
                         let failure = Failure::FailedAfterSend {
                             response_started,
@@ -557,7 +610,7 @@ async fn attempts(
                             // A 101 the client did not ask for (or to another protocol):
                             // relayed, it would tunnel past the gateway's rules; over h2
                             // it cannot be sent at all.
-                            tracing::warn!(%vm, upgrade = ?resp.headers().get(header::UPGRADE), "upstream switched protocols unasked; refused");
+                            tracing::debug!(%vm, upgrade = ?resp.headers().get(header::UPGRADE), "upstream switched protocols unasked; refused");
                             ticket.hand_over();
                             gw.finish_vm_request_sent_at(vm, sent_at);
                             return Err((
@@ -679,7 +732,7 @@ async fn attempts(
                             if let Some((key, arrived)) = completion {
                                 gw2.call_completed(key, arrived, sent_at);
                             }
-                            gw2.finish_function(lease)
+                            gw2.finish_function_sent_at(lease, sent_at)
                         });
                         let idle = settings.response_body_idle_timeout;
                         let mut resp = resp
@@ -765,8 +818,11 @@ where
     B: http_body::Body<Data = bytes::Bytes> + Send + Sync + 'static,
     B::Error: Into<body::BoxError>,
 {
+    // The body is polled by the connection, outside the request's span: keep it.
+    let span = tracing::Span::current();
     body::response_idle_timeout(idle, b, move || {
         m::timeout("response_body");
+        let _request = span.enter();
         tracing::warn!(?idle, "upstream response body idle; response aborted");
     })
 }
@@ -778,7 +834,7 @@ where
     A: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     B: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
-    let last = Arc::new(std::sync::Mutex::new(Instant::now()));
+    let last = Arc::new(parking_lot::Mutex::new(Instant::now()));
     let mut down = Touch {
         io: down,
         last: Arc::clone(&last),
@@ -790,11 +846,11 @@ where
     let copy = tokio::io::copy_bidirectional(&mut down, &mut up);
     tokio::pin!(copy);
     loop {
-        let deadline = *last.lock().expect("tunnel clock") + idle;
+        let deadline = *last.lock() + idle;
         tokio::select! {
             _ = &mut copy => return false,
             () = tokio::time::sleep_until(deadline) => {
-                if last.lock().expect("tunnel clock").elapsed() >= idle {
+                if last.lock().elapsed() >= idle {
                     return true;
                 }
             }
@@ -806,7 +862,7 @@ where
 /// every write follows a read of the other side).
 struct Touch<T> {
     io: T,
-    last: Arc<std::sync::Mutex<Instant>>,
+    last: Arc<parking_lot::Mutex<Instant>>,
 }
 
 impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
@@ -819,7 +875,7 @@ impl<T: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for Touch<T> {
         let before = buf.filled().len();
         let polled = std::pin::Pin::new(&mut this.io).poll_read(cx, buf);
         if buf.filled().len() > before {
-            *this.last.lock().expect("tunnel clock") = Instant::now();
+            *this.last.lock() = Instant::now();
         }
         polled
     }

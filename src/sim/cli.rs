@@ -66,9 +66,9 @@ pub enum QueueOrderArg {
     Sept,
     /// Earliest expected completion time.
     Eect,
-    /// The key's previous arrival + E[p].
+    /// The key's previous arrival + `E[p]`.
     Rect,
-    /// Recent calls of the key × E[p].
+    /// Recent calls of the key × `E[p]`.
     #[value(name = "fair_choice")]
     FairChoice,
 }

@@ -5,16 +5,16 @@
 //! 1. the trace's arrival stream (already time-ordered);
 //! 2. a queue of scheduled events — VM request completions, function call
 //!    completions, VM readiness — ordered by `(time, sequence number)`, so ties resolve in
-//!    scheduling order and runs are deterministic ([`EventQueue`]: a few sorted runs and a
+//!    scheduling order and runs are deterministic (`EventQueue`: a few sorted runs and a
 //!    binary heap, since most events are scheduled in time order);
-//! 3. epoch ends (the policy core's [`Controller::poll_timeout`]), closed before any
+//! 3. epoch ends (the policy core's [`Controller::poll_timeout`](crate::policy::controller::Controller::poll_timeout)), closed before any
 //!    event at or after them.
 //!
 //! At equal times: epoch ends first, then scheduled events, then arrivals (a request
 //! finishing at `t` frees its slot for one arriving at `t`).
 //!
-//! Every decision is the policy core's: [`Controller`] (traffic monitor, scaling policy,
-//! routing policy, VM table — LIBRA §III) and [`FunctionPool`] (FaaSim §3). The engine
+//! Every decision is the policy core's: [`Controller`](crate::policy::controller::Controller) (traffic monitor, scaling policy,
+//! routing policy, VM table — LIBRA §III) and [`FunctionPool`](crate::policy::functions::FunctionPool) (FaaSim §3). The engine
 //! only models the physics:
 //! * **VM** (LIBRA §IV's simulator): `slots` parallel slots and one FIFO queue. A request
 //!   starts at `max(arrival, earliest free slot)` — exact for a FIFO multi-server queue —
@@ -204,6 +204,7 @@ impl SimParams {
                     keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
                     max_instances: Some(f.max_concurrency),
                     prewarmed: f.prewarmed,
+                    warm_order: f.warm_instance_order,
                 }),
             )
         };

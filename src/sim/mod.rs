@@ -10,6 +10,8 @@
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
 //!   and [`crate::policy::functions::FunctionPool`].
 //! * [`faasim`] — FaaSim's burst and stream workloads from a seeded generator.
+//! * [`delay`] — the delay-queue model (ProFaaStinate §3): synchronous and asynchronous
+//!   calls of an `events` trace on VMs with shared CPU cores.
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).

@@ -9,6 +9,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal, Normal};
 
 use crate::config::sim::{ServiceTimeConfig, VmBilling, VmModelConfig, check_percentiles};
+use crate::policy::cost::VmBillingRule;
 
 /// A service-time distribution, sampled in nanoseconds (at least 1 µs).
 #[derive(Clone, Debug)]
@@ -115,13 +116,19 @@ pub fn vm_billed_seconds(
             None => return 0.0,
         }
     };
-    let up = (stop_s - start).max(0.0);
-    // Guard against float noise (e.g. 100.00000000001 s) before rounding up.
-    let up = (up * 1e6).round() / 1e6;
-    match cfg.billing {
-        VmBilling::PerSecond => up.ceil().max(cfg.minimum_billed_seconds),
-        VmBilling::PerHour => ((up / 3600.0).ceil().max(1.0)) * 3600.0,
-    }
+    // The live gateway's rule ([`VmBillingRule`], which also drops float noise such as
+    // 100.00000000001 s before rounding up).
+    let rule = match cfg.billing {
+        VmBilling::PerSecond => VmBillingRule {
+            granularity_seconds: 1.0,
+            minimum_seconds: cfg.minimum_billed_seconds,
+        },
+        VmBilling::PerHour => VmBillingRule {
+            granularity_seconds: 3600.0,
+            minimum_seconds: 3600.0,
+        },
+    };
+    rule.billed_seconds(stop_s - start)
 }
 
 #[cfg(test)]

@@ -433,6 +433,27 @@ fn secs_to_ns(s: f64) -> u64 {
     (s * NS as f64).round() as u64
 }
 
+/// The simulator's clock counts nanoseconds in a `u64`: about 584 years from the trace's
+/// origin. Longer spans are refused, naming the line (a millisecond timestamp among Unix
+/// seconds is the usual cause), rather than saturating the clock.
+fn event_ns(t: f64, origin: f64, file: &Path, line: usize) -> Result<u64, SimError> {
+    let ns = ((t - origin) * NS as f64).round();
+    if ns >= u64::MAX as f64 {
+        return Err(parse_err(
+            file,
+            line,
+            format!(
+                "arrival at {t} s is {:.3e} s after the trace's origin ({origin} s); the \
+                 simulator's clock reaches {:.3e} s (584 years) — a millisecond timestamp \
+                 in a trace of seconds?",
+                t - origin,
+                u64::MAX as f64 / NS as f64
+            ),
+        ));
+    }
+    Ok(ns as u64)
+}
+
 fn parse_events(text: &str, file: &Path, o: &TraceOptions) -> Result<Trace, SimError> {
     let all = lines(text, file)?;
     let body: Vec<(usize, &str)> = all
@@ -541,7 +562,7 @@ fn parse_named_events(
         }
         last = t;
         if in_window(t, o) {
-            let at_ns = secs_to_ns(t - origin);
+            let at_ns = event_ns(t, origin, file, n)?;
             for _ in 0..copies() {
                 arrivals.push(Arrival {
                     at_ns,
@@ -673,7 +694,7 @@ fn parse_plain_events(
         last = t;
         if in_window(t, o) {
             let a = Arrival {
-                at_ns: secs_to_ns(t - origin),
+                at_ns: event_ns(t, origin, file, n)?,
                 class,
                 zone,
                 service_ns,

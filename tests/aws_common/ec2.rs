@@ -11,16 +11,17 @@
 //! (`spillway:upstream`) is written at creation by the `boot` callback, standing in for
 //! the instance's boot script. Loopback only.
 
+use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 use super::{StubRequest, read_stub_request, write_stub_reply};
 
 impl StubRequest {
     /// The first value of header `name` (lower case).
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -28,31 +29,31 @@ impl StubRequest {
     }
 
     /// The body as text.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.body).into_owned()
     }
 
     /// The value of `key` in a form-encoded body (AWS query protocol), decoded.
-    pub fn form(&self, key: &str) -> Option<String> {
+    pub(crate) fn form(&self, key: &str) -> Option<String> {
         self.form_pairs()
             .into_iter()
             .find_map(|(k, v)| (k == key).then_some(v))
     }
 
     /// Every `(key, value)` of a form-encoded body, decoded.
-    pub fn form_pairs(&self) -> Vec<(String, String)> {
+    pub(crate) fn form_pairs(&self) -> Vec<(String, String)> {
         form_urlencoded::parse(&self.body)
             .map(|(k, v)| (k.into_owned(), v.into_owned()))
             .collect()
     }
 
     /// The `Action` of an EC2 query-API call.
-    pub fn action(&self) -> String {
+    pub(crate) fn action(&self) -> String {
         self.form("Action").unwrap_or_default()
     }
 
     /// The values of every `<prefix>.N` key (`InstanceId.1`, `InstanceId.2`, …), in order.
-    pub fn form_list(&self, prefix: &str) -> Vec<String> {
+    pub(crate) fn form_list(&self, prefix: &str) -> Vec<String> {
         let mut v: Vec<(u32, String)> = self
             .form_pairs()
             .into_iter()
@@ -66,7 +67,7 @@ impl StubRequest {
     }
 
     /// DescribeInstances filters: name → values.
-    pub fn filters(&self) -> BTreeMap<String, Vec<String>> {
+    pub(crate) fn filters(&self) -> BTreeMap<String, Vec<String>> {
         let mut out = BTreeMap::new();
         for n in 1.. {
             let Some(name) = self.form(&format!("Filter.{n}.Name")) else {
@@ -78,7 +79,7 @@ impl StubRequest {
     }
 
     /// The tags of the `instance` TagSpecification of a RunInstances call.
-    pub fn instance_tags(&self) -> Vec<(String, String)> {
+    pub(crate) fn instance_tags(&self) -> Vec<(String, String)> {
         for n in 1.. {
             let Some(rt) = self.form(&format!("TagSpecification.{n}.ResourceType")) else {
                 break;
@@ -103,7 +104,7 @@ impl StubRequest {
 
 /// One instance of the fake.
 #[derive(Clone, Debug)]
-pub struct FakeInstance {
+pub(crate) struct FakeInstance {
     /// `i-` and 17 hex digits.
     pub id: String,
     /// `pending`, `running`, `shutting-down`, `terminated`, `stopping`, `stopped`.
@@ -120,7 +121,7 @@ pub struct FakeInstance {
 
 impl FakeInstance {
     /// The value of tag `key`.
-    pub fn tag(&self, key: &str) -> Option<&str> {
+    pub(crate) fn tag(&self, key: &str) -> Option<&str> {
         self.tags
             .iter()
             .find(|(k, _)| k == key)
@@ -130,7 +131,7 @@ impl FakeInstance {
 
 /// Faults the fake injects; change them with [`FakeEc2::set`].
 #[derive(Clone, Debug, Default)]
-pub struct Faults {
+pub(crate) struct Faults {
     /// TerminateInstances answers `InvalidInstanceID.NotFound` for the first N calls that
     /// name a newly launched instance (per id), as EC2 may right after RunInstances.
     pub terminate_not_found_first: u32,
@@ -171,7 +172,7 @@ struct State {
 type Boot = Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
 
 /// A stateful EC2 query-API stub on a loopback port. See the [module docs](self).
-pub struct FakeEc2 {
+pub(crate) struct FakeEc2 {
     /// The listen address.
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
@@ -182,7 +183,7 @@ const XMLNS: &str = "http://ec2.amazonaws.com/doc/2016-11-15/";
 impl FakeEc2 {
     /// Start the fake; `boot(instance id)` gives the URL its `spillway:upstream` tag
     /// gets at creation (`None`: no tag).
-    pub fn start(boot: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> FakeEc2 {
+    pub(crate) fn start(boot: impl Fn(&str) -> Option<String> + Send + Sync + 'static) -> FakeEc2 {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
@@ -200,18 +201,18 @@ impl FakeEc2 {
     }
 
     /// `http://ADDR`.
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Change the faults.
-    pub fn set(&self, f: impl FnOnce(&mut Faults)) {
-        f(&mut self.state.lock().unwrap().faults);
+    pub(crate) fn set(&self, f: impl FnOnce(&mut Faults)) {
+        f(&mut self.state.lock().faults);
     }
 
     /// Add an instance as if launched earlier (by another run or gateway).
-    pub fn insert(&self, state: &str, tags: &[(&str, &str)]) -> String {
-        let mut st = self.state.lock().unwrap();
+    pub(crate) fn insert(&self, state: &str, tags: &[(&str, &str)]) -> String {
+        let mut st = self.state.lock();
         st.next += 1;
         let id = format!("i-{:017x}", 0xa000 + st.next);
         st.instances.insert(
@@ -233,18 +234,18 @@ impl FakeEc2 {
 
     /// Change an instance's state behind the gateway's back (terminated from the
     /// console, stopped by a spot interruption, …).
-    pub fn set_state(&self, id: &str, state: &str) {
-        let mut st = self.state.lock().unwrap();
+    pub(crate) fn set_state(&self, id: &str, state: &str) {
+        let mut st = self.state.lock();
         st.instances.get_mut(id).expect("known instance").state = state.into();
     }
 
     /// Every instance, by id.
-    pub fn instances(&self) -> BTreeMap<String, FakeInstance> {
-        self.state.lock().unwrap().instances.clone()
+    pub(crate) fn instances(&self) -> BTreeMap<String, FakeInstance> {
+        self.state.lock().instances.clone()
     }
 
     /// Ids of the instances in `state`.
-    pub fn in_state(&self, state: &str) -> Vec<String> {
+    pub(crate) fn in_state(&self, state: &str) -> Vec<String> {
         self.instances()
             .into_values()
             .filter(|i| i.state == state)
@@ -253,7 +254,7 @@ impl FakeEc2 {
     }
 
     /// Every request so far, in order.
-    pub fn requests(&self) -> Vec<StubRequest> {
+    pub(crate) fn requests(&self) -> Vec<StubRequest> {
         self.timed_requests()
             .into_iter()
             .map(|(_, r, _)| r)
@@ -261,12 +262,12 @@ impl FakeEc2 {
     }
 
     /// Every request so far with the time it arrived and the HTTP status of the reply.
-    pub fn timed_requests(&self) -> Vec<(Instant, StubRequest, u16)> {
-        self.state.lock().unwrap().seen.clone()
+    pub(crate) fn timed_requests(&self) -> Vec<(Instant, StubRequest, u16)> {
+        self.state.lock().seen.clone()
     }
 
     /// The requests with `Action` = `action`.
-    pub fn calls(&self, action: &str) -> Vec<StubRequest> {
+    pub(crate) fn calls(&self, action: &str) -> Vec<StubRequest> {
         self.requests()
             .into_iter()
             .filter(|r| r.action() == action)
@@ -504,7 +505,7 @@ fn serve_one(
     };
     let arrived = Instant::now();
     let (status, body) = {
-        let mut st = st.lock().unwrap();
+        let mut st = st.lock();
         let reply = handle(&req, &mut st, boot);
         st.seen.push((arrived, req, reply.0));
         reply

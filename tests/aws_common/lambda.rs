@@ -5,23 +5,24 @@
 //! Each test that uses moto's Lambda starts its own [`Moto`]: the simple backend's reply
 //! queue is per moto process, so tests stay independent and can run in parallel.
 
+use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::{Value, json};
 
-pub use super::StubRequest;
+pub(crate) use super::StubRequest;
 use super::{Moto, REGION, poll, read_stub_request, write_stub_reply};
 
 /// moto's default account.
-pub const ACCOUNT: &str = "123456789012";
+pub(crate) const ACCOUNT: &str = "123456789012";
 
 /// A zip holding `lambda_function.py` (`def handler(event, context): return event`);
 /// moto without Docker stores it and never runs it.
-pub const HANDLER_ZIP_BASE64: &str = "UEsDBBQAAAAAAAAAIVC0CHBpLgAAAC4AAAASAAAAbGFtYmRhX2Z1bmN0aW9uLnB5ZGVmIGhhbmRsZXIoZXZlbnQsIGNvbnRleHQpOgogICAgcmV0dXJuIGV2ZW50ClBLAQIUAxQAAAAAAAAAIVC0CHBpLgAAAC4AAAASAAAAAAAAAAAAAACAAQAAAABsYW1iZGFfZnVuY3Rpb24ucHlQSwUGAAAAAAEAAQBAAAAAXgAAAAAA";
+pub(crate) const HANDLER_ZIP_BASE64: &str = "UEsDBBQAAAAAAAAAIVC0CHBpLgAAAC4AAAASAAAAbGFtYmRhX2Z1bmN0aW9uLnB5ZGVmIGhhbmRsZXIoZXZlbnQsIGNvbnRleHQpOgogICAgcmV0dXJuIGV2ZW50ClBLAQIUAxQAAAAAAAAAIVC0CHBpLgAAAC4AAAASAAAAAAAAAAAAAACAAQAAAABsYW1iZGFfZnVuY3Rpb24ucHlQSwUGAAAAAAEAAQBAAAAAXgAAAAAA";
 
 /// One HTTP/1.1 request with extra headers to moto; `(status, body)`.
 fn call(
@@ -59,7 +60,7 @@ fn call(
 }
 
 /// An AWS API call to moto, routed by the (unchecked) SigV4 credential scope.
-pub fn api(
+pub(crate) fn api(
     moto: &Moto,
     service: &str,
     method: &str,
@@ -91,7 +92,7 @@ fn post_json(moto: &Moto, path: &str, doc: &Value) -> (u16, Vec<u8>) {
 
 /// Run moto's Lambda without Docker (`POST /moto-api/config`): Invoke then answers from
 /// the simple-backend reply queue, or echoes the event when the queue is empty.
-pub fn lambda_without_docker(moto: &Moto) {
+pub(crate) fn lambda_without_docker(moto: &Moto) {
     let (code, body) = post_json(
         moto,
         "/moto-api/config",
@@ -105,7 +106,7 @@ pub fn lambda_without_docker(moto: &Moto) {
 }
 
 /// Queue Invoke replies (`POST /moto-api/static/lambda-simple/response`), used in order.
-pub fn queue_lambda_replies(moto: &Moto, replies: &[&str]) {
+pub(crate) fn queue_lambda_replies(moto: &Moto, replies: &[&str]) {
     let (code, body) = post_json(
         moto,
         "/moto-api/static/lambda-simple/response",
@@ -115,7 +116,7 @@ pub fn queue_lambda_replies(moto: &Moto, replies: &[&str]) {
 }
 
 /// IAM CreateRole (Query API); returns the role ARN that CreateFunction needs.
-pub fn create_role(moto: &Moto, name: &str) -> String {
+pub(crate) fn create_role(moto: &Moto, name: &str) -> String {
     let policy = r#"{"Version":"2012-10-17","Statement":[{"Effect":"Allow","Principal":{"Service":"lambda.amazonaws.com"},"Action":"sts:AssumeRole"}]}"#;
     let form = format!(
         "Action=CreateRole&Version=2010-05-08&RoleName={name}&AssumeRolePolicyDocument={}",
@@ -134,7 +135,7 @@ pub fn create_role(moto: &Moto, name: &str) -> String {
 }
 
 /// Lambda CreateFunction (published as version 1).
-pub fn create_function(moto: &Moto, name: &str, role_arn: &str) {
+pub(crate) fn create_function(moto: &Moto, name: &str, role_arn: &str) {
     let doc = json!({
         "FunctionName": name,
         "Runtime": "python3.12",
@@ -160,7 +161,7 @@ pub fn create_function(moto: &Moto, name: &str, role_arn: &str) {
 }
 
 /// A moto with Lambda running without Docker, an IAM role and the function `name`.
-pub fn moto_with_function(name: &str) -> Moto {
+pub(crate) fn moto_with_function(name: &str) -> Moto {
     let moto = Moto::start();
     lambda_without_docker(&moto);
     let role = create_role(&moto, "spillway-test-role");
@@ -181,7 +182,7 @@ fn form_encode(s: &str) -> String {
 
 /// One scripted Invoke reply of an [`InvokeStub`].
 #[derive(Clone, Debug)]
-pub struct InvokeReply {
+pub(crate) struct InvokeReply {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: String,
@@ -191,7 +192,7 @@ pub struct InvokeReply {
 
 impl InvokeReply {
     /// A successful Invoke returning `payload`.
-    pub fn ok(payload: &str) -> InvokeReply {
+    pub(crate) fn ok(payload: &str) -> InvokeReply {
         InvokeReply {
             status: 200,
             headers: vec![("X-Amz-Executed-Version".into(), "1".into())],
@@ -201,7 +202,7 @@ impl InvokeReply {
     }
 
     /// The function failed (`X-Amz-Function-Error: Unhandled`).
-    pub fn function_error(message: &str) -> InvokeReply {
+    pub(crate) fn function_error(message: &str) -> InvokeReply {
         InvokeReply {
             status: 200,
             headers: vec![("X-Amz-Function-Error".into(), "Unhandled".into())],
@@ -211,7 +212,7 @@ impl InvokeReply {
     }
 
     /// An API error (`x-amzn-ErrorType: <code>`).
-    pub fn api_error(status: u16, code: &str, message: &str) -> InvokeReply {
+    pub(crate) fn api_error(status: u16, code: &str, message: &str) -> InvokeReply {
         InvokeReply {
             status,
             headers: vec![
@@ -224,7 +225,7 @@ impl InvokeReply {
     }
 
     /// 429 TooManyRequestsException.
-    pub fn throttled() -> InvokeReply {
+    pub(crate) fn throttled() -> InvokeReply {
         InvokeReply::api_error(
             429,
             "TooManyRequestsException",
@@ -233,7 +234,7 @@ impl InvokeReply {
     }
 
     /// The same reply, after `delay`.
-    pub fn after(mut self, delay: Duration) -> InvokeReply {
+    pub(crate) fn after(mut self, delay: Duration) -> InvokeReply {
         self.delay = delay;
         self
     }
@@ -256,7 +257,7 @@ struct StubState {
 /// (`PUT`/`GET`/`DELETE /2019-09-30/functions/{name}/provisioned-concurrency`) succeed,
 /// Put with `IN_PROGRESS`, Get with the scripted statuses ([`InvokeStub::pc_statuses`]);
 /// anything else is a 404 ResourceNotFoundException. Every call is recorded.
-pub struct InvokeStub {
+pub(crate) struct InvokeStub {
     /// The listen address.
     pub addr: SocketAddr,
     state: Arc<Mutex<StubState>>,
@@ -265,7 +266,7 @@ pub struct InvokeStub {
 impl InvokeStub {
     /// Start the stub on a free loopback port (a thread per connection, one request per
     /// connection, `Connection: close`).
-    pub fn start(default: InvokeReply) -> InvokeStub {
+    pub(crate) fn start(default: InvokeReply) -> InvokeStub {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(StubState::default()));
@@ -282,31 +283,31 @@ impl InvokeStub {
     }
 
     /// `http://ADDR`.
-    pub fn endpoint(&self) -> String {
+    pub(crate) fn endpoint(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Answer the next Invoke calls with `replies`, in order.
-    pub fn script(&self, replies: impl IntoIterator<Item = InvokeReply>) {
-        self.state.lock().unwrap().script.extend(replies);
+    pub(crate) fn script(&self, replies: impl IntoIterator<Item = InvokeReply>) {
+        self.state.lock().script.extend(replies);
     }
 
     /// Answer GetProvisionedConcurrencyConfig with these `(Status, StatusReason)` in
     /// order, the last one repeating.
-    pub fn pc_statuses(&self, statuses: &[(&str, &str)]) {
-        self.state.lock().unwrap().pc_statuses = statuses
+    pub(crate) fn pc_statuses(&self, statuses: &[(&str, &str)]) {
+        self.state.lock().pc_statuses = statuses
             .iter()
             .map(|(s, r)| (s.to_string(), r.to_string()))
             .collect();
     }
 
     /// Every call so far (recorded once answered).
-    pub fn calls(&self) -> Vec<StubRequest> {
-        self.state.lock().unwrap().seen.clone()
+    pub(crate) fn calls(&self) -> Vec<StubRequest> {
+        self.state.lock().seen.clone()
     }
 
     /// Invoke calls so far.
-    pub fn invocations(&self) -> Vec<StubRequest> {
+    pub(crate) fn invocations(&self) -> Vec<StubRequest> {
         self.calls()
             .into_iter()
             .filter(|c| {
@@ -321,7 +322,7 @@ impl InvokeStub {
     }
 
     /// Poll until a call matches `pred`; returns it.
-    pub fn wait_call(
+    pub(crate) fn wait_call(
         &self,
         what: &str,
         within: Duration,
@@ -340,7 +341,6 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
     {
         return st
             .lock()
-            .unwrap()
             .script
             .pop_front()
             .unwrap_or_else(|| default.clone());
@@ -358,7 +358,7 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
                 .ok()
                 .and_then(|v| v["ProvisionedConcurrentExecutions"].as_u64())
                 .unwrap_or(0);
-            st.lock().unwrap().pc_requested = n;
+            st.lock().pc_requested = n;
             InvokeReply {
                 status: 202,
                 headers: vec![("Content-Type".into(), "application/json".into())],
@@ -374,7 +374,7 @@ fn reply_to(req: &StubRequest, st: &Mutex<StubState>, default: &InvokeReply) -> 
             }
         }
         "GET" => {
-            let mut st = st.lock().unwrap();
+            let mut st = st.lock();
             let (status, reason) = if st.pc_statuses.len() > 1 {
                 st.pc_statuses.pop_front().unwrap()
             } else {
@@ -421,6 +421,6 @@ fn serve_one(stream: TcpStream, st: &Mutex<StubState>, default: &InvokeReply) {
         std::thread::sleep(reply.delay);
     }
     // Recorded before the reply goes out: a caller that has the reply sees the call.
-    st.lock().unwrap().seen.push(req);
+    st.lock().seen.push(req);
     write_stub_reply(reader, reply.status, &reply.headers, reply.body.as_bytes());
 }

@@ -8,8 +8,8 @@
 //! `spillway:upstream` tag instead.
 #![allow(dead_code)]
 
-pub mod ec2;
-pub mod lambda;
+pub(crate) mod ec2;
+pub(crate) mod lambda;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -17,11 +17,11 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// Region every AWS test uses.
-pub const REGION: &str = "us-east-1";
+pub(crate) const REGION: &str = "us-east-1";
 
 /// Environment for a gateway (or any AWS client) talking to an emulator: dummy
 /// credentials, a region, no instance-metadata probing, no profile files of the machine.
-pub fn aws_env() -> Vec<(String, String)> {
+pub(crate) fn aws_env() -> Vec<(String, String)> {
     [
         ("AWS_ACCESS_KEY_ID", "testing"),
         ("AWS_SECRET_ACCESS_KEY", "testing"),
@@ -39,7 +39,7 @@ pub fn aws_env() -> Vec<(String, String)> {
 }
 
 /// A free loopback TCP port (bound and released: nothing listens on it afterwards).
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -48,7 +48,7 @@ pub fn free_port() -> u16 {
 }
 
 /// A `moto_server` child process on a free loopback port; killed on drop.
-pub struct Moto {
+pub(crate) struct Moto {
     child: Child,
     /// `http://127.0.0.1:PORT`.
     pub endpoint: String,
@@ -62,7 +62,7 @@ impl Moto {
     /// # Panics
     /// When `moto_server` is not on PATH (`scripts/test.sh` installs it into its virtual
     /// environment and runs the tests with that on PATH) or does not answer in time.
-    pub fn start() -> Moto {
+    pub(crate) fn start() -> Moto {
         for _ in 0..3 {
             let port = free_port();
             let child = Command::new("moto_server")
@@ -99,7 +99,7 @@ impl Moto {
     }
 
     /// One plain HTTP request to moto; `(status, body)`.
-    pub fn request(&self, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
+    pub(crate) fn request(&self, method: &str, path: &str, body: &[u8]) -> Option<(u16, Vec<u8>)> {
         let mut s = TcpStream::connect(self.addr).ok()?;
         s.set_read_timeout(Some(Duration::from_secs(30))).ok()?;
         let head = format!(
@@ -121,12 +121,12 @@ impl Moto {
     }
 
     /// `GET path`.
-    pub fn get(&self, path: &str) -> Option<(u16, Vec<u8>)> {
+    pub(crate) fn get(&self, path: &str) -> Option<(u16, Vec<u8>)> {
         self.request("GET", path, b"")
     }
 
     /// Forget every emulated resource (`POST /moto-api/reset`).
-    pub fn reset(&self) {
+    pub(crate) fn reset(&self) {
         let r = self.request("POST", "/moto-api/reset", b"");
         assert!(matches!(r, Some((200, _))), "moto reset failed: {r:?}");
     }
@@ -140,7 +140,7 @@ impl Drop for Moto {
 }
 
 /// Poll `f` every 50 ms until it returns `Some`, or panic after `within` with `what`.
-pub fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + within;
     loop {
         if let Some(v) = f() {
@@ -154,7 +154,7 @@ pub fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -
 /// One request a local API stub received: method, path and query, lower-cased header
 /// names with their values, body.
 #[derive(Clone, Debug)]
-pub struct StubRequest {
+pub(crate) struct StubRequest {
     /// Method.
     pub method: String,
     /// Path and query as received.
@@ -167,7 +167,7 @@ pub struct StubRequest {
 
 /// Read one HTTP/1.1 request (Content-Length framing; the stubs' clients are the AWS SDK)
 /// from `stream`. `None` when the peer went away first.
-pub fn read_stub_request(
+pub(crate) fn read_stub_request(
     stream: TcpStream,
 ) -> Option<(StubRequest, std::io::BufReader<TcpStream>)> {
     use std::io::BufRead;
@@ -211,7 +211,7 @@ pub fn read_stub_request(
 }
 
 /// Write one `Connection: close` reply.
-pub fn write_stub_reply(
+pub(crate) fn write_stub_reply(
     reader: std::io::BufReader<TcpStream>,
     status: u16,
     headers: &[(String, String)],

@@ -3,39 +3,40 @@
 //! records what the server sends back (GOAWAY, RST_STREAM, HEADERS) on a reader thread,
 //! which also acknowledges the server's SETTINGS.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Frame types (RFC 9113 §6).
-pub const DATA: u8 = 0x0;
+pub(crate) const DATA: u8 = 0x0;
 /// HEADERS.
-pub const HEADERS: u8 = 0x1;
+pub(crate) const HEADERS: u8 = 0x1;
 /// RST_STREAM.
-pub const RST_STREAM: u8 = 0x3;
+pub(crate) const RST_STREAM: u8 = 0x3;
 /// SETTINGS.
-pub const SETTINGS: u8 = 0x4;
+pub(crate) const SETTINGS: u8 = 0x4;
 /// PING.
-pub const PING: u8 = 0x6;
+pub(crate) const PING: u8 = 0x6;
 /// GOAWAY.
-pub const GOAWAY: u8 = 0x7;
+pub(crate) const GOAWAY: u8 = 0x7;
 /// CONTINUATION.
-pub const CONTINUATION: u8 = 0x9;
+pub(crate) const CONTINUATION: u8 = 0x9;
 /// Flags.
-pub const END_STREAM: u8 = 0x1;
+pub(crate) const END_STREAM: u8 = 0x1;
 /// END_HEADERS.
-pub const END_HEADERS: u8 = 0x4;
+pub(crate) const END_HEADERS: u8 = 0x4;
 /// Error codes (RFC 9113 §7).
-pub const REFUSED_STREAM: u32 = 0x7;
+pub(crate) const REFUSED_STREAM: u32 = 0x7;
 /// CANCEL.
-pub const CANCEL: u32 = 0x8;
+pub(crate) const CANCEL: u32 = 0x8;
 /// ENHANCE_YOUR_CALM.
-pub const ENHANCE_YOUR_CALM: u32 = 0xb;
+pub(crate) const ENHANCE_YOUR_CALM: u32 = 0xb;
 
 /// What the server sent.
 #[derive(Debug, Default, Clone)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// GOAWAY: (last stream id, error code).
     pub goaway: Option<(u32, u32)>,
     /// RST_STREAM frames: (stream id, error code).
@@ -49,7 +50,7 @@ pub struct Seen {
 }
 
 /// One raw h2 connection.
-pub struct RawH2 {
+pub(crate) struct RawH2 {
     writer: Arc<Mutex<TcpStream>>,
     seen: Arc<Mutex<Seen>>,
     /// Bytes written so far.
@@ -57,7 +58,7 @@ pub struct RawH2 {
 }
 
 /// One frame: 9-byte header + payload.
-pub fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(kind: u8, flags: u8, stream: u32, payload: &[u8]) -> Vec<u8> {
     let len = payload.len();
     let mut out = vec![(len >> 16) as u8, (len >> 8) as u8, len as u8, kind, flags];
     out.extend_from_slice(&(stream & 0x7fff_ffff).to_be_bytes());
@@ -82,7 +83,7 @@ fn int(out: &mut Vec<u8>, high: u8, n: u32, mut v: usize) {
 }
 
 /// An HPACK "literal header field without indexing — new name" (RFC 7541 §6.2.2).
-pub fn literal(name: &str, value: &str) -> Vec<u8> {
+pub(crate) fn literal(name: &str, value: &str) -> Vec<u8> {
     let mut out = Vec::new();
     out.push(0x00);
     int(&mut out, 0, 7, name.len());
@@ -93,7 +94,7 @@ pub fn literal(name: &str, value: &str) -> Vec<u8> {
 }
 
 /// The header block of a request.
-pub fn request_block(method: &str, path: &str, authority: &str) -> Vec<u8> {
+pub(crate) fn request_block(method: &str, path: &str, authority: &str) -> Vec<u8> {
     let mut b = literal(":method", method);
     b.extend(literal(":scheme", "http"));
     b.extend(literal(":path", path));
@@ -103,7 +104,7 @@ pub fn request_block(method: &str, path: &str, authority: &str) -> Vec<u8> {
 
 impl RawH2 {
     /// Connect, send the preface and an empty SETTINGS frame.
-    pub fn connect(addr: SocketAddr) -> RawH2 {
+    pub(crate) fn connect(addr: SocketAddr) -> RawH2 {
         let stream = TcpStream::connect(addr).expect("connect");
         stream.set_nodelay(true).unwrap();
         let mut reader = stream.try_clone().unwrap();
@@ -133,18 +134,18 @@ impl RawH2 {
                 };
                 match kind {
                     SETTINGS if flags & 0x1 == 0 => {
-                        let _ = w.lock().unwrap().write_all(&frame(SETTINGS, 0x1, 0, &[]));
+                        let _ = w.lock().write_all(&frame(SETTINGS, 0x1, 0, &[]));
                     }
                     GOAWAY if len >= 8 => {
-                        s.lock().unwrap().goaway = Some((word(0) & 0x7fff_ffff, word(4)));
+                        s.lock().goaway = Some((word(0) & 0x7fff_ffff, word(4)));
                     }
-                    RST_STREAM if len >= 4 => s.lock().unwrap().resets.push((id, word(0))),
-                    HEADERS => s.lock().unwrap().answered.push(id),
-                    PING if flags & 0x1 == 0 => s.lock().unwrap().pings += 1,
+                    RST_STREAM if len >= 4 => s.lock().resets.push((id, word(0))),
+                    HEADERS => s.lock().answered.push(id),
+                    PING if flags & 0x1 == 0 => s.lock().pings += 1,
                     _ => {}
                 }
             }
-            s.lock().unwrap().closed = true;
+            s.lock().closed = true;
         });
         let mut c = RawH2 {
             writer,
@@ -158,8 +159,8 @@ impl RawH2 {
     }
 
     /// Write bytes; false once the server has closed (write error).
-    pub fn send(&mut self, bytes: &[u8]) -> bool {
-        let ok = self.writer.lock().unwrap().write_all(bytes).is_ok();
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> bool {
+        let ok = self.writer.lock().write_all(bytes).is_ok();
         if ok {
             self.written += bytes.len();
         }
@@ -167,12 +168,12 @@ impl RawH2 {
     }
 
     /// What the server sent so far.
-    pub fn seen(&self) -> Seen {
-        self.seen.lock().unwrap().clone()
+    pub(crate) fn seen(&self) -> Seen {
+        self.seen.lock().clone()
     }
 
     /// Poll until `pred` holds on what the server sent, or panic after `within`.
-    pub fn wait(&self, what: &str, within: Duration, pred: impl Fn(&Seen) -> bool) -> Seen {
+    pub(crate) fn wait(&self, what: &str, within: Duration, pred: impl Fn(&Seen) -> bool) -> Seen {
         let deadline = Instant::now() + within;
         loop {
             let s = self.seen();

@@ -22,7 +22,7 @@ use spillway::policy::placement::{PlacementParams, Start, ZoneCapacity, ZoneId};
 use spillway::proxy::driver::{Gateway, TicketGuard};
 
 /// A VM pool with no VM (FAAS): launches fail, nothing to adopt.
-pub struct NoVms;
+pub(crate) struct NoVms;
 
 impl VmProvider for NoVms {
     fn kind(&self) -> &'static str {
@@ -53,7 +53,7 @@ impl VmProvider for NoVms {
 
 /// A FAAS core (no VM, every request to the one function zone) with an epoch of
 /// `epoch`, and the zone's keep-alive, cap and pre-warm.
-pub fn faas_core(epoch: Duration, pool: FunctionPoolParams) -> Core {
+pub(crate) fn faas_core(epoch: Duration, pool: FunctionPoolParams) -> Core {
     let params = CoreParams {
         controller: ControllerParams {
             monitor: MonitorParams {
@@ -77,7 +77,7 @@ pub fn faas_core(epoch: Duration, pool: FunctionPoolParams) -> Core {
 }
 
 /// A loopback upstream client with short timeouts.
-pub fn client() -> UpstreamClient {
+pub(crate) fn client() -> UpstreamClient {
     UpstreamClient::new(ClientSettings {
         connect_timeout: Duration::from_secs(1),
         idle_timeout: Duration::from_secs(5),
@@ -85,7 +85,7 @@ pub fn client() -> UpstreamClient {
 }
 
 /// A started gateway around `core`, `vms` and one function zone `zone`.
-pub async fn gateway(
+pub(crate) async fn gateway(
     core: Core,
     vms: Arc<dyn VmProvider>,
     zone: Arc<dyn FunctionTier>,
@@ -106,7 +106,7 @@ pub async fn gateway(
 /// runs it: first decision, cold start when the lease says so, invoke, a re-placement
 /// when the instance is gone. The response body holds the call's lease until it ends or
 /// is dropped; the ticket's guard gives everything back if the future is dropped.
-pub async fn call_function(
+pub(crate) async fn call_function(
     gw: &Arc<Gateway>,
     req: Request<Body>,
 ) -> Result<Response<Body>, String> {
@@ -114,7 +114,7 @@ pub async fn call_function(
 }
 
 /// [`call_function`] for a request whose origin is edge zone `origin` (function zones).
-pub async fn call_function_from(
+pub(crate) async fn call_function_from(
     gw: &Arc<Gateway>,
     mut req: Request<Body>,
     origin: Option<ZoneId>,

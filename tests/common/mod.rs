@@ -2,39 +2,40 @@
 //! 127.0.0.1 with port 0, talks to them over loopback, polls with deadlines.
 #![allow(dead_code)]
 
-pub mod h2raw;
-pub mod stub;
+pub(crate) mod h2raw;
+pub(crate) mod stub;
 
+use parking_lot::Mutex;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-pub mod inproc;
+pub(crate) mod inproc;
 
 /// Path of the spillway binary under test.
-pub fn exe() -> &'static str {
+pub(crate) fn exe() -> &'static str {
     env!("CARGO_BIN_EXE_spillway")
 }
 
 /// A running child process whose stderr is captured line by line.
-pub struct Proc {
+pub(crate) struct Proc {
     pub child: Child,
     pub log: Arc<Mutex<Vec<String>>>,
     lines: mpsc::Receiver<String>,
 }
 
 impl Proc {
-    pub fn spawn(args: &[&str]) -> Proc {
+    pub(crate) fn spawn(args: &[&str]) -> Proc {
         Proc::spawn_env(args, &[])
     }
 
     /// [`Proc::spawn`] with extra environment variables (e.g. AWS credentials for the
     /// emulator).
-    pub fn spawn_env(args: &[&str], env: &[(String, String)]) -> Proc {
+    pub(crate) fn spawn_env(args: &[&str], env: &[(String, String)]) -> Proc {
         let mut cmd = Command::new(exe());
         cmd.args(args).envs(env.iter().map(|(k, v)| (k, v)));
         Proc::spawn_command(cmd)
@@ -42,7 +43,7 @@ impl Proc {
 
     /// Run `cmd` (e.g. the gateway under `sh -c 'ulimit …; exec …'`) with the same
     /// capture as [`Proc::spawn`].
-    pub fn spawn_command(mut cmd: Command) -> Proc {
+    pub(crate) fn spawn_command(mut cmd: Command) -> Proc {
         let mut child = cmd
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -56,7 +57,7 @@ impl Proc {
         let log2 = Arc::clone(&log);
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                log2.lock().unwrap().push(line.clone());
+                log2.lock().push(line.clone());
                 let _ = tx.send(line);
             }
         });
@@ -73,7 +74,7 @@ impl Proc {
     }
 
     /// Wait for a stderr line containing `needle`; returns it.
-    pub fn wait_line(&self, needle: &str, within: Duration) -> String {
+    pub(crate) fn wait_line(&self, needle: &str, within: Duration) -> String {
         let deadline = Instant::now() + within;
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -82,17 +83,17 @@ impl Proc {
                 Ok(_) => {}
                 Err(_) => panic!(
                     "no line containing {needle:?} within {within:?}; log:\n{}",
-                    self.log.lock().unwrap().join("\n")
+                    self.log.lock().join("\n")
                 ),
             }
         }
     }
 
-    pub fn log_text(&self) -> String {
-        self.log.lock().unwrap().join("\n")
+    pub(crate) fn log_text(&self) -> String {
+        self.log.lock().join("\n")
     }
 
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
             .status()
@@ -102,7 +103,7 @@ impl Proc {
     }
 
     /// Wait for the process to exit; returns its exit code.
-    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+    pub(crate) fn wait_exit(&mut self, within: Duration) -> Option<i32> {
         let deadline = Instant::now() + within;
         loop {
             if let Some(status) = self.child.try_wait().expect("try_wait") {
@@ -136,7 +137,7 @@ impl Drop for Proc {
 }
 
 /// A gateway started from a YAML config (listen and admin on port 0).
-pub struct Gateway {
+pub(crate) struct Gateway {
     pub proc: Proc,
     pub proxy: SocketAddr,
     pub admin: SocketAddr,
@@ -158,18 +159,18 @@ fn field(line: &str, key: &str) -> SocketAddr {
 
 impl Gateway {
     /// Start `spillway serve` with `yaml` (which must bind 127.0.0.1:0 listeners).
-    pub fn start(yaml: &str) -> Gateway {
+    pub(crate) fn start(yaml: &str) -> Gateway {
         Gateway::start_env(yaml, &[])
     }
 
     /// [`Gateway::start`] with extra environment variables.
-    pub fn start_env(yaml: &str, env: &[(String, String)]) -> Gateway {
+    pub(crate) fn start_env(yaml: &str, env: &[(String, String)]) -> Gateway {
         Gateway::start_with(yaml, env, None)
     }
 
     /// [`Gateway::start`] with the state directory (`--state-dir`, the asynchronous-call
     /// store) at `state`, which outlives the gateway (restart tests).
-    pub fn start_in(yaml: &str, state: &std::path::Path) -> Gateway {
+    pub(crate) fn start_in(yaml: &str, state: &std::path::Path) -> Gateway {
         Gateway::start_with(yaml, &[], Some(state))
     }
 
@@ -204,23 +205,23 @@ impl Gateway {
         }
     }
 
-    pub fn url(&self, path: &str) -> String {
+    pub(crate) fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.proxy, path)
     }
 
     /// The file the gateway was started from (rewrite it, then reload).
-    pub fn config_path(&self) -> std::path::PathBuf {
+    pub(crate) fn config_path(&self) -> std::path::PathBuf {
         self._dir.path().join("gateway.yaml")
     }
 
-    pub fn status(&self) -> Value {
+    pub(crate) fn status(&self) -> Value {
         let (code, _, body) = http(self.admin, "GET", "/status", &[], b"");
         assert_eq!(code, 200, "{}", String::from_utf8_lossy(&body));
         serde_json::from_slice(&body).expect("status JSON")
     }
 
     /// Poll `/status` until `pred` holds.
-    pub fn wait_status(
+    pub(crate) fn wait_status(
         &self,
         what: &str,
         within: Duration,
@@ -243,12 +244,12 @@ impl Gateway {
 }
 
 /// A sample API process on a free port (`spillway sample-api`).
-pub struct SampleApi {
+pub(crate) struct SampleApi {
     pub proc: Proc,
     pub addr: SocketAddr,
 }
 
-pub fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -257,7 +258,7 @@ pub fn free_port() -> u16 {
 }
 
 impl SampleApi {
-    pub fn start(name: &str) -> SampleApi {
+    pub(crate) fn start(name: &str) -> SampleApi {
         let port = free_port();
         let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
         let proc = Proc::spawn(&["sample-api", "--listen", &addr.to_string(), "--name", name]);
@@ -272,7 +273,7 @@ impl SampleApi {
         SampleApi { proc, addr }
     }
 
-    pub fn stats(&self) -> Value {
+    pub(crate) fn stats(&self) -> Value {
         let (code, _, body) = http(self.addr, "GET", "/stats", &[], b"");
         assert_eq!(code, 200);
         serde_json::from_slice(&body).unwrap()
@@ -281,7 +282,7 @@ impl SampleApi {
 
 /// One HTTP/1.1 request on a fresh connection (Connection: close). Returns status,
 /// lower-cased headers and body.
-pub fn http(
+pub(crate) fn http(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -302,7 +303,7 @@ pub fn http(
 }
 
 /// Send raw bytes, read until the server closes, parse one response.
-pub fn raw(addr: SocketAddr, bytes: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub(crate) fn raw(addr: SocketAddr, bytes: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let mut s = TcpStream::connect(addr).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.write_all(bytes).unwrap();
@@ -311,7 +312,7 @@ pub fn raw(addr: SocketAddr, bytes: &[u8]) -> (u16, Vec<(String, String)>, Vec<u
     parse_response(&buf)
 }
 
-pub fn parse_response(buf: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
+pub(crate) fn parse_response(buf: &[u8]) -> (u16, Vec<(String, String)>, Vec<u8>) {
     let end = buf
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
@@ -356,7 +357,7 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
 }
 
-pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
+pub(crate) fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str> {
     headers
         .iter()
         .find(|(k, _)| k == name)
@@ -365,7 +366,7 @@ pub fn header<'a>(headers: &'a [(String, String)], name: &str) -> Option<&'a str
 
 /// Send `rate` requests/s to `path` for `seconds`, each on its own thread-pool worker,
 /// open loop (bounded: rate·seconds requests). Returns (status, instance) per request.
-pub fn load(addr: SocketAddr, path: &str, rate: f64, seconds: f64) -> Vec<(u16, String)> {
+pub(crate) fn load(addr: SocketAddr, path: &str, rate: f64, seconds: f64) -> Vec<(u16, String)> {
     let n = (rate * seconds).round() as usize;
     let gap = Duration::from_secs_f64(1.0 / rate);
     let start = Instant::now();
@@ -389,20 +390,20 @@ pub fn load(addr: SocketAddr, path: &str, rate: f64, seconds: f64) -> Vec<(u16, 
     rx.iter().take(n).collect()
 }
 
-pub fn u64_at(v: &Value, path: &str) -> u64 {
+pub(crate) fn u64_at(v: &Value, path: &str) -> u64 {
     v.pointer(path)
         .and_then(Value::as_u64)
         .unwrap_or_else(|| panic!("{path} in {v:#}"))
 }
 
-pub fn f64_at(v: &Value, path: &str) -> f64 {
+pub(crate) fn f64_at(v: &Value, path: &str) -> f64 {
     v.pointer(path)
         .and_then(Value::as_f64)
         .unwrap_or_else(|| panic!("{path} in {v:#}"))
 }
 
 /// YAML for a gateway on port 0 running sample-API processes on both tiers.
-pub fn process_config(libra: &str, extra_gateway: &str) -> String {
+pub(crate) fn process_config(libra: &str, extra_gateway: &str) -> String {
     let exe = exe();
     format!(
         r#"
@@ -431,7 +432,7 @@ function_tier:
 /// YAML for a gateway on port 0 in front of a static VM pool of `urls` (every request
 /// goes to a VM: one decision per 1000 epochs, r_max 1000, ρ = 1) with an unused
 /// process function tier. `extra_gateway` holds more `gateway:` keys, indented by two.
-pub fn static_config(urls: &[String], extra_gateway: &str) -> String {
+pub(crate) fn static_config(urls: &[String], extra_gateway: &str) -> String {
     let exe = exe();
     let urls = urls
         .iter()
@@ -462,7 +463,7 @@ function_tier:
 
 /// YAML for a gateway on port 0 whose requests all go to an `http` function tier at
 /// `url` (which may carry a base path): no VM ever starts.
-pub fn function_http_config(url: &str, extra_gateway: &str) -> String {
+pub(crate) fn function_http_config(url: &str, extra_gateway: &str) -> String {
     let exe = exe();
     format!(
         r#"
@@ -487,7 +488,7 @@ function_tier:
 }
 
 /// Resident memory of a process, KiB (Linux `/proc/PID/status` `VmRSS`).
-pub fn rss_kib(pid: u32) -> u64 {
+pub(crate) fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
     status
         .lines()

@@ -4,11 +4,12 @@
 //! spread over the replicas, `/status` sampling, and a small TCP fault proxy that can cut
 //! one replica off from Redis.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
@@ -16,7 +17,7 @@ use serde_json::Value;
 use crate::common::{Gateway, exe, free_port, header, http};
 
 /// A `redis-server` on 127.0.0.1 (no persistence), killed on drop.
-pub struct Redis {
+pub(crate) struct Redis {
     pub child: Child,
     pub port: u16,
 }
@@ -24,12 +25,12 @@ pub struct Redis {
 impl Redis {
     /// Start one. Fails with how to install it when `redis-server` is missing (CI
     /// installs it: `.ci/run`).
-    pub fn start() -> Redis {
+    pub(crate) fn start() -> Redis {
         Redis::start_on(free_port())
     }
 
     /// Start one on `port` (a restart keeps the replicas' URL).
-    pub fn start_on(port: u16) -> Redis {
+    pub(crate) fn start_on(port: u16) -> Redis {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -64,12 +65,12 @@ impl Redis {
         r
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
     /// `PING` → `+PONG`.
-    pub fn ping(&self) -> bool {
+    pub(crate) fn ping(&self) -> bool {
         let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
             return false;
         };
@@ -81,7 +82,7 @@ impl Redis {
         matches!(s.read(&mut buf), Ok(n) if buf[..n].starts_with(b"+PONG"))
     }
 
-    pub fn signal(&self, sig: &str) {
+    pub(crate) fn signal(&self, sig: &str) {
         let ok = Command::new("kill")
             .args([&format!("-{sig}"), &self.child.id().to_string()])
             .status()
@@ -103,7 +104,7 @@ impl Drop for Redis {
 
 /// The LIBRA section of the replica tests: 0.5 s epochs, decisions every K = 4 epochs
 /// (2 s), the per-epoch quota, α = 0.3, β = 0.2, φ = 1.5, ρ = 0.7, r_max 10 req/s.
-pub const LIBRA: &str = "  epoch_seconds: 0.5
+pub(crate) const LIBRA: &str = "  epoch_seconds: 0.5
   decision_epochs: 4
   alpha: 0.3
   beta: 0.2
@@ -117,13 +118,13 @@ pub const LIBRA: &str = "  epoch_seconds: 0.5
 ";
 
 /// Epoch length of [`LIBRA`].
-pub const EPOCH: Duration = Duration::from_millis(500);
+pub(crate) const EPOCH: Duration = Duration::from_millis(500);
 /// ρ of [`LIBRA`].
-pub const RHO: f64 = 0.7;
+pub(crate) const RHO: f64 = 0.7;
 
 /// A replica's YAML: a `process` VM pool of sample APIs, an `http` function tier at
 /// `functions` (one shared sample API), coordinated through `redis_url` when given.
-pub fn config(
+pub(crate) fn config(
     functions: SocketAddr,
     redis_url: Option<&str>,
     cluster: &str,
@@ -162,7 +163,7 @@ function_tier:
 
 /// Epoch index of the wall-clock instant now (the replicas' grid: multiples of
 /// [`EPOCH`] on the store's clock, which is this host's clock).
-pub fn wall_epoch() -> u64 {
+pub(crate) fn wall_epoch() -> u64 {
     let ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
@@ -172,7 +173,7 @@ pub fn wall_epoch() -> u64 {
 
 /// One response of [`drive`].
 #[derive(Clone, Debug)]
-pub struct Sent {
+pub(crate) struct Sent {
     /// Which target (replica index).
     pub to: usize,
     /// Wall-clock epoch it was sent in.
@@ -183,7 +184,7 @@ pub struct Sent {
 }
 
 impl Sent {
-    pub fn on_vm(&self) -> bool {
+    pub(crate) fn on_vm(&self) -> bool {
         self.instance.starts_with("vm-")
     }
 }
@@ -191,7 +192,7 @@ impl Sent {
 /// An open-loop load: for each `(rate, seconds)` step, `rate` requests/s to `path`,
 /// request i to the target whose weight share it falls in (a deterministic weighted
 /// round robin); one thread per request (bounded: Σ rate·seconds).
-pub fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &str) -> Vec<Sent> {
+pub(crate) fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &str) -> Vec<Sent> {
     let total_w: f64 = targets.iter().map(|(_, w)| w).sum();
     let mut credit = vec![0.0; targets.len()];
     let (tx, rx) = mpsc::channel();
@@ -240,7 +241,7 @@ pub fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &str) ->
 
 /// One `/status` sample.
 #[derive(Clone, Debug)]
-pub struct Sample {
+pub(crate) struct Sample {
     pub at: Instant,
     /// Wall-clock epoch ([`wall_epoch`]) it was taken in.
     pub epoch: u64,
@@ -249,14 +250,14 @@ pub struct Sample {
 }
 
 /// `/status` of every replica every 100 ms while it runs, in a thread.
-pub struct Sampler {
+pub(crate) struct Sampler {
     stop: Arc<AtomicBool>,
     samples: Arc<Mutex<Vec<Sample>>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Sampler {
-    pub fn start(admins: Vec<SocketAddr>) -> Sampler {
+    pub(crate) fn start(admins: Vec<SocketAddr>) -> Sampler {
         let stop = Arc::new(AtomicBool::new(false));
         let samples = Arc::new(Mutex::new(Vec::new()));
         let (s2, st2) = (Arc::clone(&samples), Arc::clone(&stop));
@@ -264,7 +265,7 @@ impl Sampler {
             while !st2.load(Ordering::Relaxed) {
                 for (i, a) in admins.iter().enumerate() {
                     if let Some(v) = try_status(*a) {
-                        s2.lock().unwrap().push(Sample {
+                        s2.lock().push(Sample {
                             at: Instant::now(),
                             epoch: wall_epoch(),
                             replica: i,
@@ -283,17 +284,17 @@ impl Sampler {
     }
 
     /// Stop and return every sample.
-    pub fn finish(mut self) -> Vec<Sample> {
+    pub(crate) fn finish(mut self) -> Vec<Sample> {
         self.stop.store(true, Ordering::Relaxed);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
-        std::mem::take(&mut *self.samples.lock().unwrap())
+        std::mem::take(&mut *self.samples.lock())
     }
 }
 
 /// `/status` of an admin listener, `None` when it does not answer (a killed replica).
-pub fn try_status(admin: SocketAddr) -> Option<Value> {
+pub(crate) fn try_status(admin: SocketAddr) -> Option<Value> {
     let mut s = TcpStream::connect_timeout(&admin, Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     s.write_all(
@@ -307,7 +308,7 @@ pub fn try_status(admin: SocketAddr) -> Option<Value> {
 }
 
 /// The coordination role in a `/status`.
-pub fn role(s: &Value) -> &str {
+pub(crate) fn role(s: &Value) -> &str {
     s.pointer("/coordination/role")
         .and_then(Value::as_str)
         .unwrap_or("")
@@ -315,7 +316,7 @@ pub fn role(s: &Value) -> &str {
 
 /// The scaling decisions in `samples` (by the replicas that were leader when they
 /// showed them): (when, epoch, target), one per epoch.
-pub fn decisions(samples: &[Sample]) -> Vec<(Instant, u64, u64)> {
+pub(crate) fn decisions(samples: &[Sample]) -> Vec<(Instant, u64, u64)> {
     let mut out: Vec<(Instant, u64, u64)> = Vec::new();
     for Sample { at, status: s, .. } in samples {
         let shared = s.pointer("/coordination/type").and_then(Value::as_str) == Some("redis");
@@ -335,12 +336,12 @@ pub fn decisions(samples: &[Sample]) -> Vec<(Instant, u64, u64)> {
 }
 
 /// Start `n` replicas of `yaml`.
-pub fn start(n: usize, yaml: &str) -> Vec<Gateway> {
+pub(crate) fn start(n: usize, yaml: &str) -> Vec<Gateway> {
     (0..n).map(|_| Gateway::start(yaml)).collect()
 }
 
 /// Wait until exactly one replica reports `leader` and the others `follower`.
-pub fn wait_one_leader(gws: &[&Gateway], within: Duration) -> usize {
+pub(crate) fn wait_one_leader(gws: &[&Gateway], within: Duration) -> usize {
     let deadline = Instant::now() + within;
     loop {
         let roles: Vec<String> = gws
@@ -361,14 +362,14 @@ pub fn wait_one_leader(gws: &[&Gateway], within: Duration) -> usize {
 
 /// A TCP proxy on a free loopback port to `upstream`; [`FaultProxy::cut`] drops every
 /// connection and refuses new ones until [`FaultProxy::heal`].
-pub struct FaultProxy {
+pub(crate) struct FaultProxy {
     pub port: u16,
     cut: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
 }
 
 impl FaultProxy {
-    pub fn start(upstream: SocketAddr) -> FaultProxy {
+    pub(crate) fn start(upstream: SocketAddr) -> FaultProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let cut = Arc::new(AtomicBool::new(false));
@@ -384,8 +385,8 @@ impl FaultProxy {
                 let Ok(server) = TcpStream::connect(upstream) else {
                     continue;
                 };
-                k2.lock().unwrap().push(client.try_clone().unwrap());
-                k2.lock().unwrap().push(server.try_clone().unwrap());
+                k2.lock().push(client.try_clone().unwrap());
+                k2.lock().push(server.try_clone().unwrap());
                 for (mut from, mut to) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
                     (server, client),
@@ -400,24 +401,24 @@ impl FaultProxy {
         FaultProxy { port, cut, conns }
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/", self.port)
     }
 
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.store(true, Ordering::Relaxed);
-        for c in self.conns.lock().unwrap().drain(..) {
+        for c in self.conns.lock().drain(..) {
             let _ = c.shutdown(std::net::Shutdown::Both);
         }
     }
 
-    pub fn heal(&self) {
+    pub(crate) fn heal(&self) {
         self.cut.store(false, Ordering::Relaxed);
     }
 }
 
 /// Pids of the VM processes (`sample-api … --name vm-…`) whose parent is one of `parents`.
-pub fn vm_children(parents: &[u32]) -> std::collections::BTreeSet<u32> {
+pub(crate) fn vm_children(parents: &[u32]) -> std::collections::BTreeSet<u32> {
     let mut out = std::collections::BTreeSet::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
         return out;
@@ -451,7 +452,7 @@ pub fn vm_children(parents: &[u32]) -> std::collections::BTreeSet<u32> {
 }
 
 /// `redis-cli -p PORT ARGS…`, its output lines.
-pub fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
+pub(crate) fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
     let out = Command::new("redis-cli")
         .args(["-p", &port.to_string()])
         .args(args)
@@ -464,7 +465,7 @@ pub fn redis_cli(port: u16, args: &[&str]) -> Vec<String> {
 }
 
 /// The terms of the pool-write intents recorded in `cluster`, in order.
-pub fn intent_terms(port: u16, cluster: &str) -> Vec<u64> {
+pub(crate) fn intent_terms(port: u16, cluster: &str) -> Vec<u64> {
     redis_cli(
         port,
         &[
@@ -482,7 +483,7 @@ pub fn intent_terms(port: u16, cluster: &str) -> Vec<u64> {
 
 /// Poll every 20 ms until `pred` holds for the statuses of `admins` (a replica that
 /// does not answer gives `None`); returns how long it took.
-pub fn until(
+pub(crate) fn until(
     what: &str,
     admins: &[SocketAddr],
     within: Duration,
@@ -506,14 +507,14 @@ pub fn until(
 }
 
 /// The term in a `/status`.
-pub fn term(s: &Value) -> u64 {
+pub(crate) fn term(s: &Value) -> u64 {
     s.pointer("/coordination/term")
         .and_then(Value::as_u64)
         .unwrap_or(0)
 }
 
 /// Latency percentile (0–100) of `samples`.
-pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
+pub(crate) fn percentile(samples: &mut [Duration], p: f64) -> Duration {
     samples.sort();
     if samples.is_empty() {
         return Duration::ZERO;
@@ -526,13 +527,13 @@ pub fn percentile(samples: &mut [Duration], p: f64) -> Duration {
 /// over the targets whose weight is above zero in `weights` (shared, so the test can
 /// move traffic away from a replica it kills). Returns (status, latency) per request on
 /// [`Background::finish`].
-pub struct Background {
+pub(crate) struct Background {
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<Vec<(u16, Duration)>>>,
 }
 
 impl Background {
-    pub fn start(
+    pub(crate) fn start(
         targets: Vec<SocketAddr>,
         weights: Arc<Mutex<Vec<f64>>>,
         rate: f64,
@@ -553,7 +554,7 @@ impl Background {
                     std::thread::sleep(wait); // pacing the open-loop sender
                 }
                 i += 1;
-                let w = weights.lock().unwrap().clone();
+                let w = weights.lock().clone();
                 let total: f64 = w.iter().sum();
                 for (c, x) in credit.iter_mut().zip(&w) {
                     *c += x / total;
@@ -581,7 +582,7 @@ impl Background {
         }
     }
 
-    pub fn finish(mut self) -> Vec<(u16, Duration)> {
+    pub(crate) fn finish(mut self) -> Vec<(u16, Duration)> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap()
     }
@@ -589,7 +590,7 @@ impl Background {
 
 /// Pids of the VM processes of `cluster` (named `vm-CLUSTER-PORT` by [`config`]),
 /// whoever their parent is now (a VM outlives a killed leader: the next one adopts it).
-pub fn cluster_vms(cluster: &str) -> std::collections::BTreeSet<u32> {
+pub(crate) fn cluster_vms(cluster: &str) -> std::collections::BTreeSet<u32> {
     let marker = format!("vm-{cluster}-");
     let mut out = std::collections::BTreeSet::new();
     for e in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
@@ -609,10 +610,10 @@ pub fn cluster_vms(cluster: &str) -> std::collections::BTreeSet<u32> {
 /// Kills the VM processes of a cluster when dropped (coordinated replicas keep their
 /// VMs for each other at shutdown). Declare it before the gateways so that it drops
 /// after them.
-pub struct Reaper(pub String);
+pub(crate) struct Reaper(pub String);
 
 impl Reaper {
-    pub fn reap(&self) {
+    pub(crate) fn reap(&self) {
         for pid in cluster_vms(&self.0) {
             let _ = Command::new("kill")
                 .args(["-KILL", &pid.to_string()])

@@ -4,14 +4,15 @@
 //! and counts requests in flight; plus a raw client connection that reads responses one
 //! at a time.
 
+use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// One request the stub parsed.
 #[derive(Clone, Debug)]
-pub struct StubRequest {
+pub(crate) struct StubRequest {
     /// Method.
     pub method: String,
     /// Request target as received.
@@ -30,7 +31,7 @@ pub struct StubRequest {
 
 impl StubRequest {
     /// Every value of header `name` (lower-case).
-    pub fn all(&self, name: &str) -> Vec<&str> {
+    pub(crate) fn all(&self, name: &str) -> Vec<&str> {
         self.headers
             .iter()
             .filter(|(k, _)| k == name)
@@ -39,13 +40,13 @@ impl StubRequest {
     }
 
     /// The single value of `name`, if any.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.all(name).first().copied()
     }
 }
 
 /// What the stub does with a request.
-pub enum Reply {
+pub(crate) enum Reply {
     /// Write these bytes (one or more responses, or anything else) and go on reading.
     Raw(Vec<u8>),
     /// Answer nothing; keep the connection until the gateway closes it.
@@ -58,7 +59,7 @@ pub enum Reply {
 }
 
 /// `HTTP/1.1 200` with body `path=<target>` and a Content-Length.
-pub fn ok_reply(req: &StubRequest) -> Reply {
+pub(crate) fn ok_reply(req: &StubRequest) -> Reply {
     let body = format!("path={}", req.target);
     Reply::Raw(
         format!(
@@ -82,7 +83,7 @@ struct State {
 type Handler = dyn Fn(&StubRequest) -> Reply + Send + Sync;
 
 /// The running stub; its threads end with the test process.
-pub struct Stub {
+pub(crate) struct Stub {
     /// Where it listens.
     pub addr: SocketAddr,
     state: Arc<Mutex<State>>,
@@ -90,7 +91,7 @@ pub struct Stub {
 
 impl Stub {
     /// Start a stub that answers with `handler`.
-    pub fn start(handler: impl Fn(&StubRequest) -> Reply + Send + Sync + 'static) -> Stub {
+    pub(crate) fn start(handler: impl Fn(&StubRequest) -> Reply + Send + Sync + 'static) -> Stub {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind stub");
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(State::default()));
@@ -100,7 +101,7 @@ impl Stub {
             for stream in listener.incoming() {
                 let Ok(stream) = stream else { continue };
                 let conn = {
-                    let mut s = st.lock().unwrap();
+                    let mut s = st.lock();
                     s.connections += 1;
                     s.open_connections += 1;
                     s.connections - 1
@@ -109,7 +110,7 @@ impl Stub {
                 let handler = Arc::clone(&handler);
                 std::thread::spawn(move || {
                     serve(stream, conn, &st, &*handler);
-                    st.lock().unwrap().open_connections -= 1;
+                    st.lock().open_connections -= 1;
                 });
             }
         });
@@ -117,17 +118,17 @@ impl Stub {
     }
 
     /// `http://ADDR`.
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
     /// Every request parsed so far.
-    pub fn requests(&self) -> Vec<StubRequest> {
-        self.state.lock().unwrap().requests.clone()
+    pub(crate) fn requests(&self) -> Vec<StubRequest> {
+        self.state.lock().requests.clone()
     }
 
     /// Requests whose target is `target`.
-    pub fn requests_to(&self, target: &str) -> Vec<StubRequest> {
+    pub(crate) fn requests_to(&self, target: &str) -> Vec<StubRequest> {
         self.requests()
             .into_iter()
             .filter(|r| r.target == target)
@@ -135,32 +136,32 @@ impl Stub {
     }
 
     /// Every byte received, all connections, in arrival order.
-    pub fn raw(&self) -> Vec<u8> {
-        self.state.lock().unwrap().raw.clone()
+    pub(crate) fn raw(&self) -> Vec<u8> {
+        self.state.lock().raw.clone()
     }
 
     /// Connections accepted so far.
-    pub fn connections(&self) -> usize {
-        self.state.lock().unwrap().connections
+    pub(crate) fn connections(&self) -> usize {
+        self.state.lock().connections
     }
 
     /// Connections still open.
-    pub fn open_connections(&self) -> usize {
-        self.state.lock().unwrap().open_connections
+    pub(crate) fn open_connections(&self) -> usize {
+        self.state.lock().open_connections
     }
 
     /// Requests read and not yet answered (held ones until their connection closes).
-    pub fn in_flight(&self) -> usize {
-        self.state.lock().unwrap().in_flight
+    pub(crate) fn in_flight(&self) -> usize {
+        self.state.lock().in_flight
     }
 
     /// Most requests in flight at once.
-    pub fn peak_in_flight(&self) -> usize {
-        self.state.lock().unwrap().peak_in_flight
+    pub(crate) fn peak_in_flight(&self) -> usize {
+        self.state.lock().peak_in_flight
     }
 
     /// Poll until `pred` holds on the stub, or panic after `within`.
-    pub fn wait(&self, what: &str, within: Duration, pred: impl Fn(&Stub) -> bool) {
+    pub(crate) fn wait(&self, what: &str, within: Duration, pred: impl Fn(&Stub) -> bool) {
         let deadline = Instant::now() + within;
         while !pred(self) {
             assert!(
@@ -191,11 +192,7 @@ impl Reader<'_> {
         match self.stream.read(&mut chunk) {
             Ok(0) | Err(_) => false,
             Ok(n) => {
-                self.state
-                    .lock()
-                    .unwrap()
-                    .raw
-                    .extend_from_slice(&chunk[..n]);
+                self.state.lock().raw.extend_from_slice(&chunk[..n]);
                 self.buf.extend_from_slice(&chunk[..n]);
                 true
             }
@@ -293,12 +290,12 @@ fn serve(stream: TcpStream, conn: usize, state: &Mutex<State>, handler: &Handler
     };
     while let Some(req) = read_request(&mut r, conn) {
         {
-            let mut s = state.lock().unwrap();
+            let mut s = state.lock();
             s.requests.push(req.clone());
             s.in_flight += 1;
             s.peak_in_flight = s.peak_in_flight.max(s.in_flight);
         }
-        let done = |st: &Mutex<State>| st.lock().unwrap().in_flight -= 1;
+        let done = |st: &Mutex<State>| st.lock().in_flight -= 1;
         match handler(&req) {
             Reply::Raw(bytes) => {
                 let _ = writer.write_all(&bytes);
@@ -341,7 +338,7 @@ fn serve(stream: TcpStream, conn: usize, state: &Mutex<State>, handler: &Handler
 
 /// One response read by [`Client`].
 #[derive(Clone, Debug)]
-pub struct RawResponse {
+pub(crate) struct RawResponse {
     /// The status line as sent (`HTTP/1.1 200 OK`).
     pub status_line: String,
     /// Status code.
@@ -356,7 +353,7 @@ pub struct RawResponse {
 
 impl RawResponse {
     /// The first value of `name`.
-    pub fn get(&self, name: &str) -> Option<&str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k == name)
@@ -365,14 +362,14 @@ impl RawResponse {
 }
 
 /// A raw client connection: write bytes, read responses one at a time.
-pub struct Client {
+pub(crate) struct Client {
     stream: TcpStream,
     buf: Vec<u8>,
 }
 
 impl Client {
     /// Connect to `addr` with a 10 s read timeout.
-    pub fn connect(addr: SocketAddr) -> Client {
+    pub(crate) fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).expect("connect");
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
@@ -385,7 +382,7 @@ impl Client {
 
     /// A client on an already connected stream (e.g. one bound to another loopback
     /// source address), with a 10 s read timeout.
-    pub fn from_stream(stream: TcpStream) -> Client {
+    pub(crate) fn from_stream(stream: TcpStream) -> Client {
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
@@ -397,14 +394,14 @@ impl Client {
 
     /// Close the write side (`shutdown(SHUT_WR)`): the request is complete, and the
     /// client still reads the answer.
-    pub fn shutdown_write(&mut self) -> &mut Self {
+    pub(crate) fn shutdown_write(&mut self) -> &mut Self {
         let _ = self.stream.shutdown(Shutdown::Write);
         self
     }
 
     /// Wait up to `within` for the server to close the connection, discarding what it
     /// sends; whether it closed.
-    pub fn closed_within(&mut self, within: Duration) -> bool {
+    pub(crate) fn closed_within(&mut self, within: Duration) -> bool {
         let deadline = Instant::now() + within;
         let _ = self
             .stream
@@ -430,7 +427,7 @@ impl Client {
     }
 
     /// Write bytes (errors ignored: the server may have closed).
-    pub fn send(&mut self, bytes: &[u8]) -> &mut Self {
+    pub(crate) fn send(&mut self, bytes: &[u8]) -> &mut Self {
         let _ = self.stream.write_all(bytes);
         self
     }
@@ -468,7 +465,7 @@ impl Client {
 
     /// The next response; `None` when the connection ended first. `head_request`: the
     /// request was HEAD (no body follows).
-    pub fn response_to(&mut self, head_request: bool) -> Option<RawResponse> {
+    pub(crate) fn response_to(&mut self, head_request: bool) -> Option<RawResponse> {
         let head = self.until(b"\r\n\r\n")?;
         let head = String::from_utf8_lossy(&head[..head.len() - 4]).into_owned();
         let (line, rest) = head.split_once("\r\n").unwrap_or((&head, ""));
@@ -520,24 +517,24 @@ impl Client {
     }
 
     /// The next response to a non-HEAD request.
-    pub fn response(&mut self) -> Option<RawResponse> {
+    pub(crate) fn response(&mut self) -> Option<RawResponse> {
         self.response_to(false)
     }
 
     /// Every response until the server closes the connection.
-    pub fn responses_until_close(&mut self) -> Vec<RawResponse> {
+    pub(crate) fn responses_until_close(&mut self) -> Vec<RawResponse> {
         std::iter::from_fn(|| self.response()).collect()
     }
 
     /// Whether the server closed the connection (EOF within the read timeout, nothing
     /// more sent).
-    pub fn closed(&mut self) -> bool {
+    pub(crate) fn closed(&mut self) -> bool {
         !self.more() && self.buf.is_empty()
     }
 
     /// Bytes already received and not consumed, or else the next read's bytes (empty on
     /// EOF or after the read timeout).
-    pub fn read_some(&mut self) -> Vec<u8> {
+    pub(crate) fn read_some(&mut self) -> Vec<u8> {
         if self.buf.is_empty() {
             self.more();
         }
@@ -546,7 +543,7 @@ impl Client {
 
     /// Bytes received and not yet consumed by a parsed response, after reading until the
     /// server closes.
-    pub fn rest_until_close(&mut self) -> Vec<u8> {
+    pub(crate) fn rest_until_close(&mut self) -> Vec<u8> {
         while self.more() {}
         std::mem::take(&mut self.buf)
     }

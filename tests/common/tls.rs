@@ -21,14 +21,14 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
 /// A certificate authority for tests; its PEM is written to `ca_file`.
-pub struct TestCa {
+pub(crate) struct TestCa {
     issuer: Issuer<'static, KeyPair>,
     pub ca_file: PathBuf,
     pub pem: String,
 }
 
 /// A certificate and key issued by a [`TestCa`], as PEM files.
-pub struct Leaf {
+pub(crate) struct Leaf {
     pub cert_file: PathBuf,
     pub key_file: PathBuf,
     pub cert_pem: String,
@@ -37,7 +37,7 @@ pub struct Leaf {
 
 /// How long a leaf is valid.
 #[derive(Clone, Copy)]
-pub enum Validity {
+pub(crate) enum Validity {
     /// 2020 to 4000.
     Valid,
     /// 2000 to 2001.
@@ -46,7 +46,7 @@ pub enum Validity {
 
 impl TestCa {
     /// A new CA named `name`, its certificate written to `dir/<name>-ca.pem`.
-    pub fn new(dir: &Path, name: &str) -> TestCa {
+    pub(crate) fn new(dir: &Path, name: &str) -> TestCa {
         let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
         params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
         params
@@ -67,7 +67,7 @@ impl TestCa {
 
     /// A leaf for `names` (DNS names or IP addresses), written to `dir/<stem>.{crt,key}`;
     /// `client`: for client authentication instead of server.
-    pub fn leaf(
+    pub(crate) fn leaf(
         &self,
         dir: &Path,
         stem: &str,
@@ -112,7 +112,7 @@ impl TestCa {
 
 /// A self-signed CA certificate for `names` used as a server's own (what `openssl req
 /// -x509` makes), written to `dir/<stem>.{crt,key}`: trust it with `cert_file`.
-pub fn ca_as_leaf(dir: &Path, stem: &str, names: &[&str]) -> Leaf {
+pub(crate) fn ca_as_leaf(dir: &Path, stem: &str, names: &[&str]) -> Leaf {
     let mut params =
         CertificateParams::new(names.iter().map(|n| n.to_string()).collect::<Vec<_>>()).unwrap();
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -135,7 +135,7 @@ pub fn ca_as_leaf(dir: &Path, stem: &str, names: &[&str]) -> Leaf {
 
 /// A TLS upstream on 127.0.0.1:0 serving `leaf`; with `client_ca`, it requires a client
 /// certificate issued by that CA. Runs until the test process ends.
-pub fn start_upstream(leaf: &Leaf, client_ca: Option<&TestCa>) -> SocketAddr {
+pub(crate) fn start_upstream(leaf: &Leaf, client_ca: Option<&TestCa>) -> SocketAddr {
     let acceptor = acceptor(leaf, client_ca);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -148,7 +148,7 @@ pub fn start_upstream(leaf: &Leaf, client_ca: Option<&TestCa>) -> SocketAddr {
 /// stream, the first one included, with `REFUSED_STREAM` (not processed, RFC 9113
 /// §8.7) and answers the others `200 served`. Returns its address and the count of
 /// streams it received.
-pub fn start_refusing_h2_upstream(leaf: &Leaf) -> (SocketAddr, Arc<AtomicUsize>) {
+pub(crate) fn start_refusing_h2_upstream(leaf: &Leaf) -> (SocketAddr, Arc<AtomicUsize>) {
     let acceptor = acceptor(leaf, None);
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();

@@ -16,7 +16,7 @@ use spillway_policy::baselines::{FixedScaler, FunctionOnly};
 use spillway_policy::controller::{self, ControllerParams, LibraTuning};
 use spillway_policy::core::{Action, Core, CoreParams};
 use spillway_policy::delay::{CallId, DelayParams, DelayQueue, Mode, ReleaseKind};
-use spillway_policy::functions::FunctionPoolParams;
+use spillway_policy::functions::{FunctionPoolParams, WarmOrder};
 use spillway_policy::monitor::MonitorParams;
 use spillway_policy::placement::{
     PlacementParams, PlacementPolicy, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
@@ -532,6 +532,7 @@ mod instances {
                         keep_alive,
                         max_instances: Some(3),
                         prewarmed: 0,
+                        warm_order: WarmOrder::Newest,
                     }),
                 ),
                 vm_boot_timeout: None,

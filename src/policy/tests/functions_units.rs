@@ -8,7 +8,9 @@
 
 use std::time::Duration;
 
-use spillway_policy::functions::{Acquire, FunctionPool, FunctionPoolParams, InstanceId};
+use spillway_policy::functions::{
+    Acquire, FunctionPool, FunctionPoolParams, InstanceId, WarmOrder,
+};
 
 fn ms(n: u64) -> Duration {
     Duration::from_millis(n)
@@ -19,6 +21,7 @@ fn pool(keep_alive_ms: u64, max_instances: Option<u32>, prewarmed: u32) -> Funct
         keep_alive: ms(keep_alive_ms),
         max_instances,
         prewarmed,
+        warm_order: WarmOrder::Newest,
     })
 }
 

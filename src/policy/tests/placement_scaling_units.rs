@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use spillway_policy::Time;
 use spillway_policy::baselines::FixedScaler;
-use spillway_policy::functions::FunctionPoolParams;
+use spillway_policy::functions::{FunctionPoolParams, WarmOrder};
 use spillway_policy::placement::{
     Placement, PlacementParams, PlacementPolicy, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
     ZoneSet,
@@ -36,6 +36,7 @@ fn pool_and_lambda() -> Placement {
                     keep_alive: ms(2_500),
                     max_instances: Some(3),
                     prewarmed: 2,
+                    warm_order: WarmOrder::Newest,
                 }),
             },
             ZoneParams {

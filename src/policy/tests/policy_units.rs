@@ -93,8 +93,9 @@ mod policy {
         //! The controller's bookkeeping, observed through a scripted scaling policy and
         //! router that record what the controller hands them (LIBRA §III, Fig. 2).
 
+        use parking_lot::Mutex;
         use std::collections::VecDeque;
-        use std::sync::{Arc, Mutex};
+        use std::sync::Arc;
         use std::time::Duration;
 
         use spillway_policy::VmId;
@@ -142,12 +143,12 @@ mod policy {
                 self.1
             }
             fn on_epoch(&mut self, now: Duration, obs: &EpochObservation) -> Option<ScaleDecision> {
-                let mut log = self.0.lock().unwrap();
+                let mut log = self.0.lock();
                 log.epochs.push((now, *obs));
                 log.decisions.pop_front().flatten()
             }
             fn set_r_max(&mut self, r_max_rps: f64) {
-                self.0.lock().unwrap().r_max.push(r_max_rps);
+                self.0.lock().r_max.push(r_max_rps);
             }
         }
 
@@ -158,15 +159,15 @@ mod policy {
                 "scripted"
             }
             fn set_vm_budget(&mut self, now: Duration, vm_reqs_rps: f64) {
-                self.0.lock().unwrap().budgets.push((now, vm_reqs_rps));
+                self.0.lock().budgets.push((now, vm_reqs_rps));
             }
             fn route(&mut self, _: Duration, _: &RequestMeta, _: Attempt, _: &VmTable) -> Route {
-                self.0.lock().unwrap().route.unwrap_or(Route::Function {
+                self.0.lock().route.unwrap_or(Route::Function {
                     reason: RouteReason::BudgetExhausted,
                 })
             }
             fn take_deferred_token(&mut self, _: Duration) -> bool {
-                !self.0.lock().unwrap().deny_deferred
+                !self.0.lock().deny_deferred
             }
         }
 
@@ -214,11 +215,11 @@ mod policy {
         }
 
         fn set_route(log: &Shared, route: Route) {
-            log.lock().unwrap().route = Some(route);
+            log.lock().route = Some(route);
         }
 
         fn last_budget(log: &Shared) -> Option<f64> {
-            log.lock().unwrap().budgets.last().map(|b| b.1)
+            log.lock().budgets.last().map(|b| b.1)
         }
 
         const PLAIN: RequestMeta = RequestMeta {
@@ -355,7 +356,7 @@ mod policy {
             // Closed late: the observation is still stamped with the epoch's end.
             c.handle_timeout(EPOCH + Duration::from_millis(150));
             {
-                let log = log.lock().unwrap();
+                let log = log.lock();
                 assert_eq!(log.epochs.len(), 1);
                 let (at, obs) = log.epochs[0];
                 assert_eq!(at, EPOCH);
@@ -390,7 +391,7 @@ mod policy {
             assert_eq!(c.poll_timeout(), EPOCH * 2);
             // The next epoch starts from zero and without a utilisation.
             c.handle_timeout(EPOCH * 2);
-            let log = log.lock().unwrap();
+            let log = log.lock();
             let (at, obs) = log.epochs[1];
             assert_eq!(at, EPOCH * 2);
             assert_eq!(
@@ -408,7 +409,7 @@ mod policy {
             c.start(Duration::ZERO);
             c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
             c.route(EPOCH, &PLAIN, Attempt::First);
-            let log = log.lock().unwrap();
+            let log = log.lock();
             assert_eq!(log.epochs.len(), 1);
             assert_eq!(log.epochs[0].1.traffic.requests, 1);
             assert_eq!(c.monitor().current_epoch_requests(), 1);
@@ -449,7 +450,7 @@ mod policy {
             );
             assert_eq!(c.monitor().current_epoch_requests(), 0);
             c.handle_timeout(EPOCH);
-            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 0);
+            assert_eq!(log.lock().epochs[0].1.vm_requests, 0);
         }
 
         /// An idle-mode release takes the least-loaded ready VM while it is below `slots`
@@ -469,7 +470,7 @@ mod policy {
             assert_eq!(c.admit_deferred(t, Some(2)), None);
             // Without a slot cap the least-loaded one still takes it.
             assert_eq!(c.admit_deferred(t, None), Some(a));
-            log.lock().unwrap().deny_deferred = true;
+            log.lock().deny_deferred = true;
             assert_eq!(c.admit_deferred(t, None), None, "no token");
             let (oa, ob) = (
                 c.vms().get(a).unwrap().outstanding,
@@ -486,7 +487,7 @@ mod policy {
             );
             assert_eq!(c.monitor().current_epoch_requests(), 5);
             c.handle_timeout(EPOCH);
-            assert_eq!(log.lock().unwrap().epochs[0].1.vm_requests, 5);
+            assert_eq!(log.lock().epochs[0].1.vm_requests, 5);
             // No ready VM: nothing to admit.
             let (mut e, _) = controller(decision(0, 100.0), true);
             e.start(Duration::ZERO);
@@ -522,7 +523,7 @@ mod policy {
             }
             assert_eq!(last_budget(&log), Some(3.0 * R_MAX));
             {
-                let mut l = log.lock().unwrap();
+                let mut l = log.lock();
                 l.decisions.push_back(Some(decision(4, 9.0))); // epoch 0: −1
                 l.decisions.push_back(Some(decision(1, 6.0))); // epoch 1: −3
                 l.decisions.push_back(Some(decision(1, 6.0))); // epoch 2: hold
@@ -619,10 +620,7 @@ mod policy {
             );
             c.route(Duration::from_millis(1), &PLAIN, Attempt::First);
             c.route(Duration::from_millis(2), &PLAIN, Attempt::First);
-            log.lock()
-                .unwrap()
-                .decisions
-                .push_back(Some(decision(0, 0.0)));
+            log.lock().decisions.push_back(Some(decision(0, 0.0)));
             c.handle_timeout(EPOCH);
             let a = actions(&mut c);
             assert_eq!(a.last(), Some(&Action::Drain { vm }), "{a:?}");
@@ -696,7 +694,7 @@ mod policy {
             c.set_r_max(Duration::from_millis(5), 4.25);
             assert_eq!(c.r_max(), 4.25);
             assert_eq!(c.status().r_max_rps, 4.25);
-            let l = log.lock().unwrap();
+            let l = log.lock();
             assert_eq!(l.r_max, vec![4.25]);
             assert_eq!(
                 l.budgets.last(),
@@ -711,7 +709,9 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway_policy::functions::{Acquire, FunctionPool, FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{
+            Acquire, FunctionPool, FunctionPoolParams, InstanceId, WarmOrder,
+        };
 
         fn ms(n: u64) -> Duration {
             Duration::from_millis(n)
@@ -722,6 +722,7 @@ mod policy {
                 keep_alive: ms(keep_alive_ms),
                 max_instances,
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             })
         }
 
@@ -770,29 +771,29 @@ mod policy {
             // The most recently used idle instance (2) serves the next call.
             assert_eq!(p.acquire_warm(ms(3_000)), Some(InstanceId(2))); // idle 800
             p.release(ms(3_100), InstanceId(2)); // busy 100
-            // The oldest idle one (0, since 2000) expires first, at 2000 + 2500.
-            assert_eq!(p.poll_timeout(), Some(ms(4_500)));
-            assert_eq!(p.handle_timeout(ms(4_499)), vec![]);
-            assert_eq!(p.handle_timeout(ms(4_500)), vec![pre[0]]);
-            // Then 1 (since 2100) at 4600; 2 (since 3100) would be at 5600 but the pool
-            // keeps one instance: the pre-warmed count.
+            // The pre-warmed one (0, idle since 2000) never expires: the oldest idle
+            // cold-started one (1, since 2100) expires first, at 2100 + 2500.
             assert_eq!(p.poll_timeout(), Some(ms(4_600)));
-            assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(1)]);
+            assert_eq!(p.handle_timeout(ms(4_599)), vec![]);
+            assert_eq!(p.handle_timeout(ms(4_600)), vec![InstanceId(1)]);
+            // Then 2 (since 3100) at 5600, handled late at 9000; 0 stays.
+            assert_eq!(p.poll_timeout(), Some(ms(5_600)));
+            assert_eq!(p.handle_timeout(ms(9_000)), vec![InstanceId(2)]);
             assert_eq!(p.poll_timeout(), None);
             assert_eq!(counts(&p), (1, 0, 0, 1));
             // Expired instances shut down until the driver reports them stopped: they no
             // longer count as alive, but their slots are not free yet.
             assert_eq!(p.stopping(), 2);
-            p.on_stopped(ms(4_650), pre[0]); // 150 ms shutdown
-            // 1 expired at 4600 (handled late, at 9000): its shutdown runs from 4600.
-            p.on_stopped(ms(9_400), InstanceId(1)); // 4800 ms shutdown
-            p.on_stopped(ms(9_500), InstanceId(1)); // twice: nothing more
+            p.on_stopped(ms(4_650), InstanceId(1)); // 50 ms shutdown
+            // 2 expired at 5600 (handled late, at 9000): its shutdown runs from 5600.
+            p.on_stopped(ms(9_400), InstanceId(2)); // 3800 ms shutdown
+            p.on_stopped(ms(9_500), InstanceId(2)); // twice: nothing more
             assert_eq!(p.stopping(), 0);
-            p.finish(ms(10_000)); // 2 idle since 3100: 6900
+            p.finish(ms(10_000)); // 0 idle since 2000: 8000
             p.finish(ms(10_000)); // twice: nothing more
-            // 0 idle 400–1000 after its pre-warm, then 0 and 1 a full keep-alive each,
-            // 2 idle 2200–3000, then 3100–10000.
-            let idle = ms(600) + ms(2_500) + ms(2_500) + ms(800) + ms(6_900);
+            // 0 idle 400–1000 after its pre-warm, then 2000–10000; 1 a full keep-alive;
+            // 2 idle 2200–3000, then a full keep-alive.
+            let idle = ms(600) + ms(8_000) + ms(2_500) + ms(800) + ms(2_500);
             // Field by field: a struct literal would break when the usage gains a field.
             let u = *p.usage();
             assert_eq!((u.cold_starts, u.warm_starts, u.throttled), (2, 2, 2));
@@ -800,10 +801,11 @@ mod policy {
             assert_eq!(u.startup, ms(300) + ms(700));
             assert_eq!(u.busy, ms(1_000) + ms(800) + ms(500) + ms(100));
             assert_eq!(u.idle, idle);
-            assert_eq!(u.shutdown, ms(150) + ms(4_800));
-            // A freed slot is reused for the next instance.
-            assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(InstanceId(2)));
-            assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(1)));
+            assert_eq!(u.shutdown, ms(50) + ms(3_800));
+            // The pre-warmed instance serves the next call; a freed slot (the last freed
+            // first) is reused for the next instance.
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Warm(pre[0]));
+            assert_eq!(p.acquire(ms(10_000)), Acquire::Cold(InstanceId(2)));
         }
 
         /// A failed instance is forgotten whatever its state (starting, busy, idle), once;
@@ -874,7 +876,7 @@ mod policy {
 
         use std::time::Duration;
 
-        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
         use spillway_policy::placement::{
             ConcurrencyUsage, Lease, Placement, PlacementParams, PlacementPolicy, Start,
             ZoneCapacity, ZoneId, ZoneKind, ZoneParams, ZoneSet,
@@ -889,6 +891,7 @@ mod policy {
                 keep_alive: ms(keep_alive_ms),
                 max_instances: Some(max),
                 prewarmed,
+                warm_order: WarmOrder::Newest,
             })
         }
 
@@ -1187,14 +1190,15 @@ mod policy {
         //! across failures, failure accounting per zone and reason, and the pass-through
         //! calls the module's own tests do not reach.
 
-        use std::sync::{Arc, Mutex};
+        use parking_lot::Mutex;
+        use std::sync::Arc;
         use std::time::Duration;
 
         use spillway_policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
         use spillway_policy::balancer::{RequestMeta, RouteReason, VmFirst};
         use spillway_policy::controller::{self, ControllerParams};
         use spillway_policy::core::{Action, Core, CoreParams};
-        use spillway_policy::functions::{FunctionPoolParams, InstanceId};
+        use spillway_policy::functions::{FunctionPoolParams, InstanceId, WarmOrder};
         use spillway_policy::monitor::MonitorParams;
         use spillway_policy::placement::{
             PlacementParams, PlacementPolicy, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneParams,
@@ -1409,7 +1413,7 @@ mod policy {
                 }
             }
             fn on_epoch(&mut self, _: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
-                self.0.lock().unwrap().push(obs.vm_utilisation);
+                self.0.lock().push(obs.vm_utilisation);
                 None
             }
         }
@@ -1434,6 +1438,7 @@ mod policy {
                             keep_alive: ms(5_000),
                             max_instances: Some(2),
                             prewarmed: 1,
+                            warm_order: WarmOrder::Newest,
                         }),
                     ),
                     vm_boot_timeout: None,
@@ -1463,7 +1468,7 @@ mod policy {
             core.set_vm_utilisation(0.42);
             core.handle_timeout(ms(700));
             core.handle_timeout(ms(1_400));
-            assert_eq!(*seen.lock().unwrap(), vec![Some(0.42), None]);
+            assert_eq!(*seen.lock(), vec![Some(0.42), None]);
             // A report-only pool: the budget is the VM's capacity, 2 req/s · ρ 0.5, one
             // token. The first call takes it, the next ones go to the functions.
             let mut v = ticket(None);

@@ -1,0 +1,241 @@
+//! Request ids: every request the gateway serves has one, in the `x-request-id` header
+//! that goes to the VM or the function (Lambda events included, as a header and as
+//! `requestContext.requestId`), comes back on the response, and is named by the access
+//! log line and by every warning about the request (the request's log span).
+//!
+//! A client's own `x-request-id` is kept when it is valid — 1 to
+//! [`MAX_REQUEST_ID_BYTES`] characters of `A-Z a-z 0-9 - _ . : + / = @` — and its sender
+//! is trusted (`gateway.request_id_trust`: `any` client, only `trusted_proxies`, or
+//! `none`); otherwise the gateway makes a new one (32 hex digits, random), so that a
+//! log line never carries a client's control characters or an unbounded value.
+//!
+//! **W3C trace context**: a valid `traceparent` (and its `tracestate`) goes upstream
+//! unchanged — the gateway takes part in the trace as a pass-through hop — and its
+//! trace id is logged with the request id ([`trace_context`]); an invalid `traceparent`
+//! is removed with its `tracestate` (W3C Trace Context §3.2: a malformed header is not
+//! passed on), so that the upstream starts a trace of its own.
+
+use std::net::IpAddr;
+
+use http::{HeaderMap, HeaderName, HeaderValue};
+use serde::{Deserialize, Serialize};
+
+use super::headers::TrustedProxies;
+
+/// The header: `x-request-id`.
+pub const REQUEST_ID: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Longest client request id kept, bytes.
+pub const MAX_REQUEST_ID_BYTES: usize = 128;
+
+/// Whose `x-request-id` the gateway keeps — `gateway.request_id_trust`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RequestIdTrust {
+    /// Any client's valid id (the default: a caller can find its own request in the logs).
+    #[default]
+    Any,
+    /// Only an id from a peer in `gateway.trusted_proxies` (a load balancer that sets it).
+    TrustedProxies,
+    /// Never: the gateway always makes a new one.
+    None,
+}
+
+/// `traceparent`.
+pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+/// `tracestate`.
+pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
+
+/// The trace id of the request's W3C `traceparent` (32 hex digits), or `None` without
+/// a valid one — then `traceparent` and `tracestate` are removed from `headers`.
+pub fn trace_context(headers: &mut HeaderMap) -> Option<String> {
+    let mut values = headers.get_all(&TRACEPARENT).iter();
+    let parsed = match (values.next(), values.next()) {
+        (Some(v), None) => v.to_str().ok().and_then(trace_id),
+        (None, _) => return None,
+        _ => None,
+    };
+    if parsed.is_none() {
+        headers.remove(&TRACEPARENT);
+        headers.remove(&TRACESTATE);
+    }
+    parsed
+}
+
+/// The trace id of a `traceparent` value `version-traceid-parentid-flags` (version
+/// `00` exactly; a higher version's first four fields), or `None` when malformed or
+/// all-zero.
+fn trace_id(v: &str) -> Option<String> {
+    let v = v.trim();
+    let mut parts = v.split('-');
+    let (version, trace, parent, flags) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let hex = |s: &str, n: usize| {
+        s.len() == n
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let version_ok =
+        hex(version, 2) && version != "ff" && (version != "00" || parts.next().is_none());
+    let zero = |s: &str| s.bytes().all(|b| b == b'0');
+    (version_ok
+        && hex(trace, 32)
+        && hex(parent, 16)
+        && hex(flags, 2)
+        && !zero(trace)
+        && !zero(parent))
+    .then(|| trace.to_owned())
+}
+
+/// Whether `v` is a request id the gateway keeps (see the [module docs](self)).
+pub fn is_valid(v: &[u8]) -> bool {
+    !v.is_empty()
+        && v.len() <= MAX_REQUEST_ID_BYTES
+        && v.iter().all(|b| {
+            b.is_ascii_alphanumeric()
+                || matches!(b, b'-' | b'_' | b'.' | b':' | b'+' | b'/' | b'=' | b'@')
+        })
+}
+
+/// A new request id: 32 lower-case hex digits.
+pub fn generate() -> String {
+    format!("{:032x}", rand::random::<u128>())
+}
+
+/// [`choose`], and the header set to it (replacing every value the client sent).
+pub fn assign(
+    headers: &mut HeaderMap,
+    peer: IpAddr,
+    trust: RequestIdTrust,
+    trusted: &TrustedProxies,
+) -> HeaderValue {
+    let id = choose(headers, peer, trust, trusted);
+    headers.insert(REQUEST_ID, id.clone());
+    id
+}
+
+/// The request id of a request from `peer` with `headers`: the client's when it is valid
+/// (one field) and `trust` allows it, else a new one.
+pub fn choose(
+    headers: &HeaderMap,
+    peer: IpAddr,
+    trust: RequestIdTrust,
+    trusted: &TrustedProxies,
+) -> HeaderValue {
+    let trusted_peer = match trust {
+        RequestIdTrust::Any => true,
+        RequestIdTrust::TrustedProxies => trusted.contains(peer),
+        RequestIdTrust::None => false,
+    };
+    let mut values = headers.get_all(&REQUEST_ID).iter();
+    let kept = match (values.next(), values.next()) {
+        (Some(v), None) if trusted_peer && is_valid(v.as_bytes()) => Some(v.clone()),
+        _ => None,
+    };
+    kept.unwrap_or_else(|| {
+        HeaderValue::from_str(&generate()).expect("hex digits are a valid header value")
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_valid_client_id_is_kept_when_trusted_else_replaced() {
+        let proxies = TrustedProxies::new(vec!["10.0.0.0/8".parse().unwrap()]);
+        let mut h = HeaderMap::new();
+        h.insert(REQUEST_ID, HeaderValue::from_static("abc-123:x"));
+        assert_eq!(
+            assign(&mut h, ip("192.0.2.1"), RequestIdTrust::Any, &proxies),
+            "abc-123:x"
+        );
+        // Only trusted proxies: a direct client's id is replaced, a proxy's kept.
+        let id = assign(
+            &mut h,
+            ip("192.0.2.1"),
+            RequestIdTrust::TrustedProxies,
+            &proxies,
+        );
+        assert_ne!(id, "abc-123:x");
+        assert_eq!(id.len(), 32);
+        assert_eq!(h[&REQUEST_ID], id);
+        h.insert(REQUEST_ID, HeaderValue::from_static("from-lb"));
+        assert_eq!(
+            assign(
+                &mut h,
+                ip("10.1.2.3"),
+                RequestIdTrust::TrustedProxies,
+                &proxies
+            ),
+            "from-lb"
+        );
+        assert_ne!(
+            assign(&mut h, ip("10.1.2.3"), RequestIdTrust::None, &proxies),
+            "from-lb"
+        );
+    }
+
+    #[test]
+    fn a_valid_traceparent_is_kept_an_invalid_one_removed_with_its_tracestate() {
+        let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        let mut h = HeaderMap::new();
+        h.insert(TRACEPARENT, HeaderValue::from_static(tp));
+        h.insert(TRACESTATE, HeaderValue::from_static("vendor=x"));
+        assert_eq!(
+            trace_context(&mut h).as_deref(),
+            Some("4bf92f3577b34da6a3ce929d0e0e4736")
+        );
+        assert_eq!(h[&TRACEPARENT], tp);
+        assert_eq!(h[&TRACESTATE], "vendor=x");
+        for bad in [
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "garbage",
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(TRACEPARENT, HeaderValue::from_static(bad));
+            h.insert(TRACESTATE, HeaderValue::from_static("vendor=x"));
+            assert_eq!(trace_context(&mut h), None, "{bad}");
+            assert!(h.get(&TRACEPARENT).is_none() && h.get(&TRACESTATE).is_none());
+        }
+        // A later version may carry more fields.
+        let mut h = HeaderMap::new();
+        h.insert(
+            TRACEPARENT,
+            HeaderValue::from_static("01-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-zz"),
+        );
+        assert!(trace_context(&mut h).is_some());
+        assert!(trace_context(&mut HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn invalid_or_repeated_ids_are_replaced() {
+        let none = TrustedProxies::new(Vec::new());
+        for bad in [
+            "",
+            "has space",
+            "quote\"",
+            &"x".repeat(MAX_REQUEST_ID_BYTES + 1),
+        ] {
+            let mut h = HeaderMap::new();
+            h.insert(REQUEST_ID, HeaderValue::from_str(bad).unwrap());
+            let id = assign(&mut h, ip("127.0.0.1"), RequestIdTrust::Any, &none);
+            assert_ne!(id.as_bytes(), bad.as_bytes(), "{bad:?}");
+            assert_eq!(h.get_all(&REQUEST_ID).iter().count(), 1);
+        }
+        let mut h = HeaderMap::new();
+        h.append(REQUEST_ID, HeaderValue::from_static("a"));
+        h.append(REQUEST_ID, HeaderValue::from_static("b"));
+        let id = assign(&mut h, ip("127.0.0.1"), RequestIdTrust::Any, &none);
+        assert!(id != "a" && id != "b");
+        assert_eq!(h.get_all(&REQUEST_ID).iter().count(), 1);
+        assert!(is_valid(&[b'x'; MAX_REQUEST_ID_BYTES]));
+    }
+}
