@@ -637,7 +637,7 @@ fn a_tag_address_that_is_not_the_instances_own_ip_needs_the_allow_list() {
     let cond = &s["vm_pool"]["errors"]["conditions"]["upstream_address"];
     let reason = cond["reason"].as_str().unwrap();
     assert!(
-        reason.contains("is not one of the instance's own addresses")
+        reason.contains("is neither one of the instance's own addresses")
             && reason.contains("tag_address_allowed_cidrs"),
         "{s:#}"
     );

@@ -1711,7 +1711,7 @@ pub fn check_tag_address(
         .collect::<Vec<_>>()
         .join(", ");
     Err(format!(
-        "upstream URL {base}: {ip} is not one of the instance's own addresses ({own}); add a CIDR holding it to vm_pool.tag_address_allowed_cidrs if that is intended"
+        "{ip} (upstream URL {base}) is neither one of the instance's own addresses nor in vm_pool.tag_address_allowed_cidrs; its own: {own}"
     ))
 }
 
@@ -1944,7 +1944,7 @@ mod tests {
         }
         let e = check("http://10.0.3.8:8080", &[]).unwrap_err();
         assert!(
-            e.contains("10.0.3.8 is not one of the instance's own addresses")
+            e.contains("10.0.3.8 (upstream URL http://10.0.3.8:8080/) is neither one of the instance's own addresses")
                 && e.contains("10.0.3.7")
                 && e.contains("tag_address_allowed_cidrs"),
             "{e}"
