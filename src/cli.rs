@@ -129,6 +129,10 @@ pub enum Command {
     Sim(crate::sim::cli::SimArgs),
     /// Print the cost-indifference point and the FaaS / IaaS / hybrid cost curves.
     Cost(crate::sim::cli::CostArgs),
+    /// Search φ, ρ, decision_epochs, keep-alive and pre-warm on a trace for the lowest
+    /// cost with SLA violations within a target; print the Pareto front, write the
+    /// recommended settings as a YAML fragment.
+    Tune(crate::sim::tune::TuneArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell) to standard
     /// output, e.g. `spillway completions bash > /etc/bash_completion.d/spillway`.
     Completions {

@@ -284,6 +284,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         }
         Command::Sim(args) => Ok(report(spillway::sim::cli::run_sim(&args))),
         Command::Cost(args) => Ok(report(spillway::sim::cli::run_cost(&args))),
+        Command::Tune(args) => Ok(report(spillway::sim::tune::run_tune(&args))),
         Command::SampleApi { listen, name } => {
             let rt = tokio::runtime::Runtime::new().context("cannot start the tokio runtime")?;
             rt.block_on(async move {

@@ -30,8 +30,11 @@ use std::io::Write;
 pub const REDACTED: &str = "***";
 
 /// Longest error or reason text `/status` and a reply body show, characters (longer
-/// text is cut and ends with `…`).
-pub const MAX_REASON_CHARS: usize = 200;
+/// text is cut and ends with `…`). Long enough for a provider error with its hint
+/// (an EC2 tag address refusal names the instance, its addresses and the setting to
+/// change in ~250 characters: the hint is the part an operator needs), short enough that
+/// a provider's multi-kilobyte error body stays out of `/status`.
+pub const MAX_REASON_CHARS: usize = 512;
 
 /// Key words whose value is a secret (lower case).
 const SECRET_WORDS: &[&str] = &[

@@ -54,6 +54,14 @@ pub enum TraceFormatConfig {
     Azure2019,
     /// Azure Functions 2021 invocations.
     Azure2021,
+    /// spillway's own access log (text or JSON lines).
+    Spillway,
+    /// nginx `combined` access log.
+    Nginx,
+    /// AWS ALB access logs.
+    Alb,
+    /// API Gateway JSON access logs.
+    Apigw,
 }
 
 /// `sim.network:` — FaaSim's network model: a round trip of `edge_rtt_ms` when a call

@@ -163,10 +163,18 @@ pub struct SimArgs {
     /// arrival (`off`) or both; the `async:` section sets the scheduler.
     #[arg(long, value_enum, value_name = "MODE")]
     pub delay_queue: Option<DelayQueueArg>,
+    /// Access logs (`--format spillway|nginx|alb|apigw`): skip lines that do not parse
+    /// and count them in the report, instead of stopping at the first with its
+    /// file:line.
+    #[arg(long)]
+    pub skip_bad_lines: bool,
 }
 
 /// `PATH=VALUE` split at its first `=`.
-fn split_assignment<'a>(option: &str, text: &'a str) -> Result<(&'a str, &'a str), SimError> {
+pub(crate) fn split_assignment<'a>(
+    option: &str,
+    text: &'a str,
+) -> Result<(&'a str, &'a str), SimError> {
     text.split_once('=')
         .filter(|(p, _)| !p.is_empty())
         .ok_or_else(|| invalid(option, format!("expected PATH=VALUE, got {text:?}")))
@@ -321,7 +329,7 @@ pub struct CostArgs {
     pub plot: Option<PathBuf>,
 }
 
-fn write_file(path: &Path, text: &str) -> Result<(), SimError> {
+pub(crate) fn write_file(path: &Path, text: &str) -> Result<(), SimError> {
     if path == Path::new("-") {
         let mut out = std::io::stdout().lock();
         return out
@@ -338,7 +346,7 @@ fn write_file(path: &Path, text: &str) -> Result<(), SimError> {
     })
 }
 
-fn load_config(path: Option<&Path>) -> Result<Config, SimError> {
+pub(crate) fn load_config(path: Option<&Path>) -> Result<Config, SimError> {
     Ok(match path {
         Some(p) => Config::load(p)?,
         None => Config::from_yaml(LIBRA_PAPER_YAML, "<built-in config/sim/libra-paper.yaml>")?,
@@ -438,6 +446,115 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
     Ok(ExitCode::SUCCESS)
 }
 
+/// Where a trace comes from and how to read it: the trace options `spillway sim` and
+/// `spillway tune` share.
+#[derive(Clone, Debug)]
+pub struct TraceInput<'a> {
+    /// The trace file (or, for access logs, a directory of them).
+    pub trace: &'a Path,
+    /// `--format`; `None`: the config's `sim.trace_format`, else `counts`.
+    pub format: Option<TraceFormat>,
+    /// azure2019 durations side file.
+    pub durations: Option<&'a Path>,
+    /// azure2019 memory side file.
+    pub memory: Option<&'a Path>,
+    /// `--rate-divisor`.
+    pub rate_divisor: f64,
+    /// `--from`, trace seconds.
+    pub from: Option<f64>,
+    /// `--to`, trace seconds.
+    pub to: Option<f64>,
+    /// `--skip-bad-lines` (access logs only).
+    pub skip_bad_lines: bool,
+}
+
+impl<'a> TraceInput<'a> {
+    fn of(args: &'a SimArgs) -> Self {
+        Self {
+            trace: &args.trace,
+            format: args.format,
+            durations: args.durations.as_deref(),
+            memory: args.memory.as_deref(),
+            rate_divisor: args.rate_divisor,
+            from: args.from,
+            to: args.to,
+            skip_bad_lines: args.skip_bad_lines,
+        }
+    }
+}
+
+/// Load the trace `input` names, with the config's routes for access logs; a trace or
+/// window with no time in it is an error.
+///
+/// # Errors
+/// As [`Trace::load`] and [`super::logs::load`]; [`SimError::Invalid`] for options that
+/// do not apply to the format, and for an empty trace or window.
+pub fn load_trace(
+    input: &TraceInput<'_>,
+    config: &Config,
+) -> Result<(Trace, Option<super::logs::LogSummary>), SimError> {
+    let format = input.format.unwrap_or(match config.sim.trace_format {
+        None | Some(TraceFormatConfig::Counts) => TraceFormat::Counts,
+        Some(TraceFormatConfig::Events) => TraceFormat::Events,
+        Some(TraceFormatConfig::Azure2019) => TraceFormat::Azure2019,
+        Some(TraceFormatConfig::Azure2021) => TraceFormat::Azure2021,
+        Some(TraceFormatConfig::Spillway) => TraceFormat::Spillway,
+        Some(TraceFormatConfig::Nginx) => TraceFormat::Nginx,
+        Some(TraceFormatConfig::Alb) => TraceFormat::Alb,
+        Some(TraceFormatConfig::Apigw) => TraceFormat::Apigw,
+    });
+    let opts = TraceOptions {
+        format,
+        rate_divisor: input.rate_divisor,
+        from_s: input.from,
+        to_s: input.to,
+        durations: input.durations.map(Path::to_owned),
+        memory: input.memory.map(Path::to_owned),
+    };
+    if (input.durations.is_some() || input.memory.is_some()) && format != TraceFormat::Azure2019 {
+        return Err(SimError::Invalid {
+            field: "--durations/--memory".into(),
+            message: "only apply to --format azure2019".into(),
+        });
+    }
+    let log_format = super::logs::LogFormat::of(format);
+    if input.skip_bad_lines && log_format.is_none() {
+        return Err(invalid(
+            "--skip-bad-lines",
+            "only applies to the access-log formats (spillway, nginx, alb, apigw)".into(),
+        ));
+    }
+    let (trace, log_summary) = match log_format {
+        Some(f) => {
+            let log = super::logs::LogOptions {
+                skip_bad_lines: input.skip_bad_lines,
+                routes: config.route_defs(),
+                max_route_keys: config.max_route_keys(),
+            };
+            let (t, s) = super::logs::load(input.trace, f, &opts, &log)?;
+            (t, Some(s))
+        }
+        None => (Trace::load(input.trace, &opts)?, None),
+    };
+    // An all-zero trace is a valid question (what does idling cost?); a trace or window
+    // with no time in it is not.
+    if trace.total_requests() == 0 && trace.duration_s <= 0.0 {
+        let window = match (input.from, input.to) {
+            (None, None) => String::new(),
+            (f, t) => format!(
+                " in the window [{}, {})",
+                f.unwrap_or(0.0),
+                t.map_or("end".to_string(), |t| t.to_string())
+            ),
+        };
+        return Err(SimError::Invalid {
+            field: "--trace".into(),
+            message: format!("{}: no request{window}", input.trace.display()),
+        });
+    }
+    Ok((trace, log_summary))
+}
+
 /// One run of `spillway sim` with `config`: returns the report after writing the
 /// requested outputs.
 fn run_one(
@@ -470,43 +587,7 @@ fn run_one(
             });
         }
     }
-    let format = args.format.unwrap_or(match config.sim.trace_format {
-        None | Some(TraceFormatConfig::Counts) => TraceFormat::Counts,
-        Some(TraceFormatConfig::Events) => TraceFormat::Events,
-        Some(TraceFormatConfig::Azure2019) => TraceFormat::Azure2019,
-        Some(TraceFormatConfig::Azure2021) => TraceFormat::Azure2021,
-    });
-    let opts = TraceOptions {
-        format,
-        rate_divisor: args.rate_divisor,
-        from_s: args.from,
-        to_s: args.to,
-        durations: args.durations.clone(),
-        memory: args.memory.clone(),
-    };
-    if (args.durations.is_some() || args.memory.is_some()) && format != TraceFormat::Azure2019 {
-        return Err(SimError::Invalid {
-            field: "--durations/--memory".into(),
-            message: "only apply to --format azure2019".into(),
-        });
-    }
-    let trace = Trace::load(&args.trace, &opts)?;
-    // An all-zero trace is a valid question (what does idling cost?); a trace or window
-    // with no time in it is not.
-    if trace.total_requests() == 0 && trace.duration_s <= 0.0 {
-        let window = match (args.from, args.to) {
-            (None, None) => String::new(),
-            (f, t) => format!(
-                " in the window [{}, {})",
-                f.unwrap_or(0.0),
-                t.map_or("end".to_string(), |t| t.to_string())
-            ),
-        };
-        return Err(SimError::Invalid {
-            field: "--trace".into(),
-            message: format!("{}: no request{window}", args.trace.display()),
-        });
-    }
+    let (trace, log_summary) = load_trace(&TraceInput::of(args), &config)?;
     // `sim.placements` (function zones): the FAAS policy once per placement.
     let placements = config.sim.placements.clone();
     let policies = if placements.is_empty() {
@@ -521,7 +602,12 @@ fn run_one(
     }
     let total = trace.total_requests();
     let (model, warnings) = model_summary(&config);
-    for w in &warnings {
+    // The warnings are about the service-time model, which a log with a duration on
+    // every line does not use.
+    let all_logged = log_summary
+        .as_ref()
+        .is_some_and(|s| s.requests > 0 && s.with_duration == s.requests);
+    for w in warnings.iter().filter(|_| !all_logged) {
         eprintln!("{w}");
     }
     let bar = if !args.quiet && std::io::stderr().is_terminal() && total >= 1_000_000 {
@@ -608,6 +694,8 @@ fn run_one(
         all.expect("at least one placement")
     };
     bar.finish_and_clear();
+    let mut report = report;
+    report.log = log_summary;
     let secs = wall.elapsed().as_secs_f64();
     if let Some(path) = &args.json {
         let mut text = serde_json::to_string_pretty(&report).expect("reports serialise");
@@ -630,8 +718,9 @@ fn run_one(
         } else {
             String::new()
         };
+        let log = report.log.as_ref().map_or(String::new(), log_line);
         let text = format!(
-            "trace {} ({} requests, {:.0} s{offset}), seed {}\n{model}\n{}",
+            "trace {} ({} requests, {:.0} s{offset}), seed {}\n{log}{model}\n{}",
             report.trace,
             total,
             trace.duration_s,
@@ -655,7 +744,25 @@ fn run_one(
     Ok(Some(report))
 }
 
-fn invalid(field: &str, message: String) -> SimError {
+/// The report's line about an access log: lines, requests, ignored and bad lines.
+pub(crate) fn log_line(s: &super::logs::LogSummary) -> String {
+    let bad = match (&s.first_bad_line, s.bad_lines) {
+        (_, 0) => String::new(),
+        (Some(first), n) => format!(", {n} bad lines skipped (first: {first})"),
+        (None, n) => format!(", {n} bad lines skipped"),
+    };
+    format!(
+        "log ({}): {} lines, {} requests ({} with a duration, their service time), {} route keys, {} lines ignored{bad}\n",
+        s.format,
+        s.lines,
+        s.requests,
+        s.with_duration,
+        s.route_keys.len(),
+        s.ignored_lines
+    )
+}
+
+pub(crate) fn invalid(field: &str, message: String) -> SimError {
     SimError::Invalid {
         field: field.into(),
         message,

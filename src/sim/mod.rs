@@ -6,6 +6,7 @@
 //!   [`crate::config::sim`]: the config module owns the whole schema.
 //! * [`trace`] — trace formats (`counts`, `events`, `azure2019`, `azure2021`), windowing
 //!   and rate scaling.
+//! * [`logs`] — access logs (spillway, nginx, ALB, API Gateway) as traces.
 //! * [`model`] — service-time distributions and VM billing.
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
 //!   and [`crate::policy::functions::FunctionPool`].
@@ -15,6 +16,7 @@
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).
+//! * [`tune`] — `spillway tune`: grid search of LIBRA's settings, Pareto front.
 //! * [`cli`] — `spillway sim` and `spillway cost` arguments and entry points.
 
 pub mod cli;
@@ -22,10 +24,12 @@ pub mod costmodel;
 pub mod delay;
 pub mod engine;
 pub mod faasim;
+pub mod logs;
 pub mod model;
 pub mod plot;
 pub mod report;
 pub mod trace;
+pub mod tune;
 
 use std::path::PathBuf;
 
@@ -158,6 +162,7 @@ pub fn simulate_with(
         policies: runs.iter().map(|r| r.report.clone()).collect(),
         trace: trace.path.clone(),
         seed,
+        log: None,
     };
     Ok((report, runs))
 }

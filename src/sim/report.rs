@@ -236,6 +236,9 @@ pub struct SimReport {
     pub trace: String,
     /// The RNG seed.
     pub seed: u64,
+    /// What reading an access log found (`--format spillway|nginx|alb|apigw` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub log: Option<super::logs::LogSummary>,
 }
 
 /// One row of the per-epoch series (`--csv`, `--plot`).

@@ -18,6 +18,9 @@
 //! * `azure2021` — `app,func,end_timestamp,duration` rows (seconds); each invocation
 //!   arrives at `end − duration` (clamped at 0) with its own service time.
 //!
+//! * `spillway`, `nginx`, `alb`, `apigw` — access logs, one arrival per logged request
+//!   (see [`super::logs`]).
+//!
 //! All parsers accept trailing spaces, `\r\n` and a missing final newline, ignore blank
 //! lines at the end of the file, and reject anything else with the file and 1-based line.
 //!
@@ -48,6 +51,14 @@ pub enum TraceFormat {
     Azure2019,
     /// Azure Functions 2021 invocations: `app,func,end_timestamp,duration`.
     Azure2021,
+    /// spillway's own access log, text or JSON lines ([`super::logs`]).
+    Spillway,
+    /// nginx `combined` access log, optionally with `$request_time`.
+    Nginx,
+    /// AWS Application Load Balancer access logs (gzip too).
+    Alb,
+    /// API Gateway JSON access logs.
+    Apigw,
 }
 
 /// How to read a trace.
@@ -267,6 +278,11 @@ impl Trace {
     /// [`SimError::Io`] if a file cannot be read, [`SimError::Parse`] (file and line) for
     /// a malformed line, [`SimError::Invalid`] for bad options.
     pub fn load(path: &Path, opts: &TraceOptions) -> Result<Trace, SimError> {
+        if let Some(log) = super::logs::LogFormat::of(opts.format) {
+            let (trace, _) =
+                super::logs::load(path, log, opts, &super::logs::LogOptions::default())?;
+            return Ok(trace);
+        }
         let text = read(path)?;
         Self::parse(&text, path, opts)
     }
@@ -307,6 +323,16 @@ impl Trace {
             TraceFormat::Events => parse_events(text, file, opts)?,
             TraceFormat::Azure2019 => parse_azure2019(text, file, opts)?,
             TraceFormat::Azure2021 => parse_azure2021(text, file, opts)?,
+            TraceFormat::Spillway | TraceFormat::Nginx | TraceFormat::Alb | TraceFormat::Apigw => {
+                let log = super::logs::LogFormat::of(opts.format).expect("a log format");
+                super::logs::parse(
+                    &[(file, text)],
+                    log,
+                    opts,
+                    &super::logs::LogOptions::default(),
+                )?
+                .0
+            }
         };
         trace.path = file.display().to_string();
         Ok(trace)
