@@ -25,7 +25,7 @@
 //! | `spillway_cost_last_hour_dollars` | gauge | `policy` = hybrid (the bill), all_functions, all_vm — the last hour, as `/status` `cost.last_hour`; set at every scrape |
 //! | `spillway_async_deadline_misses_total` | counter | — (asynchronous calls that finished after their deadline, ProFaaStinate §3; set at every scrape from the delay queue)
 //! | `spillway_scale_decisions_total` | counter | `direction` = up, down, hold |
-//! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable |
+//! | `spillway_vm_failures_total` | counter | `stage` = launch, not_ready, unreachable, terminated |
 //! | `spillway_vm_boot_seconds` | histogram | — |
 //! | `spillway_function_cold_starts_total` | counter | — (incremented by the function tiers) |
 //! | `spillway_r_max_rps` | gauge | — (r_max in force, LIBRA §III-B: static or adapted) |
@@ -178,7 +178,7 @@ fn zero_counters() {
     for direction in ["up", "down", "hold"] {
         counter!("spillway_scale_decisions_total", "direction" => direction).increment(0);
     }
-    for stage in ["launch", "not_ready", "unreachable"] {
+    for stage in ["launch", "not_ready", "unreachable", "terminated"] {
         counter!("spillway_vm_failures_total", "stage" => stage).increment(0);
     }
     counter!("spillway_function_cold_starts_total").increment(0);

@@ -17,6 +17,8 @@
 
 mod aws_common;
 mod common;
+#[path = "common/replicas.rs"]
+mod replicas;
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap};
@@ -635,7 +637,7 @@ fn a_tag_address_that_is_not_the_instances_own_ip_needs_the_allow_list() {
     let cond = &s["vm_pool"]["errors"]["conditions"]["upstream_address"];
     let reason = cond["reason"].as_str().unwrap();
     assert!(
-        reason.contains("is not one of the instance's own addresses")
+        reason.contains("is neither one of the instance's own addresses")
             && reason.contains("tag_address_allowed_cidrs"),
         "{s:#}"
     );
@@ -1395,4 +1397,349 @@ fn an_ec2_pool_is_a_valid_config() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// Fixed LIBRA settings of the leak tests: one VM wanted, decisions rare.
+const ONE_VM: &str = "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 1\n  cip_rps: 0";
+
+/// The instance ids `/status` lists for the pool's VMs.
+fn status_instances(s: &Value) -> Vec<String> {
+    s["vm_pool"]["vms"]
+        .as_array()
+        .map(|vms| {
+            vms.iter()
+                .filter_map(|v| v["instance"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// Throttled listings at start are retried with back-off before anything is
+/// launched: the earlier run's instance is adopted and no second pool starts.
+#[test]
+fn adoption_is_retried_before_the_first_launch() {
+    let (fake, apis) = fake_with_apis();
+    let api = SampleApi::start("vm-earlier-run");
+    let url = format!("http://{}", api.addr);
+    apis.lock().push(api);
+    let earlier = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "throttled"),
+            ("spillway:gateway", "gw-test"),
+            (UPSTREAM_TAG, &url),
+        ],
+    );
+    // Two whole listings (three SDK attempts each) and one more attempt throttled.
+    fake.set(|f| f.describe_throttled = 7);
+    let gw = start(&fake_config(&fake, "throttled", ONE_VM, ""));
+    gw.wait_status("the earlier run's instance adopted", LONG, |s| {
+        ready(s) == 1 && status_instances(s) == [earlier.clone()]
+    });
+    assert!(
+        fake.calls("RunInstances").is_empty(),
+        "nothing launched beside the adopted pool"
+    );
+    let s = gw.status();
+    assert!(
+        s["vm_pool"]["errors"]["conditions"]
+            .get("adoption")
+            .is_none(),
+        "{s:#}"
+    );
+}
+
+/// A RunInstances whose reply is lost after it took effect (the connection closes) is
+/// ambiguous: it is repeated with the same client token and gets the instance the
+/// first call launched. No second instance, nothing leaks.
+#[test]
+fn a_launch_whose_reply_is_lost_is_repeated_with_the_same_token() {
+    let (fake, _apis) = fake_with_apis();
+    // More than the SDK's own three attempts: the gateway's recovery must repeat it.
+    fake.set(|f| f.run_dropped_first = 4);
+    let gw = start(&fake_config(
+        &fake,
+        "dropped",
+        ONE_VM,
+        "  boot_timeout_seconds: 60",
+    ));
+    gw.wait_status("a ready VM", LONG, |s| ready(s) == 1);
+    let all = fake.instances();
+    assert_eq!(all.len(), 1, "one instance: {all:?}");
+    let runs = fake.calls("RunInstances");
+    assert!(runs.len() >= 5, "4 lost replies, then one: {}", runs.len());
+    let tokens: std::collections::BTreeSet<_> = runs
+        .iter()
+        .map(|r| r.form("ClientToken").unwrap())
+        .collect();
+    assert_eq!(tokens.len(), 1, "{tokens:?}");
+    assert!(fake.calls("TerminateInstances").is_empty());
+    let s = gw.status();
+    assert_eq!(
+        status_instances(&s),
+        all.keys().cloned().collect::<Vec<_>>(),
+        "{s:#}"
+    );
+}
+
+/// A launch that gave up with its outcome unknown (every repetition ambiguous, the
+/// token lookup finding nothing) leaves no leak: the pool audit finds the instance
+/// by its recorded client token and adopts it once healthy; in the end every live
+/// instance is a VM of the gateway.
+#[test]
+fn the_audit_adopts_the_instance_of_a_launch_that_gave_up() {
+    let (fake, _apis) = fake_with_apis();
+    fake.set(|f| {
+        f.run_ambiguous_first = 1_000;
+        f.token_lookup_blind = true;
+    });
+    let gw = start(&fake_config(
+        &fake,
+        "gaveup",
+        ONE_VM,
+        "  audit_interval_seconds: 0.3\n  boot_timeout_seconds: 120",
+    ));
+    let s = gw.wait_status("a VM adopted by the audit", Duration::from_secs(180), |s| {
+        ready(s) == 1
+    });
+    let first = fake.calls("RunInstances")[0].form("ClientToken").unwrap();
+    let adopted = status_instances(&s);
+    assert_eq!(adopted.len(), 1, "{s:#}");
+    assert_eq!(
+        fake.instances()[&adopted[0]].token,
+        first,
+        "the instance of the first launch, which gave up"
+    );
+    // Every instance that is still live is one the gateway has as a VM (nothing
+    // untracked), or the replacement launch's, still in flight or adopted later.
+    gw.wait_status("no live instance outside the pool's VMs", LONG, |s| {
+        let vms = status_instances(s);
+        fake.instances().values().all(|i| {
+            i.state == "terminated"
+                || vms.contains(&i.id)
+                || fake.calls("RunInstances").iter().any(|r| {
+                    r.form("ClientToken").as_deref() == Some(i.token.as_str()) && i.token != first
+                })
+        })
+    });
+    let s = gw.status();
+    assert!(
+        s["vm_pool"]["errors"]["conditions"]
+            .get("stray_instances")
+            .is_none(),
+        "a recorded launch is not a stray: {s:#}"
+    );
+}
+
+/// An instance terminated outside the gateway leaves the pool although its old
+/// address still answers: the audit reads EC2's state, the VM dies
+/// (`spillway_vm_failures_total{stage="terminated"}`) and a replacement is launched.
+#[test]
+fn an_instance_terminated_outside_the_gateway_leaves_the_pool() {
+    let (fake, _apis) = fake_with_apis();
+    let gw = start(&fake_config(
+        &fake,
+        "outside",
+        ONE_VM,
+        "  audit_interval_seconds: 0.3",
+    ));
+    let s = gw.wait_status("a ready VM", LONG, |s| ready(s) == 1);
+    let first = status_instances(&s)[0].clone();
+    // The sample API at its address keeps answering 200.
+    fake.set_state(&first, "terminated");
+    let s = gw.wait_status("a replacement ready, the terminated one gone", LONG, |s| {
+        let vms = status_instances(s);
+        ready(s) == 1 && !vms.contains(&first)
+    });
+    let replacement = &status_instances(&s)[0];
+    assert_eq!(fake.instances()[replacement].state, "running");
+    let m = metrics(&gw);
+    assert!(
+        m.lines()
+            .any(|l| l.starts_with("spillway_vm_failures_total{stage=\"terminated\"} 1")),
+        "{m}"
+    );
+}
+
+/// An untracked instance of the gateway's own pool and id (an earlier run's that the
+/// start-up listing did not show) is the alarm `stray_instances` at once and is
+/// terminated only after `stray_grace_seconds`; another gateway's is left alone.
+#[test]
+fn a_stray_instance_is_terminated_after_the_grace_period_with_an_alarm() {
+    let fake = fake_without_boot();
+    let gw = start(&fake_config(
+        &fake,
+        "strays",
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 1",
+        "  audit_interval_seconds: 0.3\n  stray_grace_seconds: 1.5",
+    ));
+    gw.wait_status("the gateway up", LONG, |_| true);
+    let inserted = Instant::now();
+    let stray = fake.insert(
+        "running",
+        &[("spillway:pool", "strays"), ("spillway:gateway", "gw-test")],
+    );
+    let other = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "strays"),
+            ("spillway:gateway", "gw-other"),
+        ],
+    );
+    let s = gw.wait_status("the stray alarm", LONG, |s| {
+        !s["vm_pool"]["errors"]["conditions"]["stray_instances"].is_null()
+    });
+    let alarm = &s["vm_pool"]["errors"]["conditions"]["stray_instances"];
+    assert_eq!(alarm["alarm"], true, "{s:#}");
+    assert_eq!(alarm["detail"]["instances"][0], stray.as_str(), "{s:#}");
+    poll("the stray terminated", LONG, || {
+        (fake.instances()[&stray].state == "terminated").then_some(())
+    });
+    let (at, _, _) = fake
+        .timed_requests()
+        .into_iter()
+        .find(|(_, r, _)| {
+            r.action() == "TerminateInstances" && r.form_list("InstanceId").contains(&stray)
+        })
+        .expect("a TerminateInstances call for the stray");
+    assert!(
+        at.duration_since(inserted) >= Duration::from_millis(1500),
+        "terminated before the grace period: {:?}",
+        at.duration_since(inserted)
+    );
+    gw.wait_status("the alarm over", LONG, |s| {
+        s["vm_pool"]["errors"]["conditions"]
+            .get("stray_instances")
+            .is_none()
+    });
+    assert_eq!(
+        fake.instances()[&other].state,
+        "running",
+        "another gateway's"
+    );
+}
+
+/// `spillway check` warns, with the place in the file, about an allow-list that lets
+/// an instance's tag name nearly any address and about plain `http://` to an AWS
+/// endpoint off loopback — and still accepts the file (exit 0).
+#[test]
+fn check_warns_on_arbitrary_tag_addresses_and_plain_http_endpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("risky.yaml");
+    let yaml = ec2_config("  r_max_rps: 10", "http://10.1.2.3:4566", "cfg", "")
+        .replace("[127.0.0.0/8]", "[127.0.0.0/8, 0.0.0.0/0]");
+    std::fs::write(&path, &yaml).unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "warnings, not errors: {stderr}");
+    let line_of = |needle: &str| 1 + yaml.lines().position(|l| l.contains(needle)).unwrap();
+    let file = path.display().to_string();
+    let endpoint = format!("{file}:{}:", line_of("endpoint_url: http://10.1.2.3:4566"));
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&endpoint)
+            && l.contains("warning: vm_pool.endpoint_url: plain http://")),
+        "{stderr}"
+    );
+    let cidrs = format!("{file}:{}:", line_of("tag_address_allowed_cidrs"));
+    assert!(
+        stderr.lines().any(|l| l.starts_with(&cidrs)
+            && l.contains(
+                "warning: vm_pool.tag_address_allowed_cidrs[1]: 0.0.0.0/0 is wider than a /8"
+            )),
+        "{stderr}"
+    );
+    // Loopback endpoints and narrow lists (the other tests' configs) are not warned about.
+    std::fs::write(
+        &path,
+        ec2_config("  r_max_rps: 10", "http://127.0.0.1:1", "cfg", ""),
+    )
+    .unwrap();
+    let out = std::process::Command::new(common::exe())
+        .args(["check", "--config", path.to_str().unwrap()])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!stderr.contains("warning:"), "{stderr}");
+}
+
+/// Without `gateway_id`, the pool's writer id is the `pool_name` (never the host
+/// name), and instances an earlier version tagged with the host name (its default
+/// id) are adopted too: an upgraded gateway keeps its pool instead of doubling it.
+#[test]
+fn without_a_gateway_id_the_pool_name_is_the_id_and_the_host_name_is_adopted() {
+    let (fake, apis) = fake_with_apis();
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .expect("a Linux host name")
+        .trim()
+        .to_string();
+    let api = SampleApi::start("vm-earlier-version");
+    let url = format!("http://{}", api.addr);
+    apis.lock().push(api);
+    let earlier = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "noid"),
+            ("spillway:gateway", &host),
+            (UPSTREAM_TAG, &url),
+        ],
+    );
+    let gw = start(&ec2_config(
+        "  epoch_seconds: 1\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 2\n  max_vms: 2\n  cip_rps: 0",
+        &fake.endpoint(),
+        "noid",
+        "",
+    ));
+    gw.wait_status("the earlier instance adopted and one launched", LONG, |s| {
+        ready(s) == 2 && status_instances(s).contains(&earlier)
+    });
+    let runs = fake.calls("RunInstances");
+    assert_eq!(runs.len(), 1, "one launch beside the adopted instance");
+    assert_eq!(tag_of(&runs[0], "spillway:gateway"), "noid");
+}
+
+/// A pool shared by coordinated replicas: an instance of the pool's id (the cluster
+/// name) that no replica has as a VM — an earlier leader's launch that got ready after
+/// that leader stopped — is adopted by the leader once healthy, not left running
+/// untracked (the stray rule does not apply: the replicas share the id).
+#[test]
+fn the_leader_adopts_an_earlier_leaders_late_instance() {
+    let redis = replicas::Redis::start();
+    let (fake, apis) = fake_with_apis();
+    let yaml = ec2_config(
+        "  epoch_seconds: 0.5\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 2\n  cip_rps: 0",
+        &fake.endpoint(),
+        "shared",
+        "  audit_interval_seconds: 0.3",
+    ) + &format!(
+        "coordination:\n  type: redis\n  url: {}\n  cluster: c-ec2\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n",
+        redis.url()
+    );
+    let gw = start(&yaml);
+    gw.wait_status("this replica leads", LONG, |s| {
+        replicas::role(s) == "leader"
+    });
+    let api = SampleApi::start("vm-earlier-leader");
+    let url = format!("http://{}", api.addr);
+    apis.lock().push(api);
+    let late = fake.insert(
+        "running",
+        &[
+            ("spillway:pool", "shared"),
+            ("spillway:gateway", "c-ec2"),
+            (UPSTREAM_TAG, &url),
+        ],
+    );
+    gw.wait_status("the late instance adopted", LONG, |s| {
+        ready(s) == 1 && status_instances(s) == [late.clone()]
+    });
+    let s = gw.status();
+    let conditions = &s["vm_pool"]["errors"]["conditions"];
+    assert!(
+        conditions.get("stray_instances").is_none() && conditions.get("pool_writers").is_none(),
+        "{s:#}"
+    );
+    assert!(fake.calls("TerminateInstances").is_empty());
 }

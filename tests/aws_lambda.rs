@@ -632,8 +632,10 @@ fn lenient_replies_reach_the_client_in_every_format() {
     }
 }
 
-/// The Invoke call carries `X-Amzn-Trace-Id` (the client's, or one
-/// derived from its W3C `traceparent`), and both stay in the event's headers.
+/// The Invoke call carries `X-Amzn-Trace-Id` (rebuilt from the client's, or
+/// derived from its W3C `traceparent`), and the event's headers show the same; a
+/// client's `Lineage` (Lambda's recursive-loop detection) and other fields never reach
+/// Lambda.
 #[test]
 fn invoke_carries_the_trace_header() {
     let stub = InvokeStub::start(StubReply::ok(OK_REPLY));
@@ -652,8 +654,25 @@ fn invoke_carries_the_trace_header() {
     assert_eq!(code, 200);
     let (code, _, _) = http(gw.proxy, "GET", "/t", &[], b"");
     assert_eq!(code, 200);
+    let forged = format!("Lineage=a87bd80c:16;{xray};Self=1-x;Custom=y");
+    let (code, _, _) = http(
+        gw.proxy,
+        "GET",
+        "/t",
+        &[("X-Amzn-Trace-Id", forged.as_str())],
+        b"",
+    );
+    assert_eq!(code, 200);
+    let (code, _, _) = http(
+        gw.proxy,
+        "GET",
+        "/t",
+        &[("X-Amzn-Trace-Id", "Root=1-not-a-trace;Lineage=a87bd80c:16")],
+        b"",
+    );
+    assert_eq!(code, 200);
     let calls = stub.invocations();
-    assert_eq!(calls.len(), 3);
+    assert_eq!(calls.len(), 5);
     let trace = |c: &StubRequest| {
         c.headers
             .iter()
@@ -666,9 +685,15 @@ fn invoke_carries_the_trace_header() {
         Some("Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1")
     );
     assert_eq!(trace(&calls[2]), None);
+    assert_eq!(trace(&calls[3]).as_deref(), Some(xray));
+    assert_eq!(trace(&calls[4]), None);
     let ev: Value = serde_json::from_slice(&calls[0].body).unwrap();
     assert_eq!(ev["headers"]["x-amzn-trace-id"], xray);
     assert_eq!(ev["headers"]["traceparent"], tp);
+    let ev: Value = serde_json::from_slice(&calls[3].body).unwrap();
+    assert_eq!(ev["headers"]["x-amzn-trace-id"], xray);
+    let ev: Value = serde_json::from_slice(&calls[4].body).unwrap();
+    assert!(ev["headers"].get("x-amzn-trace-id").is_none(), "{ev}");
 }
 
 /// Every event the gateway sends, for a corpus of odd requests, in

@@ -12,12 +12,16 @@
 //!   zone — `Unsupported` —, subnet out of addresses) moves the same launch on to the next
 //!   subnet; an account **quota** (`InstanceLimitExceeded`, `VcpuLimitExceeded`) does not,
 //!   as no subnet would help.
-//! * **Ambiguous launches** (the reply was lost, timed out, or was a 5xx: the instance
-//!   may exist): the same RunInstances call — same client token, same subnet, same
-//!   parameters — is repeated with back-off ([`RUN_RECOVERY_ATTEMPTS`]), EC2's documented
-//!   idempotent recovery: it returns the instance the first call launched, or launches
-//!   it now. When every repetition is ambiguous too, DescribeInstances looks the token up
-//!   (with back-off) and the instance found, if any, becomes the launch's VM.
+//! * **Ambiguous launches** (the reply was lost — the connection closed or broke after
+//!   the request was written —, timed out, or was a 5xx: the instance may exist): the
+//!   same RunInstances call — same client token, same subnet, same parameters — is
+//!   repeated with back-off ([`RUN_RECOVERY_ATTEMPTS`]), EC2's documented idempotent
+//!   recovery: it returns the instance the first call launched, or launches it now. Only
+//!   a request that never left (no connection, [`super::aws_http::never_sent`]) is a
+//!   definite failure. When every repetition is ambiguous too, DescribeInstances looks
+//!   the token up (with back-off) and the instance found, if any, becomes the launch's
+//!   VM. Every token is recorded while its launch runs and, when the launch gives up,
+//!   afterwards: an instance that turns up later with it is adopted by the audit.
 //! * **Address resolution** ([`VmProvider::resolve`], polled by the driver every
 //!   `probe_interval_seconds` per booting VM) reads a shared snapshot: one
 //!   DescribeInstances call (by `instance-id` filter, which unlike `InstanceIds` does
@@ -41,17 +45,39 @@
 //!   to [`TERMINATE_CONFIRM_FOR`]. An instance never confirmed stays tracked and the
 //!   pool audit tries again.
 //! * **One writer per pool's instances**: every instance carries this
-//!   gateway's id (`gateway_id`, default the host name). At start, instances of the pool
+//!   gateway's id ([`effective_gateway_id`]: `gateway_id`, else the coordination cluster
+//!   name, else the `pool_name`; never the host name, so a restarted gateway finds its
+//!   pool). At start — after listing the pool with back-off ([`ADOPT_LIST_ATTEMPTS`]),
+//!   before anything is launched —, instances of the pool
 //!   with this id (or one of `adopt_gateway_ids`, or no id: launched before the tag
 //!   existed) are this gateway's: those that are `running`, resolve and pass one health
 //!   probe are adopted as ready VMs; the others — booting, unhealthy, `stopping` or
 //!   `stopped` — are terminated. Instances of other gateway ids are never adopted or
 //!   terminated; `/status` lists them per id (`vm_pool.errors.conditions.other_gateways`).
-//! * **Pool audit**, every `audit_interval_seconds`: terminates this gateway's `stopped`
-//!   instances, retries unconfirmed terminations, and raises the alarm `pool_writers`
-//!   when an instance with this gateway's id that this run did not launch (its client
-//!   token is not this run's) was launched after this run started — a second live
-//!   gateway writing the pool with the same id. Its instances are left alone.
+//! * **Pool audit**, every `audit_interval_seconds` (one listing of the pool in every
+//!   state): terminates this gateway's `stopped` instances, retries unconfirmed
+//!   terminations, and
+//!   * raises the alarm `pool_writers` when an instance with this gateway's id that this
+//!     run did not launch (its client token is not this run's) was launched after this
+//!     run started — a second live gateway writing the pool with the same id. Its
+//!     instances are left alone;
+//!   * adopts (as a ready VM, through [`VmProvider::take_pool_changes`]) an untracked
+//!     running instance whose client token is one of a launch this run gave up on,
+//!     once its address passes the policy and one health probe answers 2xx; a launch
+//!     still in flight is never touched;
+//!   * raises the alarm `stray_instances` for any other untracked instance of this
+//!     gateway (its id, an adopted id, or none) — an earlier run's that adoption did
+//!     not see — and terminates it once seen for `stray_grace_seconds`;
+//!   * reports a tracked instance that EC2 shows `shutting-down`, `terminated`,
+//!     `stopping` or `stopped`, or no longer lists in [`GONE_AFTER_MISSED_AUDITS`]
+//!     audits, as gone: its VM leaves the pool whatever still answers at its address,
+//!     and resolving it fails.
+//!
+//!   Under coordination (`shared`) the replicas share one id: no `pool_writers` alarm
+//!   and no stray termination; a running, healthy instance this replica does not track
+//!   is offered to the driver ([`PoolChanges::unclaimed`]), and the leader adopts it
+//!   unless one of its VMs (its own, or the registry's) is that instance — a launch of
+//!   an earlier leader that got ready after that leader stopped is not lost.
 //! * **Shutdown**: `on_shutdown: keep` (default) leaves the pool's VMs for the next run to
 //!   adopt (instances being terminated are still terminated); `terminate` terminates
 //!   every instance this run launched or adopted.
@@ -63,7 +89,8 @@
 //!   matches the template's AMI), an exhausted quota, an invalid request — is also the
 //!   alarm `launch` (`vm_pool.errors.conditions.launch`) until a launch succeeds. The
 //!   controller serves with the VMs that are ready and spills the rest to the function
-//!   tier; a failed adoption listing starts the gateway with no adopted VM.
+//!   tier; adoption listings that all fail start the gateway with no adopted VM and the
+//!   alarm `adoption` until the audit lists the pool.
 
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -83,7 +110,7 @@ use http::Uri;
 use tokio::time::Instant;
 
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
-use super::{BackendError, BoxFuture, VmProvider};
+use super::{BackendError, BoxFuture, PoolChanges, VmProvider};
 use crate::config::{EC2_POOL_TAG_KEY, Ec2Address, Ec2ShutdownPolicy, Ec2VmPoolConfig};
 use crate::net::client::UpstreamClient;
 use crate::policy::VmId;
@@ -118,6 +145,17 @@ pub const RUN_RECOVERY_ATTEMPTS: u32 = 4;
 pub const RUN_RECOVERY_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest pause between DescribeInstances calls while the API throttles.
 pub const DESCRIBE_BACKOFF_MAX: Duration = Duration::from_secs(60);
+/// Listings of the pool tried at start before the gateway starts without adopted VMs
+/// (each with the SDK's own retries): nothing is launched before adoption has listed
+/// the pool or given up.
+pub const ADOPT_LIST_ATTEMPTS: u32 = 6;
+/// First pause between two adoption listings; doubles up to [`ADOPT_LIST_BACKOFF_MAX`].
+pub const ADOPT_LIST_BACKOFF: Duration = Duration::from_millis(500);
+/// Longest pause between two adoption listings.
+pub const ADOPT_LIST_BACKOFF_MAX: Duration = Duration::from_secs(8);
+/// Pool audits in a row that must miss a resolved instance (EC2 lists terminated
+/// instances for about an hour, then forgets them) before it counts as gone.
+pub const GONE_AFTER_MISSED_AUDITS: u32 = 2;
 /// Most values per DescribeInstances filter (EC2's limit is 200).
 pub const DESCRIBE_FILTER_VALUES: usize = 200;
 /// Connect timeout towards the EC2 endpoint.
@@ -147,6 +185,12 @@ const COND_OTHERS: &str = "other_gateways";
 /// the instance was not used. An alarm (a tag pointing at the metadata
 /// service is an attack or a broken boot script); it stays until a restart.
 const COND_ADDRESS: &str = "upstream_address";
+/// Alarm: the pool could not be listed at start; instances of an earlier run may run
+/// untracked until the audit finds them (then `stray_instances`).
+const COND_ADOPTION: &str = "adoption";
+/// Alarm: instances of this gateway's pool that no VM stands for (not adopted at start,
+/// not launched by this run); terminated after `stray_grace_seconds`.
+const COND_STRAYS: &str = "stray_instances";
 
 /// What the provider knows about one of its instances.
 #[derive(Clone, Debug, Default)]
@@ -157,6 +201,19 @@ struct Tracked {
     terminating: bool,
     /// Since when EC2 has said "not found" for it, while terminating.
     missing_since: Option<Instant>,
+    /// Pool audits in a row whose listing did not show it (once resolved).
+    missing_audits: u32,
+}
+
+/// Where a RunInstances client token of this run stands.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Launch {
+    /// The call (or its recovery) is still running: the audit leaves an instance with
+    /// this token alone.
+    InFlight,
+    /// The launch gave up with its outcome unknown or failed: an instance that turns
+    /// up with this token is this gateway's, adopted by the audit when healthy.
+    GaveUp,
 }
 
 /// The shared DescribeInstances snapshot of address resolution.
@@ -200,17 +257,44 @@ struct Pool {
     allow_loopback: bool,
     /// Instances whose address the policy refused, and the last one's id.
     refused: Mutex<(u64, String)>,
+    /// The pool is shared by coordinated replicas (one `gateway_id` for all): the audit
+    /// raises no `pool_writers` alarm and terminates no stray instance (another
+    /// replica's launch is not a stray).
+    shared: bool,
+    /// Client tokens of this run's RunInstances calls still in flight or given up.
+    launches: Mutex<HashMap<String, Launch>>,
+    /// What the audit found for the driver ([`VmProvider::take_pool_changes`]).
+    changes: Mutex<PoolChanges>,
+    /// Instances EC2 reports gone (terminated outside the gateway).
+    gone: Mutex<HashSet<String>>,
+    /// Untracked instances of this gateway's pool, and since when the audit sees them.
+    strays: Mutex<HashMap<String, Instant>>,
+    /// `vm_pool.stray_grace_seconds`.
+    stray_grace: Duration,
+    /// Without `vm_pool.gateway_id`: the host name, the default id of earlier versions,
+    /// whose instances are this gateway's too (an upgrade keeps its pool).
+    legacy_id: Option<String>,
 }
 
-/// The host name, the default `gateway_id`: `/proc/sys/kernel/hostname`, else
-/// `$HOSTNAME`, else `spillway`.
-pub fn default_gateway_id() -> String {
+/// The pool's writer id: `vm_pool.gateway_id`, else (under coordination the config
+/// sets it to the cluster name) the `pool_name`. Never the host name: a restarted or
+/// rescheduled gateway must find its own instances again.
+pub fn effective_gateway_id(cfg: &Ec2VmPoolConfig) -> String {
+    cfg.gateway_id
+        .clone()
+        .unwrap_or_else(|| cfg.pool_name.clone())
+}
+
+/// The host name (`/proc/sys/kernel/hostname`, else `$HOSTNAME`), the default
+/// `gateway_id` of earlier versions: without `vm_pool.gateway_id`, instances tagged with
+/// it are adopted like this gateway's own, so an upgraded gateway keeps the pool its
+/// previous version launched.
+pub fn legacy_gateway_id() -> Option<String> {
     std::fs::read_to_string("/proc/sys/kernel/hostname")
         .ok()
         .or_else(|| std::env::var("HOSTNAME").ok())
         .map(|h| h.trim().chars().take(128).collect::<String>())
         .filter(|h| !h.is_empty())
-        .unwrap_or_else(|| "spillway".to_owned())
 }
 
 impl Ec2VmPool {
@@ -219,7 +303,8 @@ impl Ec2VmPool {
     /// health probe of instances found at start. `allow_loopback`
     /// (`gateway.allow_loopback_upstreams`) accepts loopback instance addresses
     /// (link-local and metadata addresses are always refused). No API call is
-    /// made here.
+    /// made here. `shared`: the pool is written by coordinated replicas under one id
+    /// (no `pool_writers` alarm, no stray termination by the audit).
     ///
     /// # Errors
     /// [`BackendError::Provider`] when no region is configured anywhere
@@ -228,6 +313,7 @@ impl Ec2VmPool {
         cfg: &Ec2VmPoolConfig,
         http: UpstreamClient,
         allow_loopback: bool,
+        shared: bool,
     ) -> Result<Self, BackendError> {
         let sdk = super::aws_sdk::load(
             "ec2",
@@ -250,7 +336,7 @@ impl Ec2VmPool {
         Ok(Self {
             pool: Arc::new(Pool {
                 client: Client::new(&sdk),
-                gateway_id: cfg.gateway_id.clone().unwrap_or_else(default_gateway_id),
+                gateway_id: effective_gateway_id(cfg),
                 cfg: cfg.clone(),
                 http,
                 run_id: rand::random(),
@@ -263,6 +349,17 @@ impl Ec2VmPool {
                 errors: ProviderErrors::new(PROVIDER),
                 allow_loopback,
                 refused: Mutex::new((0, String::new())),
+                shared,
+                launches: Mutex::new(HashMap::new()),
+                changes: Mutex::new(PoolChanges::default()),
+                gone: Mutex::new(HashSet::new()),
+                strays: Mutex::new(HashMap::new()),
+                stray_grace: super::secs(cfg.stray_grace_seconds),
+                legacy_id: if cfg.gateway_id.is_none() {
+                    legacy_gateway_id()
+                } else {
+                    None
+                },
             }),
         })
     }
@@ -272,7 +369,7 @@ impl Ec2VmPool {
         self.pool.managed()
     }
 
-    /// This gateway's id in the pool (`vm_pool.gateway_id` or the host name).
+    /// This gateway's id in the pool ([`effective_gateway_id`]).
     pub fn gateway_id(&self) -> &str {
         &self.pool.gateway_id
     }
@@ -292,6 +389,14 @@ impl Pool {
 
     fn lock(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Tracked>> {
         self.instances.lock()
+    }
+
+    fn launches(&self) -> parking_lot::MutexGuard<'_, HashMap<String, Launch>> {
+        self.launches.lock()
+    }
+
+    fn is_gone(&self, id: &str) -> bool {
+        self.gone.lock().contains(id)
     }
 
     /// The client-token prefix of this run's launches.
@@ -456,9 +561,22 @@ impl Pool {
                 (!subnets.is_empty()).then(|| subnets[(first + i) % subnets.len()].as_str());
             // A client token is bound to its parameters: one per subnet attempt.
             let token = format!("{}{vm}-{i}", self.token_prefix());
-            match self.run_recovering(vm, subnet, &token).await {
+            self.launches().insert(token.clone(), Launch::InFlight);
+            let outcome = self.run_recovering(vm, subnet, &token).await;
+            // Tracked by id from here on (tracked first: the audit never sees it
+            // untracked and unrecorded), or adoptable by the audit should an instance
+            // with this token turn up after all.
+            match &outcome {
                 Ok(Some(id)) if !id.is_empty() => {
                     self.lock().insert(id.clone(), Tracked::default());
+                    self.launches().remove(&token);
+                }
+                _ => {
+                    self.launches().insert(token.clone(), Launch::GaveUp);
+                }
+            }
+            match outcome {
+                Ok(Some(id)) if !id.is_empty() => {
                     self.errors.clear_condition(COND_LAUNCH);
                     tracing::info!(%vm, instance = %id, subnet = subnet.unwrap_or("-"), pool = %self.cfg.pool_name, "EC2 instance launched");
                     return Ok(id);
@@ -708,12 +826,15 @@ impl Pool {
     }
 
     /// Which gateway an instance of the pool belongs to: `Ok(())` this one (its id, an
-    /// id in `adopt_gateway_ids`, or no id tag), `Err(other id)` another.
+    /// id in `adopt_gateway_ids`, the host name when no `gateway_id` is set
+    /// ([`legacy_gateway_id`]), or no id tag), `Err(other id)` another.
     fn owner(&self, inst: &Instance) -> Result<(), String> {
         match tag_value(inst, EC2_GATEWAY_TAG_KEY) {
             None => Ok(()),
             Some(g)
-                if g == self.gateway_id || self.cfg.adopt_gateway_ids.iter().any(|a| a == g) =>
+                if g == self.gateway_id
+                    || self.cfg.adopt_gateway_ids.iter().any(|a| a == g)
+                    || self.legacy_id.as_deref() == Some(g) =>
             {
                 Ok(())
             }
@@ -879,11 +1000,18 @@ impl Pool {
     /// Adoption at start (see the [module docs](self)): `(adopted, stale)`, the stale
     /// ones (this gateway's, not ready) to be terminated.
     async fn adopt_instances(&self) -> (Vec<(String, Uri)>, Vec<String>) {
-        let Ok(found) = self
-            .list_pool(&["pending", "running", "stopping", "stopped"])
-            .await
-        else {
-            tracing::warn!(pool = %self.cfg.pool_name, "cannot list the pool's instances; starting without adopted VMs");
+        let Some(found) = self.list_pool_for_adoption().await else {
+            tracing::error!(pool = %self.cfg.pool_name, attempts = ADOPT_LIST_ATTEMPTS, "cannot list the pool's instances; starting without adopted VMs (the pool audit terminates instances of an earlier run after stray_grace_seconds)");
+            self.errors.set_condition(
+                COND_ADOPTION,
+                "listing_failed",
+                true,
+                Some(format!(
+                    "the instances of pool {} could not be listed at start ({ADOPT_LIST_ATTEMPTS} attempts); instances of an earlier run may be running untracked until the pool audit lists the pool",
+                    self.cfg.pool_name
+                )),
+                serde_json::Map::new(),
+            );
             return (Vec::new(), Vec::new());
         };
         let mut others: BTreeMap<String, u64> = BTreeMap::new();
@@ -941,6 +1069,28 @@ impl Pool {
         (adopted, stale)
     }
 
+    /// The pool's live instances for adoption at start: up to [`ADOPT_LIST_ATTEMPTS`]
+    /// listings with back-off ([`ADOPT_LIST_BACKOFF`] doubling up to
+    /// [`ADOPT_LIST_BACKOFF_MAX`], up to a quarter more as jitter); `None` when every one
+    /// failed. The gateway launches nothing before this returns.
+    async fn list_pool_for_adoption(&self) -> Option<Vec<Instance>> {
+        let mut pause = ADOPT_LIST_BACKOFF;
+        for attempt in 1..=ADOPT_LIST_ATTEMPTS {
+            if let Ok(found) = self
+                .list_pool(&["pending", "running", "stopping", "stopped"])
+                .await
+            {
+                return Some(found);
+            }
+            if attempt < ADOPT_LIST_ATTEMPTS {
+                tracing::warn!(pool = %self.cfg.pool_name, attempt, backoff = ?pause, "cannot list the pool's instances for adoption; trying again before any launch");
+                tokio::time::sleep(pause + pause.mul_f64(rand::random::<f64>() * 0.25)).await;
+                pause = (pause * 2).min(ADOPT_LIST_BACKOFF_MAX);
+            }
+        }
+        None
+    }
+
     /// `/status`: the pool's instances that belong to other gateway ids, per id.
     fn note_other_gateways(&self, others: &BTreeMap<String, u64>) {
         if others.is_empty() {
@@ -966,78 +1116,141 @@ impl Pool {
     /// One pool audit (see the [module docs](self)).
     async fn audit(&self) {
         let Ok(found) = self
-            .list_pool(&["pending", "running", "stopping", "stopped"])
+            .list_pool(&[
+                "pending",
+                "running",
+                "shutting-down",
+                "terminated",
+                "stopping",
+                "stopped",
+            ])
             .await
         else {
             return;
         };
+        self.errors.clear_condition(COND_ADOPTION);
         let prefix = self.token_prefix();
+        let now = Instant::now();
         let mut others: BTreeMap<String, u64> = BTreeMap::new();
         let mut to_terminate: Vec<String> = Vec::new();
         let mut twins: Vec<String> = Vec::new();
+        let mut recovered: Vec<Instance> = Vec::new();
+        let mut strays_seen: Vec<String> = Vec::new();
+        let mut unclaimed: Vec<Instance> = Vec::new();
+        let mut gone: Vec<String> = Vec::new();
         let visible: HashSet<String> = found
             .iter()
             .filter_map(|i| i.instance_id().map(str::to_owned))
             .collect();
         {
-            let map = self.lock();
+            let mut map = self.lock();
+            let launches = self.launches().clone();
             for inst in &found {
                 let Some(id) = inst.instance_id() else {
                     continue;
                 };
                 let state = state_of(inst);
+                let up = matches!(
+                    state,
+                    InstanceStateName::Pending | InstanceStateName::Running
+                );
+                let live = up
+                    || matches!(
+                        state,
+                        InstanceStateName::Stopping | InstanceStateName::Stopped
+                    );
                 match self.owner(inst) {
-                    Err(other) => *others.entry(other).or_default() += 1,
-                    Ok(()) => match map.get(id) {
-                        Some(t) if t.terminating => to_terminate.push(id.to_owned()),
-                        _ if state == InstanceStateName::Stopped => {
+                    Err(other) => {
+                        if live {
+                            *others.entry(other).or_default() += 1;
+                        }
+                    }
+                    Ok(()) => match map.get_mut(id) {
+                        Some(t) if t.terminating => {
+                            if live {
+                                to_terminate.push(id.to_owned());
+                            } else {
+                                map.remove(id);
+                            }
+                        }
+                        Some(t) => {
+                            t.missing_audits = 0;
+                            if !up {
+                                // Terminated or stopped outside the gateway: its VM
+                                // leaves the pool, whatever answers at its address.
+                                gone.push(id.to_owned());
+                                if live {
+                                    to_terminate.push(id.to_owned());
+                                }
+                            }
+                        }
+                        None if !live => {}
+                        None if state == InstanceStateName::Stopped => {
                             to_terminate.push(id.to_owned());
                         }
-                        Some(_) => {}
                         None => {
-                            let ours = inst.client_token().is_some_and(|t| t.starts_with(&prefix));
-                            let after_start = inst
-                                .launch_time()
-                                .is_some_and(|t| t.secs() > self.started_unix);
-                            let own_id =
-                                tag_value(inst, EC2_GATEWAY_TAG_KEY) == Some(&self.gateway_id);
-                            if own_id
-                                && after_start
-                                && !ours
-                                && matches!(
-                                    state,
-                                    InstanceStateName::Pending | InstanceStateName::Running
-                                )
-                            {
-                                twins.push(id.to_owned());
+                            let token = inst.client_token().unwrap_or_default();
+                            match launches.get(token) {
+                                // A launch of this run still under way: never touched.
+                                Some(Launch::InFlight) => {}
+                                Some(Launch::GaveUp) => {
+                                    if state == InstanceStateName::Running {
+                                        recovered.push(inst.clone());
+                                    }
+                                }
+                                None => {
+                                    let ours = !token.is_empty() && token.starts_with(&prefix);
+                                    let after_start = inst
+                                        .launch_time()
+                                        .is_some_and(|t| t.secs() > self.started_unix);
+                                    let own_id = tag_value(inst, EC2_GATEWAY_TAG_KEY)
+                                        == Some(&self.gateway_id);
+                                    if ours {
+                                        // Already being handled.
+                                    } else if self.shared {
+                                        // Another replica's; the leader adopts it when
+                                        // no VM stands for it.
+                                        if state == InstanceStateName::Running {
+                                            unclaimed.push(inst.clone());
+                                        }
+                                    } else if own_id && after_start && up {
+                                        twins.push(id.to_owned());
+                                    } else {
+                                        strays_seen.push(id.to_owned());
+                                    }
+                                }
                             }
                         }
                     },
                 }
             }
+            // Resolved instances EC2 no longer lists at all (it forgets terminated
+            // ones after about an hour) are gone too.
+            for (id, t) in map.iter_mut() {
+                if !t.terminating && t.base.is_some() && !visible.contains(id) {
+                    t.missing_audits += 1;
+                    if t.missing_audits >= GONE_AFTER_MISSED_AUDITS {
+                        gone.push(id.clone());
+                    }
+                }
+            }
+            for id in &gone {
+                if !to_terminate.contains(id) {
+                    map.remove(id);
+                }
+            }
         }
         self.note_other_gateways(&others);
-        if twins.is_empty() {
-            self.errors.clear_condition(COND_WRITERS);
-        } else {
-            twins.sort();
-            let detail = [(
-                "instances".to_owned(),
-                serde_json::Value::from(twins.clone()),
-            )]
-            .into_iter()
-            .collect();
-            self.errors.set_condition(
-                COND_WRITERS,
-                "conflict",
-                true,
-                Some(format!(
-                    "another gateway launches into pool {} with this gateway's id {:?}; give each gateway its own vm_pool.gateway_id (its instances are left alone)",
-                    self.cfg.pool_name, self.gateway_id
-                )),
-                detail,
-            );
+        self.note_twins(twins);
+        if !gone.is_empty() {
+            gone.sort();
+            tracing::warn!(instances = ?gone, pool = %self.cfg.pool_name, "EC2 reports these instances terminated or stopped outside the gateway; their VMs leave the pool");
+            self.gone.lock().extend(gone.iter().cloned());
+            self.changes.lock().gone.extend(gone);
         }
+        to_terminate.extend(self.note_strays(&strays_seen, now));
+        self.adopt_recovered(recovered).await;
+        self.offer_unclaimed(unclaimed).await;
         // Terminations EC2 never confirmed and that it no longer lists are forgotten.
         {
             let mut map = self.lock();
@@ -1054,13 +1267,149 @@ impl Pool {
         }
         if !to_terminate.is_empty() {
             to_terminate.sort();
-            tracing::warn!(instances = ?to_terminate, "pool audit: terminating stopped instances and unconfirmed terminations");
+            to_terminate.dedup();
+            tracing::warn!(instances = ?to_terminate, "pool audit: terminating stopped and stray instances and unconfirmed terminations");
             let _ = self.terminate_ids(&to_terminate, Duration::ZERO).await;
+        }
+    }
+
+    /// The `pool_writers` alarm: instances with this gateway's id that this run did
+    /// not launch, launched after it started.
+    fn note_twins(&self, mut twins: Vec<String>) {
+        if twins.is_empty() {
+            self.errors.clear_condition(COND_WRITERS);
+            return;
+        }
+        twins.sort();
+        let detail = [(
+            "instances".to_owned(),
+            serde_json::Value::from(twins.clone()),
+        )]
+        .into_iter()
+        .collect();
+        self.errors.set_condition(
+            COND_WRITERS,
+            "conflict",
+            true,
+            Some(format!(
+                "another gateway launches into pool {} with this gateway's id {:?}; give each gateway its own vm_pool.gateway_id (its instances are left alone)",
+                self.cfg.pool_name, self.gateway_id
+            )),
+            detail,
+        );
+    }
+
+    /// The `stray_instances` alarm for the untracked instances of this gateway's pool
+    /// the audit saw now (`seen`); returns those seen for `stray_grace_seconds` or
+    /// longer, to be terminated. A stray that is no longer listed live is forgotten.
+    fn note_strays(&self, seen: &[String], now: Instant) -> Vec<String> {
+        let strays: Vec<(String, Instant)> = {
+            let mut st = self.strays.lock();
+            st.retain(|id, _| seen.contains(id));
+            for id in seen {
+                st.entry(id.clone()).or_insert(now);
+            }
+            let mut v: Vec<(String, Instant)> =
+                st.iter().map(|(id, at)| (id.clone(), *at)).collect();
+            v.sort();
+            v
+        };
+        if strays.is_empty() {
+            self.errors.clear_condition(COND_STRAYS);
+            return Vec::new();
+        }
+        let due: Vec<String> = strays
+            .iter()
+            .filter(|(_, since)| now.duration_since(*since) >= self.stray_grace)
+            .map(|(id, _)| id.clone())
+            .collect();
+        let ids: Vec<String> = strays.iter().map(|(id, _)| id.clone()).collect();
+        tracing::error!(instances = ?ids, terminating = ?due, grace_seconds = self.stray_grace.as_secs_f64(), pool = %self.cfg.pool_name, "stray instances of this gateway's pool: not adopted at start and not launched by this run");
+        let detail = [
+            ("instances".to_owned(), serde_json::Value::from(ids)),
+            (
+                "terminating".to_owned(),
+                serde_json::Value::from(due.clone()),
+            ),
+            (
+                "grace_seconds".to_owned(),
+                serde_json::Value::from(self.stray_grace.as_secs_f64()),
+            ),
+        ]
+        .into_iter()
+        .collect();
+        self.errors.set_condition(
+            COND_STRAYS,
+            if due.is_empty() { "grace" } else { "terminating" },
+            true,
+            Some(format!(
+                "instances of pool {} with this gateway's id ({}) that it neither adopted nor launched; each is terminated once the audit has seen it for vm_pool.stray_grace_seconds ({:?})",
+                self.cfg.pool_name, self.gateway_id, self.stray_grace
+            )),
+            detail,
+        );
+        due
+    }
+
+    /// A shared pool's running instances that this replica does not track: those whose
+    /// address passes the policy and that answer one health probe are offered to the
+    /// driver ([`PoolChanges::unclaimed`]), which adopts them on the leader only (a
+    /// follower's driver already has the leader's VMs from the registry).
+    async fn offer_unclaimed(&self, unclaimed: Vec<Instance>) {
+        for inst in unclaimed {
+            let Some(id) = inst.instance_id().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(Some(base)) = self.address(&inst) else {
+                continue;
+            };
+            if self.http.probe(&base, &self.cfg.health_path).await {
+                let mut changes = self.changes.lock();
+                if !changes.unclaimed.iter().any(|(queued, _)| *queued == id) {
+                    changes.unclaimed.push((id, base));
+                }
+            }
+        }
+    }
+
+    /// Instances of launches this run gave up on (outcome unknown) that turned up
+    /// running: adopted as ready VMs when their address passes the policy and one
+    /// health probe answers 2xx (else the next audit tries again; the boot timeout
+    /// does not apply, an instance that never gets healthy stays until shutdown).
+    async fn adopt_recovered(&self, recovered: Vec<Instance>) {
+        for inst in recovered {
+            let Some(id) = inst.instance_id().map(str::to_owned) else {
+                continue;
+            };
+            let Ok(Some(base)) = self.address(&inst) else {
+                continue;
+            };
+            if !self.http.probe(&base, &self.cfg.health_path).await {
+                continue;
+            }
+            if let Some(token) = inst.client_token() {
+                self.launches().remove(token);
+            }
+            self.lock().insert(
+                id.clone(),
+                Tracked {
+                    base: Some(base.clone()),
+                    ..Tracked::default()
+                },
+            );
+            tracing::warn!(instance = %id, %base, "an instance of a launch whose outcome was unknown turned up; adopted as a ready VM");
+            self.changes.lock().adopted.push((id, base));
         }
     }
 
     /// Resolve `instance` (see [`VmProvider::resolve`]).
     async fn resolve(&self, instance: &str) -> Result<Option<Uri>, BackendError> {
+        if self.is_gone(instance) {
+            return Err(BackendError::NotReady {
+                instance: instance.to_string(),
+                reason: "EC2 reports the instance terminated or stopped".into(),
+            });
+        }
         if let Some(base) = self.lock().get(instance).and_then(|t| t.base.clone()) {
             return Ok(Some(base));
         }
@@ -1189,6 +1538,9 @@ impl VmProvider for Ec2VmPool {
 
     fn terminate<'a>(&'a self, instance: &'a str) -> BoxFuture<'a, Result<(), BackendError>> {
         Box::pin(async move {
+            if self.pool.is_gone(instance) && !self.pool.lock().contains_key(instance) {
+                return Ok(()); // Terminated outside the gateway (a stopped one is being terminated).
+            }
             self.pool
                 .terminate_ids(&[instance.to_string()], TERMINATE_CONFIRM_FOR)
                 .await
@@ -1197,6 +1549,20 @@ impl VmProvider for Ec2VmPool {
 
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(self.pool.shutdown())
+    }
+
+    fn take_pool_changes(&self) -> PoolChanges {
+        std::mem::take(&mut *self.pool.changes.lock())
+    }
+
+    fn track(&self, instance: &str, base: &Uri) {
+        self.pool.lock().insert(
+            instance.to_owned(),
+            Tracked {
+                base: Some(base.clone()),
+                ..Tracked::default()
+            },
+        );
     }
 
     fn errors(&self) -> ProviderErrorStats {
@@ -1345,19 +1711,27 @@ pub fn check_tag_address(
         .collect::<Vec<_>>()
         .join(", ");
     Err(format!(
-        "upstream URL {base}: {ip} is not one of the instance's own addresses ({own}); add a CIDR holding it to vm_pool.tag_address_allowed_cidrs if that is intended"
+        "{ip} (upstream URL {base}) is neither one of the instance's own addresses nor in vm_pool.tag_address_allowed_cidrs; its own: {own}"
     ))
 }
 
 /// Whether a failed RunInstances call may still have launched an instance: its reply
-/// was lost, it timed out after the request left, or EC2 answered with a server error
-/// (5xx) that is not a definite answer (`InternalError`, `Unavailable`, an unknown code;
-/// not `InsufficientInstanceCapacity` or `RequestLimitExceeded`, which EC2 also sends
-/// as 5xx) after the SDK's own retries.
+/// was lost (the connection closed or broke after the request was written), it timed
+/// out after the request left, or EC2 answered with a server error (5xx) that is not a
+/// definite answer (`InternalError`, `Unavailable`, an unknown code; not
+/// `InsufficientInstanceCapacity` or `RequestLimitExceeded`, which EC2 also sends as
+/// 5xx) after the SDK's own retries. Only a request that never left (no connection
+/// could be made, [`super::aws_http::never_sent`]) or that the client refused to send
+/// is a definite failure.
 fn may_have_launched<E: ProvideErrorMetadata>(e: &SdkError<E>) -> bool {
     match e {
         SdkError::TimeoutError(_) | SdkError::ResponseError(_) => true,
-        SdkError::DispatchFailure(d) => d.is_timeout(),
+        SdkError::DispatchFailure(d) => {
+            !d.is_user()
+                && !d
+                    .as_connector_error()
+                    .is_some_and(|c| super::aws_http::never_sent(c))
+        }
         SdkError::ServiceError(s) => {
             let status = s.raw().status().as_u16();
             status >= 500 && classify_code(s.err().code(), status) == ErrorKind::Other
@@ -1570,7 +1944,7 @@ mod tests {
         }
         let e = check("http://10.0.3.8:8080", &[]).unwrap_err();
         assert!(
-            e.contains("10.0.3.8 is not one of the instance's own addresses")
+            e.contains("10.0.3.8 (upstream URL http://10.0.3.8:8080/) is neither one of the instance's own addresses")
                 && e.contains("10.0.3.7")
                 && e.contains("tag_address_allowed_cidrs"),
             "{e}"
@@ -1581,10 +1955,18 @@ mod tests {
         assert!(e.contains("names the host `api.example.com`"), "{e}");
     }
 
+    /// The pool's writer id never comes from the host: without `gateway_id` it is the
+    /// `pool_name` (the config sets the cluster name under coordination).
     #[test]
-    fn the_default_gateway_id_is_a_valid_tag_value() {
-        let id = default_gateway_id();
-        assert!((1..=128).contains(&id.chars().count()), "{id:?}");
-        assert_eq!(id.trim(), id);
+    fn the_gateway_id_is_derived_from_the_pool_name_not_the_host() {
+        let mut cfg: Ec2VmPoolConfig = serde_json::from_value(serde_json::json!({
+            "pool_name": "api-pool",
+            "image_id": "ami-12c6146b",
+            "instance_type": "t3.micro",
+        }))
+        .unwrap();
+        assert_eq!(effective_gateway_id(&cfg), "api-pool");
+        cfg.gateway_id = Some("gw-eu".into());
+        assert_eq!(effective_gateway_id(&cfg), "gw-eu");
     }
 }

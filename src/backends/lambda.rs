@@ -24,8 +24,13 @@
 //!
 //! **Tracing**: the Invoke request carries an `X-Amzn-Trace-Id`
 //! header so that the function's X-Ray segment joins the caller's trace
-//! ([`xray_trace_header`]: the request's own `X-Amzn-Trace-Id`, else one derived from a
-//! W3C `traceparent`); both headers also stay in the event's `headers`.
+//! ([`xray_trace_header`]: rebuilt from the request's own `X-Amzn-Trace-Id` — only its
+//! `Root`, `Parent` and `Sampled` fields, each checked — else derived from a W3C
+//! `traceparent`). A client's header is never passed on as it came: Lambda reads more
+//! than the trace id from it (the `Lineage` field drives its recursive-loop detection,
+//! which stops a function that seems to call itself), so every other field is dropped.
+//! The event's `headers` carry the same rebuilt `x-amzn-trace-id` (none when the
+//! client's was not valid) and the client's `traceparent`.
 //!
 //! **Errors where the function never ran** ([`never_ran`]): Lambda
 //! rejects some Invoke calls before any code runs (the version is not ready, ENIs or
@@ -119,31 +124,53 @@ pub fn never_ran(code: &str) -> bool {
 }
 
 /// The `X-Amzn-Trace-Id` to send with the Invoke call for a request with `headers`:
-/// * the request's own `X-Amzn-Trace-Id` when it names a root (`Root=1-…`) and is at
-///   most 512 bytes of visible ASCII;
+/// * rebuilt from the request's own `X-Amzn-Trace-Id` when it holds a valid root
+///   (`Root=1-<8 hex>-<24 hex>`, lower case): `Root=…[;Parent=<16 hex>][;Sampled=0|1]`,
+///   each kept only when valid; every other field (`Lineage`, `Self`, custom ones) is
+///   dropped, so a client cannot feed Lambda's recursive-loop detection or other
+///   fields;
 /// * else one derived from a valid W3C `traceparent`
 ///   (`00-<32 hex trace id>-<16 hex parent id>-<2 hex flags>`, not all-zero ids) as X-Ray
 ///   does: `Root=1-<first 8 hex>-<last 24 hex>;Parent=<parent id>;Sampled=<flags & 1>`;
 /// * else `None` (Lambda starts a trace of its own).
 pub fn xray_trace_header(headers: &http::HeaderMap) -> Option<http::HeaderValue> {
     const XRAY: &str = "x-amzn-trace-id";
-    if let Some(v) = headers.get(XRAY)
-        && v.len() <= 512
-        && v.as_bytes()
-            .iter()
-            .all(|b| b.is_ascii_graphic() || *b == b' ')
-        && v.to_str()
-            .is_ok_and(|s| s.split(';').any(|part| part.trim().starts_with("Root=1-")))
+    let hex = |s: &str, n: usize| {
+        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+    };
+    if let Some(own) = headers
+        .get(XRAY)
+        .filter(|v| v.len() <= 512)
+        .and_then(|v| v.to_str().ok())
     {
-        return Some(v.clone());
+        let field = |name: &str| {
+            own.split(';').find_map(|part| {
+                let (k, v) = part.trim().split_once('=')?;
+                (k.trim() == name).then(|| v.trim())
+            })
+        };
+        let root = field("Root").filter(|r| {
+            let mut p = r.split('-');
+            p.next() == Some("1")
+                && p.next().is_some_and(|t| hex(t, 8))
+                && p.next().is_some_and(|u| hex(u, 24))
+                && p.next().is_none()
+        });
+        if let Some(root) = root {
+            let mut out = format!("Root={root}");
+            if let Some(parent) = field("Parent").filter(|p| hex(p, 16)) {
+                out.push_str(&format!(";Parent={parent}"));
+            }
+            if let Some(sampled) = field("Sampled").filter(|s| matches!(*s, "0" | "1")) {
+                out.push_str(&format!(";Sampled={sampled}"));
+            }
+            return http::HeaderValue::from_str(&out).ok();
+        }
     }
     let tp = headers.get("traceparent")?.to_str().ok()?.trim();
     let mut parts = tp.split('-');
     let (version, trace, parent, flags) =
         (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| {
-        s.len() == n && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-    };
     let zero = |s: &str| s.bytes().all(|b| b == b'0');
     let valid = hex(version, 2)
         && version != "ff"
@@ -392,7 +419,17 @@ impl LambdaFunctionTier {
         if headers::wants_upgrade(req.headers()) {
             return Err(FunctionError::UpgradeNotSupported);
         }
-        let (parts, body) = req.into_parts();
+        let (mut parts, body) = req.into_parts();
+        // The event shows the function the trace header the Invoke call carries.
+        let trace = xray_trace_header(&parts.headers);
+        match &trace {
+            Some(v) => {
+                parts.headers.insert("x-amzn-trace-id", v.clone());
+            }
+            None => {
+                parts.headers.remove("x-amzn-trace-id");
+            }
+        }
         let bytes = match read_body(body).await {
             Ok(bytes) => bytes,
             Err(ReadError::TooLarge) => {
@@ -454,9 +491,7 @@ impl LambdaFunctionTier {
             .config_override(
                 aws_sdk_lambda::config::Builder::default().retry_config(RetryConfig::disabled()),
             );
-        if let Some(trace) =
-            xray_trace_header(&parts.headers).and_then(|v| v.to_str().ok().map(str::to_owned))
-        {
+        if let Some(trace) = trace.and_then(|v| v.to_str().ok().map(str::to_owned)) {
             invoke = invoke.mutate_request(move |r| {
                 r.headers_mut().insert("x-amzn-trace-id", trace.clone());
             });
@@ -741,6 +776,36 @@ mod tests {
             .unwrap(),
             "Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=0"
         );
+        // Only Root, Parent and Sampled pass, each checked; Lineage (Lambda's
+        // recursive-loop detection), Self and custom fields are dropped.
+        assert_eq!(
+            xray_trace_header(&headers(&[(
+                "x-amzn-trace-id",
+                "Self=1-67891234-12456789abcdef012345678;Root=1-5759e988-bd862e3fe1be46a994272793;Lineage=a87bd80c:16;Parent=53995c3f42cd8ad8;Sampled=1;Custom=x"
+            )]))
+            .unwrap(),
+            "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=53995c3f42cd8ad8;Sampled=1"
+        );
+        assert_eq!(
+            xray_trace_header(&headers(&[(
+                "x-amzn-trace-id",
+                "Root=1-5759e988-bd862e3fe1be46a994272793;Parent=nothex;Sampled=?"
+            )]))
+            .unwrap(),
+            "Root=1-5759e988-bd862e3fe1be46a994272793"
+        );
+        // A root that is not an X-Ray trace id is not a root.
+        for bad in [
+            "Root=1-5759e988-bd862e3fe1be46a99427279",
+            "Root=1-5759E988-bd862e3fe1be46a994272793",
+            "Root=2-5759e988-bd862e3fe1be46a994272793",
+            "Root=1-5759e988-bd862e3fe1be46a994272793-x",
+        ] {
+            assert!(
+                xray_trace_header(&headers(&[("x-amzn-trace-id", bad)])).is_none(),
+                "{bad}"
+            );
+        }
         // A bad X-Ray header falls back to the traceparent.
         assert_eq!(
             xray_trace_header(&headers(&[

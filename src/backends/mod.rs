@@ -126,6 +126,33 @@ pub enum BackendError {
     Provider(String),
 }
 
+/// What a provider found about its pool between two health-check ticks
+/// ([`VmProvider::take_pool_changes`]).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PoolChanges {
+    /// Instances of this pool to register as ready VMs, as `(instance, base URL)`: a
+    /// launch whose outcome was unknown and whose instance turned up later (its client
+    /// token is one this gateway sent), running and healthy.
+    pub adopted: Vec<(String, Uri)>,
+    /// Instances the provider says are gone (EC2: `shutting-down`, `terminated`,
+    /// `stopping`, `stopped`, or no longer listed): their VMs leave the pool whatever
+    /// still answers at their old address.
+    pub gone: Vec<String>,
+    /// Instances of a pool shared by coordinated replicas that no VM of this replica
+    /// stands for and that are running and healthy, as `(instance, base URL)`: a launch
+    /// of an earlier leader that became ready after it stopped. The replica that may
+    /// write the pool (the leader) adopts them as ready VMs and hands them back with
+    /// [`VmProvider::track`]; the others ignore them.
+    pub unclaimed: Vec<(String, Uri)>,
+}
+
+impl PoolChanges {
+    /// Nothing to do.
+    pub fn is_empty(&self) -> bool {
+        self.adopted.is_empty() && self.gone.is_empty() && self.unclaimed.is_empty()
+    }
+}
+
 /// A VM pool provider. See the [module docs](self).
 pub trait VmProvider: Send + Sync + 'static {
     /// Provider kind for logs and `/status` (`"process"`, `"static"`, `"ec2"`).
@@ -158,6 +185,20 @@ pub trait VmProvider: Send + Sync + 'static {
     /// [`Self::shutdown`] keeps what it would stop. Default: nothing changes (EC2 keeps or
     /// terminates by its own `on_shutdown`).
     fn hand_over(&self) {}
+
+    /// What the provider found about its pool on its own since the last call (EC2's
+    /// pool audit): instances to adopt as ready VMs, instances that are gone (terminated
+    /// outside the gateway).
+    /// The driver takes them on every health-check tick. Default: nothing.
+    fn take_pool_changes(&self) -> PoolChanges {
+        PoolChanges::default()
+    }
+
+    /// The driver adopted `instance` (at `base`) from [`PoolChanges::unclaimed`]: the
+    /// provider manages it from now on (terminate, shutdown). Default: nothing.
+    fn track(&self, instance: &str, base: &Uri) {
+        let _ = (instance, base);
+    }
 
     /// API errors so far, for `/status` (`vm_pool.errors`). Local providers have none.
     fn errors(&self) -> provider_errors::ProviderErrorStats {

@@ -24,12 +24,14 @@
 //! | [`coordination`] | `coordination:` (several replicas, one decision) |
 //! | [`sim`] | `sim:` (simulator-only models) |
 //! | `overrides` | `--set PATH=VALUE` |
+//! | `aws_warnings` | `spillway check` warnings about risky AWS settings (plain-HTTP endpoints off loopback, wide tag allow-lists) |
 //! | `yaml`, `de` | the located YAML tree and the serde deserializer over it |
 //!
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of this module.
 
+mod aws_warnings;
 pub mod coordination;
 mod de;
 pub mod delay;
@@ -42,6 +44,7 @@ pub mod sim;
 mod yaml;
 mod zones;
 
+pub use aws_warnings::{TAG_CIDR_MIN_PREFIX_V4, TAG_CIDR_MIN_PREFIX_V6};
 pub use lambda::*;
 pub use overrides::with_override;
 pub use queue::*;
@@ -263,6 +266,7 @@ impl Config {
 pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
     let mut out = delay::warnings(config);
     out.extend(gateway_warnings(config));
+    out.extend(aws_warnings::warnings(config));
     if let Some(places) = text
         .and_then(|t| yaml::parse(t).ok())
         .map(|t| t.locations())

@@ -900,6 +900,9 @@ pub const DEFAULT_EC2_UPSTREAM_TAG_KEY: &str = "spillway:upstream";
 pub const EC2_POOL_TAG_KEY: &str = "spillway:pool";
 /// Default interval of the EC2 pool audit, seconds.
 pub const DEFAULT_EC2_AUDIT_INTERVAL_SECONDS: f64 = 60.0;
+/// Default time the EC2 pool audit leaves a stray instance of this gateway's pool alone
+/// before terminating it, seconds: longer than a launch of another run takes to show up.
+pub const DEFAULT_EC2_STRAY_GRACE_SECONDS: f64 = 600.0;
 /// Longest EC2 user data, bytes, before base64 (EC2's limit).
 pub const EC2_MAX_USER_DATA_BYTES: usize = 16 * 1024;
 
@@ -986,7 +989,10 @@ pub struct Ec2VmPoolConfig {
     /// instances): every instance it launches is tagged `spillway:gateway=<gateway_id>`,
     /// and it adopts, audits and terminates only instances with its own id (or one of
     /// `adopt_gateway_ids`); instances of other ids are left alone. Two gateways may share
-    /// a `pool_name` only with different ids. Absent: the host name. 1–128 characters.
+    /// a `pool_name` only with different ids. Absent: under coordination the cluster
+    /// name, else the `pool_name` — never the host name, which changes with every
+    /// container restart (a restarted gateway would not adopt its own pool). Every
+    /// replica of one gateway uses the same id. 1–128 characters.
     #[serde(default)]
     pub gateway_id: Option<String>,
     /// Ids of gateways whose instances this gateway takes over as its own at start (a
@@ -999,6 +1005,13 @@ pub struct Ec2VmPoolConfig {
     /// id.
     #[serde(default = "default_ec2_audit_interval")]
     pub audit_interval_seconds: f64,
+    /// How long the pool audit leaves a stray instance alone — one of this gateway's
+    /// pool and id that it neither adopted at start nor launched (an earlier run's
+    /// instance the start-up listing missed, a launch of another run still in flight)
+    /// — before terminating it; the alarm `stray_instances` is raised from the first
+    /// sighting. Seconds, ≥ 0. Not applied under coordination (the replicas share the id).
+    #[serde(default = "default_ec2_stray_grace")]
+    pub stray_grace_seconds: f64,
     /// Calls one VM runs at once; absent: unlimited.
     #[serde(default)]
     pub slots_per_vm: Option<u32>,
@@ -1061,6 +1074,9 @@ fn default_ec2_probe_interval() -> f64 {
 }
 fn default_ec2_audit_interval() -> f64 {
     DEFAULT_EC2_AUDIT_INTERVAL_SECONDS
+}
+fn default_ec2_stray_grace() -> f64 {
+    DEFAULT_EC2_STRAY_GRACE_SECONDS
 }
 
 /// `function_tier:` — where spilled requests run. Written with `type:` (`process`,
@@ -1998,6 +2014,15 @@ impl Ec2VmPoolConfig {
             "vm_pool.audit_interval_seconds",
             self.audit_interval_seconds,
         );
+        if !(self.stray_grace_seconds.is_finite() && self.stray_grace_seconds >= 0.0) {
+            is.push(
+                "vm_pool.stray_grace_seconds",
+                format!(
+                    "must be a finite number of seconds >= 0, got {}",
+                    self.stray_grace_seconds
+                ),
+            );
+        }
     }
 }
 

@@ -115,6 +115,10 @@ pub enum QueueOutcome {
 /// Consecutive failed health probes after which a ready VM counts as dead.
 pub const UNHEALTHY_AFTER: u32 = 2;
 
+/// How often the driver takes the provider's pool changes
+/// ([`VmProvider::take_pool_changes`]: instances the EC2 audit adopted or found gone).
+pub const POOL_CHANGES_INTERVAL: Duration = Duration::from_secs(1);
+
 /// Shared state of a running gateway: the policy core, the VM address book and the
 /// backends. Cheap to share as `Arc<Gateway>`.
 pub struct Gateway {
@@ -650,8 +654,12 @@ impl Gateway {
                 }
             });
             if !alive {
-                me.vm_died(target.vm, "VM failed its probe after a failed request")
-                    .await;
+                me.vm_died(
+                    target.vm,
+                    "VM failed its probe after a failed request",
+                    "unreachable",
+                )
+                .await;
             }
         });
     }
@@ -674,8 +682,9 @@ impl Gateway {
 
     /// A ready VM is dead: the core forgets it and launches a replacement at once; its
     /// instance is terminated, or, for a pool the gateway does not scale (`static`),
-    /// parked to be re-adopted when healthy again.
-    async fn vm_died(&self, vm: VmId, why: &'static str) {
+    /// parked to be re-adopted when healthy again. `stage` is the
+    /// `spillway_vm_failures_total` label (`unreachable`, `terminated`).
+    async fn vm_died(&self, vm: VmId, why: &'static str, stage: &'static str) {
         let scales = self.vm_provider.executes_scaling();
         let record = self.with_core_state(|st, now| {
             st.core.on_vm_died(now, vm);
@@ -700,7 +709,7 @@ impl Gateway {
         let Some(record) = record else {
             return; // Already gone (another probe, a scale-in).
         };
-        m::vm_failures("unreachable");
+        m::vm_failures(stage);
         tracing::warn!(%vm, base = ?record.base.as_ref().map(ToString::to_string), "{why}; {}", if scales { "replacing it" } else { "parked until healthy" });
         let writer = self.lock().core.controller().is_pool_writer();
         if scales
@@ -759,7 +768,8 @@ impl Gateway {
                             *n += 1;
                             if *n >= UNHEALTHY_AFTER {
                                 failures.remove(&vm);
-                                me.vm_died(vm, "VM failed its health probes").await;
+                                me.vm_died(vm, "VM failed its health probes", "unreachable")
+                                    .await;
                             }
                         }
                         (None, true) => me.readopt(&base),
@@ -768,6 +778,105 @@ impl Gateway {
                 }
             }
         });
+    }
+
+    /// Take what the provider found about its pool on its own
+    /// (`apply_pool_changes`) every [`POOL_CHANGES_INTERVAL`], whatever the
+    /// health-check setting (the gateway's own probes cannot tell that EC2 terminated an
+    /// instance while something still answers at its address).
+    pub fn start_pool_changes(self: &Arc<Self>) {
+        let me = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(POOL_CHANGES_INTERVAL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                me.apply_pool_changes().await;
+            }
+        });
+    }
+
+    /// What the provider found about its pool on its own
+    /// ([`VmProvider::take_pool_changes`]): instances to adopt become ready VMs (as at
+    /// start), and the VMs of instances that are gone die at once — EC2's state wins
+    /// over whatever still answers at their old address.
+    async fn apply_pool_changes(&self) {
+        let changes = self.vm_provider.take_pool_changes();
+        if changes.is_empty() {
+            return;
+        }
+        let claimed: Vec<(String, Uri)> = self.with_core_state(|st, now| {
+            // A shared pool's unclaimed instance (an earlier leader's late launch) is
+            // adopted only by the replica that writes the pool.
+            if changes.unclaimed.is_empty() || !st.core.controller().is_pool_writer() {
+                return Vec::new();
+            }
+            let mut known: std::collections::HashSet<String> =
+                st.records.values().filter_map(|r| r.instance.clone()).collect();
+            let mut claimed = Vec::new();
+            for (instance, base) in &changes.unclaimed {
+                if !known.insert(instance.clone()) {
+                    continue;
+                }
+                let vm = st.core.adopt_ready_vm(now);
+                tracing::info!(%vm, %instance, %base, "adopted VM (launched by an earlier leader, found by the pool audit)");
+                st.records.insert(
+                    vm,
+                    VmRecord {
+                        instance: Some(instance.clone()),
+                        base: Some(base.clone()),
+                        foreign: false,
+                    },
+                );
+                claimed.push((instance.clone(), base.clone()));
+            }
+            claimed
+        });
+        for (instance, base) in &claimed {
+            self.vm_provider.track(instance, base);
+        }
+        let dead: Vec<VmId> = self.with_core_state(|st, now| {
+            let mut known: std::collections::HashSet<String> = st
+                .records
+                .values()
+                .filter_map(|r| r.instance.clone())
+                .collect();
+            for (instance, base) in changes.adopted {
+                if !known.insert(instance.clone()) {
+                    continue;
+                }
+                let vm = st.core.adopt_ready_vm(now);
+                tracing::info!(%vm, %instance, %base, "adopted VM (found by the pool audit)");
+                st.records.insert(
+                    vm,
+                    VmRecord {
+                        instance: Some(instance),
+                        base: Some(base),
+                        foreign: false,
+                    },
+                );
+            }
+            let gone: std::collections::HashSet<&str> =
+                changes.gone.iter().map(String::as_str).collect();
+            // A booting VM's instance fails its address resolution instead.
+            let vms = st.core.controller().vms();
+            st.records
+                .iter()
+                .filter(|(vm, r)| {
+                    r.instance.as_deref().is_some_and(|i| gone.contains(i))
+                        && vms.get(**vm).is_some_and(|row| row.state == VmState::Ready)
+                })
+                .map(|(vm, _)| *vm)
+                .collect()
+        });
+        for vm in dead {
+            self.vm_died(
+                vm,
+                "the provider reports the VM's instance gone",
+                "terminated",
+            )
+            .await;
+        }
     }
 
     /// Make the `static` pool exactly `members` (name = URL, base) on reload: members no

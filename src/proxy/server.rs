@@ -334,6 +334,7 @@ impl Server {
                         e,
                         client.clone(),
                         g.allow_loopback_upstreams,
+                        config.coordination.redis().is_some(),
                     )
                     .await?,
                 ),
@@ -508,6 +509,7 @@ impl Server {
         if config.gateway.health_check_interval_seconds > 0.0 {
             gateway.start_health_checks(secs(config.gateway.health_check_interval_seconds));
         }
+        gateway.start_pool_changes();
         Ok(Server {
             config,
             gateway,

@@ -1,8 +1,9 @@
 //! EC2 parts of the AWS harness: [`FakeEc2`], a stateful local stub of the
 //! EC2 query API for what moto cannot be made to do — eventual consistency (an instance
 //! EC2 does not show or find yet), throttling, capacity and quota errors per subnet,
-//! ambiguous RunInstances failures, ids unknown to TerminateInstances — with every
-//! request it received recorded.
+//! ambiguous RunInstances failures (a 5xx, or the connection closed after the launch
+//! took effect), ids unknown to TerminateInstances, instances terminated behind the
+//! gateway's back — with every request it received recorded.
 //!
 //! It knows RunInstances, DescribeInstances (filters `instance-id`, `client-token`,
 //! `instance-state-name`, `tag:<key>`) and TerminateInstances; any other action is an
@@ -148,6 +149,12 @@ pub(crate) struct Faults {
     /// although the first one launched the instance (an ambiguous failure); later calls
     /// with the token return that instance.
     pub run_ambiguous_first: u32,
+    /// The first N RunInstances calls of each client token launch the instance (the
+    /// first one) and then close the connection without a reply: the reply is lost.
+    pub run_dropped_first: u32,
+    /// DescribeInstances with a `client-token` filter finds nothing (EC2 not showing a
+    /// new instance to that lookup yet).
+    pub token_lookup_blind: bool,
 }
 
 #[derive(Default)]
@@ -223,6 +230,13 @@ impl FakeEc2 {
             },
         );
         id
+    }
+
+    /// Change an instance's state behind the gateway's back (terminated from the
+    /// console, stopped by a spot interruption, …).
+    pub(crate) fn set_state(&self, id: &str, state: &str) {
+        let mut st = self.state.lock();
+        st.instances.get_mut(id).expect("known instance").state = state.into();
     }
 
     /// Every instance, by id.
@@ -375,6 +389,9 @@ fn run_instances(
             id
         }
     };
+    if calls <= st.faults.run_dropped_first {
+        return (0, Vec::new());
+    }
     if calls <= st.faults.run_ambiguous_first {
         return error_reply(500, "InternalError", "fake: an internal error occurred");
     }
@@ -393,6 +410,12 @@ fn describe_instances(req: &StubRequest, st: &mut State) -> (u16, Vec<u8>) {
         return error_reply(503, "RequestLimitExceeded", "Request limit exceeded.");
     }
     let filters = req.filters();
+    if st.faults.token_lookup_blind && filters.contains_key("client-token") {
+        return xml_reply(format!(
+            r#"<?xml version="1.0" encoding="UTF-8"?>
+<DescribeInstancesResponse xmlns="{XMLNS}"><requestId>fake-describe</requestId><reservationSet/></DescribeInstancesResponse>"#
+        ));
+    }
     let hidden_first = st.faults.describe_hidden_first;
     let mut items = String::new();
     let ids: Vec<String> = st.instances.keys().cloned().collect();
@@ -487,6 +510,9 @@ fn serve_one(
         st.seen.push((arrived, req, reply.0));
         reply
     };
+    if status == 0 {
+        return; // The reply is lost: the connection closes without one.
+    }
     write_stub_reply(
         reader,
         status,
