@@ -185,14 +185,19 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(c) => {
                     let text = spillway::config::read_text(path);
                     let file = path.display().to_string();
+                    // Through the one redaction, as `serve` prints them: a setting's
+                    // value quoted in a warning may hold a credential.
                     for w in spillway::config::warnings(&c, text.as_deref()) {
-                        eprintln!("{}", spillway::config::warning_line(&file, &w));
+                        let line = spillway::config::warning_line(&file, &w);
+                        eprintln!("{}", spillway::redact::redact(&line));
                     }
                     println!("{file}: ok");
                     Ok(ExitCode::SUCCESS)
                 }
                 Err(e) => {
-                    eprintln!("{e}");
+                    // A value quoted in an error (a Redis URL with its password) is
+                    // redacted as `serve` redacts it.
+                    eprintln!("{}", spillway::redact::redact(&e.to_string()));
                     Ok(ExitCode::FAILURE)
                 }
             }
@@ -210,6 +215,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Err(code) => return Ok(code),
             };
             let yaml = serde_saphyr::to_string(&config).context("cannot print the config")?;
+            // A password in a URL (`coordination.url: redis://:pw@host`) is printed as
+            // `***`; key names with `token` in them are paths or variable names here.
+            let yaml = spillway::redact::redact_url_credentials(&yaml);
             print!(
                 "# effective configuration of {name}: every default filled in\n\
                  # cost-indifference point in force: {:.3} req/s ({})\n{yaml}",

@@ -1,7 +1,8 @@
 //! Credentials never leave the process: [`redact`] is the one function that every log
 //! line ([`RedactingStderr`], the writer of `spillway serve`'s logs), the `/status`
-//! document ([`redact_json`]), the admin listener's error replies and the gateway's own
-//! error bodies pass their text through.
+//! document ([`redact_json`]), the admin listener's error replies, the gateway's own
+//! error bodies and `spillway check`'s errors and warnings pass their text through
+//! (`spillway config print` applies the URL rule alone, [`redact_url_credentials`]).
 //!
 //! What it removes (the value becomes `***`, the rest of the text stays):
 //!
@@ -69,6 +70,19 @@ pub fn redact(text: &str) -> Cow<'_, str> {
         out = Cow::Owned(s);
     }
     out
+}
+
+/// `text` with only the URL userinfo rule applied (`redis://user:pw@host` →
+/// `redis://***@host`): for text whose key names are not secrets although they contain
+/// a secret word (`config print`'s YAML: `admin_token_file: /etc/token` is a path), but
+/// whose URLs may carry a password.
+pub fn redact_url_credentials(text: &str) -> Cow<'_, str> {
+    if text.contains("://")
+        && let Some(s) = redact_userinfo(text)
+    {
+        return Cow::Owned(s);
+    }
+    Cow::Borrowed(text)
 }
 
 /// [`redact`], then cut to `max_chars` characters (`…` marks a cut).

@@ -182,6 +182,34 @@ fn check_reports_every_problem_at_its_place_and_exits_1() {
     );
 }
 
+/// A Redis URL's password stays out of what `check` and `config print` show: the error
+/// that quotes the URL and the printed configuration carry `***` in its place.
+#[test]
+fn check_and_config_print_do_not_show_a_redis_password() {
+    let dir = tempfile::tempdir().unwrap();
+    let quickstart = std::fs::read_to_string(repo("config/quickstart.yaml")).unwrap();
+    let with_url = |url: &str| {
+        format!("{quickstart}\ncoordination:\n  type: redis\n  url: {url}\n  cluster: shop\n")
+    };
+    // rediss:// is refused (no TLS to Redis in this build); the error quotes the URL.
+    let bad = dir.path().join("bad.yaml");
+    std::fs::write(&bad, with_url("rediss://ops:hunter2@127.0.0.1:6379/")).unwrap();
+    let o = run(&["check", bad.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("coordination.url: TLS to Redis"), "{err}");
+    assert!(err.contains("rediss://***@127.0.0.1:6379/"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    // A valid file: config print shows the URL without its password.
+    let good = dir.path().join("good.yaml");
+    std::fs::write(&good, with_url("redis://ops:hunter2@127.0.0.1:6379/")).unwrap();
+    let o = run(&["config", "print", good.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("url: redis://***@127.0.0.1:6379/"), "{text}");
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
 /// A build without the `aws` feature: `check` refuses config/aws.yaml with the message
 /// `serve` gives, instead of accepting a file `serve` then refuses.
 #[test]
