@@ -156,6 +156,53 @@ function_tier:
     });
 }
 
+/// An `http` function zone whose endpoint refuses connections is no capacity: with the
+/// only VM dead, `/readyz` answers 503 naming the zone unreachable — before any call,
+/// and after a call that could not connect.
+#[test]
+fn readiness_does_not_count_an_unreachable_function_endpoint() {
+    let dead_vm = dead_url("");
+    let dead_fn = dead_url("");
+    let yaml = format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
+  health_check_interval_seconds: 0.1
+  connect_timeout_seconds: 3
+vm_pool:
+  type: static
+  urls: ["{dead_vm}"]
+function_tier:
+  type: http
+  url: "{dead_fn}"
+  max_concurrency: 7
+"#
+    );
+    let gw = Gateway::start(&yaml);
+    let get = |path: &str| {
+        let (code, _, body) = http(gw.admin, "GET", path, &[], b"");
+        (code, String::from_utf8_lossy(&body).into_owned())
+    };
+    gw.wait_status("the member dead", LONG, |s| {
+        s["vm_pool"]["vms"][0]["state"] == "dead"
+    });
+    let (code, body) = get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(
+        body.starts_with("not ready: no ready VM (0 booting, 1 dead)")
+            && body.contains("cloud unreachable"),
+        "{body}"
+    );
+    // A call finds nowhere to run; readiness still says so.
+    assert!(http(gw.proxy, "GET", "/", &[], b"").0 >= 500);
+    let (code, body) = get("/readyz");
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("cloud unreachable"), "{body}");
+    assert_eq!(get("/livez").0, 200);
+}
+
 /// Without a token the admin listener refuses a foreign `Host` (DNS rebinding) and a
 /// cross-site `Origin`; the probes stay open. With a token, the `Bearer` scheme matches
 /// in any case.

@@ -4,8 +4,13 @@
 //! zone) and holds each call's slot until the response body has been fully streamed or
 //! dropped. The tier only forwards; a call that cannot connect is reported as not sent
 //! ([`NotSentReason::Unreachable`]) so the core can fall back to a VM.
+//!
+//! `/readyz` asks [`FunctionTier::reachable`]: the endpoint counts as capacity while the
+//! last call reached it; untried, or after a call that could not connect, a TCP connect
+//! bounded by the connect timeout decides (and is remembered like a call).
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::Duration;
 
 use http::{Request, Response, Uri};
 
@@ -22,7 +27,18 @@ pub struct HttpFunctionTier {
     base: Uri,
     client: UpstreamClient,
     shut_down: AtomicBool,
+    /// What the last call or probe learnt: [`UNTRIED`], [`REACHED`] or [`UNREACHABLE`].
+    reach: AtomicU8,
+    /// Bound of the `/readyz` connect probe.
+    probe_timeout: Duration,
 }
+
+/// No call or probe yet.
+const UNTRIED: u8 = 0;
+/// The last call or probe connected.
+const REACHED: u8 = 1;
+/// The last call or probe could not connect.
+const UNREACHABLE: u8 = 2;
 
 impl HttpFunctionTier {
     /// A tier calling `cfg.url` (the request path and query are appended to it).
@@ -49,7 +65,40 @@ impl HttpFunctionTier {
             base,
             client,
             shut_down: AtomicBool::new(false),
+            reach: AtomicU8::new(UNTRIED),
+            probe_timeout: Duration::from_secs(5),
         })
+    }
+
+    /// The bound of the `/readyz` connect probe (the gateway's
+    /// `connect_timeout_seconds`; 5 s without this).
+    #[must_use]
+    pub fn with_probe_timeout(mut self, timeout: Duration) -> Self {
+        self.probe_timeout = timeout;
+        self
+    }
+
+    /// Whether a TCP connection to the endpoint opens within the probe timeout.
+    async fn connects(&self) -> bool {
+        let Some(host) = self.base.host() else {
+            return false;
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let port = self
+            .base
+            .port_u16()
+            .unwrap_or(match self.base.scheme_str() {
+                Some("https") => 443,
+                _ => 80,
+            });
+        matches!(
+            tokio::time::timeout(
+                self.probe_timeout,
+                tokio::net::TcpStream::connect((host, port))
+            )
+            .await,
+            Ok(Ok(_))
+        )
     }
 
     /// The endpoint's base URL.
@@ -78,7 +127,13 @@ impl FunctionTier for HttpFunctionTier {
             if self.shut_down.load(Ordering::Acquire) {
                 return Err(FunctionError::not_sent(NotSentReason::ShuttingDown, req));
             }
-            match self.client.forward(&self.base, req).await {
+            let result = self.client.forward(&self.base, req).await;
+            let reached = !matches!(result, Err(UpstreamError::Connect { .. }));
+            self.reach.store(
+                if reached { REACHED } else { UNREACHABLE },
+                Ordering::Release,
+            );
+            match result {
                 Ok(resp) => Ok(resp.map(boxed)),
                 Err(UpstreamError::Connect { uri, source }) => {
                     // The request's one warning is its failure (or none: a VM took it).
@@ -96,6 +151,20 @@ impl FunctionTier for HttpFunctionTier {
     /// Later calls are not sent (the request comes back).
     fn shutdown(&self) -> BoxFuture<'_, ()> {
         Box::pin(async move { self.shut_down.store(true, Ordering::Release) })
+    }
+
+    /// Reached by the last call, or (untried, or the last call could not connect) a
+    /// connect probe within the probe timeout succeeds.
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async move {
+            if self.reach.load(Ordering::Acquire) == REACHED {
+                return true;
+            }
+            let ok = self.connects().await;
+            self.reach
+                .store(if ok { REACHED } else { UNREACHABLE }, Ordering::Release);
+            ok
+        })
     }
 }
 

@@ -316,4 +316,11 @@ pub trait FunctionTier: Send + Sync + 'static {
     fn errors(&self) -> provider_errors::ProviderErrorStats {
         provider_errors::ProviderErrorStats::default()
     }
+
+    /// Whether the tier's endpoint can be reached now, for `/readyz`: a tier that cannot
+    /// take a call is no capacity. The default (tiers spillway starts itself, or reaches
+    /// through a provider API whose faults [`errors`](Self::errors) reports) is `true`.
+    fn reachable(&self) -> BoxFuture<'_, bool> {
+        Box::pin(async { true })
+    }
 }

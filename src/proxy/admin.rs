@@ -170,7 +170,7 @@ pub async fn handle(
         (&Method::GET, "/healthz" | "/livez") => text(StatusCode::OK, "ok\n".into(), "text/plain"),
         (&Method::GET, "/readyz") => {
             let draining = ctx.draining.load(std::sync::atomic::Ordering::Acquire);
-            match not_ready(&gw, draining) {
+            match not_ready(&gw, draining).await {
                 None => text(StatusCode::OK, "ready\n".into(), "text/plain"),
                 Some(why) => {
                     let mut r = text(
@@ -236,9 +236,10 @@ pub async fn handle(
 /// Why the gateway cannot serve a request now (`None`: it can) — readiness, as a
 /// Kubernetes readiness probe or a load balancer's health check reads it: draining, or
 /// no ready VM and no function zone that could take a call (every zone at
-/// `max_instances`/`max_concurrency`, or its provider in alarm, such as Lambda access
-/// denied).
-pub fn not_ready(gw: &Gateway, draining: bool) -> Option<String> {
+/// `max_instances`/`max_concurrency`, its provider in alarm, such as Lambda access
+/// denied, or its endpoint unreachable: an `http` zone whose last call or connect probe
+/// failed).
+pub async fn not_ready(gw: &Gateway, draining: bool) -> Option<String> {
     if draining {
         return Some("draining".into());
     }
@@ -254,13 +255,20 @@ pub fn not_ready(gw: &Gateway, draining: bool) -> Option<String> {
             .get(i)
             .map(|b| b.errors().alarms().join(","))
             .unwrap_or_default();
-        if z.has_capacity && alarms.is_empty() {
+        // An endpoint that cannot be reached is no capacity, whatever its slots say.
+        let reachable = match backends.get(i) {
+            Some(b) if z.has_capacity && alarms.is_empty() => b.reachable().await,
+            _ => true,
+        };
+        if z.has_capacity && alarms.is_empty() && reachable {
             return None;
         }
-        zones.push(if alarms.is_empty() {
-            format!("{} at capacity", z.name)
-        } else {
+        zones.push(if !alarms.is_empty() {
             format!("{} in alarm ({alarms})", z.name)
+        } else if !reachable {
+            format!("{} unreachable", z.name)
+        } else {
+            format!("{} at capacity", z.name)
         });
     }
     let dead = st.vms.iter().filter(|v| v.state == "dead").count();

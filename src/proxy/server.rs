@@ -359,7 +359,10 @@ impl Server {
                 FunctionTierConfig::Process(f) => {
                     ProcessFunctionTier::new(f, spillway_exe.clone(), own_client.clone())
                 }
-                FunctionTierConfig::Http(h) => Arc::new(HttpFunctionTier::new(h, client.clone())?),
+                FunctionTierConfig::Http(h) => Arc::new(
+                    HttpFunctionTier::new(h, client.clone())?
+                        .with_probe_timeout(secs(g.connect_timeout_seconds)),
+                ),
                 #[cfg(feature = "aws")]
                 FunctionTierConfig::Lambda(l) => {
                     let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
