@@ -13,7 +13,6 @@
 //!   nearly any host, which is what the allow-list exists to prevent.
 
 use super::{Config, ConfigIssue, FunctionTierConfig, VmPoolConfig};
-use crate::config::zones::FunctionZoneConfig;
 
 /// Narrowest IPv4 prefix length `tag_address_allowed_cidrs` may hold without a warning.
 pub const TAG_CIDR_MIN_PREFIX_V4: u8 = 8;
@@ -37,7 +36,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<ConfigIssue> {
         endpoint("function_tier.endpoint_url".into(), l.endpoint_url.as_ref());
     }
     for (i, z) in config.function_zones.iter().enumerate() {
-        if let FunctionZoneConfig::Lambda(l) = z {
+        if let FunctionTierConfig::Lambda(l) = &z.provider {
             endpoint(
                 format!("function_zones[{i}].endpoint_url"),
                 l.endpoint_url.as_ref(),

@@ -1120,8 +1120,10 @@ impl From<FunctionTierSection> for FunctionTierConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProcessFunctionTierConfig {
-    /// Program and arguments, with `{port}` and `{spillway}` placeholders.
-    pub command: Vec<String>,
+    /// Program and arguments, with `{port}` and `{spillway}` placeholders. Required by
+    /// `spillway serve`; the simulator models instances and needs none.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
     /// Readiness probe path.
     #[serde(default = "default_health_path")]
     pub health_path: String,
@@ -1518,7 +1520,7 @@ impl Config {
             }
         }
         for (i, z) in self.function_zones.iter().enumerate() {
-            if let FunctionTierConfig::Http(h) = z.tier() {
+            if let FunctionTierConfig::Http(h) = &z.provider {
                 check_upstream(
                     &mut is,
                     &format!("function_zones[{i}].url"),
@@ -1647,7 +1649,7 @@ impl Config {
                 self.function_zones
                     .iter()
                     .enumerate()
-                    .map(|(i, z)| (format!("function_zones[{i}]"), z.tier())),
+                    .map(|(i, z)| (format!("function_zones[{i}]"), z.provider.clone())),
             );
         let upstream = self.gateway.upstream_timeout_seconds;
         for (at, tier) in tiers {
@@ -1707,9 +1709,6 @@ impl Config {
         if !cfg!(feature = "aws") {
             if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
                 is.push("vm_pool.type", aws_feature_missing("ec2"));
-            }
-            if matches!(self.function_tier, Some(FunctionTierConfig::Lambda(_))) {
-                is.push("function_tier.type", aws_feature_missing("lambda"));
             }
         }
         is.0
@@ -1823,7 +1822,9 @@ impl FunctionTierConfig {
     pub fn validate_at(&self, at: &str, is: &mut Issues) {
         match self {
             FunctionTierConfig::Process(f) => {
-                check_command(is, &format!("{at}.command"), &f.command);
+                if let Some(command) = &f.command {
+                    check_command(is, &format!("{at}.command"), command);
+                }
                 check_path(is, &format!("{at}.health_path"), &f.health_path);
                 is.non_negative(&format!("{at}.keep_alive_seconds"), f.keep_alive_seconds);
                 if f.max_instances == 0 {
@@ -1853,8 +1854,7 @@ impl FunctionTierConfig {
                     is.push(format!("{at}.max_concurrency"), "must be at least 1");
                 }
             }
-            // Lambda zones exist only as `function_tier` (its checks name that path).
-            FunctionTierConfig::Lambda(l) => l.validate(is),
+            FunctionTierConfig::Lambda(l) => l.validate_at(at, is),
         }
     }
 
