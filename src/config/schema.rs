@@ -1706,10 +1706,8 @@ impl Config {
         if let Err(e) = self.gateway.upstream_tls_config() {
             is.push("gateway.upstream_tls", e.to_string());
         }
-        if !cfg!(feature = "aws") {
-            if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
-                is.push("vm_pool.type", aws_feature_missing("ec2"));
-            }
+        if !cfg!(feature = "aws") && matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
+            is.push("vm_pool.type", aws_feature_missing("ec2"));
         }
         is.0
     }
