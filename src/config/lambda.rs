@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::Issues;
+use super::issues::Issues;
 
 /// Default of `timeout_seconds`, the function's own timeout, seconds. Below the default
 /// `gateway.upstream_timeout_seconds` (30 s) by more than the default invoke margin, so
