@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::SimError;
 use super::costmodel::{CostInputs, cost_report, cost_text};
 use super::engine::PolicyKind;
+use super::error::SimError;
 use super::plot::{plot_cost, plot_sim};
 use super::report::{series_csv, table};
 use super::trace::{Trace, TraceFormat, TraceOptions};

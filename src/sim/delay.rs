@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use hdrhistogram::Histogram;
 
-use super::SimError;
 use super::engine::{PolicyKind, SimParams};
+use super::error::SimError;
 use super::trace::Trace;
 use crate::policy::attempt::{Decision, Ticket};
 use crate::policy::balancer::RequestMeta;

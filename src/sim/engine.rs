@@ -40,7 +40,7 @@ use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::SimError;
+use super::error::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
     CostBreakdown, EpochRow, FunctionSpread, InstanceReport, PolicyReport, QueueReport, RMaxReport,

@@ -29,9 +29,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::SimError;
 use super::cli::{TraceInput, invalid, load_config, load_trace, split_assignment, write_file};
 use super::engine::{PolicyKind, SimParams, run_policy_with};
+use super::error::SimError;
 use super::trace::{Trace, TraceFormat};
 use crate::config::Config;
 
