@@ -854,7 +854,7 @@ pub fn run_cost(args: &CostArgs) -> Result<ExitCode, SimError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `spillway sim --delay-queue`: the delay-queue model (`sim::delay`) per policy, with
+/// `spillway sim --delay-queue`: the delay-queue experiment ([`super::engine::run_delay`]) per policy, with
 /// and/or without the queue; one table (and `--json`).
 fn run_delay(
     args: &SimArgs,
@@ -878,7 +878,7 @@ fn run_delay(
     let mut rows = Vec::new();
     for &kind in policies {
         for &on in modes {
-            let r = super::delay::run(&p, trace, kind, on.then(|| params.clone()), load)?;
+            let r = super::engine::run_delay(&p, trace, kind, on.then(|| params.clone()), load)?;
             rows.push((kind.name(), r));
         }
     }
