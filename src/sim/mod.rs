@@ -9,10 +9,10 @@
 //! * [`logs`] — access logs (spillway, nginx, ALB, API Gateway) as traces.
 //! * [`model`] — service-time distributions and VM billing.
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
-//!   and [`crate::policy::functions::FunctionPool`].
+//!   and [`crate::policy::functions::FunctionPool`]; also the delay-queue experiment
+//!   (ProFaaStinate §3, [`engine::run_delay`]): synchronous and asynchronous calls of an
+//!   `events` trace on VMs with shared CPU cores.
 //! * [`faasim`] — FaaSim's burst and stream workloads from a seeded generator.
-//! * [`delay`] — the delay-queue model (ProFaaStinate §3): synchronous and asynchronous
-//!   calls of an `events` trace on VMs with shared CPU cores.
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).
@@ -23,7 +23,6 @@
 
 pub mod cli;
 pub mod costmodel;
-pub mod delay;
 pub mod engine;
 mod error;
 pub mod faasim;
