@@ -4,6 +4,8 @@
 #
 #   scripts/readme-examples.sh            # all of them (about 6 minutes after the build)
 #   scripts/readme-examples.sh --short    # without the two real-time load-test replays
+#   scripts/readme-examples.sh --page docs/src/sim/logs.md   # one page's console and
+#                                         # YAML examples only (repeatable)
 #
 # * `cargo run --release [-p spillway-loadtest] --` in an example is the release binary
 #   built here (`cargo build --release --locked`), `spillway` is target/release/spillway.
@@ -13,7 +15,12 @@
 #   (section 3), the command line of docs/src/guide/admin.md and guide/aws.md (section 4).
 # * Every ```console block of README.md and docs/src/**/*.md is run and its output compared
 #   with the page: stdout (or stderr when stdout is empty) must equal the lines shown, a
-#   `...` line standing for any number of lines.
+#   `...` line standing for any number of lines. They run in a scratch directory holding
+#   a link to every top-level entry of the repository (files they write stay there); a
+#   command that only sets a shell variable (`M="..."`) is set again before the page's
+#   later commands. With the traces there, the scratch directory starts with the manual's
+#   example nginx log, access.log (scripts/counts-to-nginx-log.py on the first hour of
+#   WITS), so that a page using it does not depend on another page having made it.
 # * Every ```yaml block is a config fragment: put over the quickstart, it must pass
 #   `spillway check` (section 1b).
 # * Examples that replay traces/wits_per_second.txt or traces/square_per_second.txt are
@@ -26,7 +33,17 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export AWS_EC2_METADATA_DISABLED=true
 short=0
-[ "${1:-}" = "--short" ] && short=1
+pages=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --short) short=1 ;;
+    --page)
+      [ $# -ge 2 ] && [ -f "$2" ] || { echo "--page needs a Markdown file, got ${2:-nothing}" >&2; exit 2; }
+      pages+=("$2"); shift ;;
+    *) echo "unknown option $1 (--short, --page FILE)" >&2; exit 2 ;;
+  esac
+  shift
+done
 
 started=$SECONDS
 target="${CARGO_TARGET_DIR:-target}"
@@ -55,10 +72,18 @@ no_traces="traces/ lacks WITS and square (run scripts/fetch-traces.sh)"
 
 # --- 1. console examples: run, compare the output -----------------------------------
 echo "== console examples"
-python3 - "$SPILLWAY" "$LOADTEST" "$work" >"$work/console.txt" <<'PY' || true
+scratch="$work/console-cwd"
+mkdir -p "$scratch"
+for entry in * .[!.]*; do
+  [ -e "$entry" ] && [ "$entry" != .git ] && ln -s "$PWD/$entry" "$scratch/$entry"
+done
+if [ -f traces/wits_per_second.txt ]; then
+  python3 scripts/counts-to-nginx-log.py traces/wits_per_second.txt 3600 1 >"$scratch/access.log"
+fi
+python3 - "$SPILLWAY" "$LOADTEST" "$scratch" "${pages[@]}" >"$work/console.txt" <<'PY' || true
 import os, re, subprocess, sys
-spillway, loadtest, work = sys.argv[1:4]
-pages = ["README.md"] + sorted(
+spillway, loadtest, scratch = sys.argv[1:4]
+pages = sys.argv[4:] or ["README.md"] + sorted(
     os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
 blocks = []
 for page in pages:
@@ -66,6 +91,7 @@ for page in pages:
     blocks += [(page, b) for b in re.findall(r"```console\n(.*?)```", text, re.S)]
 have_traces = os.path.exists("traces/wits_per_second.txt") and os.path.exists("traces/square_per_second.txt")
 failures = 0
+variables = {}  # page -> the commands of the page that only set a shell variable
 for page, block in blocks:
     lines = block.rstrip("\n").split("\n")
     i = 0
@@ -83,19 +109,26 @@ for page, block in blocks:
             expected.append(lines[i])
             i += 1
         shown = f"{cmd}  ({page})"
-        if "traces/" in cmd and not have_traces:
+        if ("traces/" in cmd or "access.log" in cmd) and not have_traces:
             print(f"skipped $ {shown}  (traces/ lacks WITS and square: run scripts/fetch-traces.sh)")
+            continue
+        if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=(\"[^\"]*\"|'[^']*'|\S*)", cmd) and not expected:
+            variables.setdefault(page, []).append(cmd)
+            print(f"ok      $ {shown}")
             continue
         cmd = re.sub(r"^cargo run --release -p spillway-loadtest --", loadtest, cmd)
         cmd = re.sub(r"^cargo run --release --", spillway, cmd)
         cmd = re.sub(r"^spillway\b", spillway, cmd)
         try:
-            out = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=180)
+            prelude = "".join(v + "; " for v in variables.get(page, []))
+            out = subprocess.run(["bash", "-c", prelude + cmd], capture_output=True, text=True,
+                                 timeout=180, cwd=scratch)
         except subprocess.TimeoutExpired:
             print(f"FAILED  $ {shown}  (no end within 180 s)")
             failures += 1
             continue
-        actual = (out.stdout or out.stderr).rstrip("\n").split("\n")
+        text = (out.stdout or out.stderr).rstrip("\n")
+        actual = text.split("\n") if text else []
         # Match `expected` against `actual`, `...` = any number of lines.
         def match(e, a):
             if not e:
@@ -124,10 +157,10 @@ skipped=$((skipped + $(grep -c '^skipped ' "$work/console.txt" || true)))
 # made here with openssl — a self-signed CA and a client certificate and key — and the
 # paths point at them. A block whose first line is `# not a spillway config` is skipped.
 echo "== YAML examples (spillway check)"
-python3 - "$SPILLWAY" "$work" >"$work/yaml.txt" <<'PY' || true
+python3 - "$SPILLWAY" "$work" "${pages[@]}" >"$work/yaml.txt" <<'PY' || true
 import os, re, subprocess, sys
 spillway, work = sys.argv[1:3]
-pages = ["README.md"] + sorted(
+pages = sys.argv[3:] or ["README.md"] + sorted(
     os.path.join(d, f) for d, _, fs in os.walk("docs/src") for f in fs if f.endswith(".md"))
 
 def sections(text):
@@ -186,6 +219,11 @@ cat "$work/yaml.txt"
 passed=$((passed + $(grep -c '^ok ' "$work/yaml.txt" || true)))
 failed=$((failed + $(grep -c '^FAILED ' "$work/yaml.txt" || true)))
 skipped=$((skipped + $(grep -c '^skipped ' "$work/yaml.txt" || true)))
+if [ ${#pages[@]} -gt 0 ]; then
+  echo "== examples of ${pages[*]}: $passed passed, $failed failed, $skipped skipped in $((SECONDS - started)) s"
+  [ $failed = 0 ]
+  exit
+fi
 
 # --- 2. the quickstart: serve, curl, (square wave), shut down ----------------------------
 # Start the quickstart with --listen/--admin-listen on free ports; sets PROXY, ADMIN, LOG.

@@ -296,10 +296,16 @@ impl Loader {
                 next += Duration::from_secs_f64(1.0 / f64::from(r));
                 let results = Arc::clone(&results2);
                 std::thread::spawn(move || {
-                    let (code, headers, _) = http(addr, "GET", "/", &[], b"");
-                    let who = header(&headers, "x-spillway-instance")
-                        .unwrap_or("")
-                        .to_string();
+                    let (code, headers, body) = http(addr, "GET", "/", &[], b"");
+                    // Who served it; for a failure, the gateway's reason, so that a
+                    // failed run says why.
+                    let who = if code == 200 {
+                        header(&headers, "x-spillway-instance")
+                            .unwrap_or("")
+                            .to_string()
+                    } else {
+                        String::from_utf8_lossy(&body).chars().take(300).collect()
+                    };
                     results.lock().push((code, who));
                 });
             }

@@ -97,7 +97,7 @@ async fn function_gateway(
 #[tokio::test]
 async fn process_function_tier_runs_the_sample_api() {
     let cfg = ProcessFunctionTierConfig {
-        command: command("fn"),
+        command: Some(command("fn")),
         health_path: "/".into(),
         // Generous: the two instances must still be idle when the zone is read
         // and the third call must find one warm, on a loaded 2-core machine; the expiry
@@ -165,7 +165,7 @@ async fn process_vm_pool_runs_the_sample_api() {
 #[tokio::test]
 async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
     let cfg = ProcessFunctionTierConfig {
-        command: command("fn"),
+        command: Some(command("fn")),
         health_path: "/".into(),
         keep_alive_seconds: 60.0,
         max_instances: 4,

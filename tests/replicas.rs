@@ -63,7 +63,39 @@ struct Run {
     vm_reqs: BTreeMap<u64, f64>,
 }
 
+/// Wait until the deciding gateway (the leader, or the one gateway) shows a new scaling
+/// decision: a run that starts right after one meets the load steps at the same phase of
+/// the K-epoch decision cycle as every other run, so that runs compare their policies,
+/// not where their start fell in that cycle (up to K·E = 2 s of decision lag at a step).
+fn after_next_decision(gws: &[&Gateway]) {
+    let deciding = |s: &Value| {
+        s.pointer("/coordination/type").and_then(Value::as_str) != Some("redis")
+            || role(s) == "leader"
+    };
+    let last = |gws: &[&Gateway]| {
+        gws.iter().find_map(|g| {
+            try_status(g.admin).filter(|s| deciding(s)).map(|s| {
+                s.pointer("/scaling/last_decision/epoch")
+                    .and_then(Value::as_u64)
+            })
+        })
+    };
+    let before = last(gws).flatten();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        if let Some(now) = last(gws)
+            && now.is_some()
+            && now != before
+        {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no scaling decision within 10 s");
+}
+
 fn run(gws: &[&Gateway], weights: &[f64], load: &[(f64, f64)]) -> Run {
+    after_next_decision(gws);
     let sampler = Sampler::start(gws.iter().map(|g| g.admin).collect());
     let start = Instant::now();
     let targets: Vec<(SocketAddr, f64)> = gws
@@ -240,6 +272,15 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
         even.decisions.len(),
         uneven.decisions.len()
     );
+    for (r, what) in [(&even, "1/3 each"), (&uneven, "70/20/10")] {
+        let per: Vec<String> = (0..3)
+            .map(|i| {
+                let mine: Vec<Sent> = r.sent.iter().filter(|s| s.to == i).cloned().collect();
+                format!("{:.1} % of {}", spill_share(&mine) * 100.0, mine.len())
+            })
+            .collect();
+        eprintln!("{what}: spill share per replica {per:?}");
+    }
     for (s, what) in [(s3, "1/3 each"), (s7, "70/20/10")] {
         assert!(
             (s - s1).abs() <= 0.02,

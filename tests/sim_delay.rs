@@ -117,3 +117,115 @@ fn named_event_columns_are_checked_with_their_line() {
     ]);
     assert!(!ok && err.contains("header naming its columns"), "{err}");
 }
+
+/// `spillway sim --delay-queue on --json` on `config` and `events`: the run's JSON.
+fn delay_run(config: &str, events: &str, policy: &str) -> serde_json::Value {
+    let dir = tempfile::tempdir().unwrap();
+    let (c, t, json) = (
+        dir.path().join("c.yaml"),
+        dir.path().join("t.txt"),
+        dir.path().join("r.json"),
+    );
+    std::fs::write(&c, config).unwrap();
+    std::fs::write(&t, events).unwrap();
+    let (ok, _, err) = sim(&[
+        "--config",
+        c.to_str().unwrap(),
+        "--trace",
+        t.to_str().unwrap(),
+        "--format",
+        "events",
+        "--policy",
+        policy,
+        "--delay-queue",
+        "on",
+        "--quiet",
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    v[0]["run"].clone()
+}
+
+fn releases(run: &serde_json::Value) -> Vec<f64> {
+    run["releases_s"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect()
+}
+
+#[test]
+fn idle_releases_come_in_batches_per_cpu_sample_at_the_calls_own_times() {
+    // Functions only: no VM, so the CPU signal is 0 (idle) and idle releases go to the
+    // function tier. Samples at 0, 1, 2 s refill a batch of 2: the calls at 0.203 s and
+    // 0.417 s spend the batch of the 0 s sample at once, those at 0.61 s and 0.89 s wait
+    // for the 1 s sample, the one at 1.3 s for the 2 s sample.
+    let config = "version: 1
+async:
+  sample_interval_seconds: 1
+  release_batch: 2
+  deadline_margin_seconds: 5
+  expected_processing_seconds: 1
+";
+    let events = "time_s kind deadline_s processing_ms
+0.203 async 100 50
+0.417 async 100 50
+0.61 async 100 50
+0.89 async 100 50
+1.3 async 100 50
+";
+    let run = delay_run(config, events, "faas");
+    assert_eq!(releases(&run), vec![0.203, 0.417, 1.0, 1.0, 2.0]);
+    assert_eq!(run["async_finished"], 5);
+    assert_eq!(run["async_on_functions"], 5);
+    assert_eq!(run["deadline_misses"], 0);
+}
+
+#[test]
+fn a_busy_cpu_holds_a_call_until_its_forced_release_time() {
+    // One VM whose four cores the other load holds from 0 s: every sample reads 1.0, so
+    // the scheduler is busy long before the call arrives at 12.25 s. Due at 32.25 s, the
+    // call is forced to the function tier at deadline − (E[p] 1.5 s + margin 5 s) =
+    // 25.75 s — the core's own deadline, between two samples — before its urgency
+    // (deadline − 2 s = 30.25 s). It finishes after the cold start and its 400 ms.
+    let config = "version: 1
+libra:
+  epoch_seconds: 1
+  decision_epochs: 60
+  r_max_rps: 2
+  min_vms: 1
+  max_vms: 1
+async:
+  busy_utilisation: 0.7
+  sample_interval_seconds: 1
+  window_seconds: 10
+  switch_interval_seconds: 10
+  urgency_window_seconds: 2
+  release_batch: 4
+  deadline_margin_seconds: 5
+  expected_processing_seconds: 1.5
+sim:
+  vm:
+    slots: 8
+    cores: 4
+    boot_seconds: 0
+  function:
+    cold_start_ms: 250
+    warm_start_ms: 5
+  cpu_load:
+    cores: 4
+    from_seconds: 0
+    to_seconds: 1000
+";
+    let events = "time_s kind deadline_s processing_ms
+12.25 async 20 400
+";
+    let run = delay_run(config, events, "max");
+    assert_eq!(releases(&run), vec![25.75]);
+    assert_eq!(run["async_on_functions"], 1);
+    assert_eq!(run["deadline_misses"], 0);
+    assert_eq!(run["last_finish_s"], 26.4);
+}

@@ -70,7 +70,7 @@ impl ProcessFunctionTier {
     ) -> Arc<Self> {
         Arc::new(Self {
             shared: Arc::new(Shared {
-                command: cfg.command.clone(),
+                command: cfg.command.clone().unwrap_or_default(),
                 spillway_exe,
                 client,
                 readiness: ReadinessSettings::from_secs(
@@ -333,7 +333,7 @@ mod tests {
 
     fn cfg(command: &[&str], boot: f64) -> ProcessFunctionTierConfig {
         ProcessFunctionTierConfig {
-            command: command.iter().map(|s| s.to_string()).collect(),
+            command: Some(command.iter().map(|s| s.to_string()).collect()),
             health_path: "/".into(),
             keep_alive_seconds: 60.0,
             max_instances: 4,

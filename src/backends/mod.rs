@@ -26,6 +26,7 @@
 //! | [`function_http`] | `function_tier: {type: http}` — an existing function endpoint over HTTP(S) |
 //! | `lambda`, `lambda_event` | `function_tier: {type: lambda}` — the Invoke API, and the pure HTTP ↔ Lambda event mapping (feature `aws`) |
 //! | `aws_sdk`, `aws_http` | the AWS SDK configuration and the HTTP client every SDK call goes through (feature `aws`) |
+//! | [`build`] | one factory per provider section: `build_vm_pool`, `build_zone` |
 //! | [`process`] | child processes on loopback ports, shared by the local providers |
 //! | [`provider_errors`] | cloud provider error accounting for logs, `/status` and metrics |
 
@@ -33,6 +34,7 @@
 pub mod aws_http;
 #[cfg(feature = "aws")]
 pub mod aws_sdk;
+pub mod build;
 #[cfg(feature = "aws")]
 pub mod ec2;
 pub mod function_http;

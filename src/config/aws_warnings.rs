@@ -12,8 +12,9 @@
 //!   than a `/8` (IPv4) or `/32` (IPv6): an instance's tag may then point the gateway at
 //!   nearly any host, which is what the allow-list exists to prevent.
 
-use super::{Config, ConfigIssue, FunctionTierConfig, VmPoolConfig};
-use crate::config::zones::FunctionZoneConfig;
+use super::function_tier::FunctionTierConfig;
+use super::issues::ConfigIssue;
+use super::schema::{Config, Ec2Address, VmPoolConfig};
 
 /// Narrowest IPv4 prefix length `tag_address_allowed_cidrs` may hold without a warning.
 pub const TAG_CIDR_MIN_PREFIX_V4: u8 = 8;
@@ -37,7 +38,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<ConfigIssue> {
         endpoint("function_tier.endpoint_url".into(), l.endpoint_url.as_ref());
     }
     for (i, z) in config.function_zones.iter().enumerate() {
-        if let FunctionZoneConfig::Lambda(l) = z {
+        if let FunctionTierConfig::Lambda(l) = &z.provider {
             endpoint(
                 format!("function_zones[{i}].endpoint_url"),
                 l.endpoint_url.as_ref(),
@@ -45,7 +46,7 @@ pub(crate) fn warnings(config: &Config) -> Vec<ConfigIssue> {
         }
     }
     if let Some(VmPoolConfig::Ec2(e)) = &config.vm_pool
-        && e.address == super::Ec2Address::Tag
+        && e.address == Ec2Address::Tag
     {
         for (i, net) in e.tag_address_allowed_cidrs.iter().enumerate() {
             let (wide, min) = match net {

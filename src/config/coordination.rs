@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::Issues;
+use super::issues::Issues;
 
 /// Default lease of the scaling leader, milliseconds.
 pub const DEFAULT_LEASE_MS: u64 = 3000;

@@ -386,7 +386,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             }
             Kind::Scalar(s, Style::Text) => v.visit_str(s),
             Kind::Seq(items) => v.visit_seq(SeqAcc(items.iter())),
-            Kind::Map(entries) => v.visit_map(MapAcc::new(entries, None)),
+            Kind::Map(entries) => v.visit_map(MapAcc::new(entries, &[])),
         };
         r.map_err(|e: DeError| e.located(n))
     }
@@ -495,18 +495,9 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             .map_err(|e: DeError| e.located(self.0))
     }
 
-    fn deserialize_tuple_struct<V: Visitor<'de>>(
-        self,
-        _name: &'static str,
-        len: usize,
-        v: V,
-    ) -> Result<V::Value, DeError> {
-        self.deserialize_tuple(len, v)
-    }
-
     fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
         let entries = self.entries("a mapping")?;
-        v.visit_map(MapAcc::new(entries, None))
+        v.visit_map(MapAcc::new(entries, &[]))
             .map_err(|e: DeError| e.located(self.0))
     }
 
@@ -521,7 +512,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             fields,
         });
         let entries = self.entries("a section")?;
-        v.visit_map(MapAcc::new(entries, None))
+        v.visit_map(MapAcc::new(entries, &[]))
             .map_err(|e: DeError| e.located(self.0))
     }
 
@@ -533,37 +524,27 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
         variants: &'static [&'static str],
         v: V,
     ) -> Result<V::Value, DeError> {
-        let n = self.0;
-        record(Asked::Enum {
-            path: n.path.clone(),
-            tag: matches!(n.kind, Kind::Map(_)).then_some(name),
-            variants,
-        });
-        match &n.kind {
-            Kind::Scalar(..) if !n.is_null() => {
-                v.visit_enum(UnitEnum(n)).map_err(|e: DeError| e.located(n))
-            }
-            Kind::Map(entries) => {
-                let Some((_, tag)) = entries.iter().find(|(k, _)| scalar_text(k) == name) else {
-                    return Err(self.error(format!(
-                        "missing `{name}:` (one of: {})",
-                        variants.join(", ")
-                    )));
-                };
-                v.visit_enum(TaggedEnum {
-                    map: n,
-                    entries,
-                    tag_key: name,
-                    tag,
-                })
-                .map_err(|e: DeError| e.located(n))
-            }
-            _ => Err(self.error(format!(
-                "expected a section with `{name}:` ({}), found {}",
-                variants.join(", "),
-                n.describe()
-            ))),
+        tagged_enum(self.0, name, variants, &[], v)
+    }
+
+    /// A [`SHARED_KEYS_SECTION`]: its two parts read from the one mapping.
+    fn deserialize_tuple_struct<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        len: usize,
+        v: V,
+    ) -> Result<V::Value, DeError> {
+        if name != SHARED_KEYS_SECTION {
+            return self.deserialize_tuple(len, v);
         }
+        let entries = self.entries("a section")?;
+        v.visit_seq(SharedParts {
+            map: self.0,
+            entries,
+            shared: None,
+            next: 0,
+        })
+        .map_err(|e: DeError| e.located(self.0))
     }
 
     fn deserialize_identifier<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
@@ -572,6 +553,164 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
 
     fn deserialize_ignored_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
         v.visit_unit()
+    }
+}
+
+/// `n` as an enum: a scalar names a unit variant; a mapping holding the key `name` is a
+/// tagged section whose fields are its other keys, minus `shared`.
+fn tagged_enum<'de, V: Visitor<'de>>(
+    n: &Node,
+    name: &'static str,
+    variants: &'static [&'static str],
+    shared: &[&'static str],
+    v: V,
+) -> Result<V::Value, DeError> {
+    record(Asked::Enum {
+        path: n.path.clone(),
+        tag: matches!(n.kind, Kind::Map(_)).then_some(name),
+        variants,
+    });
+    match &n.kind {
+        Kind::Scalar(..) if !n.is_null() => {
+            v.visit_enum(UnitEnum(n)).map_err(|e: DeError| e.located(n))
+        }
+        Kind::Map(entries) => {
+            let Some((_, tag)) = entries.iter().find(|(k, _)| scalar_text(k) == name) else {
+                return Err(NodeDe(n).error(format!(
+                    "missing `{name}:` (one of: {})",
+                    variants.join(", ")
+                )));
+            };
+            let mut skip = vec![name];
+            skip.extend_from_slice(shared);
+            v.visit_enum(TaggedEnum {
+                map: n,
+                entries,
+                skip,
+                tag,
+            })
+            .map_err(|e: DeError| e.located(n))
+        }
+        _ => Err(NodeDe(n).error(format!(
+            "expected a section with `{name}:` ({}), found {}",
+            variants.join(", "),
+            n.describe()
+        ))),
+    }
+}
+
+/// The serde name of a section read in two parts from one mapping: a tuple struct
+/// `(Shared, Tagged)` whose `Shared` struct takes its own keys and whose `Tagged` enum
+/// (a `type:`-tagged section) takes every other key. A function zone is one: `name`,
+/// `kind` and `client_cidrs` beside a `function_tier` provider's keys. Each key keeps its
+/// place, and an unknown key is reported by the tagged part (with its keys as the list).
+pub(crate) const SHARED_KEYS_SECTION: &str = "spillway::shared_keys_section";
+
+/// The two parts of a [`SHARED_KEYS_SECTION`], as a sequence.
+struct SharedParts<'a> {
+    map: &'a Node,
+    entries: &'a [(Node, Node)],
+    /// The shared part's keys, once it has been read.
+    shared: Option<&'static [&'static str]>,
+    next: u8,
+}
+
+impl<'de> de::SeqAccess<'de> for SharedParts<'_> {
+    type Error = DeError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(
+        &mut self,
+        seed: T,
+    ) -> Result<Option<T::Value>, DeError> {
+        self.next += 1;
+        match self.next {
+            1 => seed
+                .deserialize(SharedPart {
+                    map: self.map,
+                    entries: self.entries,
+                    fields: &mut self.shared,
+                })
+                .map(Some),
+            2 => {
+                let shared = self.shared.unwrap_or(&[]);
+                seed.deserialize(TaggedPart {
+                    map: self.map,
+                    shared,
+                })
+                .map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(2usize.saturating_sub(usize::from(self.next)))
+    }
+}
+
+/// The shared part of a [`SHARED_KEYS_SECTION`]: a struct reading only its own keys.
+struct SharedPart<'a, 'b> {
+    map: &'a Node,
+    entries: &'a [(Node, Node)],
+    fields: &'b mut Option<&'static [&'static str]>,
+}
+
+impl<'de> de::Deserializer<'de> for SharedPart<'_, '_> {
+    type Error = DeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _v: V) -> Result<V::Value, DeError> {
+        Err(NodeDe(self.map).error("the shared keys of a section must be a struct"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, DeError> {
+        record(Asked::Struct {
+            path: self.map.path.clone(),
+            fields,
+        });
+        *self.fields = Some(fields);
+        v.visit_map(MapAcc::only(self.entries, fields))
+            .map_err(|e: DeError| e.located(self.map))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map enum identifier ignored_any
+    }
+}
+
+/// The tagged part of a [`SHARED_KEYS_SECTION`]: a `type:`-tagged enum over every key
+/// but the shared ones.
+struct TaggedPart<'a> {
+    map: &'a Node,
+    shared: &'static [&'static str],
+}
+
+impl<'de> de::Deserializer<'de> for TaggedPart<'_> {
+    type Error = DeError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _v: V) -> Result<V::Value, DeError> {
+        Err(NodeDe(self.map).error("the rest of a shared-keys section must be a tagged enum"))
+    }
+
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        name: &'static str,
+        variants: &'static [&'static str],
+        v: V,
+    ) -> Result<V::Value, DeError> {
+        tagged_enum(self.map, name, variants, self.shared, v)
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf option unit unit_struct newtype_struct seq tuple
+        tuple_struct map struct identifier ignored_any
     }
 }
 
@@ -598,19 +737,29 @@ impl<'de> de::SeqAccess<'de> for SeqAcc<'_> {
     }
 }
 
-/// The entries of a mapping, optionally without one key (a tagged section's tag).
+/// The entries of a mapping: without the keys in `skip` (a tagged section's tag, the
+/// shared keys of a [`SHARED_KEYS_SECTION`]) and, with `keep`, only those keys.
 struct MapAcc<'a> {
     entries: std::slice::Iter<'a, (Node, Node)>,
-    skip: Option<&'a str>,
+    skip: &'a [&'a str],
+    keep: Option<&'a [&'static str]>,
     value: Option<&'a Node>,
 }
 
 impl<'a> MapAcc<'a> {
-    fn new(entries: &'a [(Node, Node)], skip: Option<&'a str>) -> Self {
+    fn new(entries: &'a [(Node, Node)], skip: &'a [&'a str]) -> Self {
         Self {
             entries: entries.iter(),
             skip,
+            keep: None,
             value: None,
+        }
+    }
+
+    fn only(entries: &'a [(Node, Node)], keep: &'a [&'static str]) -> Self {
+        Self {
+            keep: Some(keep),
+            ..Self::new(entries, &[])
         }
     }
 }
@@ -623,7 +772,8 @@ impl<'de> de::MapAccess<'de> for MapAcc<'_> {
         seed: K,
     ) -> Result<Option<K::Value>, DeError> {
         for (k, v) in self.entries.by_ref() {
-            if Some(scalar_text(k)) == self.skip {
+            let key = scalar_text(k);
+            if self.skip.contains(&key) || self.keep.is_some_and(|keep| !keep.contains(&key)) {
                 continue;
             }
             self.value = Some(v);
@@ -695,7 +845,8 @@ impl<'de> de::VariantAccess<'de> for UnitEnum<'_> {
 struct TaggedEnum<'a> {
     map: &'a Node,
     entries: &'a [(Node, Node)],
-    tag_key: &'static str,
+    /// The tag key, then the shared keys read beside the section (if any).
+    skip: Vec<&'a str>,
     tag: &'a Node,
 }
 
@@ -742,7 +893,7 @@ impl<'de> de::VariantAccess<'de> for TaggedEnum<'_> {
             path: self.map.path.clone(),
             fields,
         });
-        v.visit_map(MapAcc::new(self.entries, Some(self.tag_key)))
+        v.visit_map(MapAcc::new(self.entries, &self.skip))
             .map_err(|e: DeError| e.located(self.map))
     }
 }
@@ -754,7 +905,7 @@ impl<'de> de::Deserializer<'de> for Fields<'_> {
     type Error = DeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
-        v.visit_map(MapAcc::new(self.0.entries, Some(self.0.tag_key)))
+        v.visit_map(MapAcc::new(self.0.entries, &self.0.skip))
             .map_err(|e: DeError| e.located(self.0.map))
     }
 

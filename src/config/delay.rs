@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Issues;
+use super::issues::{ConfigIssue, Issues};
 use crate::policy::delay::DelayParams;
 use std::time::Duration;
 
@@ -295,23 +295,26 @@ impl AsyncConfig {
 /// Risky but valid asynchronous-call settings: a route enables asynchronous calls on a
 /// listener off loopback while `async.max_calls_per_client` is `null` (any client can
 /// fill the store up to `async.max_store_bytes`, every other client then gets 507).
-pub(crate) fn warnings(config: &super::Config) -> Vec<super::ConfigIssue> {
+/// `listeners` are the gateway's client listeners, as `(field, address)`.
+pub(crate) fn warnings(
+    routes: &[super::routes::RouteConfig],
+    a: &AsyncConfig,
+    listeners: &[(&str, std::net::SocketAddr)],
+) -> Vec<ConfigIssue> {
     let mut out = Vec::new();
-    let Some(route) = config
-        .routes
+    let Some(route) = routes
         .iter()
-        .position(|r| r.async_mode != super::AsyncMode::Off)
+        .position(|r| r.async_mode != super::routes::AsyncMode::Off)
     else {
         return out;
     };
-    let g = &config.gateway;
-    let public: Vec<String> = std::iter::once(("gateway.listen", g.listen))
-        .chain(g.tls.as_ref().map(|t| ("gateway.tls.listen", t.listen)))
+    let public: Vec<String> = listeners
+        .iter()
         .filter(|(_, a)| !a.ip().is_loopback())
         .map(|(k, a)| format!("{k} {a}"))
         .collect();
-    if config.async_calls.max_calls_per_client.is_none() && !public.is_empty() {
-        out.push(super::ConfigIssue::new(
+    if a.max_calls_per_client.is_none() && !public.is_empty() {
+        out.push(ConfigIssue::new(
             "async.max_calls_per_client",
             format!(
                 "no per-client limit, while routes[{route}].async enables asynchronous calls \
@@ -319,7 +322,7 @@ pub(crate) fn warnings(config: &super::Config) -> Vec<super::ConfigIssue> {
                  async.max_store_bytes ({} bytes) and every other one then gets 507; set a \
                  limit (the default is 100)",
                 public.join(", "),
-                config.async_calls.max_store_bytes
+                a.max_store_bytes
             ),
         ));
     }

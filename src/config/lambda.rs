@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::Issues;
+use super::issues::Issues;
 
 /// Default of `timeout_seconds`, the function's own timeout, seconds. Below the default
 /// `gateway.upstream_timeout_seconds` (30 s) by more than the default invoke margin, so
@@ -116,17 +116,18 @@ impl LambdaFunctionTierConfig {
         self.timeout_seconds + self.invoke_margin_seconds
     }
 
-    /// Semantic checks of this section, each reported under `function_tier.<field>`.
-    pub fn validate(&self, is: &mut Issues) {
+    /// Semantic checks of this section at `at` (`function_tier`, `function_zones[1]`),
+    /// each reported under `<at>.<field>`.
+    pub fn validate_at(&self, at: &str, is: &mut Issues) {
         let name = self.function_name.trim();
         if name.is_empty() {
             is.push(
-                "function_tier.function_name",
+                format!("{at}.function_name"),
                 "must name the function (name or ARN)",
             );
         } else if name.len() > 170 || name.chars().any(|c| c.is_whitespace() || c == '/') {
             is.push(
-                "function_tier.function_name",
+                format!("{at}.function_name"),
                 format!(
                     "must be a function name or ARN (at most 170 characters, no spaces or '/'), got {:?}",
                     self.function_name
@@ -141,7 +142,7 @@ impl LambdaFunctionTierConfig {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '$')))
         {
             is.push(
-                "function_tier.qualifier",
+                format!("{at}.qualifier"),
                 format!("must be a version or alias name, got {q:?}"),
             );
         }
@@ -150,7 +151,7 @@ impl LambdaFunctionTierConfig {
             && self.timeout_seconds <= MAX_LAMBDA_TIMEOUT_SECONDS)
         {
             is.push(
-                "function_tier.timeout_seconds",
+                format!("{at}.timeout_seconds"),
                 format!(
                     "must be in (0, {MAX_LAMBDA_TIMEOUT_SECONDS}], got {}",
                     self.timeout_seconds
@@ -159,7 +160,7 @@ impl LambdaFunctionTierConfig {
         }
         if !(self.invoke_margin_seconds.is_finite() && self.invoke_margin_seconds >= 0.0) {
             is.push(
-                "function_tier.invoke_margin_seconds",
+                format!("{at}.invoke_margin_seconds"),
                 format!(
                     "must be a number of seconds, 0 or more, got {}",
                     self.invoke_margin_seconds
@@ -173,7 +174,7 @@ impl LambdaFunctionTierConfig {
                     .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-'))
         {
             is.push(
-                "function_tier.region",
+                format!("{at}.region"),
                 format!("must be a region name like us-east-1, got {region:?}"),
             );
         }
@@ -183,53 +184,59 @@ impl LambdaFunctionTierConfig {
                     if matches!(u.scheme_str(), Some("http" | "https"))
                         && u.authority().is_some() => {}
                 _ => is.push(
-                    "function_tier.endpoint_url",
+                    format!("{at}.endpoint_url"),
                     format!("must be an http:// or https:// URL with a host, got {url:?}"),
                 ),
             }
         }
         if self.max_concurrency == Some(0) {
             is.push(
-                "function_tier.max_concurrency",
+                format!("{at}.max_concurrency"),
                 "must be at least 1 when set",
             );
         }
         if let Some(n) = self.prewarmed_instances.filter(|&n| n > 0) {
             if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
                 is.push(
-                    "function_tier.prewarmed_instances",
-                    "needs function_tier.qualifier (a published version or an alias): \
-                     provisioned concurrency cannot be set on $LATEST",
+                    format!("{at}.prewarmed_instances"),
+                    format!(
+                        "needs {at}.qualifier (a published version or an alias): \
+                         provisioned concurrency cannot be set on $LATEST"
+                    ),
                 );
             }
             if let Some(max) = self.max_concurrency
                 && n > max
             {
                 is.push(
-                    "function_tier.prewarmed_instances",
-                    format!("must not exceed function_tier.max_concurrency ({n} > {max})"),
+                    format!("{at}.prewarmed_instances"),
+                    format!("must not exceed {at}.max_concurrency ({n} > {max})"),
                 );
             }
         }
         if self.remove_prewarm_on_shutdown && self.prewarmed_instances.unwrap_or(0) == 0 {
             is.push(
-                "function_tier.remove_prewarm_on_shutdown",
-                "only applies when function_tier.prewarmed_instances is above 0",
+                format!("{at}.remove_prewarm_on_shutdown"),
+                format!("only applies when {at}.prewarmed_instances is above 0"),
             );
         }
         if self.remove_prewarm_on_start {
             if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
                 is.push(
-                    "function_tier.remove_prewarm_on_start",
-                    "needs function_tier.qualifier (provisioned concurrency lives on a \
-                     published version or an alias)",
+                    format!("{at}.remove_prewarm_on_start"),
+                    format!(
+                        "needs {at}.qualifier (provisioned concurrency lives on a \
+                         published version or an alias)"
+                    ),
                 );
             }
             if self.prewarmed_instances.unwrap_or(0) > 0 {
                 is.push(
-                    "function_tier.remove_prewarm_on_start",
-                    "contradicts function_tier.prewarmed_instances above 0 (that puts \
-                     provisioned concurrency at start)",
+                    format!("{at}.remove_prewarm_on_start"),
+                    format!(
+                        "contradicts {at}.prewarmed_instances above 0 (that puts \
+                         provisioned concurrency at start)"
+                    ),
                 );
             }
         }

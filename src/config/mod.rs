@@ -15,9 +15,13 @@
 //!
 //! | module | section |
 //! |---|---|
-//! | `schema` | the root [`Config`], `gateway:`, `libra:`, `vm_pool:`, `function_tier:` and their validation |
+//! | `schema` | the root [`Config`] (it imports the sections), `gateway:`, `libra:`, `pricing:`, `vm_pool:` and their validation |
+//! | `function_tier` | `function_tier:` — a function provider (`process`, `http`, `lambda`), also each zone's provider |
 //! | `lambda` | `function_tier: {type: lambda}` |
-//! | `zones` | `function_zones:` and `placement:` |
+//! | `zones` | `function_zones:` entries (name, kind, client networks, provider) and `placement:` |
+//! | `zone_specs` | the zones in placement order, placement parameters, the cost meter and the zone checks |
+//! | `issues` | [`Issues`], [`ConfigIssue`], [`ConfigError`] and the shared checks (a leaf: every section imports it, it imports none) |
+//! | `defaults` | the `DEFAULT_*` constants (a leaf) |
 //! | `routes` | `routes:` (route keys) |
 //! | `queue` | `queue:` (the gateway queue, call scheduling) |
 //! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
@@ -29,12 +33,17 @@
 //!
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
-//! `DEFAULT_*` constants of this module.
+//! `DEFAULT_*` constants of `defaults`. The sections import only the leaves (`issues`,
+//! `defaults`, `yaml`, `de`) and sections below them; `schema` and this module import
+//! the sections (`scripts/check-module-deps.sh` refuses a cycle).
 
 mod aws_warnings;
 pub mod coordination;
 mod de;
+mod defaults;
 pub mod delay;
+mod function_tier;
+mod issues;
 mod lambda;
 mod overrides;
 mod queue;
@@ -42,115 +51,52 @@ mod routes;
 mod schema;
 pub mod sim;
 mod yaml;
+mod zone_specs;
 mod zones;
 
 pub use aws_warnings::{TAG_CIDR_MIN_PREFIX_V4, TAG_CIDR_MIN_PREFIX_V6};
-pub use lambda::*;
+pub use defaults::{
+    DEFAULT_ADMIN_LISTEN, DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_DECISION_EPOCHS, DEFAULT_DRAIN_TIMEOUT_SECONDS,
+    DEFAULT_EPOCH_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+    DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS, DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_KEEP_ALIVE_SECONDS,
+    DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PHI, DEFAULT_PROBE_INTERVAL_SECONDS,
+    DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS, DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_RHO, DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS, DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
+    MAX_HEAD_LIMIT_BYTES,
+};
+pub use function_tier::{
+    FunctionTierConfig, FunctionTierSection, HttpFunctionTierConfig, ProcessFunctionTierConfig,
+};
+pub use issues::{ConfigError, ConfigIssue, Issues, MAX_SECONDS, aws_feature_missing};
+pub use lambda::{
+    DEFAULT_INVOKE_MARGIN_SECONDS, DEFAULT_LAMBDA_TIMEOUT_SECONDS, LambdaFunctionTierConfig,
+    LambdaPayloadFormat, MAX_LAMBDA_TIMEOUT_SECONDS,
+};
 pub use overrides::with_override;
-pub use queue::*;
-pub use routes::*;
-pub use schema::*;
+pub use queue::{
+    DEFAULT_FAIR_CHOICE_WINDOW_SECONDS, DEFAULT_MAX_QUEUE_LENGTH, DEFAULT_MAX_QUEUE_WAIT_SECONDS,
+    DEFAULT_PROCESSING_MS, QueueConfig,
+};
+pub use routes::{AsyncMode, RouteConfig, validate_routes};
+pub use schema::{
+    BalancerRule, Config, DEFAULT_EC2_AUDIT_INTERVAL_SECONDS, DEFAULT_EC2_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_EC2_PROBE_INTERVAL_SECONDS, DEFAULT_EC2_STRAY_GRACE_SECONDS, DEFAULT_EC2_UPSTREAM_PORT,
+    DEFAULT_EC2_UPSTREAM_TAG_KEY, EC2_MAX_USER_DATA_BYTES, EC2_POOL_TAG_KEY, Ec2Address,
+    Ec2LaunchTemplate, Ec2ShutdownPolicy, Ec2VmPoolConfig, GatewayConfig, LibraConfig,
+    PricingConfig, ProcessVmPoolConfig, RMaxAdaptiveConfig, StaticVmPoolConfig, TlsConfig,
+    UpstreamTlsConfig, VmPoolConfig, VmPoolSection, open_files_limit, resolve_listen,
+};
 pub use yaml::{Loc, MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_NODES, MAX_TEXT_BYTES};
-pub use zones::*;
+pub use zones::{FunctionZoneConfig, PlacementConfig, SINGLE_ZONE_NAME, ZoneKindConfig, ZoneSpec};
 
-use std::fmt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The embedded default configuration: `config/quickstart.yaml` (local backends running
 /// the sample API, no cloud account needed).
 pub const QUICKSTART_YAML: &str = include_str!("../../config/quickstart.yaml");
-
-/// One problem in a configuration (a type error or a semantic one), located by its
-/// field path and, when the file has the key or one of its parents, its line and column.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ConfigIssue {
-    /// Dotted field path, e.g. `vm_pool.command` or `gateway.trusted_proxies[2]`.
-    pub path: String,
-    /// What is wrong and what is expected.
-    pub message: String,
-    /// Where in the file: the value, or the nearest key above it when the value is absent
-    /// (a missing required key points at its section). `None` for the embedded defaults
-    /// and for keys whose whole section is absent.
-    pub location: Option<Loc>,
-}
-
-impl ConfigIssue {
-    /// A problem at `path` (location filled in when the file is known).
-    pub fn new(path: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            path: path.into(),
-            message: message.into(),
-            location: None,
-        }
-    }
-}
-
-impl fmt::Display for ConfigIssue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_empty() {
-            write!(f, "{}", self.message)
-        } else {
-            write!(f, "{}: {}", self.path, self.message)
-        }
-    }
-}
-
-/// `file:line:column: path: message` (or `file: path: message` without a location).
-fn issue_line(file: &str, issue: &ConfigIssue) -> String {
-    match issue.location {
-        Some(l) => format!("{file}:{}:{}: {issue}", l.line, l.column),
-        None => format!("{file}: {issue}"),
-    }
-}
-
-fn invalid_text(file: &str, issues: &[ConfigIssue]) -> String {
-    match issues {
-        [one] => issue_line(file, one),
-        _ => format!(
-            "{file}: {} problems:\n{}",
-            issues.len(),
-            issues
-                .iter()
-                .map(|i| format!("  {}", issue_line(file, i)))
-                .collect::<Vec<_>>()
-                .join("\n")
-        ),
-    }
-}
-
-/// Why a configuration could not be loaded.
-#[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
-    /// The file could not be read.
-    #[error("{path}: cannot read: {source}")]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// The file is not YAML: the first syntax error, at its place.
-    #[error("{file}:{line}:{column}: {message}")]
-    Parse {
-        /// The file (or `<embedded quickstart>`).
-        file: String,
-        /// 1-based line.
-        line: u64,
-        /// 1-based column.
-        column: u64,
-        /// What is wrong.
-        message: String,
-    },
-    /// Type or semantic problems: every one of them, in file order, each with its field
-    /// path and place (`file:line:column: path: message`).
-    #[error("{}", invalid_text(file, issues))]
-    Invalid {
-        /// The file.
-        file: String,
-        /// All problems found, in file order (unlocated ones last).
-        issues: Vec<ConfigIssue>,
-    },
-}
 
 impl Config {
     /// Read, parse and validate a configuration file.
@@ -264,7 +210,12 @@ impl Config {
 /// `text` is the file it was read from, its place. `spillway check` prints them
 /// (`file:line:column: warning: path: message`) and still exits 0; `serve` logs them.
 pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
-    let mut out = delay::warnings(config);
+    let g = &config.gateway;
+    let listeners: Vec<(&str, std::net::SocketAddr)> =
+        std::iter::once(("gateway.listen", g.listen))
+            .chain(g.tls.as_ref().map(|t| ("gateway.tls.listen", t.listen)))
+            .collect();
+    let mut out = delay::warnings(&config.routes, &config.async_calls, &listeners);
     out.extend(gateway_warnings(config));
     out.extend(aws_warnings::warnings(config));
     if let Some(places) = text

@@ -9,8 +9,9 @@
 
 use serde_json::Value;
 
+use super::issues::ConfigError;
+use super::schema::Config;
 use super::yaml::{self, Kind, Node, Style, is_null_text};
-use super::{Config, ConfigError};
 
 /// `config` with `path` set to `value`.
 ///

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::Issues;
+use super::issues::Issues;
 use crate::policy::core::DEFAULT_MAX_ROUTE_KEYS;
 use crate::policy::sched::{Order, SchedParams};
 

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::schema::Issues;
+use super::issues::Issues;
 use crate::policy::routes::RouteDef;
 
 /// One `routes:` entry.

@@ -7,76 +7,31 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use super::ConfigIssue;
+use super::defaults::{
+    DEFAULT_ADMIN_LISTEN, DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BOOT_TIMEOUT_SECONDS,
+    DEFAULT_CONNECT_TIMEOUT_SECONDS, DEFAULT_DECISION_EPOCHS, DEFAULT_DRAIN_TIMEOUT_SECONDS,
+    DEFAULT_EPOCH_SECONDS, DEFAULT_HEADER_READ_TIMEOUT_SECONDS,
+    DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS, DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
+    DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS, DEFAULT_LISTEN,
+    DEFAULT_MAX_BODY_BYTES, DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PHI,
+    DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS, DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS,
+    DEFAULT_RHO, DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS, DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
+    MAX_HEAD_LIMIT_BYTES,
+};
+use super::function_tier::{FunctionTierConfig, default_health_path, default_probe_interval};
+use super::issues::{
+    ConfigIssue, Issues, MAX_SECONDS, aws_feature_missing, check_command, check_path,
+    check_upstream, check_url,
+};
 use crate::net::validate::{
     self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
 };
 use crate::policy::controller::ControllerParams;
 use crate::policy::core::CoreParams;
 use crate::policy::cost::{self, Architecture, FunctionPricing};
-use crate::policy::functions::{FunctionPoolParams, WarmOrder};
 use crate::policy::monitor::MonitorParams;
-use crate::policy::placement::ZoneCapacity;
 use crate::policy::rmax::RMaxParams;
 use crate::policy::scaling::LibraScalingParams;
-
-/// Upper bound of every `*_seconds` option: one year.
-pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
-
-/// Default proxy listen address.
-pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
-/// Default admin listen address (loopback, so that it may run without an admin token).
-/// Port 9901, the admin port Envoy uses by convention; it was 9090 before, Prometheus's
-/// own port, so a Prometheus beside the gateway could not start (or scraped itself).
-pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
-/// Default maximum request body, bytes (10 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
-/// Default time to receive a request's headers, seconds.
-pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: f64 = 10.0;
-/// Default TCP connect timeout to an upstream, seconds.
-pub const DEFAULT_CONNECT_TIMEOUT_SECONDS: f64 = 2.0;
-/// Default time to wait for an upstream's response headers, seconds.
-pub const DEFAULT_UPSTREAM_TIMEOUT_SECONDS: f64 = 30.0;
-/// Default longest pause in a client's request body, seconds.
-pub const DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS: f64 = 30.0;
-/// Default longest pause in an upstream's response body, seconds.
-pub const DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
-/// Default longest silence of an `Upgrade` tunnel, seconds.
-pub const DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS: f64 = 300.0;
-/// Default idle time before a pooled upstream connection is closed, seconds.
-pub const DEFAULT_IDLE_TIMEOUT_SECONDS: f64 = 60.0;
-/// Default idle time of a client connection between requests, seconds: above the idle
-/// timeouts of common load balancers (AWS ALB 60 s), as nginx's 75 s is.
-pub const DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS: f64 = 75.0;
-/// Default interval of the h2 keep-alive PING to a client connection, seconds.
-pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS: f64 = 30.0;
-/// Default wait for the answer to an h2 keep-alive PING, seconds; then the connection is
-/// closed.
-pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS: f64 = 20.0;
-/// Default time in-flight requests get to finish on shutdown, seconds.
-pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: f64 = 30.0;
-/// Default most concurrent streams per h2 client connection.
-pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
-/// Upper bound of `max_header_bytes` and `max_uri_bytes`: 1 MiB.
-pub const MAX_HEAD_LIMIT_BYTES: usize = 1024 * 1024;
-/// LIBRA authors' epoch, seconds.
-pub const DEFAULT_EPOCH_SECONDS: f64 = 1.0;
-/// LIBRA authors' α and β.
-pub const DEFAULT_ALPHA: f64 = 0.2;
-/// LIBRA authors' β.
-pub const DEFAULT_BETA: f64 = 0.2;
-/// LIBRA authors' φ.
-pub const DEFAULT_PHI: f64 = 1.0;
-/// LIBRA authors' ρ.
-pub const DEFAULT_RHO: f64 = 0.8;
-/// LIBRA authors' K (decisions every 300 one-second epochs).
-pub const DEFAULT_DECISION_EPOCHS: u32 = 300;
-/// Default VM boot/readiness timeout, seconds.
-pub const DEFAULT_BOOT_TIMEOUT_SECONDS: f64 = 120.0;
-/// Default interval between readiness probes, seconds.
-pub const DEFAULT_PROBE_INTERVAL_SECONDS: f64 = 0.1;
-/// Default function keep-alive, seconds.
-pub const DEFAULT_KEEP_ALIVE_SECONDS: f64 = 600.0;
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -1079,191 +1034,8 @@ fn default_ec2_stray_grace() -> f64 {
     DEFAULT_EC2_STRAY_GRACE_SECONDS
 }
 
-/// `function_tier:` — where spilled requests run. Written with `type:` (`process`,
-/// `http`, `lambda`); read through [`FunctionTierSection`] (see [`VmPoolSection`]).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", from = "FunctionTierSection")]
-pub enum FunctionTierConfig {
-    /// On-demand local instances (child processes) with real cold starts.
-    Process(ProcessFunctionTierConfig),
-    /// An existing function endpoint (OpenFaaS, Knative, …).
-    Http(HttpFunctionTierConfig),
-    /// An AWS Lambda function called through the Invoke API. Always parses;
-    /// `spillway serve` needs a binary built with the `aws` cargo feature.
-    Lambda(super::lambda::LambdaFunctionTierConfig),
-}
-
-/// How `function_tier` is read (see [`VmPoolSection`]).
-#[derive(Deserialize)]
-#[serde(rename = "type", rename_all = "snake_case")]
-#[doc(hidden)]
-pub enum FunctionTierSection {
-    /// `type: process`.
-    Process(ProcessFunctionTierConfig),
-    /// `type: http`.
-    Http(HttpFunctionTierConfig),
-    /// `type: lambda`.
-    Lambda(super::lambda::LambdaFunctionTierConfig),
-}
-
-impl From<FunctionTierSection> for FunctionTierConfig {
-    fn from(s: FunctionTierSection) -> Self {
-        match s {
-            FunctionTierSection::Process(p) => FunctionTierConfig::Process(p),
-            FunctionTierSection::Http(p) => FunctionTierConfig::Http(p),
-            FunctionTierSection::Lambda(p) => FunctionTierConfig::Lambda(p),
-        }
-    }
-}
-
-/// `function_tier: {type: process}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProcessFunctionTierConfig {
-    /// Program and arguments, with `{port}` and `{spillway}` placeholders.
-    pub command: Vec<String>,
-    /// Readiness probe path.
-    #[serde(default = "default_health_path")]
-    pub health_path: String,
-    /// An idle instance is stopped after this long (FaaSim keep-alive).
-    #[serde(default = "default_keep_alive")]
-    pub keep_alive_seconds: f64,
-    /// Cap on simultaneous instances; calls beyond it are throttled.
-    pub max_instances: u32,
-    /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
-    #[serde(default)]
-    pub prewarmed_instances: u32,
-    /// Which idle instance a warm start takes: `newest` (most recently idle, the default)
-    /// or `oldest` (idle longest, as FaaSim).
-    #[serde(default)]
-    pub warm_instance_order: WarmOrder,
-    /// A cold start not ready after this long fails the call (502).
-    #[serde(default = "default_function_boot_timeout")]
-    pub boot_timeout_seconds: f64,
-    /// Interval between readiness probes during a cold start.
-    #[serde(default = "default_probe_interval")]
-    pub probe_interval_seconds: f64,
-}
-
-/// `function_tier: {type: http}`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpFunctionTierConfig {
-    /// Base URL of the function endpoint; the request path is appended.
-    pub url: String,
-    /// Most calls in flight; more are throttled.
-    pub max_concurrency: u32,
-}
-
-pub(crate) fn default_health_path() -> String {
-    "/".to_string()
-}
 fn default_boot_timeout() -> f64 {
     DEFAULT_BOOT_TIMEOUT_SECONDS
-}
-pub(crate) fn default_function_boot_timeout() -> f64 {
-    10.0
-}
-pub(crate) fn default_probe_interval() -> f64 {
-    DEFAULT_PROBE_INTERVAL_SECONDS
-}
-pub(crate) fn default_keep_alive() -> f64 {
-    DEFAULT_KEEP_ALIVE_SECONDS
-}
-
-/// Why `spillway serve` (and `spillway check`) refuse an AWS provider in a binary built
-/// without the `aws` cargo feature.
-pub fn aws_feature_missing(kind: &str) -> String {
-    format!(
-        "`{kind}` needs AWS support, but this spillway was built without the `aws` feature \
-         (features: none); rebuild with `cargo build --release --features aws`"
-    )
-}
-
-/// Collects semantic problems with their field paths during validation.
-pub struct Issues(pub(crate) Vec<ConfigIssue>);
-
-impl Issues {
-    /// Record one problem at `path`.
-    pub fn push(&mut self, path: impl Into<String>, message: impl Into<String>) {
-        self.0.push(ConfigIssue::new(path, message));
-    }
-
-    /// `value` must be finite and > 0 (and, for a `*_seconds` option, at most
-    /// [`MAX_SECONDS`]).
-    pub fn positive(&mut self, path: &str, value: f64) {
-        if !(value.is_finite() && value > 0.0) {
-            self.push(path, format!("must be a positive number, got {value}"));
-        } else {
-            self.bounded_duration(path, value);
-        }
-    }
-
-    /// `value` must be finite and ≥ 0 (and, for a `*_seconds` option, at most
-    /// [`MAX_SECONDS`]).
-    pub fn non_negative(&mut self, path: &str, value: f64) {
-        if !(value.is_finite() && value >= 0.0) {
-            self.push(path, format!("must be zero or positive, got {value}"));
-        } else {
-            self.bounded_duration(path, value);
-        }
-    }
-
-    /// Every duration option (`*_seconds`) becomes a `Duration`: keep it representable.
-    fn bounded_duration(&mut self, path: &str, value: f64) {
-        if path.ends_with("_seconds") && value > MAX_SECONDS {
-            self.push(
-                path,
-                format!("must be at most {MAX_SECONDS} seconds (one year), got {value}"),
-            );
-        }
-    }
-
-    /// `value` must lie in `[lo, hi]`.
-    pub fn within(&mut self, path: &str, value: f64, lo: f64, hi: f64) {
-        if !(value.is_finite() && (lo..=hi).contains(&value)) {
-            self.push(path, format!("must be in [{lo}, {hi}], got {value}"));
-        }
-    }
-}
-
-fn check_command(issues: &mut Issues, path: &str, command: &[String]) {
-    if command.is_empty() || command[0].trim().is_empty() {
-        issues.push(path, "must name a program: a list like [\"{spillway}\", \"sample-api\", \"--listen\", \"127.0.0.1:{port}\"]");
-    } else if !command.iter().any(|a| a.contains("{port}")) {
-        issues.push(
-            path,
-            "must contain the {port} placeholder so each instance gets its own port",
-        );
-    }
-}
-
-fn check_path(issues: &mut Issues, path: &str, value: &str) {
-    if !value.starts_with('/') {
-        issues.push(path, format!("must start with '/', got {value:?}"));
-    }
-}
-
-fn check_url(issues: &mut Issues, path: &str, value: &str) {
-    match value.parse::<http::Uri>() {
-        Ok(uri)
-            if matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some() => {}
-        Ok(_) => issues.push(
-            path,
-            format!("must be an http:// or https:// URL with a host, got {value:?}"),
-        ),
-        Err(e) => issues.push(path, format!("not a URL ({e}): {value:?}")),
-    }
-}
-
-/// A user-given upstream URL must pass the address policy ([`crate::net::upstream`]).
-fn check_upstream(issues: &mut Issues, path: &str, value: &str, allow_loopback: bool) {
-    if let Ok(uri) = value.parse::<http::Uri>()
-        && let Some(host) = uri.host()
-        && let Err(e) = crate::net::upstream::check_host(host, allow_loopback)
-    {
-        issues.push(path, e.to_string());
-    }
 }
 
 impl Config {
@@ -1518,7 +1290,7 @@ impl Config {
             }
         }
         for (i, z) in self.function_zones.iter().enumerate() {
-            if let FunctionTierConfig::Http(h) = z.tier() {
+            if let FunctionTierConfig::Http(h) = &z.provider {
                 check_upstream(
                     &mut is,
                     &format!("function_zones[{i}].url"),
@@ -1647,7 +1419,7 @@ impl Config {
                 self.function_zones
                     .iter()
                     .enumerate()
-                    .map(|(i, z)| (format!("function_zones[{i}]"), z.tier())),
+                    .map(|(i, z)| (format!("function_zones[{i}]"), z.provider.clone())),
             );
         let upstream = self.gateway.upstream_timeout_seconds;
         for (at, tier) in tiers {
@@ -1704,13 +1476,8 @@ impl Config {
         if let Err(e) = self.gateway.upstream_tls_config() {
             is.push("gateway.upstream_tls", e.to_string());
         }
-        if !cfg!(feature = "aws") {
-            if matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
-                is.push("vm_pool.type", aws_feature_missing("ec2"));
-            }
-            if matches!(self.function_tier, Some(FunctionTierConfig::Lambda(_))) {
-                is.push("function_tier.type", aws_feature_missing("lambda"));
-            }
+        if !cfg!(feature = "aws") && matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
+            is.push("vm_pool.type", aws_feature_missing("ec2"));
         }
         is.0
     }
@@ -1810,65 +1577,6 @@ impl Config {
             controller: self.controller_params(),
             placement: self.placement_params(),
             vm_boot_timeout,
-        }
-    }
-}
-
-/// Name of the zone `function_tier` becomes.
-pub const SINGLE_ZONE_NAME: &str = "cloud";
-
-impl FunctionTierConfig {
-    /// Semantic checks of this provider section at `at` (`function_tier`,
-    /// `function_zones[2]`), each problem with its field path.
-    pub fn validate_at(&self, at: &str, is: &mut Issues) {
-        match self {
-            FunctionTierConfig::Process(f) => {
-                check_command(is, &format!("{at}.command"), &f.command);
-                check_path(is, &format!("{at}.health_path"), &f.health_path);
-                is.non_negative(&format!("{at}.keep_alive_seconds"), f.keep_alive_seconds);
-                if f.max_instances == 0 {
-                    is.push(format!("{at}.max_instances"), "must be at least 1");
-                }
-                if f.prewarmed_instances > f.max_instances {
-                    is.push(
-                        format!("{at}.prewarmed_instances"),
-                        format!(
-                            "must not exceed {at}.max_instances ({} > {})",
-                            f.prewarmed_instances, f.max_instances
-                        ),
-                    );
-                }
-                is.positive(
-                    &format!("{at}.boot_timeout_seconds"),
-                    f.boot_timeout_seconds,
-                );
-                is.positive(
-                    &format!("{at}.probe_interval_seconds"),
-                    f.probe_interval_seconds,
-                );
-            }
-            FunctionTierConfig::Http(h) => {
-                check_url(is, &format!("{at}.url"), &h.url);
-                if h.max_concurrency == 0 {
-                    is.push(format!("{at}.max_concurrency"), "must be at least 1");
-                }
-            }
-            // Lambda zones exist only as `function_tier` (its checks name that path).
-            FunctionTierConfig::Lambda(l) => l.validate(is),
-        }
-    }
-
-    /// The zone capacity model: instances for `process` (keep-alive, pre-warm,
-    /// `max_instances`), concurrency only for `http` and `lambda`.
-    pub fn capacity(&self) -> ZoneCapacity {
-        match self {
-            FunctionTierConfig::Process(p) => ZoneCapacity::Instances(p.pool_params()),
-            FunctionTierConfig::Http(h) => ZoneCapacity::Concurrency {
-                max_concurrency: Some(h.max_concurrency),
-            },
-            FunctionTierConfig::Lambda(l) => ZoneCapacity::Concurrency {
-                max_concurrency: l.max_concurrency,
-            },
         }
     }
 }
@@ -2022,18 +1730,6 @@ impl Ec2VmPoolConfig {
                     self.stray_grace_seconds
                 ),
             );
-        }
-    }
-}
-
-impl ProcessFunctionTierConfig {
-    /// The instance-pool parameters (FaaSim keep-alive, pre-warm, max instances).
-    pub fn pool_params(&self) -> FunctionPoolParams {
-        FunctionPoolParams {
-            keep_alive: Duration::from_secs_f64(self.keep_alive_seconds),
-            max_instances: Some(self.max_instances),
-            prewarmed: self.prewarmed_instances,
-            warm_order: self.warm_instance_order,
         }
     }
 }

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Issues;
+use super::issues::Issues;
 use crate::policy::functions::WarmOrder;
 
 /// The `sim:` section.

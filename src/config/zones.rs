@@ -9,14 +9,12 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::lambda::{LambdaFunctionTierConfig, LambdaPayloadFormat};
-use super::schema::{
-    Config, FunctionTierConfig, HttpFunctionTierConfig, Issues, ProcessFunctionTierConfig,
-    SINGLE_ZONE_NAME, default_function_boot_timeout, default_health_path, default_keep_alive,
-    default_probe_interval,
-};
-use crate::policy::functions::WarmOrder;
-use crate::policy::placement::{MAX_ZONES, PlacementParams, PlacementPolicy, ZoneKind, ZoneParams};
+use super::de::SHARED_KEYS_SECTION;
+use super::function_tier::FunctionTierConfig;
+use crate::policy::placement::{PlacementPolicy, ZoneKind};
+
+/// Name of the zone `function_tier` becomes.
+pub const SINGLE_ZONE_NAME: &str = "cloud";
 
 /// `placement:` — FaaSim's placement policy between edge and cloud zones.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -59,152 +57,64 @@ impl From<ZoneKindConfig> for ZoneKind {
     }
 }
 
-/// One entry of `function_zones:`, written with `type:` like `function_tier`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(tag = "type", rename_all = "snake_case", from = "FunctionZoneSection")]
-pub enum FunctionZoneConfig {
-    /// Local on-demand instances (child processes): keep-alive, pre-warm, max instances.
-    Process(ProcessZoneConfig),
-    /// An existing function endpoint: calls in flight against `max_concurrency`.
-    Http(HttpZoneConfig),
-    /// An AWS Lambda function (needs the `aws` feature to serve): calls in flight against
-    /// `max_concurrency`.
-    Lambda(LambdaZoneConfig),
-}
-
-/// How a `function_zones` entry is read (see `VmPoolSection`).
-#[derive(Deserialize)]
-#[serde(rename = "type", rename_all = "snake_case")]
-#[doc(hidden)]
-pub enum FunctionZoneSection {
-    /// `type: process`.
-    Process(ProcessZoneConfig),
-    /// `type: http`.
-    Http(HttpZoneConfig),
-    /// `type: lambda`.
-    Lambda(LambdaZoneConfig),
-}
-
-impl From<FunctionZoneSection> for FunctionZoneConfig {
-    fn from(s: FunctionZoneSection) -> Self {
-        match s {
-            FunctionZoneSection::Process(p) => FunctionZoneConfig::Process(p),
-            FunctionZoneSection::Http(h) => FunctionZoneConfig::Http(h),
-            FunctionZoneSection::Lambda(l) => FunctionZoneConfig::Lambda(l),
-        }
-    }
-}
-
-/// `function_zones: [{type: lambda, ...}]`: the zone keys and
-/// [`LambdaFunctionTierConfig`]'s (see `function_tier: {type: lambda}`).
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct LambdaZoneConfig {
-    /// Zone name.
-    pub name: String,
-    /// `edge` or `cloud`.
-    pub kind: ZoneKindConfig,
-    /// Edge zones: client networks whose requests originate in this zone.
-    #[serde(default)]
-    pub client_cidrs: Vec<ipnet::IpNet>,
-    /// Function name or ARN.
-    pub function_name: String,
-    /// Version or alias; absent: `$LATEST`.
-    #[serde(default)]
-    pub qualifier: Option<String>,
-    /// Event and reply shape: `v2` (default), `v1` or `alb`.
-    #[serde(default)]
-    pub payload_format: LambdaPayloadFormat,
-    /// The function's own timeout, seconds (see `function_tier.timeout_seconds`).
-    #[serde(default = "default_lambda_timeout")]
-    pub timeout_seconds: f64,
-    /// How long past `timeout_seconds` the gateway still waits for the reply, seconds
-    /// (see `function_tier.invoke_margin_seconds`).
-    #[serde(default = "default_invoke_margin")]
-    pub invoke_margin_seconds: f64,
-    /// AWS region; absent: the default chain.
-    #[serde(default)]
-    pub region: Option<String>,
-    /// Lambda endpoint override.
-    #[serde(default)]
-    pub endpoint_url: Option<String>,
-    /// Most Invoke calls in flight; absent: no local limit.
-    #[serde(default)]
-    pub max_concurrency: Option<u32>,
-    /// Provisioned concurrency put on `qualifier` at start; absent: left alone.
-    #[serde(default)]
-    pub prewarmed_instances: Option<u32>,
-    /// Remove the qualifier's provisioned concurrency at start.
-    #[serde(default)]
-    pub remove_prewarm_on_start: bool,
-    /// Remove it on gateway shutdown.
-    #[serde(default)]
-    pub remove_prewarm_on_shutdown: bool,
-}
-
-fn default_lambda_timeout() -> f64 {
-    super::lambda::DEFAULT_LAMBDA_TIMEOUT_SECONDS
-}
-
-fn default_invoke_margin() -> f64 {
-    super::lambda::DEFAULT_INVOKE_MARGIN_SECONDS
-}
-
-/// `function_zones: [{type: process, ...}]`: the zone keys and
-/// [`ProcessFunctionTierConfig`]'s.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct ProcessZoneConfig {
+/// One entry of `function_zones:`: its `name`, `kind` and `client_cidrs` beside a
+/// provider written exactly as under `function_tier:` (`type:` and that provider's
+/// keys, the same type, read and checked the same way).
+#[derive(Clone, Debug, Serialize)]
+pub struct FunctionZoneConfig {
     /// Zone name (logs, metrics, `/status`, the origin header's value).
     pub name: String,
     /// `edge` or `cloud`.
     pub kind: ZoneKindConfig,
     /// Edge zones: client networks whose requests originate in this zone.
-    #[serde(default)]
     pub client_cidrs: Vec<ipnet::IpNet>,
-    /// Program and arguments, with `{port}` and `{spillway}` placeholders. Required by
-    /// `spillway serve`; the simulator models instances and needs none.
-    #[serde(default)]
-    pub command: Option<Vec<String>>,
-    /// Readiness probe path.
-    #[serde(default = "default_health_path")]
-    pub health_path: String,
-    /// An idle instance is stopped after this long (FaaSim keep-alive), seconds.
-    #[serde(default = "default_keep_alive")]
-    pub keep_alive_seconds: f64,
-    /// Cap on instances alive (booting + busy + idle).
-    pub max_instances: u32,
-    /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
-    #[serde(default)]
-    pub prewarmed_instances: u32,
-    /// Which idle instance a warm start takes: `newest` (most recently idle, the default)
-    /// or `oldest` (idle longest, as FaaSim).
-    #[serde(default)]
-    pub warm_instance_order: WarmOrder,
-    /// A cold start not ready after this long fails the attempt, seconds.
-    #[serde(default = "default_function_boot_timeout")]
-    pub boot_timeout_seconds: f64,
-    /// Interval between readiness probes during a cold start, seconds.
-    #[serde(default = "default_probe_interval")]
-    pub probe_interval_seconds: f64,
+    /// The zone's provider: a `function_tier` section.
+    #[serde(flatten)]
+    pub provider: FunctionTierConfig,
 }
 
-/// `function_zones: [{type: http, ...}]`: the zone keys and
-/// [`HttpFunctionTierConfig`]'s.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct HttpZoneConfig {
-    /// Zone name.
-    pub name: String,
-    /// `edge` or `cloud`.
-    pub kind: ZoneKindConfig,
-    /// Edge zones: client networks whose requests originate in this zone.
+/// The keys a zone has beside its provider's.
+#[derive(Deserialize)]
+struct ZoneKeys {
+    name: String,
+    kind: ZoneKindConfig,
     #[serde(default)]
-    pub client_cidrs: Vec<ipnet::IpNet>,
-    /// Base URL of the function endpoint; the request path is appended.
-    pub url: String,
-    /// Most calls in flight; more are throttled.
-    pub max_concurrency: u32,
+    client_cidrs: Vec<ipnet::IpNet>,
+}
+
+impl<'de> Deserialize<'de> for FunctionZoneConfig {
+    /// Read as a shared-keys section (see `de`): the zone keys, then the provider from
+    /// the other keys of the same mapping, every key at its place.
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Parts;
+        impl<'de> serde::de::Visitor<'de> for Parts {
+            type Value = FunctionZoneConfig;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(
+                    "a function zone: name, kind, client_cidrs and a provider's `type:` and keys",
+                )
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                use serde::de::Error;
+                let keys: ZoneKeys = seq
+                    .next_element()?
+                    .ok_or_else(|| A::Error::invalid_length(0, &self))?;
+                let provider: FunctionTierConfig = seq
+                    .next_element()?
+                    .ok_or_else(|| A::Error::invalid_length(1, &self))?;
+                Ok(FunctionZoneConfig {
+                    name: keys.name,
+                    kind: keys.kind,
+                    client_cidrs: keys.client_cidrs,
+                    provider,
+                })
+            }
+        }
+        d.deserialize_tuple_struct(SHARED_KEYS_SECTION, 2, Parts)
+    }
 }
 
 /// One zone as the gateway and the simulator see it: name, kind, client networks and
@@ -217,276 +127,18 @@ pub struct ZoneSpec {
     pub kind: ZoneKind,
     /// Client networks of an edge zone.
     pub client_cidrs: Vec<ipnet::IpNet>,
+    /// Field path of the provider's section (`function_zones[2]`, `function_tier`).
+    pub at: String,
     /// The provider, as a `function_tier` section.
     pub tier: FunctionTierConfig,
-}
-
-impl FunctionZoneConfig {
-    /// The zone's name.
-    pub fn name(&self) -> &str {
-        match self {
-            FunctionZoneConfig::Process(p) => &p.name,
-            FunctionZoneConfig::Http(h) => &h.name,
-            FunctionZoneConfig::Lambda(l) => &l.name,
-        }
-    }
-
-    /// The zone's kind.
-    pub fn kind(&self) -> ZoneKindConfig {
-        match self {
-            FunctionZoneConfig::Process(p) => p.kind,
-            FunctionZoneConfig::Http(h) => h.kind,
-            FunctionZoneConfig::Lambda(l) => l.kind,
-        }
-    }
-
-    /// The zone's client networks.
-    pub fn client_cidrs(&self) -> &[ipnet::IpNet] {
-        match self {
-            FunctionZoneConfig::Process(p) => &p.client_cidrs,
-            FunctionZoneConfig::Http(h) => &h.client_cidrs,
-            FunctionZoneConfig::Lambda(l) => &l.client_cidrs,
-        }
-    }
-
-    /// The provider as a `function_tier` section (backends are built from it).
-    pub fn tier(&self) -> FunctionTierConfig {
-        match self {
-            FunctionZoneConfig::Process(p) => {
-                FunctionTierConfig::Process(ProcessFunctionTierConfig {
-                    command: p.command.clone().unwrap_or_default(),
-                    health_path: p.health_path.clone(),
-                    keep_alive_seconds: p.keep_alive_seconds,
-                    max_instances: p.max_instances,
-                    prewarmed_instances: p.prewarmed_instances,
-                    warm_instance_order: p.warm_instance_order,
-                    boot_timeout_seconds: p.boot_timeout_seconds,
-                    probe_interval_seconds: p.probe_interval_seconds,
-                })
-            }
-            FunctionZoneConfig::Http(h) => FunctionTierConfig::Http(HttpFunctionTierConfig {
-                url: h.url.clone(),
-                max_concurrency: h.max_concurrency,
-            }),
-            FunctionZoneConfig::Lambda(l) => FunctionTierConfig::Lambda(LambdaFunctionTierConfig {
-                function_name: l.function_name.clone(),
-                qualifier: l.qualifier.clone(),
-                payload_format: l.payload_format,
-                timeout_seconds: l.timeout_seconds,
-                invoke_margin_seconds: l.invoke_margin_seconds,
-                region: l.region.clone(),
-                endpoint_url: l.endpoint_url.clone(),
-                max_concurrency: l.max_concurrency,
-                prewarmed_instances: l.prewarmed_instances,
-                remove_prewarm_on_start: l.remove_prewarm_on_start,
-                remove_prewarm_on_shutdown: l.remove_prewarm_on_shutdown,
-            }),
-        }
-    }
-}
-
-impl Config {
-    /// What `spillway serve` needs of the zones beyond [`Config::validate`]: a command
-    /// for every `process` zone.
-    pub(crate) fn zone_gateway_issues(&self, is: &mut Issues) {
-        for (i, z) in self.function_zones.iter().enumerate() {
-            if let FunctionZoneConfig::Process(p) = z
-                && p.command.is_none()
-            {
-                is.push(
-                    format!("function_zones[{i}].command"),
-                    "missing: `spillway serve` runs a process zone's instances with it (only the simulator does without)",
-                );
-            }
-            if matches!(z, FunctionZoneConfig::Lambda(_)) && !cfg!(feature = "aws") {
-                is.push(
-                    format!("function_zones[{i}].type"),
-                    super::schema::aws_feature_missing("lambda"),
-                );
-            }
-        }
-    }
-
-    /// Every function zone in placement order: the `function_zones`, then `function_tier`
-    /// as a cloud zone named [`SINGLE_ZONE_NAME`]. Empty: no function tier at all.
-    pub fn zone_specs(&self) -> Vec<ZoneSpec> {
-        let mut out: Vec<ZoneSpec> = self
-            .function_zones
-            .iter()
-            .map(|z| ZoneSpec {
-                name: z.name().to_string(),
-                kind: z.kind().into(),
-                client_cidrs: z.client_cidrs().to_vec(),
-                tier: z.tier(),
-            })
-            .collect();
-        if let Some(ft) = &self.function_tier {
-            out.push(ZoneSpec {
-                name: SINGLE_ZONE_NAME.to_string(),
-                kind: ZoneKind::Cloud,
-                client_cidrs: Vec::new(),
-                tier: ft.clone(),
-            });
-        }
-        out
-    }
-
-    /// The live cost meter for this configuration: `pricing`'s prices, r_max for the
-    /// all-VM counterfactual, and one zone per [`Self::zone_specs`] entry with its
-    /// pre-warmed instances (process zones' `prewarmed_instances`, Lambda's provisioned
-    /// concurrency) as provisioned concurrency.
-    pub fn cost_meter(&self) -> crate::policy::cost::CostMeter {
-        let zones = self
-            .zone_specs()
-            .into_iter()
-            .map(|z| crate::policy::cost::MeterZone {
-                provisioned_instances: match &z.tier {
-                    FunctionTierConfig::Process(p) => p.prewarmed_instances,
-                    FunctionTierConfig::Lambda(l) => l.prewarmed_instances.unwrap_or(0),
-                    FunctionTierConfig::Http(_) => 0,
-                },
-                name: z.name,
-            })
-            .collect();
-        crate::policy::cost::CostMeter::new(self.pricing.meter_pricing(self.libra.r_max_rps), zones)
-    }
-
-    /// The instance type the live bill prices the pool's VMs at: the EC2 pool's
-    /// `instance_type` (`launch_template` when the template sets it), `process` or
-    /// `static` otherwise.
-    pub fn vm_instance_type(&self) -> String {
-        use super::schema::VmPoolConfig;
-        match &self.vm_pool {
-            Some(VmPoolConfig::Ec2(e)) => e
-                .instance_type
-                .clone()
-                .unwrap_or_else(|| "launch_template".to_string()),
-            Some(VmPoolConfig::Static(_)) => "static".to_string(),
-            Some(VmPoolConfig::Process(_)) | None => "process".to_string(),
-        }
-    }
-
-    /// Function placement (FaaSim): one zone per [`Self::zone_specs`] entry, with
-    /// `placement:`'s policy.
-    pub fn placement_params(&self) -> PlacementParams {
-        PlacementParams {
-            zones: self
-                .zone_specs()
-                .into_iter()
-                .map(|z| ZoneParams {
-                    capacity: z.tier.capacity(),
-                    name: z.name,
-                    kind: z.kind,
-                })
-                .collect(),
-            policy: self.placement.into(),
-        }
-    }
-
-    /// Checks of `function_zones` and `gateway.origin_zone_header`: each provider's keys
-    /// (as under `function_tier`), unique non-empty names, at most one cloud zone
-    /// (counting `function_tier`), client networks only on edge zones, at most
-    /// [`MAX_ZONES`] zones, and an origin header only with trusted proxies.
-    pub(crate) fn validate_zones(&self, is: &mut Issues) {
-        let mut cloud: Option<String> = self
-            .function_tier
-            .as_ref()
-            .map(|_| "function_tier".to_string());
-        for (i, z) in self.function_zones.iter().enumerate() {
-            let at = format!("function_zones[{i}]");
-            let name = z.name();
-            if name.trim().is_empty() || name.trim() != name {
-                is.push(
-                    format!("{at}.name"),
-                    format!("must be a non-empty name without surrounding spaces, got {name:?}"),
-                );
-            } else if name == SINGLE_ZONE_NAME && self.function_tier.is_some() {
-                is.push(
-                    format!("{at}.name"),
-                    format!("`{SINGLE_ZONE_NAME}` is the name of the zone function_tier becomes"),
-                );
-            } else if let Some(j) = self.function_zones[..i]
-                .iter()
-                .position(|o| o.name() == name)
-            {
-                is.push(
-                    format!("{at}.name"),
-                    format!("duplicate zone name {name:?} (also function_zones[{j}])"),
-                );
-            }
-            match z.kind() {
-                ZoneKindConfig::Cloud => {
-                    if let Some(first) = &cloud {
-                        is.push(
-                            format!("{at}.kind"),
-                            format!("more than one cloud zone (the first is {first})"),
-                        );
-                    } else {
-                        cloud = Some(at.clone());
-                    }
-                    if !z.client_cidrs().is_empty() {
-                        is.push(
-                            format!("{at}.client_cidrs"),
-                            "only edge zones have clients of their own; a request with no edge zone goes to the cloud",
-                        );
-                    }
-                }
-                ZoneKindConfig::Edge => {}
-            }
-            match z {
-                // Without a command: only the simulator can use it (gateway_issues).
-                FunctionZoneConfig::Process(p) if p.command.is_none() => {
-                    let mut own = Issues(Vec::new());
-                    z.tier().validate_at(&at, &mut own);
-                    let skip = format!("{at}.command");
-                    is.0.extend(own.0.into_iter().filter(|i| i.path != skip));
-                }
-                // The Lambda checks name `function_tier.*`: rename them to this zone.
-                FunctionZoneConfig::Lambda(_) => {
-                    let mut own = Issues(Vec::new());
-                    z.tier().validate_at(&at, &mut own);
-                    for mut i in own.0 {
-                        i.path = i.path.replacen("function_tier", &at, 1);
-                        i.message = i.message.replace("function_tier.", &format!("{at}."));
-                        is.0.push(i);
-                    }
-                }
-                _ => z.tier().validate_at(&at, is),
-            }
-        }
-        if !self.sim.placements.is_empty() && self.function_zones.is_empty() {
-            is.push(
-                "sim.placements",
-                "needs function_zones (placement is between edge and cloud zones)",
-            );
-        }
-        let n = self.function_zones.len() + usize::from(self.function_tier.is_some());
-        if n > MAX_ZONES {
-            is.push(
-                "function_zones",
-                format!("at most {MAX_ZONES} zones, got {n}"),
-            );
-        }
-        if let Some(h) = &self.gateway.origin_zone_header {
-            if http::HeaderName::from_bytes(h.as_bytes()).is_err() {
-                is.push(
-                    "gateway.origin_zone_header",
-                    format!("not a header name: {h:?}"),
-                );
-            } else if self.gateway.trusted_proxies.is_empty() {
-                is.push(
-                    "gateway.origin_zone_header",
-                    "is honoured only from gateway.trusted_proxies, which is empty",
-                );
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::config::Config;
     use crate::config::ConfigError;
+    use crate::policy::placement::PlacementPolicy;
 
     const CMD: &str = r#"["{spillway}", "sample-api", "--listen", "127.0.0.1:{port}"]"#;
 
@@ -660,6 +312,58 @@ mod tests {
         assert_eq!(
             serve.is_err_and(|e| e.to_string().contains("function_zones[0].type")),
             !cfg!(feature = "aws")
+        );
+    }
+
+    #[test]
+    fn a_second_http_zone_is_read_and_checked_as_a_function_tier_at_its_own_place() {
+        let yaml = "function_zones:\n  - name: edge-b\n    kind: edge\n    type: http\n    url: http://192.0.2.7:8/fn\n    max_concurrency: 3\n  - name: edge-c\n    kind: edge\n    client_cidrs: [10.9.0.0/16]\n    type: http\n    url: ftp://192.0.2.9/\n    max_concurrency: 0\n    timeout: 5\n";
+        let err = Config::from_yaml(yaml, "z.yaml").unwrap_err().to_string();
+        let lines: Vec<&str> = err.lines().skip(1).map(str::trim).collect();
+        assert_eq!(
+            lines,
+            [
+                "z.yaml:11:10: function_zones[1].url: must be an http:// or https:// URL with a host, got \"ftp://192.0.2.9/\"",
+                "z.yaml:12:22: function_zones[1].max_concurrency: must be at least 1",
+                "z.yaml:13:5: function_zones[1].timeout: unknown key; expected one of: url, max_concurrency",
+            ],
+            "{err}"
+        );
+        let good = yaml
+            .replace("ftp://192.0.2.9/", "http://192.0.2.9:7/")
+            .replace(
+                "max_concurrency: 0\n    timeout: 5\n",
+                "max_concurrency: 11\n",
+            );
+        let c = Config::from_yaml(&good, "z.yaml").unwrap();
+        let zones: Vec<_> = c
+            .zone_specs()
+            .into_iter()
+            .map(|z| match z.tier {
+                FunctionTierConfig::Http(h) => (z.name, z.at, h.url, h.max_concurrency),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            zones,
+            [
+                (
+                    "edge-b".to_string(),
+                    "function_zones[0]".to_string(),
+                    "http://192.0.2.7:8/fn".to_string(),
+                    3
+                ),
+                (
+                    "edge-c".to_string(),
+                    "function_zones[1]".to_string(),
+                    "http://192.0.2.9:7/".to_string(),
+                    11
+                ),
+            ]
+        );
+        assert_eq!(
+            c.function_zones[1].client_cidrs,
+            ["10.9.0.0/16".parse().unwrap()]
         );
     }
 }

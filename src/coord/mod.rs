@@ -23,7 +23,8 @@
 //! replica has written its count by then), sums the replicas' counts ([`aggregate`]: a replica
 //! that missed it is imputed from its last count), hands the sum to its core (the
 //! monitor closes that epoch, Algorithm 1 runs every K epochs), computes every replica's
-//! budget share ([`budget_shares`]) and publishes all of it, fenced: a publication or a
+//! budget share ([`budget_shares`] of each one's mean count over the last
+//! [`SHARE_WINDOW_EPOCHS`] epochs) and publishes all of it, fenced: a publication or a
 //! pool-write intent ([`PoolFence`]) with an old term is refused by the store, and a
 //! refused leader steps down at once. Only the leader's core writes the pool
 //! (`Core::set_pool_writer`); before every launch or terminate the driver records the
@@ -70,7 +71,9 @@ pub use store::{
 use crate::backends::BoxFuture;
 use crate::policy::core::Core;
 use crate::policy::scaling::{ScaleDecision, ScaleReason};
-use crate::policy::shared::{CountSource, EwmaState, ReplicaCount, aggregate, budget_shares};
+use crate::policy::shared::{
+    CountSource, EwmaState, ReplicaCount, ShareDemands, aggregate, budget_shares,
+};
 use crate::policy::{Time, VmId};
 
 /// Counts kept for the store while it cannot be reached, at most (older ones are
@@ -218,6 +221,11 @@ struct Inner {
     refused: u64,
 }
 
+/// Epochs over which the leader averages each replica's count for its budget share
+/// ([`ShareDemands`]): long enough to smooth a small replica's one-request jitter, short
+/// enough that a load moving between replicas moves its budget within 4 epochs.
+const SHARE_WINDOW_EPOCHS: u64 = 4;
+
 /// One replica's coordinator. See the [module docs](self).
 pub struct Coordinator {
     settings: Settings,
@@ -231,6 +239,8 @@ pub struct Coordinator {
     /// The live replicas' call addresses: owner tag → base URL (as of the last
     /// exchange that answered).
     directory: ArcSwap<BTreeMap<u32, String>>,
+    /// The leader's window of the replicas' counts for their budget shares.
+    share_demands: Mutex<ShareDemands>,
 }
 
 /// Where policy time zero lies on the store's clock: `(origin, base_epoch)` — the
@@ -331,6 +341,7 @@ impl Coordinator {
             stop: Notify::new(),
             address: Mutex::new(None),
             directory: ArcSwap::from_pointee(BTreeMap::new()),
+            share_demands: Mutex::new(ShareDemands::new(SHARE_WINDOW_EPOCHS)),
         })
     }
 
@@ -586,6 +597,9 @@ impl Coordinator {
                     }
                 }
                 self.follow(&x);
+                if x.leader.is_some() {
+                    self.follow_publication(ended).await;
+                }
             }
         }
     }
@@ -676,6 +690,48 @@ impl Coordinator {
         }
     }
 
+    /// A follower, just after the leader published `ended`'s sum (half an epoch after
+    /// it ended, [`Self::sum_and_lead`], plus a margin): read the publication again and
+    /// take it at once. Without this second read a follower takes the leader's EWMAs,
+    /// share, decision and registry at its next round, half an epoch after the leader's
+    /// own core, and under a rising load it admits less than its share (its spill share
+    /// above one gateway's). A read that fails or comes before the publication changes
+    /// nothing: the next round reads again.
+    async fn follow_publication(&self, ended: u64) {
+        let e = self.settings.epoch;
+        let local_end = (ended + 1).saturating_sub(self.settings.base_epoch);
+        let margin = (e / 10).min(Duration::from_millis(50));
+        let at = e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2 + margin;
+        tokio::select! {
+            () = tokio::time::sleep(at.saturating_sub(self.host.now())) => {}
+            () = self.stop.notified() => {
+                // Leave the stop for the round loop.
+                self.stop.notify_one();
+                return;
+            }
+        }
+        let report = Report {
+            replica: self.settings.replica.clone(),
+            counts: Vec::new(),
+            sum_epoch: ended,
+            live_window: e * (self.settings.grace_epochs + 1),
+            counts_ttl: e * 100,
+            address: self.address.lock().clone(),
+        };
+        let Ok(x) = self.op("exchange", self.store.exchange(&report)).await else {
+            return;
+        };
+        let mine = self.lock().key.clone();
+        let other_leads = match (&x.leader, &mine) {
+            (Some(holder), Some(mine)) => holder != mine,
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
+        if other_leads {
+            self.follow(&x);
+        }
+    }
+
     async fn lead(&self, key: &LeaderKey, sum_epoch: u64, x: &Exchange) {
         let base = self.settings.base_epoch;
         let mut names: Vec<&String> = x.live.keys().chain(x.counts.keys()).collect();
@@ -690,17 +746,22 @@ impl Coordinator {
             .collect();
         let total = aggregate(sum_epoch, &rows, 1);
         // Demands for the shares: every live replica's count (or its last one).
+        // Each one's mean over the last few epochs (`ShareDemands`): one epoch's count
+        // alone moves a small replica's share against its jitter.
         let live: Vec<&String> = x.live.keys().collect();
-        let demands: Vec<u64> = live
+        let counts: Vec<(String, u64)> = live
             .iter()
             .map(|r| {
-                x.counts
+                let n = x
+                    .counts
                     .get(*r)
                     .copied()
                     .or_else(|| x.last.get(*r).map(|&(_, n)| n))
-                    .unwrap_or(0)
+                    .unwrap_or(0);
+                ((*r).clone(), n)
             })
             .collect();
+        let demands = self.share_demands.lock().demands(sum_epoch, &counts);
         let epoch_s = self.settings.epoch.as_secs_f64();
         let mut published = None;
         let me = &self.settings.replica;

@@ -20,12 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
-use crate::backends::function_http::HttpFunctionTier;
-use crate::backends::function_process::ProcessFunctionTier;
-use crate::backends::vm_process::ProcessVmPool;
-use crate::backends::vm_static::StaticVmPool;
-use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider, secs};
-use crate::config::{Config, FunctionTierConfig, VmPoolConfig};
+use crate::backends::build::{BuildContext, BuildError, build_vm_pool, build_zone};
+use crate::backends::{BackendError, FunctionTier, secs};
+use crate::config::Config;
 use crate::coord::redis::RedisStore;
 use crate::coord::{Coordinator, Host, Store as CoordStore};
 use crate::policy::core::Core;
@@ -142,6 +139,15 @@ pub enum ServeError {
         #[source]
         source: redis::RedisError,
     },
+}
+
+impl From<BuildError> for ServeError {
+    fn from(e: BuildError) -> Self {
+        match e {
+            BuildError::Backend(e) => ServeError::Backend(e),
+            BuildError::AwsFeatureDisabled(what) => ServeError::AwsFeatureDisabled(what),
+        }
+    }
 }
 
 /// Where the asynchronous-call store comes from.
@@ -306,76 +312,29 @@ impl Server {
                 )
             }
         };
-        let (vm_provider, readiness): (Arc<dyn VmProvider>, ReadinessSettings) = match config
-            .vm_pool
-            .as_ref()
-            .ok_or(ServeError::MissingSection("vm_pool"))?
-        {
-            VmPoolConfig::Process(p) => {
-                let pool = ProcessVmPool::new(p, spillway_exe.clone());
-                let pool = if config.coordination.redis().is_some() {
-                    pool.shared()
-                } else {
-                    pool
-                };
-                let readiness = pool.readiness().clone();
-                (Arc::new(pool), readiness)
-            }
-            VmPoolConfig::Static(s) => (
-                Arc::new(StaticVmPool::new(s)?),
-                // Static upstreams are adopted as ready; these only apply to the probe
-                // after a connect failure.
-                ReadinessSettings::from_secs("/", 1.0, 0.1),
-            ),
-            #[cfg(feature = "aws")]
-            VmPoolConfig::Ec2(e) => (
-                Arc::new(
-                    crate::backends::ec2::Ec2VmPool::new(
-                        e,
-                        client.clone(),
-                        g.allow_loopback_upstreams,
-                        config.coordination.redis().is_some(),
-                    )
-                    .await?,
-                ),
-                ReadinessSettings::from_secs(
-                    &e.health_path,
-                    e.boot_timeout_seconds,
-                    e.probe_interval_seconds,
-                ),
-            ),
-            #[cfg(not(feature = "aws"))]
-            VmPoolConfig::Ec2(_) => {
-                return Err(ServeError::AwsFeatureDisabled("vm_pool (type: ec2)"));
-            }
+        let build = BuildContext {
+            spillway_exe: spillway_exe.clone(),
+            upstream_client: client.clone(),
+            local_client: own_client.clone(),
+            allow_loopback_upstreams: g.allow_loopback_upstreams,
+            shared_pool: config.coordination.redis().is_some(),
+            connect_timeout: secs(g.connect_timeout_seconds),
         };
+        let vm_pool = build_vm_pool(
+            config
+                .vm_pool
+                .as_ref()
+                .ok_or(ServeError::MissingSection("vm_pool"))?,
+            &build,
+        )
+        .await?;
         let specs = config.zone_specs();
         if specs.is_empty() {
             return Err(ServeError::MissingSection("function_tier"));
         }
         let mut zones: Vec<Arc<dyn FunctionTier>> = Vec::with_capacity(specs.len());
         for spec in &specs {
-            zones.push(match &spec.tier {
-                FunctionTierConfig::Process(f) => {
-                    ProcessFunctionTier::new(f, spillway_exe.clone(), own_client.clone())
-                }
-                FunctionTierConfig::Http(h) => Arc::new(
-                    HttpFunctionTier::new(h, client.clone())?
-                        .with_probe_timeout(secs(g.connect_timeout_seconds)),
-                ),
-                #[cfg(feature = "aws")]
-                FunctionTierConfig::Lambda(l) => {
-                    let tier = crate::backends::lambda::LambdaFunctionTier::new(l).await?;
-                    tier.start();
-                    tier
-                }
-                #[cfg(not(feature = "aws"))]
-                FunctionTierConfig::Lambda(_) => {
-                    return Err(ServeError::AwsFeatureDisabled(
-                        "function_tier (type: lambda)",
-                    ));
-                }
-            });
+            zones.push(build_zone(&spec.tier, &build).await?);
         }
         let core = Core::new(
             config.core_params(),
@@ -394,11 +353,6 @@ impl Server {
                 .async_enabled()
                 .then(|| config.async_calls.delay_params(config.slots_per_vm())),
         );
-        let vm_client = if matches!(config.vm_pool, Some(VmPoolConfig::Process(_))) {
-            own_client.clone()
-        } else {
-            client.clone()
-        };
         // Several replicas (`coordination: {type: redis}`): epochs aligned on the
         // store's clock, the coordinator in place before the core starts (so that a
         // replica that is not the leader launches nothing at start).
@@ -426,10 +380,10 @@ impl Server {
         };
         let gateway = Gateway::new_at(
             core,
-            vm_provider,
+            vm_pool.provider,
             zones,
-            vm_client,
-            readiness,
+            vm_pool.client,
+            vm_pool.readiness,
             config.cip_rps(),
             coordination
                 .as_ref()

@@ -7,9 +7,9 @@ use std::process::ExitCode;
 
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use super::SimError;
 use super::costmodel::{CostInputs, cost_report, cost_text};
 use super::engine::PolicyKind;
+use super::error::SimError;
 use super::plot::{plot_cost, plot_sim};
 use super::report::{series_csv, table};
 use super::trace::{Trace, TraceFormat, TraceOptions};
@@ -93,32 +93,14 @@ pub struct SimArgs {
     /// config/sim/libra-paper.yaml.
     #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The trace file (with `--generate`: the file written, `-` for stdout).
-    #[arg(long, value_name = "FILE")]
-    pub trace: PathBuf,
+    /// Where the trace comes from and how to read it.
+    #[command(flatten)]
+    pub input: TraceArgs,
     /// Write FaaSim's synthetic `burst` or `stream` workload, made by the seeded
     /// generator (`--seed`), to the `--trace` file as an `events` trace
     /// (`<arrival seconds> <zone>` lines), and exit without simulating.
     #[arg(long, value_enum, value_name = "PATTERN")]
     pub generate: Option<GenerateArg>,
-    /// Trace format; default: the config's `sim.trace_format`, else `counts`.
-    #[arg(long, value_enum)]
-    pub format: Option<TraceFormat>,
-    /// azure2019: durations-percentiles file (per-function empirical service times).
-    #[arg(long, value_name = "FILE")]
-    pub durations: Option<PathBuf>,
-    /// azure2019: app-memory file (per-app memory, MB).
-    #[arg(long, value_name = "FILE")]
-    pub memory: Option<PathBuf>,
-    /// Divide the load by this, carrying the remainder (total = round(total / d)).
-    #[arg(long, default_value_t = 1.0, value_name = "D")]
-    pub rate_divisor: f64,
-    /// Window start, trace seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub from: Option<f64>,
-    /// Window end (exclusive), trace seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub to: Option<f64>,
     /// Policies to run (comma-separated), or `all`.
     #[arg(long, value_enum, value_delimiter = ',', default_value = "all")]
     pub policy: Vec<PolicyArg>,
@@ -163,11 +145,6 @@ pub struct SimArgs {
     /// arrival (`off`) or both; the `async:` section sets the scheduler.
     #[arg(long, value_enum, value_name = "MODE")]
     pub delay_queue: Option<DelayQueueArg>,
-    /// Access logs (`--format spillway|nginx|alb|apigw`): skip lines that do not parse
-    /// and count them in the report, instead of stopping at the first with its
-    /// file:line.
-    #[arg(long)]
-    pub skip_bad_lines: bool,
 }
 
 /// `PATH=VALUE` split at its first `=`.
@@ -385,13 +362,13 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
             GenerateArg::Burst => ("burst", super::faasim::burst(args.seed)),
             GenerateArg::Stream => ("stream", super::faasim::stream(args.seed)),
         };
-        write_file(&args.trace, &super::faasim::events_text(&calls))?;
-        if !args.quiet && args.trace != Path::new("-") {
+        write_file(&args.input.trace, &super::faasim::events_text(&calls))?;
+        if !args.quiet && args.input.trace != Path::new("-") {
             eprintln!(
                 "wrote {} calls (FaaSim {name}, seed {}) to {}",
                 calls.len(),
                 args.seed,
-                args.trace.display()
+                args.input.trace.display()
             );
         }
         return Ok(ExitCode::SUCCESS);
@@ -447,40 +424,36 @@ pub fn run_sim(args: &SimArgs) -> Result<ExitCode, SimError> {
 }
 
 /// Where a trace comes from and how to read it: the trace options `spillway sim` and
-/// `spillway tune` share.
-#[derive(Clone, Debug)]
-pub struct TraceInput<'a> {
-    /// The trace file (or, for access logs, a directory of them).
-    pub trace: &'a Path,
-    /// `--format`; `None`: the config's `sim.trace_format`, else `counts`.
+/// `spillway tune` share (`#[command(flatten)]`).
+#[derive(Clone, Debug, clap::Args)]
+pub struct TraceArgs {
+    /// The trace file (access logs: a file or a directory of them; `spillway sim
+    /// --generate`: the file written, `-` for stdout).
+    #[arg(long, value_name = "FILE")]
+    pub trace: PathBuf,
+    /// Trace format; default: the config's `sim.trace_format`, else `counts`.
+    #[arg(long, value_enum)]
     pub format: Option<TraceFormat>,
-    /// azure2019 durations side file.
-    pub durations: Option<&'a Path>,
-    /// azure2019 memory side file.
-    pub memory: Option<&'a Path>,
-    /// `--rate-divisor`.
+    /// azure2019: durations-percentiles file (per-function empirical service times).
+    #[arg(long, value_name = "FILE")]
+    pub durations: Option<PathBuf>,
+    /// azure2019: app-memory file (per-app memory, MB).
+    #[arg(long, value_name = "FILE")]
+    pub memory: Option<PathBuf>,
+    /// Divide the load by this, carrying the remainder (total = round(total / d)).
+    #[arg(long, default_value_t = 1.0, value_name = "D")]
     pub rate_divisor: f64,
-    /// `--from`, trace seconds.
+    /// Window start, trace seconds.
+    #[arg(long, value_name = "SECONDS")]
     pub from: Option<f64>,
-    /// `--to`, trace seconds.
+    /// Window end (exclusive), trace seconds.
+    #[arg(long, value_name = "SECONDS")]
     pub to: Option<f64>,
-    /// `--skip-bad-lines` (access logs only).
+    /// Access logs (`--format spillway|nginx|alb|apigw`): skip lines that do not parse
+    /// and count them in the report, instead of stopping at the first with its
+    /// file:line.
+    #[arg(long)]
     pub skip_bad_lines: bool,
-}
-
-impl<'a> TraceInput<'a> {
-    fn of(args: &'a SimArgs) -> Self {
-        Self {
-            trace: &args.trace,
-            format: args.format,
-            durations: args.durations.as_deref(),
-            memory: args.memory.as_deref(),
-            rate_divisor: args.rate_divisor,
-            from: args.from,
-            to: args.to,
-            skip_bad_lines: args.skip_bad_lines,
-        }
-    }
 }
 
 /// Load the trace `input` names, with the config's routes for access logs; a trace or
@@ -490,7 +463,7 @@ impl<'a> TraceInput<'a> {
 /// As [`Trace::load`] and [`super::logs::load`]; [`SimError::Invalid`] for options that
 /// do not apply to the format, and for an empty trace or window.
 pub fn load_trace(
-    input: &TraceInput<'_>,
+    input: &TraceArgs,
     config: &Config,
 ) -> Result<(Trace, Option<super::logs::LogSummary>), SimError> {
     let format = input.format.unwrap_or(match config.sim.trace_format {
@@ -508,8 +481,8 @@ pub fn load_trace(
         rate_divisor: input.rate_divisor,
         from_s: input.from,
         to_s: input.to,
-        durations: input.durations.map(Path::to_owned),
-        memory: input.memory.map(Path::to_owned),
+        durations: input.durations.clone(),
+        memory: input.memory.clone(),
     };
     if (input.durations.is_some() || input.memory.is_some()) && format != TraceFormat::Azure2019 {
         return Err(SimError::Invalid {
@@ -531,10 +504,10 @@ pub fn load_trace(
                 routes: config.route_defs(),
                 max_route_keys: config.max_route_keys(),
             };
-            let (t, s) = super::logs::load(input.trace, f, &opts, &log)?;
+            let (t, s) = super::logs::load(&input.trace, f, &opts, &log)?;
             (t, Some(s))
         }
-        None => (Trace::load(input.trace, &opts)?, None),
+        None => (Trace::load(&input.trace, &opts)?, None),
     };
     // An all-zero trace is a valid question (what does idling cost?); a trace or window
     // with no time in it is not.
@@ -587,7 +560,7 @@ fn run_one(
             });
         }
     }
-    let (trace, log_summary) = load_trace(&TraceInput::of(args), &config)?;
+    let (trace, log_summary) = load_trace(&args.input, &config)?;
     // `sim.placements` (function zones): the FAAS policy once per placement.
     let placements = config.sim.placements.clone();
     let policies = if placements.is_empty() {
@@ -881,7 +854,7 @@ pub fn run_cost(args: &CostArgs) -> Result<ExitCode, SimError> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `spillway sim --delay-queue`: the delay-queue model (`sim::delay`) per policy, with
+/// `spillway sim --delay-queue`: the delay-queue experiment ([`super::engine::run_delay`]) per policy, with
 /// and/or without the queue; one table (and `--json`).
 fn run_delay(
     args: &SimArgs,
@@ -905,7 +878,7 @@ fn run_delay(
     let mut rows = Vec::new();
     for &kind in policies {
         for &on in modes {
-            let r = super::delay::run(&p, trace, kind, on.then(|| params.clone()), load)?;
+            let r = super::engine::run_delay(&p, trace, kind, on.then(|| params.clone()), load)?;
             rows.push((kind.name(), r));
         }
     }
@@ -922,7 +895,7 @@ fn run_delay(
         let (t1, t2) = load.map_or((0.0, 0.0), |(_, a, b)| (a, b));
         println!(
             "trace {} ({} calls, {:.0} s); CPU peak window [{t1}, {t2}) s",
-            args.trace.display(),
+            args.input.trace.display(),
             trace.calls.len(),
             trace.duration_s
         );

@@ -40,7 +40,7 @@ use hdrhistogram::Histogram;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::SimError;
+use super::error::SimError;
 use super::model::{ServiceModel, vm_billed_seconds};
 use super::report::{
     CostBreakdown, EpochRow, FunctionSpread, InstanceReport, PolicyReport, QueueReport, RMaxReport,
@@ -56,6 +56,7 @@ use crate::policy::baselines::{AutoParams, PolicyParams};
 use crate::policy::controller::{self, ControllerParams};
 use crate::policy::core::{Action, Core, CoreParams};
 use crate::policy::cost::FunctionPricing;
+use crate::policy::delay::{CallId, DelayParams};
 use crate::policy::functions::{FunctionPoolParams, FunctionUsage, InstanceId};
 use crate::policy::placement::{
     Lease, PlacementParams, Start, ZoneCapacity, ZoneId, ZoneKind, ZoneStatus,
@@ -1425,4 +1426,483 @@ fn round_sig3(x: f64) -> f64 {
         return 0.0;
     }
     format!("{x:.2e}").parse().unwrap_or(x)
+}
+
+// ---------------------------------------------------------------------------------------
+// The delay-queue experiment (ProFaaStinate §3) on the same event queue.
+
+/// Results of one delay-queue run ([`run_delay`]).
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct DelayRun {
+    /// Whether the delay queue was on.
+    pub delay_queue: bool,
+    /// Synchronous calls inside `[t1, t2)` (by arrival).
+    pub sync_in_peak: u64,
+    /// Their mean response time, ms.
+    pub sync_peak_mean_ms: f64,
+    /// Their 95th percentile, ms.
+    pub sync_peak_p95_ms: f64,
+    /// Mean synchronous response time over the whole trace, ms.
+    pub sync_mean_ms: f64,
+    /// Asynchronous calls finished.
+    pub async_finished: u64,
+    /// Asynchronous calls finished after their deadline.
+    pub deadline_misses: u64,
+    /// Asynchronous calls run on the function tier.
+    pub async_on_functions: u64,
+    /// Calls refused (no capacity).
+    pub rejected: u64,
+    /// Highest CPU utilisation sampled once a second (mean over ready VMs), 0–1.
+    pub cpu_peak: f64,
+    /// When the last call finished, s.
+    pub last_finish_s: f64,
+    /// When each asynchronous call was released from the delay queue (or routed, with
+    /// the queue off), s, in call order of the trace; synchronous calls are left out.
+    pub releases_s: Vec<f64>,
+}
+
+/// Work left (seconds of processing) below which a running call is done: absorbs the
+/// rounding of completion times to whole nanoseconds.
+const WORK_EPSILON_S: f64 = 1e-9;
+
+/// One VM of the delay-queue experiment: processor sharing over its `cores`.
+#[derive(Default)]
+struct DelayVm {
+    ready: bool,
+    gone: bool,
+    /// Running calls: call index, work left (s), start (ns).
+    running: Vec<(usize, f64, u64)>,
+    waiting: VecDeque<usize>,
+    /// When `running`'s work was last brought up to date, ns.
+    updated_ns: u64,
+    /// Generation of the scheduled completion check; older checks are stale.
+    generation: u32,
+}
+
+/// What happens at a scheduled time in the delay-queue experiment.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum DelayEv {
+    /// The earliest running call of a VM may be done: VM, generation.
+    VmCheck(u32, u32),
+    /// A function call ends: index into the function calls.
+    FnDone(u32),
+    /// A launched VM is ready.
+    VmReady(u32),
+    /// The other load starts or stops: every VM's rate changes.
+    LoadChange,
+    /// The once-a-second CPU peak probe.
+    Probe,
+}
+
+struct DelayEngine<'a> {
+    calls: &'a [super::trace::CallEvent],
+    core: Core,
+    queue: BinaryHeap<Reverse<(u64, u64, DelayEv)>>,
+    seq: u64,
+    vms: Vec<DelayVm>,
+    /// Function calls: call and lease; `None` once finished.
+    fns: Vec<Option<(usize, Lease)>>,
+    /// When each function call started, ns.
+    fn_started: Vec<u64>,
+    slots: usize,
+    cores: f64,
+    load: (f64, u64, u64),
+    boot_ns: u64,
+    warm_ns: u64,
+    cold_ns: u64,
+    on: bool,
+    initial: bool,
+    deadline_of: Vec<Time>,
+    finished: usize,
+    peak: Histogram<u64>,
+    peak_sum: f64,
+    sync_sum: f64,
+    sync_n: u64,
+    out: DelayRun,
+}
+
+impl DelayEngine<'_> {
+    fn schedule(&mut self, at_ns: u64, ev: DelayEv) {
+        self.seq += 1;
+        self.queue.push(Reverse((at_ns, self.seq, ev)));
+    }
+
+    fn load_at(&self, now: u64) -> f64 {
+        let (c, t1, t2) = self.load;
+        if now >= t1 && now < t2 { c } else { 0.0 }
+    }
+
+    fn rate(&self, vm: usize, now: u64) -> f64 {
+        let n = self.vms[vm].running.len();
+        if n == 0 {
+            return 0.0;
+        }
+        ((self.cores - self.load_at(now)).max(0.0) / n as f64).min(1.0)
+    }
+
+    /// Bring VM `vm`'s running work up to `now` at the rate that held since its last
+    /// update (rates only change at events, where this is called first).
+    fn advance(&mut self, vm: usize, now: u64) {
+        let last = self.vms[vm].updated_ns;
+        if now > last {
+            let rate = self.rate(vm, last);
+            let dt = (now - last) as f64 / NS as f64;
+            for r in &mut self.vms[vm].running {
+                r.1 -= rate * dt;
+            }
+        }
+        self.vms[vm].updated_ns = now;
+    }
+
+    /// Finish VM `vm`'s done calls, start waiting ones, and schedule its next completion
+    /// check under the current rate.
+    fn settle(&mut self, vm: usize, now: u64) {
+        loop {
+            let done = self.vms[vm]
+                .running
+                .iter()
+                .position(|r| r.1 <= WORK_EPSILON_S);
+            let Some(k) = done else { break };
+            let (call, _, started) = self.vms[vm].running.swap_remove(k);
+            self.finished += 1;
+            self.core.on_vm_request_finished(dur(now), VmId(vm as u64));
+            self.finish(call, now, now - started);
+        }
+        while self.vms[vm].running.len() < self.slots
+            && let Some(call) = self.vms[vm].waiting.pop_front()
+        {
+            let work = self.calls[call].processing_ms / 1000.0;
+            self.vms[vm].running.push((call, work, now));
+        }
+        self.vms[vm].generation = self.vms[vm].generation.wrapping_add(1);
+        let rate = self.rate(vm, now);
+        if rate > 0.0 {
+            let least = self.vms[vm]
+                .running
+                .iter()
+                .map(|r| r.1)
+                .fold(f64::INFINITY, f64::min);
+            let at = now + ((least.max(0.0) / rate) * NS as f64).ceil() as u64;
+            let g = self.vms[vm].generation;
+            self.schedule(at, DelayEv::VmCheck(vm as u32, g));
+        }
+    }
+
+    /// Mean CPU utilisation over ready VMs: `(c + min(running, cores − c)) ÷ cores`.
+    fn cpu(&self, now: u64) -> f64 {
+        let c = self.load_at(now);
+        let (mut sum, mut n) = (0.0, 0usize);
+        for v in self.vms.iter().filter(|v| v.ready && !v.gone) {
+            let busy = (v.running.len() as f64).min((self.cores - c).max(0.0));
+            sum += ((c + busy) / self.cores).min(1.0);
+            n += 1;
+        }
+        if n == 0 { 0.0 } else { sum / n as f64 }
+    }
+
+    /// The core's actions and releases until it has none.
+    fn drain(&mut self, now: u64) {
+        loop {
+            let mut any = false;
+            while let Some(a) = self.core.poll_action() {
+                any = true;
+                match a {
+                    Action::Scaling(controller::Action::Launch { vm }) => {
+                        let i = vm.0 as usize;
+                        if self.vms.len() <= i {
+                            self.vms.resize_with(i + 1, DelayVm::default);
+                        }
+                        if self.initial {
+                            self.vms[i].ready = true;
+                            self.core.on_vm_ready(dur(now), vm);
+                        } else {
+                            self.schedule(now + self.boot_ns, DelayEv::VmReady(vm.0 as u32));
+                        }
+                    }
+                    Action::Scaling(controller::Action::Stop { vm }) => {
+                        if let Some(v) = self.vms.get_mut(vm.0 as usize) {
+                            v.gone = true;
+                        }
+                    }
+                    Action::StartInstance { zone, instance } => {
+                        self.core.on_instance_started(dur(now), zone, instance);
+                    }
+                    Action::StopInstance { zone, instance } => {
+                        self.core.on_instance_stopped(dur(now), zone, instance);
+                    }
+                    Action::SampleCpu => {
+                        let u = self.cpu(now);
+                        self.core.on_cpu_sample(dur(now), u);
+                    }
+                    _ => {}
+                }
+            }
+            while let Some(r) = self.core.poll_release() {
+                any = true;
+                let i = r.id.0 as usize;
+                self.deadline_of[i] = r.deadline;
+                if !matches!(r.decision, Decision::Vm { .. }) {
+                    self.out.async_on_functions += 1;
+                }
+                self.out.releases_s.push(now as f64 / NS as f64);
+                let mut ticket = r.ticket;
+                self.start(now, i, r.decision, &mut ticket);
+            }
+            if !any {
+                break;
+            }
+        }
+    }
+
+    fn start(&mut self, now: u64, i: usize, d: Decision, ticket: &mut Ticket) {
+        let work_s = self.calls[i].processing_ms / 1000.0;
+        match d {
+            Decision::Vm { vm, .. } => {
+                ticket.hand_over();
+                let v = vm.0 as usize;
+                self.advance(v, now);
+                if self.vms[v].running.len() < self.slots {
+                    self.vms[v].running.push((i, work_s, now));
+                } else {
+                    self.vms[v].waiting.push_back(i);
+                }
+                self.settle(v, now);
+            }
+            Decision::Function { lease, .. } => {
+                ticket.hand_over();
+                let extra = match lease.start {
+                    Start::Cold(inst) => {
+                        // Modelled: ready at once for the core; the call pays the cold start.
+                        self.core.on_instance_started(dur(now), lease.zone, inst);
+                        self.cold_ns
+                    }
+                    _ => self.warm_ns,
+                };
+                let k = self.fns.len();
+                self.fns.push(Some((i, lease)));
+                self.fn_started.push(now);
+                let end = now + extra + (work_s * NS as f64).round() as u64;
+                self.schedule(end, DelayEv::FnDone(k as u32));
+            }
+            Decision::Queue { .. } | Decision::Reject { .. } => {
+                self.out.rejected += 1;
+            }
+        }
+    }
+
+    fn arrive(&mut self, now: u64, i: usize) {
+        let e = self.calls[i];
+        let at = dur(e.at_ns);
+        let deadline = at + Duration::from_secs_f64(e.deadline_s);
+        if e.is_async && self.on {
+            self.core
+                .enqueue_async(dur(now), CallId(i as u128), deadline, at);
+            return;
+        }
+        let mut ticket = Ticket::new(RequestMeta::default(), None);
+        let d = self.core.route(dur(now), &mut ticket);
+        if e.is_async {
+            self.deadline_of[i] = deadline;
+            self.out.releases_s.push(now as f64 / NS as f64);
+            if !matches!(d, Decision::Vm { .. }) {
+                self.out.async_on_functions += 1;
+            }
+        }
+        self.start(now, i, d, &mut ticket);
+    }
+
+    fn finish(&mut self, i: usize, now: u64, processing_ns: u64) {
+        let now_s = now as f64 / NS as f64;
+        self.out.last_finish_s = self.out.last_finish_s.max(now_s);
+        let e = self.calls[i];
+        if e.is_async {
+            self.out.async_finished += 1;
+            if dur(now) > self.deadline_of[i] {
+                self.out.deadline_misses += 1;
+            }
+            if self.on {
+                self.core
+                    .on_async_finished(dur(now), self.deadline_of[i], dur(processing_ns));
+            }
+            return;
+        }
+        let ms = (now - e.at_ns) as f64 / 1e6;
+        self.sync_sum += ms;
+        self.sync_n += 1;
+        let (_, t1, t2) = self.load;
+        if e.at_ns >= t1 && e.at_ns < t2 {
+            self.out.sync_in_peak += 1;
+            self.peak_sum += ms;
+            let _ = self.peak.record(((ms * 1000.0).round() as u64).max(1));
+        }
+    }
+
+    fn handle(&mut self, now: u64, ev: DelayEv) {
+        match ev {
+            DelayEv::VmCheck(vm, g) => {
+                let v = vm as usize;
+                if self.vms[v].generation == g {
+                    self.advance(v, now);
+                    self.settle(v, now);
+                }
+            }
+            DelayEv::FnDone(k) => {
+                if let Some((call, lease)) = self.fns[k as usize].take() {
+                    self.finished += 1;
+                    self.core.on_function_finished(dur(now), lease);
+                    let started = self.fn_started[k as usize];
+                    self.finish(call, now, now - started);
+                }
+            }
+            DelayEv::VmReady(vm) => {
+                if let Some(v) = self.vms.get_mut(vm as usize) {
+                    v.ready = true;
+                }
+                self.core.on_vm_ready(dur(now), VmId(u64::from(vm)));
+            }
+            DelayEv::LoadChange => {
+                // Every VM's work up to the change at the old rate, then its next
+                // completion at the new one.
+                for v in 0..self.vms.len() {
+                    self.advance(v, now);
+                    self.settle(v, now);
+                }
+            }
+            DelayEv::Probe => {
+                self.out.cpu_peak = self.out.cpu_peak.max(self.cpu(now));
+                self.schedule(now + NS, DelayEv::Probe);
+            }
+        }
+    }
+}
+
+/// The delay-queue experiment (ProFaaStinate §3): the synchronous and asynchronous calls
+/// of an `events` trace with named columns under `kind`, with the core's delay queue
+/// (`delay`) or without (asynchronous calls routed at arrival like synchronous ones).
+///
+/// Physics, beyond the slot model of [`run_policy`]:
+/// * each VM has `cores` (`sim.vm.cores`, default `sim.vm.slots`) and `slots`; a call
+///   takes one slot (further calls wait in the VM's FIFO queue);
+/// * other load (`cpu_load`: `(c, t1, t2)`, s) holds `c` cores of every VM in
+///   `[t1, t2)`; running calls progress at rate `min(1, (cores − c) ÷ running)` —
+///   processor sharing, so a VM's next completion is rescheduled whenever a call starts
+///   or ends there or the other load changes;
+/// * the function tier runs a call in its processing time plus the warm or cold start;
+/// * the CPU signal is `(c + min(running, cores − c)) ÷ cores`, averaged over ready VMs.
+///
+/// Events jump from one to the next as in [`run_policy`]: the core's timers fire at
+/// their own deadlines ([`Core::poll_timeout`]), before scheduled events at the same
+/// time, which come before arrivals.
+///
+/// # Errors
+/// [`SimError::Invalid`] when the trace has no named columns (no call kinds).
+pub fn run_delay(
+    p: &SimParams,
+    trace: &Trace,
+    kind: PolicyKind,
+    delay: Option<DelayParams>,
+    cpu_load: Option<(f64, f64, f64)>,
+) -> Result<DelayRun, SimError> {
+    if trace.calls.is_empty() {
+        return Err(SimError::Invalid {
+            field: "--trace".into(),
+            message: "--delay-queue needs an events trace with a header naming its columns (time_s kind deadline_s processing_ms zone)".into(),
+        });
+    }
+    let calls = &trace.calls;
+    let on = delay.is_some();
+    let (scaler, router) = kind.build(&p.policy_params(trace));
+    let core = Core::new(p.core_params(), scaler, router).with_delay_queue(delay);
+    let (c, t1, t2) = cpu_load.unwrap_or((0.0, 0.0, 0.0));
+    let secs_ns = |s: f64| (s * NS as f64).round().max(0.0) as u64;
+    let mut e = DelayEngine {
+        calls,
+        core,
+        queue: BinaryHeap::new(),
+        seq: 0,
+        vms: Vec::new(),
+        fns: Vec::new(),
+        fn_started: Vec::new(),
+        slots: p.vm.slots as usize,
+        cores: f64::from(p.vm.cores.unwrap_or(p.vm.slots)),
+        load: (c, secs_ns(t1), secs_ns(t2)),
+        boot_ns: secs_ns(p.vm.boot_seconds),
+        warm_ns: secs_ns(p.function.warm_start_ms / 1000.0),
+        cold_ns: secs_ns(p.function.cold_start_ms / 1000.0),
+        on,
+        initial: true,
+        deadline_of: vec![Time::ZERO; calls.len()],
+        finished: 0,
+        peak: hist(),
+        peak_sum: 0.0,
+        sync_sum: 0.0,
+        sync_n: 0,
+        out: DelayRun {
+            delay_queue: on,
+            sync_in_peak: 0,
+            sync_peak_mean_ms: 0.0,
+            sync_peak_p95_ms: 0.0,
+            sync_mean_ms: 0.0,
+            async_finished: 0,
+            deadline_misses: 0,
+            async_on_functions: 0,
+            rejected: 0,
+            cpu_peak: 0.0,
+            last_finish_s: 0.0,
+            releases_s: Vec::new(),
+        },
+    };
+    if c > 0.0 && t2 > t1 {
+        e.schedule(e.load.1, DelayEv::LoadChange);
+        e.schedule(e.load.2, DelayEv::LoadChange);
+    }
+    e.schedule(NS, DelayEv::Probe);
+    e.core.start(Time::ZERO);
+    e.drain(0);
+    e.initial = false;
+    let limit_ns = secs_ns(trace.duration_s + 7.0 * 86_400.0);
+    let mut next = 0usize;
+    while next < calls.len() || e.finished + (e.out.rejected as usize) < calls.len() {
+        let timer = e.core.poll_timeout().as_nanos().min(u128::from(u64::MAX)) as u64;
+        let scheduled = e.queue.peek().map(|Reverse((t, _, _))| *t);
+        let arrival = calls.get(next).map(|c| c.at_ns);
+        let t = [Some(timer), scheduled, arrival]
+            .into_iter()
+            .flatten()
+            .min()
+            .expect("the core always has a deadline");
+        if t > limit_ns {
+            break;
+        }
+        if timer <= t {
+            e.core.handle_timeout(dur(t));
+        } else if scheduled == Some(t) {
+            let Some(Reverse((t, _, ev))) = e.queue.pop() else {
+                unreachable!()
+            };
+            e.handle(t, ev);
+        } else {
+            e.arrive(t, next);
+            next += 1;
+        }
+        e.drain(t);
+    }
+    let mut out = e.out;
+    out.sync_peak_mean_ms = if out.sync_in_peak > 0 {
+        e.peak_sum / out.sync_in_peak as f64
+    } else {
+        0.0
+    };
+    out.sync_peak_p95_ms = e.peak.value_at_quantile(0.95) as f64 / 1000.0;
+    out.sync_mean_ms = if e.sync_n > 0 {
+        e.sync_sum / e.sync_n as f64
+    } else {
+        0.0
+    };
+    let round3 = |x: f64| (x * 1000.0).round() / 1000.0;
+    out.sync_peak_mean_ms = round3(out.sync_peak_mean_ms);
+    out.sync_mean_ms = round3(out.sync_mean_ms);
+    out.cpu_peak = round3(out.cpu_peak);
+    out.last_finish_s = round3(out.last_finish_s);
+    Ok(out)
 }

@@ -34,7 +34,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use super::SimError;
+use super::error::SimError;
 use super::trace::{Arrival, RequestClass, Trace, TraceData, TraceFormat, TraceOptions};
 use crate::policy::routes::{RouteDef, RouteKeys};
 

@@ -9,20 +9,22 @@
 //! * [`logs`] — access logs (spillway, nginx, ALB, API Gateway) as traces.
 //! * [`model`] — service-time distributions and VM billing.
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
-//!   and [`crate::policy::functions::FunctionPool`].
+//!   and [`crate::policy::functions::FunctionPool`]; also the delay-queue experiment
+//!   (ProFaaStinate §3, [`engine::run_delay`]): synchronous and asynchronous calls of an
+//!   `events` trace on VMs with shared CPU cores.
 //! * [`faasim`] — FaaSim's burst and stream workloads from a seeded generator.
-//! * [`delay`] — the delay-queue model (ProFaaStinate §3): synchronous and asynchronous
-//!   calls of an `events` trace on VMs with shared CPU cores.
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).
 //! * [`tune`] — `spillway tune`: grid search of LIBRA's settings, Pareto front.
 //! * [`cli`] — `spillway sim` and `spillway cost` arguments and entry points.
+//! * `error` — [`SimError`], which every file of the simulator returns (a leaf: it imports
+//!   none of them).
 
 pub mod cli;
 pub mod costmodel;
-pub mod delay;
 pub mod engine;
+mod error;
 pub mod faasim;
 pub mod logs;
 pub mod model;
@@ -31,55 +33,11 @@ pub mod report;
 pub mod trace;
 pub mod tune;
 
-use std::path::PathBuf;
-
 use crate::config::Config;
 use engine::{PolicyKind, PolicyRun, SimParams, run_policy_with};
+pub use error::SimError;
 use report::SimReport;
 use trace::Trace;
-
-/// Why a simulation or cost report failed. Every variant names the file (and line) or
-/// the field at fault.
-#[derive(Debug, thiserror::Error)]
-pub enum SimError {
-    /// A file could not be read or written.
-    #[error("{}: {source}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The I/O error.
-        source: std::io::Error,
-    },
-    /// A malformed line in a trace (or side) file.
-    #[error("{file}:{line}: {message}")]
-    Parse {
-        /// The file.
-        file: String,
-        /// 1-based line number.
-        line: usize,
-        /// What is wrong.
-        message: String,
-    },
-    /// The configuration could not be loaded.
-    #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// An option or a field is invalid.
-    #[error("{field}: {message}")]
-    Invalid {
-        /// The option (`--rate-divisor`) or config field (`sim.vm.slots`).
-        field: String,
-        /// What is wrong.
-        message: String,
-    },
-    /// A plot could not be drawn.
-    #[error("{}: cannot draw the plot: {message}", path.display())]
-    Plot {
-        /// The output file.
-        path: PathBuf,
-        /// The drawing error.
-        message: String,
-    },
-}
 
 /// Run `policies` over `trace` with the configuration `config` and `seed`; each policy
 /// starts from the same seed (common random numbers: the same arrivals and service times).

@@ -14,9 +14,9 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use super::SimError;
 use super::costmodel::CostReport;
 use super::engine::PolicyRun;
+use super::error::SimError;
 
 /// Picks one cost column of a row.
 type CostColumn = fn(&super::costmodel::CostRow) -> f64;

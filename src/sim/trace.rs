@@ -36,7 +36,7 @@ use std::path::{Path, PathBuf};
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
 
-use super::SimError;
+use super::error::SimError;
 use super::model::ServiceModel;
 
 /// Trace file format, see the [module docs](self).

@@ -29,10 +29,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use plotters::prelude::*;
 use serde::Serialize;
 
-use super::SimError;
-use super::cli::{TraceInput, invalid, load_config, load_trace, split_assignment, write_file};
+use super::cli::{TraceArgs, invalid, load_config, load_trace, split_assignment, write_file};
 use super::engine::{PolicyKind, SimParams, run_policy_with};
-use super::trace::{Trace, TraceFormat};
+use super::error::SimError;
+use super::trace::Trace;
 use crate::config::Config;
 
 /// The example at the end of `spillway tune --help`: from an access log to a checked
@@ -59,30 +59,9 @@ pub struct TuneArgs {
     /// config/sim/libra-paper.yaml.
     #[arg(long, short, value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The trace file (access logs: a file or a directory of them).
-    #[arg(long, value_name = "FILE")]
-    pub trace: PathBuf,
-    /// Trace format; default: the config's `sim.trace_format`, else `counts`.
-    #[arg(long, value_enum)]
-    pub format: Option<TraceFormat>,
-    /// azure2019: durations-percentiles file.
-    #[arg(long, value_name = "FILE")]
-    pub durations: Option<PathBuf>,
-    /// azure2019: app-memory file.
-    #[arg(long, value_name = "FILE")]
-    pub memory: Option<PathBuf>,
-    /// Divide the load by this, carrying the remainder.
-    #[arg(long, default_value_t = 1.0, value_name = "D")]
-    pub rate_divisor: f64,
-    /// Window start, trace seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub from: Option<f64>,
-    /// Window end (exclusive), trace seconds.
-    #[arg(long, value_name = "SECONDS")]
-    pub to: Option<f64>,
-    /// Access logs: skip lines that do not parse (counted) instead of stopping.
-    #[arg(long)]
-    pub skip_bad_lines: bool,
+    /// Where the trace comes from and how to read it (as `spillway sim`).
+    #[command(flatten)]
+    pub input: TraceArgs,
     /// One dimension of the search, repeatable: NAME=V1,V2,... or NAME=LO:HI:STEP
     /// (inclusive). NAME: phi (libra.phi), rho (libra.rho), decision_epochs
     /// (libra.decision_epochs), keep_alive (sim.function.keep_alive_seconds, or every
@@ -723,17 +702,7 @@ pub fn run_tune(args: &TuneArgs) -> Result<ExitCode, SimError> {
             format!("{} is searched twice", d.1.path),
         ));
     }
-    let input = TraceInput {
-        trace: &args.trace,
-        format: args.format,
-        durations: args.durations.as_deref(),
-        memory: args.memory.as_deref(),
-        rate_divisor: args.rate_divisor,
-        from: args.from,
-        to: args.to,
-        skip_bad_lines: args.skip_bad_lines,
-    };
-    let (trace, log) = load_trace(&input, &base)?;
+    let (trace, log) = load_trace(&args.input, &base)?;
     let threads = args
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, std::num::NonZero::get));
@@ -775,7 +744,7 @@ pub fn run_tune(args: &TuneArgs) -> Result<ExitCode, SimError> {
         }
         println!(
             "trace {} ({} requests, {:.0} s), seed {}, LIBRA; SLA target: violations <= {} %",
-            args.trace.display(),
+            args.input.trace.display(),
             trace.total_requests(),
             trace.duration_s,
             args.seed,
@@ -816,7 +785,12 @@ pub fn run_tune(args: &TuneArgs) -> Result<ExitCode, SimError> {
         );
     }
     if let (Some(path), Some(tuned)) = (&args.out, &tuned)
-        && let Some(yaml) = fragment_yaml(&result, tuned, &base, &args.trace.display().to_string())
+        && let Some(yaml) = fragment_yaml(
+            &result,
+            tuned,
+            &base,
+            &args.input.trace.display().to_string(),
+        )
     {
         write_file(path, &yaml)?;
     }
