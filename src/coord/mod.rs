@@ -23,8 +23,8 @@
 //! replica has written its count by then), sums the replicas' counts ([`aggregate`]: a replica
 //! that missed it is imputed from its last count), hands the sum to its core (the
 //! monitor closes that epoch, Algorithm 1 runs every K epochs), computes every replica's
-//! budget share ([`budget_shares`] of each one's mean count over the last
-//! [`SHARE_WINDOW_EPOCHS`] epochs) and publishes all of it, fenced: a publication or a
+//! budget share ([`budget_shares`] of each one's mean count over the last 4 epochs,
+//! `SHARE_WINDOW_EPOCHS`) and publishes all of it, fenced: a publication or a
 //! pool-write intent ([`PoolFence`]) with an old term is refused by the store, and a
 //! refused leader steps down at once. Only the leader's core writes the pool
 //! (`Core::set_pool_writer`); before every launch or terminate the driver records the
