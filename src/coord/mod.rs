@@ -671,22 +671,35 @@ impl Coordinator {
     /// round trip for the leader only; the decision lags a single gateway's by half an
     /// epoch.
     async fn sum_and_lead(&self, key: &LeaderKey, ended: u64) {
+        let at = self.half_epoch_after(ended);
+        tokio::time::sleep(at.saturating_sub(self.host.now())).await;
+        let report = self.read_report(ended, None);
+        match self.op("exchange", self.store.exchange(&report)).await {
+            Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
+            Ok(_) => self.step_down("the lease moved before the sum was read"),
+            Err(_) => self.freeze(),
+        }
+    }
+
+    /// Half an epoch after epoch `ended` (store index) ended, on the policy clock: when
+    /// the leader sums it (every replica has written its count by then).
+    fn half_epoch_after(&self, ended: u64) -> Duration {
         let e = self.settings.epoch;
         let local_end = (ended + 1).saturating_sub(self.settings.base_epoch);
-        let at = e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2;
-        tokio::time::sleep(at.saturating_sub(self.host.now())).await;
-        let report = Report {
+        e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2
+    }
+
+    /// A report that writes no count: it reads `ended`'s counts and the publication
+    /// (and renews the heartbeat, with `address` when given).
+    fn read_report(&self, ended: u64, address: Option<CallAddress>) -> Report {
+        let e = self.settings.epoch;
+        Report {
             replica: self.settings.replica.clone(),
             counts: Vec::new(),
             sum_epoch: ended,
             live_window: e * (self.settings.grace_epochs + 1),
             counts_ttl: e * 100,
-            address: None,
-        };
-        match self.op("exchange", self.store.exchange(&report)).await {
-            Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
-            Ok(_) => self.step_down("the lease moved before the sum was read"),
-            Err(_) => self.freeze(),
+            address,
         }
     }
 
@@ -698,10 +711,8 @@ impl Coordinator {
     /// above one gateway's). A read that fails or comes before the publication changes
     /// nothing: the next round reads again.
     async fn follow_publication(&self, ended: u64) {
-        let e = self.settings.epoch;
-        let local_end = (ended + 1).saturating_sub(self.settings.base_epoch);
-        let margin = (e / 10).min(Duration::from_millis(50));
-        let at = e.saturating_mul(u32::try_from(local_end).unwrap_or(u32::MAX)) + e / 2 + margin;
+        let margin = (self.settings.epoch / 10).min(Duration::from_millis(50));
+        let at = self.half_epoch_after(ended) + margin;
         tokio::select! {
             () = tokio::time::sleep(at.saturating_sub(self.host.now())) => {}
             () = self.stop.notified() => {
@@ -710,14 +721,7 @@ impl Coordinator {
                 return;
             }
         }
-        let report = Report {
-            replica: self.settings.replica.clone(),
-            counts: Vec::new(),
-            sum_epoch: ended,
-            live_window: e * (self.settings.grace_epochs + 1),
-            counts_ttl: e * 100,
-            address: self.address.lock().clone(),
-        };
+        let report = self.read_report(ended, self.address.lock().clone());
         let Ok(x) = self.op("exchange", self.store.exchange(&report)).await else {
             return;
         };
