@@ -29,7 +29,7 @@ use http::Uri;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::async_calls::AsyncCalls;
+use super::async_calls::front::AsyncCalls;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
 use crate::coord::{Coordinator, Host, PoolFence, RegistryVm};

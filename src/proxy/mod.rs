@@ -11,11 +11,7 @@
 //! | [`access_log`] | the in-flight gauge and the per-request access log |
 //! | [`error`] | the one mapping from errors to HTTP status codes |
 //! | [`reload`] | `SIGHUP` / `POST /reload`: re-read, validate, swap — nothing half-applied |
-//! | [`async_calls`] | asynchronous calls (ProFaaStinate §3): accept, store, status, release |
-//! | [`async_store`] | the durable store of asynchronous calls (committed before the `202`) |
-//! | [`async_secrets`] | stored calls' credential headers, sealed (never plain text) |
-//! | [`cpu_prometheus`] | the delay queue's `prometheus` CPU signal (a Prometheus query) |
-//! | [`cpu_node_exporter`] | the same signal scraped from node_exporter on every VM |
+//! | [`async_calls`] | asynchronous calls (ProFaaStinate §3): accept, store, status, release, and the CPU signal that paces release |
 //!
 //! HTTP primitives shared with the backends (body, upstream client, header hygiene, TLS)
 //! live in [`crate::net`]; the metrics spec in [`crate::telemetry`].
@@ -23,10 +19,6 @@
 pub mod access_log;
 pub mod admin;
 pub mod async_calls;
-pub mod async_secrets;
-pub mod async_store;
-pub mod cpu_node_exporter;
-pub mod cpu_prometheus;
 pub mod driver;
 pub mod error;
 pub mod lifetime;

@@ -29,7 +29,7 @@ use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Tick
 use crate::policy::balancer::{RequestMeta, RouteReason};
 use crate::policy::placement::{Start, ZoneId, ZoneKind};
 
-use super::async_calls::Kind;
+use super::async_calls::front::Kind;
 use super::driver::{Gateway, TicketGuard};
 use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};

@@ -12,7 +12,7 @@
 //!   store at `async.max_store_bytes` → 507, the queue at `async.max_queued` or the store
 //!   failing → 503, each with `Retry-After` (synchronous traffic is unaffected).
 //! * The store keeps no credential in plain text: `Authorization`, `Proxy-Authorization`
-//!   and `Cookie` are sealed ([`super::async_secrets`]), the upstream's `Set-Cookie` is
+//!   and `Cookie` are sealed ([`super::secrets`]), the upstream's `Set-Cookie` is
 //!   not stored. A response body over `async.result_max_bytes` is not stored cut: the
 //!   call `failed` with a 502 result saying so.
 //! * Finished calls are deleted `async.result_ttl_seconds` after they finished (a
@@ -59,12 +59,9 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::async_secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
-use super::async_store::{CallRecord, CallResult, CallState, CallStore, StoreError};
-use super::cpu_prometheus::PrometheusCpu;
-use super::driver::{Gateway, TicketGuard};
-use super::error::ProxyError;
-use super::service::{self, ServiceSettings};
+use super::cpu::prometheus::PrometheusCpu;
+use super::secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
+use super::store::{CallRecord, CallResult, CallState, CallStore, StoreError};
 use crate::config::delay::{AsyncConfig, CpuSignal};
 use crate::config::{AsyncMode, RouteConfig};
 use crate::coord::CallDirectory;
@@ -74,6 +71,9 @@ use crate::policy::Time;
 use crate::policy::attempt::Decision;
 use crate::policy::core::Release;
 use crate::policy::delay::CallId;
+use crate::proxy::driver::{Gateway, TicketGuard};
+use crate::proxy::error::ProxyError;
+use crate::proxy::service::{self, ServiceSettings};
 
 /// Header carrying the call id to the upstream.
 pub const CALL_ID_HEADER: &str = "spillway-call-id";
@@ -548,7 +548,7 @@ impl AsyncCalls {
             } else {
                 None
             };
-            Ok::<_, super::async_store::StoreError>((rec, res))
+            Ok::<_, super::store::StoreError>((rec, res))
         })
         .await
         .map_err(|e| self.unavailable(e.to_string()))?
@@ -775,7 +775,7 @@ impl AsyncCalls {
         let store = Arc::clone(&self.store);
         let id2 = id.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            Ok::<_, super::async_store::StoreError>((store.get(&id2)?, store.body(&id2)?))
+            Ok::<_, super::store::StoreError>((store.get(&id2)?, store.body(&id2)?))
         })
         .await;
         let (mut rec, body) = match loaded {

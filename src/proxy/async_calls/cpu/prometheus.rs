@@ -13,7 +13,7 @@
 //!
 //! With `async.prometheus.node_exporter_port` instead of `url`, the same signal scrapes
 //! each ready VM host's node_exporter itself (no Prometheus server): see
-//! [`super::cpu_node_exporter`].
+//! [`super::node_exporter`].
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -23,7 +23,7 @@ use http::{Request, Uri};
 use http_body_util::BodyExt as _;
 use serde::Deserialize;
 
-use super::cpu_node_exporter::{CpuCounters, NodeExporters, exporter_urls, parse_cpu_counters};
+use super::node_exporter::{CpuCounters, NodeExporters, exporter_urls, parse_cpu_counters};
 use crate::config::delay::PrometheusSignalConfig;
 use crate::net::body;
 use crate::net::client::{ClientSettings, UpstreamClient};
@@ -184,7 +184,7 @@ enum Source {
 pub type VmBases = Box<dyn Fn() -> Option<Vec<Uri>> + Send + Sync>;
 
 /// The `prometheus` CPU signal: a client for one query (or one scrape per VM host) and
-/// its last outcome. See the [module docs](self) and [`super::cpu_node_exporter`].
+/// its last outcome. See the [module docs](self) and [`super::node_exporter`].
 pub struct PrometheusCpu {
     client: UpstreamClient,
     source: Source,
