@@ -8,6 +8,7 @@
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
+//! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
 //! | [`access_log`] | the in-flight gauge and the per-request access log |
 //! | [`error`] | the one mapping from errors to HTTP status codes |
 //! | [`reload`] | `SIGHUP` / `POST /reload`: re-read, validate, swap — nothing half-applied |
@@ -18,6 +19,7 @@
 
 pub mod access_log;
 pub mod admin;
+pub mod admin_token;
 pub mod async_calls;
 pub mod driver;
 pub mod error;

@@ -211,7 +211,7 @@ pub struct Server {
     admin: TcpListener,
     tls: Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
-    admin_token: super::admin::AdminToken,
+    admin_token: super::admin_token::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
     reload_source: (Option<PathBuf>, Option<SocketAddr>, Option<SocketAddr>),
 }
@@ -279,7 +279,7 @@ impl Server {
             return Err(ServeError::Admin(problem));
         }
         let admin_token =
-            super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
+            super::admin_token::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
         // Two clients under the address policy (net::upstream): user-given upstreams
         // (static, http, EC2) per `allow_loopback_upstreams`, spillway's own processes
@@ -451,7 +451,7 @@ impl Server {
                 c.advertise(crate::coord::CallAddress { tag, url });
                 a.set_replicas(tag, Arc::clone(c) as Arc<dyn crate::coord::CallDirectory>);
             }
-            gateway.set_async_calls(Arc::clone(&a));
+            gateway.set_async_calls(Arc::<AsyncCalls>::clone(&a));
             gateway.start().await?;
             a.start(&gateway);
             let n = a

@@ -29,8 +29,7 @@ use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Tick
 use crate::policy::balancer::{RequestMeta, RouteReason};
 use crate::policy::placement::{Start, ZoneId, ZoneKind};
 
-use super::async_calls::front::Kind;
-use super::driver::{Gateway, TicketGuard};
+use super::driver::{Gateway, Intercepted, TicketGuard};
 use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
@@ -280,12 +279,12 @@ async fn dispatch(
     req.headers_mut().insert(REQUEST_ID, request_id.clone());
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
-        let answered = match a.classify(&req) {
-            Kind::Status => a.status(gw, &req).await,
-            Kind::Async => a.accept(gw, req, peer, scheme).await,
-            Kind::Sync => return dispatch_sync(gw, settings, req, peer, scheme).await,
+        req = match Arc::clone(a).intercept(gw, req, peer, scheme) {
+            Intercepted::Answer(answer) => {
+                return answer.await.map(|r| ("local", r)).map_err(|e| ("local", e));
+            }
+            Intercepted::Pass(req) => req,
         };
-        return answered.map(|r| ("local", r)).map_err(|e| ("local", e));
     }
     dispatch_sync(gw, settings, req, peer, scheme).await
 }

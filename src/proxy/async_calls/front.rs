@@ -71,7 +71,7 @@ use crate::policy::Time;
 use crate::policy::attempt::Decision;
 use crate::policy::core::Release;
 use crate::policy::delay::CallId;
-use crate::proxy::driver::{Gateway, TicketGuard};
+use crate::proxy::driver::{AsyncFrontEnd, BoxFuture, Gateway, Intercepted, TicketGuard};
 use crate::proxy::error::ProxyError;
 use crate::proxy::service::{self, ServiceSettings};
 
@@ -915,6 +915,50 @@ impl AsyncCalls {
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.finish(&rec, &result)).await {
             tracing::warn!(call = %id, error = %e, "async call result not stored");
         }
+    }
+}
+
+/// The gateway's view of the front end: the request path, the driver and `/status`
+/// reach it through [`AsyncFrontEnd`] only.
+impl AsyncFrontEnd for AsyncCalls {
+    fn status_prefix(&self) -> &str {
+        Self::status_prefix(self)
+    }
+
+    fn intercept<'a>(
+        self: Arc<Self>,
+        gw: &'a Arc<Gateway>,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+        scheme: &'static str,
+    ) -> Intercepted<'a> {
+        match self.classify(&req) {
+            Kind::Status => {
+                Intercepted::Answer(Box::pin(async move { self.status(gw, &req).await }))
+            }
+            Kind::Async => {
+                Intercepted::Answer(Box::pin(
+                    async move { self.accept(gw, req, peer, scheme).await },
+                ))
+            }
+            Kind::Sync => Intercepted::Pass(req),
+        }
+    }
+
+    fn cpu_signal(&self, gw: &Gateway) -> f64 {
+        Self::cpu_signal(self, gw)
+    }
+
+    fn release(self: Arc<Self>, gw: Arc<Gateway>, rel: Release) -> BoxFuture<'static, ()> {
+        Box::pin(self.run(gw, rel))
+    }
+
+    fn cpu_signal_status(&self) -> serde_json::Value {
+        Self::cpu_signal_status(self)
+    }
+
+    fn store_status(&self) -> serde_json::Value {
+        Self::store_status(self)
     }
 }
 

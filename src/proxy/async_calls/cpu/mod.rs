@@ -5,7 +5,9 @@
 //! | module | role |
 //! |---|---|
 //! | [`prometheus`] | the signal from a Prometheus server's query API (`async.prometheus.url`) |
+//! | [`error`] | why a signal gave no utilisation, shared by both forms |
 //! | [`node_exporter`] | the same signal scraped from node_exporter on every VM host (`async.prometheus.node_exporter_port`) |
 
+pub mod error;
 pub mod node_exporter;
 pub mod prometheus;
