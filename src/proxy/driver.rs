@@ -32,7 +32,7 @@ use tokio::time::Instant;
 
 use super::error::ProxyError;
 use crate::backends::function_process::COLD_STARTS_METRIC;
-use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
+use crate::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
 use crate::coord::{Coordinator, Host, PoolFence, RegistryVm};
 use crate::net::body::Body;
 use crate::net::client::UpstreamClient;
@@ -120,10 +120,6 @@ pub const UNHEALTHY_AFTER: u32 = 2;
 /// How often the driver takes the provider's pool changes
 /// ([`VmProvider::take_pool_changes`]: instances the EC2 audit adopted or found gone).
 pub const POOL_CHANGES_INTERVAL: Duration = Duration::from_secs(1);
-
-/// A boxed, sendable future: what the [`AsyncFrontEnd`] methods return, so that the
-/// gateway holds the front end as a trait object.
-pub type BoxFuture<'a, T> = std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// What the asynchronous-call front end does with one request
 /// ([`AsyncFrontEnd::intercept`]).

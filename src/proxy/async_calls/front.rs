@@ -62,6 +62,7 @@ use tokio::time::Instant;
 use super::cpu::prometheus::PrometheusCpu;
 use super::secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
 use super::store::{CallRecord, CallResult, CallState, CallStore, StoreError};
+use crate::backends::BoxFuture;
 use crate::config::delay::{AsyncConfig, CpuSignal};
 use crate::config::{AsyncMode, RouteConfig};
 use crate::coord::CallDirectory;
@@ -71,7 +72,7 @@ use crate::policy::Time;
 use crate::policy::attempt::Decision;
 use crate::policy::core::Release;
 use crate::policy::delay::CallId;
-use crate::proxy::driver::{AsyncFrontEnd, BoxFuture, Gateway, Intercepted, TicketGuard};
+use crate::proxy::driver::{AsyncFrontEnd, Gateway, Intercepted, TicketGuard};
 use crate::proxy::error::ProxyError;
 use crate::proxy::service::{self, ServiceSettings};
 
