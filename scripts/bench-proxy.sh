@@ -2,9 +2,13 @@
 # Side-by-side proxy benchmark on loopback: an nginx origin answered directly,
 # through nginx, through HAProxy and through spillway (a `static` pool of that origin,
 # LIBRA routing, metrics and header hygiene on, access log off). Prints markdown tables:
-#   * wrk -t1 -c64 -d10s keep-alive, two rounds (req/s, p50, p99, spillway / nginx);
+#   * wrk -t1 -c64 -d10s keep-alive, three rounds (req/s, p50, p99, spillway / nginx,
+#     and each proxy's CPU µs per request: the user+sys time of its processes, read
+#     from /proc before and after the run, divided by the requests wrk completed — on a
+#     shared machine far steadier than req/s);
 #   * one connection, wrk -t1 -c1 -d10s --latency (p50, p99, p50 added over direct);
-#   * h2: h2load h2c prior knowledge, 4 connections x 16 streams, 10 s.
+#   * h2: h2load h2c prior knowledge, 4 connections x 16 streams, 10 s (CPU µs per
+#     request too).
 # Installs nginx, haproxy, wrk and nghttp2-client (h2load) with apt-get when missing.
 # Everything listens on 127.0.0.1 (free ports); every client run is bounded by `timeout`;
 # every process started here is stopped on exit.
@@ -12,11 +16,11 @@
 # Usage: scripts/bench-proxy.sh [seconds] [connections]
 #   SPILLWAY=path/to/spillway   binary to measure (default: the release build under
 #                               ${CARGO_TARGET_DIR:-target}, built when missing)
-#   ROUNDS=2                    rounds of the 64-connection table
+#   ROUNDS=3                    rounds of the 64-connection table
 set -euo pipefail
 D=${1:-10}
 C=${2:-64}
-ROUNDS=${ROUNDS:-2}
+ROUNDS=${ROUNDS:-3}
 cd "$(dirname "$0")/.."
 
 need=()
@@ -134,16 +138,40 @@ done
 
 # wrk latency ("812.00us", "1.23ms", "1.01s") in microseconds.
 us() { awk -v v="$1" 'BEGIN { n = v + 0; if (v ~ /us$/) print n; else if (v ~ /ms$/) print n * 1000; else if (v ~ /s$/) print n * 1000000; else print "nan" }'; }
-# run NAME PORT CONNS -> "rps p50 p99 errors"
+# run NAME PORT CONNS -> "rps p50 p99 cpu_us_per_request errors"
 run() {
-  local out rps p50 p99 err
+  local out rps p50 p99 err n before after
+  before=$(cpu_ticks "$1")
   out=$(timeout $((D + 30)) wrk -t1 -c"$3" -d"${D}s" --latency "http://127.0.0.1:$2/" 2>&1) || true
+  after=$(cpu_ticks "$1")
+  n=$(awk '/requests in/{print $1}' <<<"$out")
   rps=$(awk '/Requests\/sec/{print $2}' <<<"$out")
   p50=$(awk '$1=="50%"{print $2}' <<<"$out")
   p99=$(awk '$1=="99%"{print $2}' <<<"$out")
   err=$(grep -E "Non-2xx|Socket errors" <<<"$out" | tr -s ' \n' ' ' || true)
-  echo "${rps:-0} ${p50:-nan} ${p99:-nan} ${err:--}"
+  echo "${rps:-0} ${p50:-nan} ${p99:-nan} $(cpu_us "$before" "$after" "${n:-0}") ${err:--}"
 }
+# cpu_ticks NAME: user+sys clock ticks of the proxy NAME's processes (a master and its
+# children); "-" for direct (no proxy).
+HZ=$(getconf CLK_TCK)
+cpu_ticks() {
+  local root
+  case $1 in
+    nginx) root=$(cat "$W/nginx.pid") ;;
+    haproxy) root=$(cat "$W/haproxy.pid") ;;
+    spillway) root=$SPID ;;
+    *) echo -; return ;;
+  esac
+  local t=0 p
+  for p in $root $(pgrep -P "$root" || true); do
+    [ -r "/proc/$p/stat" ] || continue
+    # Fields after the command name's closing parenthesis: utime is the 12th, stime the 13th.
+    t=$((t + $(sed 's/.*) //' "/proc/$p/stat" | awk '{print $12 + $13}')))
+  done
+  echo "$t"
+}
+# cpu_us BEFORE AFTER REQUESTS: CPU µs per request ("-" without a proxy or requests).
+cpu_us() { awk -v a="$1" -v b="$2" -v n="$3" -v hz="$HZ" 'BEGIN { if (a == "-" || n + 0 <= 0) print "-"; else printf "%.1f", (b - a) * 1000000 / hz / n }'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'; }
 
 echo "## bench-proxy.sh — $(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -153,15 +181,18 @@ echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "### wrk -t1 -c$C -d${D}s, keep-alive"
 echo
-echo "| round | target | req/s | p50 | p99 | × nginx req/s | errors |"
-echo "|---|---|---|---|---|---|---|"
+echo "| round | target | req/s | p50 | p99 | × nginx req/s | CPU µs/request | × nginx CPU | errors |"
+echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
-  declare -A RPS=()
+  declare -A RPS=() CPU=()
   for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP spillway:$SPW; do
     name=${t%%:*}
-    read -r rps p50 p99 err <<<"$(run "$name" "${t#*:}" "$C")"
+    read -r rps p50 p99 cpu err <<<"$(run "$name" "${t#*:}" "$C")"
     RPS[$name]=$rps
-    echo "| $round | $name | $rps | $p50 | $p99 | $(ratio "$rps" "${RPS[nginx]:-0}") | $err |"
+    CPU[$name]=$cpu
+    cpu_ratio=-
+    [ "$cpu" != - ] && [ "${CPU[nginx]:--}" != - ] && cpu_ratio=$(ratio "$cpu" "${CPU[nginx]}")
+    echo "| $round | $name | $rps | $p50 | $p99 | $(ratio "$rps" "${RPS[nginx]:-0}") | $cpu | $cpu_ratio | $err |"
   done
 done
 echo
@@ -172,7 +203,7 @@ echo "|---|---|---|---|---|"
 direct_p50=
 for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP spillway:$SPW; do
   name=${t%%:*}
-  read -r rps p50 p99 _ <<<"$(run "$name" "${t#*:}" 1)"
+  read -r rps p50 p99 _ _ <<<"$(run "$name" "${t#*:}" 1)"
   [ -z "$direct_p50" ] && direct_p50=$(us "$p50")
   added=$(awk -v a="$(us "$p50")" -v b="$direct_p50" 'BEGIN { printf "%.0f µs", a - b }')
   echo "| $name | $rps | $p50 | $p99 | $added |"
@@ -180,17 +211,20 @@ done
 echo
 echo "### h2: h2load h2c prior knowledge, 4 connections × 16 streams, ${D}s"
 echo
-echo "| target | req/s | mean request time | × nginx req/s | failed |"
-echo "|---|---|---|---|---|"
+echo "| target | req/s | mean request time | × nginx req/s | CPU µs/request | failed |"
+echo "|---|---|---|---|---|---|"
 nginx_h2=0
 for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 spillway:$SPW; do
   name=${t%%:*}
+  before=$(cpu_ticks "$name")
   out=$(timeout $((D + 30)) h2load -t1 -c4 -m16 -D "$D" "http://127.0.0.1:${t#*:}/" 2>&1) || true
+  after=$(cpu_ticks "$name")
+  done_n=$(awk '/^requests:/{for (i = 1; i <= NF; i++) if ($(i+1) ~ /^succeeded/) print $i}' <<<"$out")
   rps=$(awk '/^finished in/{gsub(",", ""); print $4}' <<<"$out")
   mean=$(awk '$1=="time" && $3=="request:"{print $6}' <<<"$out")
   failed=$(awk '/^requests:/{for (i = 1; i <= NF; i++) if ($(i+1) ~ /^failed/) print $i}' <<<"$out")
   [ "$name" = nginx ] && nginx_h2=${rps:-0}
-  echo "| $name | ${rps:-0} | ${mean:--} | $(ratio "${rps:-0}" "$nginx_h2") | ${failed:--} |"
+  echo "| $name | ${rps:-0} | ${mean:--} | $(ratio "${rps:-0}" "$nginx_h2") | $(cpu_us "$before" "$after" "${done_n:-0}") | ${failed:--} |"
 done
 echo
 echo "spillway RSS after the runs: $(awk '/VmRSS/{printf "%.1f MiB", $2 / 1024}' /proc/$SPID/status)"
