@@ -18,7 +18,9 @@
 //!  "request_id": "4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b"}
 //! ```
 //!
-//! Errors carry who is at fault (client, upstream, capacity) in their variant.
+//! Errors carry who is at fault (client, upstream, capacity) in their variant, which
+//! also decides how a failed request is logged ([`ProxyError::fault`]), and the error
+//! they came from as their source.
 
 use std::time::Duration;
 
@@ -67,7 +69,7 @@ pub enum ProxyError {
     /// The client's request body was malformed or cut off while it was being forwarded
     /// (client's fault).
     #[error("bad request body: {0}")]
-    BadRequestBody(String),
+    BadRequestBody(#[source] body::BoxError),
     /// No tier can take the request now (no token and no function capacity, or an
     /// `Upgrade` with no ready VM).
     #[error("no capacity: {reason}")]
@@ -83,12 +85,18 @@ pub enum ProxyError {
     /// `gateway.upstream_timeout_seconds` after the request body was sent.
     #[error("upstream timed out after {0:?}")]
     UpstreamTimeout(Duration),
-    /// The upstream (VM, function instance or endpoint) failed.
+    /// The upstream (VM, function instance or endpoint) failed, or its answer cannot be
+    /// forwarded; the source says how.
     #[error("upstream failed: {0}")]
-    Upstream(String),
-    /// The function tier could not run the call (cold start failed, bad reply).
+    Upstream(#[source] body::BoxError),
+    /// The function tier could not run the call (a bad reply, an unreadable request
+    /// body); the source says how.
     #[error("function tier failed: {0}")]
-    Function(String),
+    Function(#[source] body::BoxError),
+    /// The function instance the call was placed on did not start (its cold start, or
+    /// the boot of the pre-warmed instance it waited for, failed): 502.
+    #[error("cold start failed: {0}")]
+    ColdStart(#[source] body::BoxError),
     /// The gateway is shutting down.
     #[error("shutting down")]
     ShuttingDown,
@@ -163,9 +171,9 @@ impl ProxyError {
         } else if let Some(idle) = request_idle(&e) {
             ProxyError::RequestBodyTimeout(idle)
         } else if is_client_body_error(&e) {
-            ProxyError::BadRequestBody(e.to_string())
+            ProxyError::BadRequestBody(Box::new(e))
         } else {
-            ProxyError::Upstream(e.to_string())
+            ProxyError::Upstream(Box::new(e))
         }
     }
 
@@ -185,10 +193,10 @@ impl ProxyError {
                 } else if let Some(idle) = request_idle(&*e) {
                     ProxyError::RequestBodyTimeout(idle)
                 } else {
-                    ProxyError::Function(format!("request body: {e}"))
+                    ProxyError::Function(Box::new(FunctionError::RequestBody(e)))
                 }
             }
-            e @ FunctionError::Failed(_) => ProxyError::Function(e.to_string()),
+            e @ FunctionError::Failed(_) => ProxyError::Function(Box::new(e)),
         }
     }
 
@@ -200,11 +208,13 @@ impl ProxyError {
                 reason: "throttled",
             },
             NotSentReason::ShuttingDown => ProxyError::ShuttingDown,
-            other => ProxyError::Upstream(format!("not sent: {}", other.as_str())),
+            other => ProxyError::Upstream(format!("not sent: {}", other.as_str()).into()),
         }
     }
 
-    /// Whose fault this is.
+    /// Whose fault this is. It also decides how a failed request is logged: an
+    /// upstream's failure is a warning, the client's own errors and the gateway's
+    /// capacity answers are expected replies (debug; the metrics count them).
     pub fn fault(&self) -> Fault {
         match self {
             ProxyError::BodyTooLarge { .. }
@@ -224,6 +234,7 @@ impl ProxyError {
             ProxyError::UpstreamTimeout(_)
             | ProxyError::Upstream(_)
             | ProxyError::Function(_)
+            | ProxyError::ColdStart(_)
             | ProxyError::AsyncResultTooLarge { .. } => Fault::Upstream,
         }
     }
@@ -255,7 +266,9 @@ impl ProxyError {
             ProxyError::CallResultGone => StatusCode::GONE,
             ProxyError::UpstreamTimeout(_) => StatusCode::GATEWAY_TIMEOUT,
             ProxyError::RequestBodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
-            ProxyError::Upstream(_) | ProxyError::Function(_) => StatusCode::BAD_GATEWAY,
+            ProxyError::Upstream(_) | ProxyError::Function(_) | ProxyError::ColdStart(_) => {
+                StatusCode::BAD_GATEWAY
+            }
             ProxyError::Request(e) => match e {
                 RequestError::Connect => StatusCode::METHOD_NOT_ALLOWED,
                 RequestError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
@@ -296,7 +309,9 @@ impl ProxyError {
                 format!("the upstream sent no response within {} s", secs(d))
             }
             ProxyError::Upstream(_) => "the upstream failed or its answer was unusable".into(),
-            ProxyError::Function(_) => "the function tier could not run the call".into(),
+            ProxyError::Function(_) | ProxyError::ColdStart(_) => {
+                "the function tier could not run the call".into()
+            }
             ProxyError::AsyncUnavailable { .. } => {
                 "asynchronous calls cannot be accepted now; retry later".into()
             }

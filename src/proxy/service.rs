@@ -235,24 +235,15 @@ async fn handle_with_id(
             if matches!(e, ProxyError::RequestBodyTimeout(_)) {
                 m::timeout("request_body");
             }
-            match &e {
-                ProxyError::BodyTooLarge { .. }
-                | ProxyError::NoCapacity { .. }
-                | ProxyError::BadRequestBody(_)
-                | ProxyError::RequestBodyTimeout(_)
-                | ProxyError::FunctionPayloadTooLarge { .. }
-                | ProxyError::UpgradeOnFunctionRoute
-                | ProxyError::Request(_) => {
-                    tracing::debug!(error = %e, "local reply")
+            if e.fault() == super::error::Fault::Upstream {
+                let status = e.status().as_u16();
+                if let Some(suppressed) =
+                    crate::log_limit::warnings().admit(("request failed", status), Instant::now())
+                {
+                    tracing::warn!(status, error = %e, %method, path = %uri.path(), tier, suppressed, "request failed");
                 }
-                _ => {
-                    let status = e.status().as_u16();
-                    if let Some(suppressed) = crate::log_limit::warnings()
-                        .admit(("request failed", status), Instant::now())
-                    {
-                        tracing::warn!(status, error = %e, %method, path = %uri.path(), tier, suppressed, "request failed");
-                    }
-                }
+            } else {
+                tracing::debug!(error = %e, "local reply");
             }
             (tier, e.into_reply(problem_json, Some(&id_text)))
         }
@@ -515,7 +506,7 @@ async fn attempts(
                 }
                 None => Step::Done(Err((
                     "vm",
-                    ProxyError::Upstream(format!("{vm} has no address")),
+                    ProxyError::Upstream(format!("{vm} has no address").into()),
                 ))),
             },
             Decision::Function { lease, .. } => {
@@ -665,7 +656,7 @@ async fn try_vm(
                 },
                 None => Step::Done(Err((
                     "vm",
-                    ProxyError::Upstream(format!("connect to {uri}: {source}")),
+                    ProxyError::Upstream(Box::new(UpstreamError::Connect { uri, source })),
                 ))),
             }
         }
@@ -784,13 +775,13 @@ pub async fn try_function(
         Start::Cold(instance) => ticket
             .cold_start(lease.zone, instance)
             .await
-            .map_err(|e| e.to_string()),
+            .map_err(body::BoxError::from),
         // A pre-warmed instance still booting: wait for it (FaaSim).
         Start::Booting(instance) => {
             if ticket.await_booting(lease.zone, instance).await {
                 Ok(())
             } else {
-                Err("pre-warmed instance failed to start".to_string())
+                Err("pre-warmed instance failed to start".into())
             }
         }
         Start::Warm(_) | Start::Untracked => Ok(()),
@@ -809,10 +800,7 @@ pub async fn try_function(
                 };
             }
             None => {
-                return Step::Done(Err((
-                    "function",
-                    ProxyError::Function(format!("cold start failed: {e}")),
-                )));
+                return Step::Done(Err(("function", ProxyError::ColdStart(e))));
             }
         }
     }
@@ -1072,7 +1060,7 @@ fn clean_response(resp: Response<Body>) -> Response<Body> {
         Ok(()) => Response::from_parts(parts, body),
         Err(e) => {
             tracing::warn!(error = %e, "upstream response refused");
-            ProxyError::Upstream(e.to_string()).into_response()
+            ProxyError::Upstream(Box::new(e)).into_response()
         }
     }
 }

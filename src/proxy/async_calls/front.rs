@@ -381,7 +381,7 @@ impl AsyncCalls {
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
                 return Err(ProxyError::BodyTooLarge { limit });
             }
-            Err(e) => return Err(ProxyError::BadRequestBody(e.to_string())),
+            Err(e) => return Err(ProxyError::BadRequestBody(e)),
         };
         let id = self.new_id().to_string();
         let mut sealed_headers = Vec::new();
