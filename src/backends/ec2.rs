@@ -344,7 +344,7 @@ impl Ec2VmPool {
                 next_subnet: AtomicUsize::new(0),
                 instances: Mutex::new(HashMap::new()),
                 snapshot: tokio::sync::Mutex::new(Snapshot::default()),
-                probe_interval: super::secs(cfg.probe_interval_seconds),
+                probe_interval: cfg.probe_interval_seconds.get(),
                 closed: AtomicBool::new(false),
                 errors: ProviderErrors::new(PROVIDER),
                 allow_loopback,
@@ -354,7 +354,7 @@ impl Ec2VmPool {
                 changes: Mutex::new(PoolChanges::default()),
                 gone: Mutex::new(HashSet::new()),
                 strays: Mutex::new(HashMap::new()),
-                stray_grace: super::secs(cfg.stray_grace_seconds),
+                stray_grace: cfg.stray_grace_seconds.get(),
                 legacy_id: if cfg.gateway_id.is_none() {
                     legacy_gateway_id()
                 } else {
@@ -1486,7 +1486,11 @@ enum TerminateError {
 /// down.
 fn spawn_audit(pool: &Arc<Pool>) {
     let weak: Weak<Pool> = Arc::downgrade(pool);
-    let every = super::secs(pool.cfg.audit_interval_seconds).max(Duration::from_millis(100));
+    let every = pool
+        .cfg
+        .audit_interval_seconds
+        .get()
+        .max(Duration::from_millis(100));
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
