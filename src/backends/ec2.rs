@@ -635,7 +635,7 @@ impl Pool {
         let fresh = snap.asked.contains(id)
             && snap
                 .at
-                .is_some_and(|at| now.duration_since(at) < self.probe_interval.mul_f64(0.9));
+                .is_some_and(|at| now.duration_since(at) < self.probe_interval / 10 * 9);
         let blocked = snap.blocked_until.is_some_and(|until| now < until);
         if !fresh && !blocked {
             let mut ids: Vec<String> = self
@@ -664,7 +664,7 @@ impl Pool {
                         (snap.backoff * 2).min(DESCRIBE_BACKOFF_MAX)
                     };
                     // Up to a quarter more, so that gateways do not retry in step.
-                    let jitter = snap.backoff.mul_f64(rand::random::<f64>() * 0.25);
+                    let jitter = rand::random_range(Duration::ZERO..=snap.backoff / 4);
                     snap.blocked_until = Some(Instant::now() + snap.backoff + jitter);
                     tracing::warn!(backoff = ?snap.backoff, "DescribeInstances throttled; backing off");
                 }
@@ -1084,7 +1084,7 @@ impl Pool {
             }
             if attempt < ADOPT_LIST_ATTEMPTS {
                 tracing::warn!(pool = %self.cfg.pool_name, attempt, backoff = ?pause, "cannot list the pool's instances for adoption; trying again before any launch");
-                tokio::time::sleep(pause + pause.mul_f64(rand::random::<f64>() * 0.25)).await;
+                tokio::time::sleep(pause + rand::random_range(Duration::ZERO..=pause / 4)).await;
                 pause = (pause * 2).min(ADOPT_LIST_BACKOFF_MAX);
             }
         }

@@ -66,7 +66,7 @@ pub struct LambdaFunctionTierConfig {
     pub payload_format: LambdaPayloadFormat,
     /// The function's own timeout (its Lambda `Timeout` setting), seconds. Default
     /// [`DEFAULT_LAMBDA_TIMEOUT_SECONDS`], at most [`MAX_LAMBDA_TIMEOUT_SECONDS`]. The
-    /// gateway waits for an Invoke reply until [`Self::invoke_deadline_seconds`], then
+    /// gateway waits for an Invoke reply until [`Self::invoke_deadline`], then
     /// answers 504.
     #[serde(default = "default_lambda_timeout")]
     pub timeout_seconds: Seconds<MAX_LAMBDA_TIMEOUT_SECONDS>,

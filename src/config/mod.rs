@@ -233,7 +233,9 @@ pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
 }
 
 /// Risky `gateway:` settings that are valid: `request_id_trust: trusted_proxies` with no
-/// trusted proxy (every client's request id would be replaced). (An admin listener off
+/// trusted proxy (every client's request id would be replaced); an old spelling beside
+/// the key that replaced it (`libra.max_outstanding_per_vm` with a `vm_pool`, which has
+/// `slots_per_vm`; the simulator, without a `vm_pool`, still reads it). (An admin listener off
 /// loopback without a token is an error, not a warning: see
 /// [`GatewayConfig::admin_exposure_issue`].)
 fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
@@ -245,6 +247,14 @@ fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
         out.push(ConfigIssue::new(
             "gateway.request_id_trust",
             "trusted_proxies is empty: every client's x-request-id is replaced (use `none` to say so)",
+        ));
+    }
+    if let (Some(n), Some(_)) = (config.libra.max_outstanding_per_vm, &config.vm_pool) {
+        out.push(ConfigIssue::new(
+            "libra.max_outstanding_per_vm",
+            format!(
+                "deprecated alias of vm_pool.slots_per_vm: write `slots_per_vm: {n}` in vm_pool"
+            ),
         ));
     }
     out

@@ -551,3 +551,27 @@ fn request_ids_trusted_from_proxies_without_any_is_a_located_warning() {
     let bad = Config::from_yaml("gateway:\n  request_id_trust: some\n", "g.yaml").unwrap_err();
     assert!(bad.to_string().contains("g.yaml:2:"), "{bad}");
 }
+
+/// `spillway check` warns about the old spelling of the per-VM slot count beside a VM pool
+/// (which has its own `slots_per_vm`), at its place; the simulator, without a pool, reads
+/// it silently.
+#[test]
+fn the_old_per_vm_cap_spelling_is_a_located_deprecation_warning() {
+    let text = "vm_pool: {type: static, urls: [\"http://192.0.2.1:3000\"]}\n\
+                libra:\n  max_outstanding_per_vm: 4\n";
+    let c = Config::from_yaml(text, "a.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.slots_per_vm(), Some(4));
+    let w = warnings(&c, Some(text));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].path, "libra.max_outstanding_per_vm");
+    assert!(
+        w[0].message
+            .starts_with("deprecated alias of vm_pool.slots_per_vm"),
+        "{}",
+        w[0].message
+    );
+    assert_eq!(w[0].location.map(|l| l.line), Some(3));
+    let sim = "libra:\n  max_outstanding_per_vm: 4\n";
+    let c = Config::from_yaml(sim, "s.yaml").unwrap();
+    assert!(warnings(&c, Some(sim)).is_empty());
+}

@@ -1693,7 +1693,10 @@ impl DelayEngine<'_> {
     fn arrive(&mut self, now: u64, i: usize) {
         let e = self.calls[i];
         let at = dur(e.at_ns);
-        let deadline = at + Duration::from_secs_f64(e.deadline_s);
+        // The trace reader refused negative and non-finite deadlines; a huge one waits
+        // forever.
+        let deadline =
+            at.saturating_add(Duration::try_from_secs_f64(e.deadline_s).unwrap_or(Duration::MAX));
         if e.is_async && self.on {
             self.core
                 .enqueue_async(dur(now), CallId(i as u128), deadline, at);
