@@ -102,12 +102,12 @@ async fn process_function_tier_runs_the_sample_api() {
         // Generous: the two instances must still be idle when the zone is read
         // and the third call must find one warm, on a loaded 2-core machine; the expiry
         // itself is awaited with a polling deadline (`eventually`, 20 s).
-        keep_alive_seconds: 4.0,
+        keep_alive_seconds: spillway::config::Seconds::from_secs(4),
         max_instances: 2,
         prewarmed_instances: 0,
         warm_instance_order: Default::default(),
-        boot_timeout_seconds: 20.0,
-        probe_interval_seconds: 0.05,
+        boot_timeout_seconds: spillway::config::Seconds::from_secs(20),
+        probe_interval_seconds: spillway::config::Seconds::from_millis(50),
     };
     let (gw, tier) = function_gateway(&cfg).await;
 
@@ -133,8 +133,8 @@ async fn process_vm_pool_runs_the_sample_api() {
     let cfg = ProcessVmPoolConfig {
         command: command("vm"),
         health_path: "/".into(),
-        boot_timeout_seconds: 20.0,
-        probe_interval_seconds: 0.05,
+        boot_timeout_seconds: spillway::config::Seconds::from_secs(20),
+        probe_interval_seconds: spillway::config::Seconds::from_millis(50),
         slots_per_vm: None,
     };
     let pool = ProcessVmPool::new(&cfg, exe());
@@ -167,12 +167,12 @@ async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
     let cfg = ProcessFunctionTierConfig {
         command: Some(command("fn")),
         health_path: "/".into(),
-        keep_alive_seconds: 60.0,
+        keep_alive_seconds: spillway::config::Seconds::from_secs(60),
         max_instances: 4,
         prewarmed_instances: 0,
         warm_instance_order: Default::default(),
-        boot_timeout_seconds: 20.0,
-        probe_interval_seconds: 0.05,
+        boot_timeout_seconds: spillway::config::Seconds::from_secs(20),
+        probe_interval_seconds: spillway::config::Seconds::from_millis(50),
     };
     let (gw, tier) = function_gateway(&cfg).await;
     let first = call(&gw, "/").await;

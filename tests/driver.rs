@@ -290,7 +290,7 @@ async fn a_vm_that_never_boots_is_terminated_at_its_boot_deadline() {
         vms.clone(),
         vec![FakeTier::new(ms(10))],
         client(),
-        ReadinessSettings::from_secs("/", 3600.0, 0.1),
+        ReadinessSettings::new("/", Duration::from_secs(3600), Duration::from_millis(100)),
         0.0,
     );
     gw.start().await.unwrap();
@@ -398,7 +398,7 @@ async fn two_zones_place_by_policy_prewarm_per_zone_and_expire_per_zone() {
             Arc::new(NoVms),
             vec![edge.clone(), cloud.clone()],
             client(),
-            ReadinessSettings::from_secs("/", 5.0, 0.05),
+            ReadinessSettings::new("/", Duration::from_secs(5), Duration::from_millis(50)),
             0.0,
         );
         gw.start().await.unwrap();

@@ -47,7 +47,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
     let l = &c.libra;
     assert_eq!(
         (
-            l.epoch_seconds,
+            l.epoch_seconds.number(),
             l.decision_epochs,
             l.phi,
             l.rho,
@@ -64,24 +64,31 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
     assert_eq!((l.first_decision_epoch, l.cip_rps), (Some(1), Some(0.0)));
     assert_eq!(c.pricing.vm_hourly_usd, 0.10);
     assert_eq!(
-        (c.pricing.function_memory_mb, c.pricing.function_duration_ms),
+        (
+            c.pricing.function_memory_mb,
+            c.pricing.function_duration_ms.number()
+        ),
         (512, 1000.0)
     );
     assert!(!c.pricing.api_gateway);
     let s = &c.sim;
     assert_eq!(
-        (s.vm.slots, s.vm.boot_seconds, s.vm.minimum_billed_seconds),
+        (
+            s.vm.slots,
+            s.vm.boot_seconds.number(),
+            s.vm.minimum_billed_seconds.number()
+        ),
         (16, 100.0, 0.0)
     );
     assert!(s.vm.bill_boot && !s.function.bill_init);
-    assert_eq!(s.sla_ms, 1000.0);
+    assert_eq!(s.sla_ms.number(), 1000.0);
     let a = &s.auto;
     assert_eq!(
         (
             a.scale_out_utilisation,
             a.scale_in_utilisation,
             a.step_vms,
-            a.grace_seconds
+            a.grace_seconds.number()
         ),
         (0.7, 0.3, 10, 120.0)
     );

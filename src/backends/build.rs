@@ -76,7 +76,11 @@ pub async fn build_vm_pool(cfg: &VmPoolConfig, ctx: &BuildContext) -> Result<VmP
             provider: Arc::new(StaticVmPool::new(s)?),
             // Static upstreams are adopted as ready; these only apply to the probe
             // after a connect failure.
-            readiness: ReadinessSettings::from_secs("/", 1.0, 0.1),
+            readiness: ReadinessSettings::new(
+                "/",
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_millis(100),
+            ),
             client: ctx.upstream_client.clone(),
         },
         #[cfg(feature = "aws")]
@@ -90,7 +94,7 @@ pub async fn build_vm_pool(cfg: &VmPoolConfig, ctx: &BuildContext) -> Result<VmP
                 )
                 .await?,
             ),
-            readiness: ReadinessSettings::from_secs(
+            readiness: ReadinessSettings::new(
                 &e.health_path,
                 e.boot_timeout_seconds,
                 e.probe_interval_seconds,

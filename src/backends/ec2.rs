@@ -344,7 +344,7 @@ impl Ec2VmPool {
                 next_subnet: AtomicUsize::new(0),
                 instances: Mutex::new(HashMap::new()),
                 snapshot: tokio::sync::Mutex::new(Snapshot::default()),
-                probe_interval: super::secs(cfg.probe_interval_seconds),
+                probe_interval: cfg.probe_interval_seconds.get(),
                 closed: AtomicBool::new(false),
                 errors: ProviderErrors::new(PROVIDER),
                 allow_loopback,
@@ -354,7 +354,7 @@ impl Ec2VmPool {
                 changes: Mutex::new(PoolChanges::default()),
                 gone: Mutex::new(HashSet::new()),
                 strays: Mutex::new(HashMap::new()),
-                stray_grace: super::secs(cfg.stray_grace_seconds),
+                stray_grace: cfg.stray_grace_seconds.get(),
                 legacy_id: if cfg.gateway_id.is_none() {
                     legacy_gateway_id()
                 } else {
@@ -635,7 +635,7 @@ impl Pool {
         let fresh = snap.asked.contains(id)
             && snap
                 .at
-                .is_some_and(|at| now.duration_since(at) < self.probe_interval.mul_f64(0.9));
+                .is_some_and(|at| now.duration_since(at) < self.probe_interval / 10 * 9);
         let blocked = snap.blocked_until.is_some_and(|until| now < until);
         if !fresh && !blocked {
             let mut ids: Vec<String> = self
@@ -664,7 +664,7 @@ impl Pool {
                         (snap.backoff * 2).min(DESCRIBE_BACKOFF_MAX)
                     };
                     // Up to a quarter more, so that gateways do not retry in step.
-                    let jitter = snap.backoff.mul_f64(rand::random::<f64>() * 0.25);
+                    let jitter = rand::random_range(Duration::ZERO..=snap.backoff / 4);
                     snap.blocked_until = Some(Instant::now() + snap.backoff + jitter);
                     tracing::warn!(backoff = ?snap.backoff, "DescribeInstances throttled; backing off");
                 }
@@ -1084,7 +1084,7 @@ impl Pool {
             }
             if attempt < ADOPT_LIST_ATTEMPTS {
                 tracing::warn!(pool = %self.cfg.pool_name, attempt, backoff = ?pause, "cannot list the pool's instances for adoption; trying again before any launch");
-                tokio::time::sleep(pause + pause.mul_f64(rand::random::<f64>() * 0.25)).await;
+                tokio::time::sleep(pause + rand::random_range(Duration::ZERO..=pause / 4)).await;
                 pause = (pause * 2).min(ADOPT_LIST_BACKOFF_MAX);
             }
         }
@@ -1486,7 +1486,11 @@ enum TerminateError {
 /// down.
 fn spawn_audit(pool: &Arc<Pool>) {
     let weak: Weak<Pool> = Arc::downgrade(pool);
-    let every = super::secs(pool.cfg.audit_interval_seconds).max(Duration::from_millis(100));
+    let every = pool
+        .cfg
+        .audit_interval_seconds
+        .get()
+        .max(Duration::from_millis(100));
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;

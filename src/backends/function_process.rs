@@ -73,7 +73,7 @@ impl ProcessFunctionTier {
                 command: cfg.command.clone().unwrap_or_default(),
                 spillway_exe,
                 client,
-                readiness: ReadinessSettings::from_secs(
+                readiness: ReadinessSettings::new(
                     &cfg.health_path,
                     cfg.boot_timeout_seconds,
                     cfg.probe_interval_seconds,
@@ -331,16 +331,16 @@ mod tests {
         "exec python3 -m http.server --bind 127.0.0.1 {port} 2>/dev/null",
     ];
 
-    fn cfg(command: &[&str], boot: f64) -> ProcessFunctionTierConfig {
+    fn cfg(command: &[&str], boot_ms: u64) -> ProcessFunctionTierConfig {
         ProcessFunctionTierConfig {
             command: Some(command.iter().map(|s| s.to_string()).collect()),
             health_path: "/".into(),
-            keep_alive_seconds: 60.0,
+            keep_alive_seconds: crate::config::Seconds::from_secs(60),
             max_instances: 4,
             prewarmed_instances: 0,
             warm_instance_order: Default::default(),
-            boot_timeout_seconds: boot,
-            probe_interval_seconds: 0.05,
+            boot_timeout_seconds: crate::config::Seconds::from_millis(boot_ms),
+            probe_interval_seconds: crate::config::Seconds::from_millis(50),
         }
     }
 
@@ -377,7 +377,7 @@ mod tests {
 
     #[tokio::test]
     async fn started_instances_serve_calls_until_stopped() {
-        let t = tier(&cfg(PY, 20.0));
+        let t = tier(&cfg(PY, 20000));
         assert_eq!(t.kind(), "process");
         t.start_instance(InstanceId(0)).await.unwrap();
         t.start_instance(InstanceId(1)).await.unwrap();
@@ -397,7 +397,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_unknown_or_dead_instance_hands_the_request_back() {
-        let t = tier(&cfg(PY, 20.0));
+        let t = tier(&cfg(PY, 20000));
         let req = Request::post("/upload?x=1")
             .header("x-test", "kept")
             .body(full("payload"))
@@ -450,7 +450,7 @@ mod tests {
 
     #[tokio::test]
     async fn readiness_timeout_and_early_exit_fail_the_start() {
-        let t = tier(&cfg(&["sh", "-c", "exec sleep 30 # {port}"], 0.4));
+        let t = tier(&cfg(&["sh", "-c", "exec sleep 30 # {port}"], 400));
         match t.start_instance(InstanceId(0)).await {
             Err(BackendError::NotReady { reason, .. }) => {
                 assert!(reason.contains("within"), "{reason}")
@@ -459,7 +459,7 @@ mod tests {
         }
         assert!(t.pids().is_empty(), "the failed instance is not kept");
 
-        let t = tier(&cfg(&["sh", "-c", "exit 1 # {port}"], 30.0));
+        let t = tier(&cfg(&["sh", "-c", "exit 1 # {port}"], 30000));
         let started = Instant::now();
         match t.start_instance(InstanceId(0)).await {
             Err(BackendError::NotReady { reason, .. }) => {
@@ -469,14 +469,14 @@ mod tests {
         }
         assert!(started.elapsed() < Duration::from_secs(10));
 
-        let t = tier(&cfg(&["/nonexistent/fn", "{port}"], 30.0));
+        let t = tier(&cfg(&["/nonexistent/fn", "{port}"], 30000));
         let r = t.start_instance(InstanceId(0)).await;
         assert!(matches!(r, Err(BackendError::Spawn { .. })), "{r:?}");
     }
 
     #[tokio::test]
     async fn shutdown_kills_every_child_and_later_calls_are_not_sent() {
-        let t = tier(&cfg(PY, 20.0));
+        let t = tier(&cfg(PY, 20000));
         t.start_instance(InstanceId(0)).await.unwrap();
         t.start_instance(InstanceId(1)).await.unwrap();
         let held = t.invoke(Some(InstanceId(0)), get()).await.unwrap();

@@ -73,28 +73,17 @@ pub struct ReadinessSettings {
 }
 
 impl ReadinessSettings {
-    /// Settings from configuration values in seconds. Values config validation rejects
-    /// anyway are clamped: NaN or ≤ 0 becomes 0, more than a day (or infinity) one day.
-    pub fn from_secs(
+    /// Settings for `health_path`, probed every `probe_interval` until `boot_timeout`.
+    pub fn new(
         health_path: &str,
-        boot_timeout_seconds: f64,
-        probe_interval_seconds: f64,
+        boot_timeout: impl Into<Duration>,
+        probe_interval: impl Into<Duration>,
     ) -> Self {
         Self {
             health_path: health_path.to_string(),
-            boot_timeout: secs(boot_timeout_seconds),
-            probe_interval: secs(probe_interval_seconds),
+            boot_timeout: boot_timeout.into(),
+            probe_interval: probe_interval.into(),
         }
-    }
-}
-
-/// Seconds (as configured) → `Duration`, tolerant of invalid input (NaN/negative → 0, huge → 1 day).
-pub fn secs(value: f64) -> Duration {
-    const DAY: f64 = 86_400.0;
-    if value.is_nan() || value <= 0.0 {
-        Duration::ZERO
-    } else {
-        Duration::from_secs_f64(value.min(DAY))
     }
 }
 

@@ -38,7 +38,7 @@ impl ProcessVmPool {
         Self {
             command: cfg.command.clone(),
             spillway_exe,
-            readiness: ReadinessSettings::from_secs(
+            readiness: ReadinessSettings::new(
                 &cfg.health_path,
                 cfg.boot_timeout_seconds,
                 cfg.probe_interval_seconds,
@@ -186,8 +186,8 @@ mod tests {
         ProcessVmPoolConfig {
             command: command.iter().map(|s| s.to_string()).collect(),
             health_path: "/".into(),
-            boot_timeout_seconds: 20.0,
-            probe_interval_seconds: 0.05,
+            boot_timeout_seconds: crate::config::Seconds::from_secs(20),
+            probe_interval_seconds: crate::config::Seconds::from_millis(50),
             slots_per_vm: None,
         }
     }

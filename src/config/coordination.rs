@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::{Millis, Seconds};
 use super::issues::Issues;
 
 /// Default lease of the scaling leader, milliseconds.
@@ -111,7 +112,7 @@ impl CoordinationConfig {
     }
 
     /// Semantic checks (`epoch` is `libra.epoch_seconds`).
-    pub fn validate(&self, epoch_seconds: f64, is: &mut Issues) {
+    pub fn validate(&self, epoch_seconds: Seconds, is: &mut Issues) {
         let Some(r) = self.redis() else {
             return;
         };
@@ -133,13 +134,14 @@ impl CoordinationConfig {
                 ),
             );
         }
-        let epoch_ms = epoch_seconds * 1000.0;
+        let epoch = epoch_seconds.get();
+        let epoch_ms = Millis::<{ u64::MAX }>::new(epoch);
         if r.lease_ms < 100 || r.lease_ms > 600_000 {
             is.push(
                 "coordination.lease_ms",
                 format!("must be in [100, 600000] milliseconds, got {}", r.lease_ms),
             );
-        } else if epoch_ms.is_finite() && (r.lease_ms as f64) <= epoch_ms {
+        } else if Duration::from_millis(r.lease_ms) <= epoch {
             is.push(
                 "coordination.lease_ms",
                 format!(
@@ -150,7 +152,7 @@ impl CoordinationConfig {
             );
         }
         if let Some(t) = r.op_timeout_ms
-            && (t == 0 || (epoch_ms.is_finite() && t as f64 >= epoch_ms))
+            && (t == 0 || Duration::from_millis(t) >= epoch)
         {
             is.push(
                 "coordination.op_timeout_ms",

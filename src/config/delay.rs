@@ -5,9 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::Seconds;
 use super::issues::{ConfigIssue, Issues};
 use crate::policy::delay::DelayParams;
-use std::time::Duration;
 
 /// Where the CPU signal of the delay queue's scheduler comes from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -79,9 +79,9 @@ pub struct AsyncConfig {
     /// Request header carrying the deadline, milliseconds from now.
     pub deadline_header: String,
     /// Deadline when neither the header nor the route gives one, seconds.
-    pub default_deadline_seconds: f64,
+    pub default_deadline_seconds: Seconds,
     /// Largest deadline accepted, seconds (a larger header value is 400).
-    pub max_deadline_seconds: f64,
+    pub max_deadline_seconds: Seconds,
     /// Largest asynchronous request body, bytes (over it: 413).
     pub max_body_bytes: u64,
     /// Most calls waiting; more are refused with 503 + `Retry-After`.
@@ -100,25 +100,25 @@ pub struct AsyncConfig {
     pub max_calls_per_client: Option<u64>,
     /// A finished call (its status and result) is kept this long after it finished,
     /// seconds; then it is deleted from the store (its status URL answers 404).
-    pub result_ttl_seconds: f64,
+    pub result_ttl_seconds: Seconds,
     /// `Retry-After` of a 503 for a full queue or a failing store, seconds.
     pub retry_after_seconds: u64,
     /// Busy above this windowed CPU utilisation, 0–1.
     pub busy_utilisation: f64,
     /// CPU sample period, seconds (paper: 1).
-    pub sample_interval_seconds: f64,
+    pub sample_interval_seconds: Seconds,
     /// CPU averaging window, seconds (paper: 10).
-    pub window_seconds: f64,
+    pub window_seconds: Seconds,
     /// The mode switches at most once per this many seconds (paper: 10).
-    pub switch_interval_seconds: f64,
+    pub switch_interval_seconds: Seconds,
     /// Busy mode releases calls due within this many seconds (paper: 10).
-    pub urgency_window_seconds: f64,
+    pub urgency_window_seconds: Seconds,
     /// Most idle-mode releases per sample tick.
     pub release_batch: u32,
     /// A call goes to the function tier at `deadline − (E[p] + this)`, seconds.
-    pub deadline_margin_seconds: f64,
+    pub deadline_margin_seconds: Seconds,
     /// `E[p]` before any call finished, seconds.
-    pub expected_processing_seconds: f64,
+    pub expected_processing_seconds: Seconds,
     /// The CPU signal: `outstanding`, `process` or `prometheus`.
     pub cpu_signal: CpuSignal,
     /// The `prometheus` CPU signal's server and query.
@@ -130,23 +130,23 @@ impl Default for AsyncConfig {
         Self {
             status_prefix: "/_spillway/calls".into(),
             deadline_header: "Spillway-Deadline-Ms".into(),
-            default_deadline_seconds: 180.0,
-            max_deadline_seconds: 86_400.0,
+            default_deadline_seconds: Seconds::from_secs(180),
+            max_deadline_seconds: Seconds::from_secs(86400),
             max_body_bytes: 1_048_576,
             max_queued: 10_000,
             result_max_bytes: 1_048_576,
             max_store_bytes: 1 << 30,
             max_calls_per_client: Some(100),
-            result_ttl_seconds: 3600.0,
+            result_ttl_seconds: Seconds::from_secs(3600),
             retry_after_seconds: 5,
             busy_utilisation: 0.8,
-            sample_interval_seconds: 1.0,
-            window_seconds: 10.0,
-            switch_interval_seconds: 10.0,
-            urgency_window_seconds: 10.0,
+            sample_interval_seconds: Seconds::from_secs(1),
+            window_seconds: Seconds::from_secs(10),
+            switch_interval_seconds: Seconds::from_secs(10),
+            urgency_window_seconds: Seconds::from_secs(10),
             release_batch: 10,
-            deadline_margin_seconds: 5.0,
-            expected_processing_seconds: 1.0,
+            deadline_margin_seconds: Seconds::from_secs(5),
+            expected_processing_seconds: Seconds::from_secs(1),
             cpu_signal: CpuSignal::Outstanding,
             prometheus: PrometheusSignalConfig::default(),
         }
@@ -156,11 +156,11 @@ impl Default for AsyncConfig {
 impl AsyncConfig {
     /// Semantic checks, each naming its field path.
     pub(crate) fn validate(&self, is: &mut Issues) {
-        is.positive(
+        is.nonzero_duration(
             "async.default_deadline_seconds",
             self.default_deadline_seconds,
         );
-        is.positive("async.max_deadline_seconds", self.max_deadline_seconds);
+        is.nonzero_duration("async.max_deadline_seconds", self.max_deadline_seconds);
         if self.default_deadline_seconds > self.max_deadline_seconds {
             is.push(
                 "async.default_deadline_seconds",
@@ -211,29 +211,16 @@ impl AsyncConfig {
                 "must be at least 1 (null: no per-client bound)",
             );
         }
-        is.positive("async.result_ttl_seconds", self.result_ttl_seconds);
+        is.nonzero_duration("async.result_ttl_seconds", self.result_ttl_seconds);
         is.within("async.busy_utilisation", self.busy_utilisation, 0.0, 1.0);
-        is.positive(
+        is.nonzero_duration(
             "async.sample_interval_seconds",
             self.sample_interval_seconds,
         );
-        is.positive("async.window_seconds", self.window_seconds);
-        is.non_negative(
-            "async.switch_interval_seconds",
-            self.switch_interval_seconds,
-        );
-        is.non_negative("async.urgency_window_seconds", self.urgency_window_seconds);
+        is.nonzero_duration("async.window_seconds", self.window_seconds);
         if self.release_batch == 0 {
             is.push("async.release_batch", "must be at least 1");
         }
-        is.non_negative(
-            "async.deadline_margin_seconds",
-            self.deadline_margin_seconds,
-        );
-        is.non_negative(
-            "async.expected_processing_seconds",
-            self.expected_processing_seconds,
-        );
         self.validate_prometheus(is);
     }
 
@@ -277,16 +264,15 @@ impl AsyncConfig {
     /// The policy core's delay-queue parameters; `vm_slots` is
     /// `libra.max_outstanding_per_vm` (stand-in for the VM slot count of call scheduling).
     pub fn delay_params(&self, vm_slots: Option<u32>) -> DelayParams {
-        let s = Duration::from_secs_f64;
         DelayParams {
             busy_utilisation: self.busy_utilisation,
-            sample_interval: s(self.sample_interval_seconds),
-            window: s(self.window_seconds),
-            min_switch: s(self.switch_interval_seconds),
-            urgency_window: s(self.urgency_window_seconds),
+            sample_interval: self.sample_interval_seconds.get(),
+            window: self.window_seconds.get(),
+            min_switch: self.switch_interval_seconds.get(),
+            urgency_window: self.urgency_window_seconds.get(),
             release_batch: self.release_batch,
-            deadline_margin: s(self.deadline_margin_seconds),
-            expected_processing: s(self.expected_processing_seconds),
+            deadline_margin: self.deadline_margin_seconds.get(),
+            expected_processing: self.expected_processing_seconds.get(),
             vm_slots,
         }
     }
@@ -339,7 +325,7 @@ pub(crate) fn validate_routes(
     for (i, r) in routes.iter().enumerate() {
         if let Some(d) = r.default_deadline_seconds {
             let path = format!("routes[{i}].default_deadline_seconds");
-            is.positive(&path, d);
+            is.nonzero_duration(&path, d);
             if d > a.max_deadline_seconds {
                 is.push(
                     path,

@@ -1,12 +1,11 @@
 //! `function_tier:` — a function provider section (`type: process`, `http` or `lambda`
 //! and that provider's keys). The same type is each `function_zones` entry's provider.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
 use super::defaults::{DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_PROBE_INTERVAL_SECONDS};
-use super::issues::{Issues, check_command, check_path, check_url};
+use super::duration::Seconds;
+use super::issues::{Issues, check_command, check_path, check_upstream, check_url};
 use super::lambda::LambdaFunctionTierConfig;
 use crate::policy::functions::{FunctionPoolParams, WarmOrder};
 use crate::policy::placement::ZoneCapacity;
@@ -61,7 +60,7 @@ pub struct ProcessFunctionTierConfig {
     pub health_path: String,
     /// An idle instance is stopped after this long (FaaSim keep-alive).
     #[serde(default = "default_keep_alive")]
-    pub keep_alive_seconds: f64,
+    pub keep_alive_seconds: Seconds,
     /// Cap on simultaneous instances; calls beyond it are throttled.
     pub max_instances: u32,
     /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
@@ -73,10 +72,10 @@ pub struct ProcessFunctionTierConfig {
     pub warm_instance_order: WarmOrder,
     /// A cold start not ready after this long fails the call (502).
     #[serde(default = "default_function_boot_timeout")]
-    pub boot_timeout_seconds: f64,
+    pub boot_timeout_seconds: Seconds,
     /// Interval between readiness probes during a cold start.
     #[serde(default = "default_probe_interval")]
-    pub probe_interval_seconds: f64,
+    pub probe_interval_seconds: Seconds,
 }
 
 /// `function_tier: {type: http}`.
@@ -92,27 +91,38 @@ pub struct HttpFunctionTierConfig {
 pub(crate) fn default_health_path() -> String {
     "/".to_string()
 }
-pub(crate) fn default_function_boot_timeout() -> f64 {
-    10.0
+pub(crate) fn default_function_boot_timeout() -> Seconds {
+    Seconds::from_secs(10)
 }
-pub(crate) fn default_probe_interval() -> f64 {
+pub(crate) fn default_probe_interval() -> Seconds {
     DEFAULT_PROBE_INTERVAL_SECONDS
 }
-pub(crate) fn default_keep_alive() -> f64 {
+pub(crate) fn default_keep_alive() -> Seconds {
     DEFAULT_KEEP_ALIVE_SECONDS
+}
+
+/// What a provider's own checks need to know of the gateway it serves (each provider
+/// validates itself against it, so that a new provider is one struct with its checks).
+pub(crate) struct ProviderContext {
+    /// `gateway.allow_loopback_upstreams`: whether an `http` provider's `url` may point
+    /// at the gateway's own host.
+    pub allow_loopback_upstreams: bool,
+    /// `gateway.upstream_timeout_seconds`: a `lambda` provider's Invoke deadline must
+    /// not exceed it.
+    pub upstream_timeout_seconds: Seconds,
 }
 
 impl FunctionTierConfig {
     /// Semantic checks of this provider section at `at` (`function_tier`,
-    /// `function_zones[2]`), each problem with its field path.
-    pub fn validate_at(&self, at: &str, is: &mut Issues) {
+    /// `function_zones[2]`) against the gateway's settings in `gateway`, each problem
+    /// with its field path.
+    pub(crate) fn validate_at(&self, at: &str, gateway: &ProviderContext, is: &mut Issues) {
         match self {
             FunctionTierConfig::Process(f) => {
                 if let Some(command) = &f.command {
                     check_command(is, &format!("{at}.command"), command);
                 }
                 check_path(is, &format!("{at}.health_path"), &f.health_path);
-                is.non_negative(&format!("{at}.keep_alive_seconds"), f.keep_alive_seconds);
                 if f.max_instances == 0 {
                     is.push(format!("{at}.max_instances"), "must be at least 1");
                 }
@@ -125,22 +135,31 @@ impl FunctionTierConfig {
                         ),
                     );
                 }
-                is.positive(
+                is.nonzero_duration(
                     &format!("{at}.boot_timeout_seconds"),
                     f.boot_timeout_seconds,
                 );
-                is.positive(
+                is.nonzero_duration(
                     &format!("{at}.probe_interval_seconds"),
                     f.probe_interval_seconds,
                 );
             }
             FunctionTierConfig::Http(h) => {
                 check_url(is, &format!("{at}.url"), &h.url);
+                check_upstream(
+                    is,
+                    &format!("{at}.url"),
+                    &h.url,
+                    gateway.allow_loopback_upstreams,
+                );
                 if h.max_concurrency == 0 {
                     is.push(format!("{at}.max_concurrency"), "must be at least 1");
                 }
             }
-            FunctionTierConfig::Lambda(l) => l.validate_at(at, is),
+            FunctionTierConfig::Lambda(l) => {
+                l.validate_at(at, is);
+                l.check_invoke_deadline(at, gateway.upstream_timeout_seconds, is);
+            }
         }
     }
 
@@ -163,7 +182,7 @@ impl ProcessFunctionTierConfig {
     /// The instance-pool parameters (FaaSim keep-alive, pre-warm, max instances).
     pub fn pool_params(&self) -> FunctionPoolParams {
         FunctionPoolParams {
-            keep_alive: Duration::from_secs_f64(self.keep_alive_seconds),
+            keep_alive: self.keep_alive_seconds.get(),
             max_instances: Some(self.max_instances),
             prewarmed: self.prewarmed_instances,
             warm_order: self.warm_instance_order,

@@ -7,9 +7,6 @@ use std::path::PathBuf;
 
 use super::yaml::Loc;
 
-/// Upper bound of every `*_seconds` option: one year.
-pub const MAX_SECONDS: f64 = 365.0 * 24.0 * 3600.0;
-
 /// One problem in a configuration (a type error or a semantic one), located by its
 /// field path and, when the file has the key or one of its parents, its line and column.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -120,33 +117,29 @@ impl Issues {
         self.0.push(ConfigIssue::new(path, message));
     }
 
-    /// `value` must be finite and > 0 (and, for a `*_seconds` option, at most
-    /// [`MAX_SECONDS`]).
+    /// `value` (a number that is not a duration: a price, a rate, a gain) must be finite
+    /// and > 0.
     pub fn positive(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value > 0.0) {
             self.push(path, format!("must be a positive number, got {value}"));
-        } else {
-            self.bounded_duration(path, value);
         }
     }
 
-    /// `value` must be finite and ≥ 0 (and, for a `*_seconds` option, at most
-    /// [`MAX_SECONDS`]).
+    /// `value` (a number that is not a duration) must be finite and ≥ 0.
     pub fn non_negative(&mut self, path: &str, value: f64) {
         if !(value.is_finite() && value >= 0.0) {
             self.push(path, format!("must be zero or positive, got {value}"));
-        } else {
-            self.bounded_duration(path, value);
         }
     }
 
-    /// Every duration option (`*_seconds`) becomes a `Duration`: keep it representable.
-    fn bounded_duration(&mut self, path: &str, value: f64) {
-        if path.ends_with("_seconds") && value > MAX_SECONDS {
-            self.push(
-                path,
-                format!("must be at most {MAX_SECONDS} seconds (one year), got {value}"),
-            );
+    /// A configured duration ([`super::duration::Seconds`], [`super::duration::Millis`];
+    /// the reader already refused negative and too large ones) must be above zero.
+    pub fn nonzero_duration<D>(&mut self, path: &str, value: D)
+    where
+        D: Into<std::time::Duration> + fmt::Display + Copy,
+    {
+        if value.into().is_zero() {
+            self.push(path, format!("must be a positive number, got {value}"));
         }
     }
 

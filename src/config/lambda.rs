@@ -4,20 +4,24 @@
 //! The section always parses and validates, so `spillway check` accepts it in any build;
 //! `spillway serve` needs a binary built with the `aws` cargo feature.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
+use super::duration::Seconds;
 use super::issues::Issues;
 
 /// Default of `timeout_seconds`, the function's own timeout, seconds. Below the default
 /// `gateway.upstream_timeout_seconds` (30 s) by more than the default invoke margin, so
 /// the default configuration never cuts a call the function may still finish.
-pub const DEFAULT_LAMBDA_TIMEOUT_SECONDS: f64 = 25.0;
+pub const DEFAULT_LAMBDA_TIMEOUT_SECONDS: Seconds<MAX_LAMBDA_TIMEOUT_SECONDS> =
+    Seconds::from_secs(25);
 /// Default of `invoke_margin_seconds`: how long past the function's own timeout the
 /// gateway still waits for the Invoke reply (network, Lambda's own queueing), seconds.
-pub const DEFAULT_INVOKE_MARGIN_SECONDS: f64 = 2.0;
+pub const DEFAULT_INVOKE_MARGIN_SECONDS: Seconds = Seconds::from_secs(2);
 /// Longest a Lambda function can run (15 minutes), seconds: the upper bound of
 /// `timeout_seconds`.
-pub const MAX_LAMBDA_TIMEOUT_SECONDS: f64 = 900.0;
+pub const MAX_LAMBDA_TIMEOUT_SECONDS: u64 = 900;
 
 /// The event shape the function expects (and the reply shape it returns).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,15 +66,15 @@ pub struct LambdaFunctionTierConfig {
     pub payload_format: LambdaPayloadFormat,
     /// The function's own timeout (its Lambda `Timeout` setting), seconds. Default
     /// [`DEFAULT_LAMBDA_TIMEOUT_SECONDS`], at most [`MAX_LAMBDA_TIMEOUT_SECONDS`]. The
-    /// gateway waits for an Invoke reply until [`Self::invoke_deadline_seconds`], then
+    /// gateway waits for an Invoke reply until [`Self::invoke_deadline`], then
     /// answers 504.
     #[serde(default = "default_lambda_timeout")]
-    pub timeout_seconds: f64,
+    pub timeout_seconds: Seconds<MAX_LAMBDA_TIMEOUT_SECONDS>,
     /// How long past `timeout_seconds` the gateway still waits for the Invoke reply,
     /// seconds (default [`DEFAULT_INVOKE_MARGIN_SECONDS`], at least 0): a function that
     /// runs to its own timeout still gets its reply (Lambda's timeout error) through.
     #[serde(default = "default_invoke_margin")]
-    pub invoke_margin_seconds: f64,
+    pub invoke_margin_seconds: Seconds,
     /// AWS region (`us-east-1`). Absent: the default chain (`AWS_REGION`, profile).
     #[serde(default)]
     pub region: Option<String>,
@@ -100,20 +104,41 @@ pub struct LambdaFunctionTierConfig {
     pub remove_prewarm_on_shutdown: bool,
 }
 
-fn default_lambda_timeout() -> f64 {
+fn default_lambda_timeout() -> Seconds<MAX_LAMBDA_TIMEOUT_SECONDS> {
     DEFAULT_LAMBDA_TIMEOUT_SECONDS
 }
 
-fn default_invoke_margin() -> f64 {
+fn default_invoke_margin() -> Seconds {
     DEFAULT_INVOKE_MARGIN_SECONDS
 }
 
 impl LambdaFunctionTierConfig {
-    /// The Invoke deadline, seconds after the call starts: `timeout_seconds +
+    /// The Invoke deadline after the call starts: `timeout_seconds +
     /// invoke_margin_seconds`. No gateway-wide timeout may end a call earlier
-    /// ([`crate::config::Config::validate`] rejects one that would).
-    pub fn invoke_deadline_seconds(&self) -> f64 {
-        self.timeout_seconds + self.invoke_margin_seconds
+    /// ([`Self::validate_at`] rejects a `gateway.upstream_timeout_seconds` that would).
+    pub fn invoke_deadline(&self) -> Duration {
+        self.timeout_seconds.get() + self.invoke_margin_seconds.get()
+    }
+
+    /// A gateway-wide timeout must not cut an Invoke the function may still answer:
+    /// `upstream_timeout` (`gateway.upstream_timeout_seconds`) must be at least
+    /// `timeout_seconds + invoke_margin_seconds`; the problem is reported under
+    /// `gateway.upstream_timeout_seconds`, naming this section at `at`.
+    pub fn check_invoke_deadline(&self, at: &str, upstream_timeout: Seconds, is: &mut Issues) {
+        let deadline = self.invoke_deadline();
+        if upstream_timeout.get() < deadline {
+            let deadline = Seconds::<{ u64::MAX }>::new(deadline);
+            is.push(
+                "gateway.upstream_timeout_seconds",
+                format!(
+                    "{upstream_timeout} s would cut Lambda calls before their deadline: \
+                     {at}.timeout_seconds ({}) + {at}.invoke_margin_seconds ({}) = \
+                     {deadline} s; raise it to at least {deadline} or lower the \
+                     function's timeout",
+                    self.timeout_seconds, self.invoke_margin_seconds
+                ),
+            );
+        }
     }
 
     /// Semantic checks of this section at `at` (`function_tier`, `function_zones[1]`),
@@ -146,27 +171,7 @@ impl LambdaFunctionTierConfig {
                 format!("must be a version or alias name, got {q:?}"),
             );
         }
-        if !(self.timeout_seconds.is_finite()
-            && self.timeout_seconds > 0.0
-            && self.timeout_seconds <= MAX_LAMBDA_TIMEOUT_SECONDS)
-        {
-            is.push(
-                format!("{at}.timeout_seconds"),
-                format!(
-                    "must be in (0, {MAX_LAMBDA_TIMEOUT_SECONDS}], got {}",
-                    self.timeout_seconds
-                ),
-            );
-        }
-        if !(self.invoke_margin_seconds.is_finite() && self.invoke_margin_seconds >= 0.0) {
-            is.push(
-                format!("{at}.invoke_margin_seconds"),
-                format!(
-                    "must be a number of seconds, 0 or more, got {}",
-                    self.invoke_margin_seconds
-                ),
-            );
-        }
+        is.nonzero_duration(&format!("{at}.timeout_seconds"), self.timeout_seconds);
         if let Some(region) = &self.region
             && (region.is_empty()
                 || !region

@@ -22,6 +22,7 @@
 //! | `zone_specs` | the zones in placement order, placement parameters, the cost meter and the zone checks |
 //! | `issues` | [`Issues`], [`ConfigIssue`], [`ConfigError`] and the shared checks (a leaf: every section imports it, it imports none) |
 //! | `defaults` | the `DEFAULT_*` constants (a leaf) |
+//! | `duration` | [`Seconds`] and [`Millis`], the configured durations, bounds checked where read (a leaf) |
 //! | `routes` | `routes:` (route keys) |
 //! | `queue` | `queue:` (the gateway queue, call scheduling) |
 //! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
@@ -34,7 +35,7 @@
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of `defaults`. The sections import only the leaves (`issues`,
-//! `defaults`, `yaml`, `de`) and sections below them; `schema` and this module import
+//! `defaults`, `duration`, `yaml`, `de`) and sections below them; `schema` and this module import
 //! the sections (`scripts/check-module-deps.sh` refuses a cycle).
 
 mod aws_warnings;
@@ -42,6 +43,7 @@ pub mod coordination;
 mod de;
 mod defaults;
 pub mod delay;
+mod duration;
 mod function_tier;
 mod issues;
 mod lambda;
@@ -67,10 +69,11 @@ pub use defaults::{
     DEFAULT_RHO, DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS, DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
     MAX_HEAD_LIMIT_BYTES,
 };
+pub use duration::{Millis, ONE_YEAR_MS, ONE_YEAR_SECONDS, Seconds};
 pub use function_tier::{
     FunctionTierConfig, FunctionTierSection, HttpFunctionTierConfig, ProcessFunctionTierConfig,
 };
-pub use issues::{ConfigError, ConfigIssue, Issues, MAX_SECONDS, aws_feature_missing};
+pub use issues::{ConfigError, ConfigIssue, Issues, aws_feature_missing};
 pub use lambda::{
     DEFAULT_INVOKE_MARGIN_SECONDS, DEFAULT_LAMBDA_TIMEOUT_SECONDS, LambdaFunctionTierConfig,
     LambdaPayloadFormat, MAX_LAMBDA_TIMEOUT_SECONDS,
@@ -78,7 +81,7 @@ pub use lambda::{
 pub use overrides::with_override;
 pub use queue::{
     DEFAULT_FAIR_CHOICE_WINDOW_SECONDS, DEFAULT_MAX_QUEUE_LENGTH, DEFAULT_MAX_QUEUE_WAIT_SECONDS,
-    DEFAULT_PROCESSING_MS, QueueConfig,
+    DEFAULT_PROCESSING_MS, MAX_PROCESSING_MS, QueueConfig,
 };
 pub use routes::{AsyncMode, RouteConfig, validate_routes};
 pub use schema::{
@@ -230,7 +233,9 @@ pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
 }
 
 /// Risky `gateway:` settings that are valid: `request_id_trust: trusted_proxies` with no
-/// trusted proxy (every client's request id would be replaced). (An admin listener off
+/// trusted proxy (every client's request id would be replaced); an old spelling beside
+/// the key that replaced it (`libra.max_outstanding_per_vm` with a `vm_pool`, which has
+/// `slots_per_vm`; the simulator, without a `vm_pool`, still reads it). (An admin listener off
 /// loopback without a token is an error, not a warning: see
 /// [`GatewayConfig::admin_exposure_issue`].)
 fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
@@ -242,6 +247,14 @@ fn gateway_warnings(config: &Config) -> Vec<ConfigIssue> {
         out.push(ConfigIssue::new(
             "gateway.request_id_trust",
             "trusted_proxies is empty: every client's x-request-id is replaced (use `none` to say so)",
+        ));
+    }
+    if let (Some(n), Some(_)) = (config.libra.max_outstanding_per_vm, &config.vm_pool) {
+        out.push(ConfigIssue::new(
+            "libra.max_outstanding_per_vm",
+            format!(
+                "deprecated alias of vm_pool.slots_per_vm: write `slots_per_vm: {n}` in vm_pool"
+            ),
         ));
     }
     out

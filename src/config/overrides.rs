@@ -181,7 +181,7 @@ mod tests {
             (100, 12.5)
         );
         // Untouched values survive the round trip.
-        assert_eq!(c.sim.function.cold_start_ms, 6090.0);
+        assert_eq!(c.sim.function.cold_start_ms.number(), 6090.0);
         let paper =
             Config::from_yaml(include_str!("../../config/sim/libra-paper.yaml"), "p.yaml").unwrap();
         let same = with_override(&paper, "libra.phi", "1.0").unwrap();
@@ -196,7 +196,7 @@ mod tests {
         let c = faasim();
         let e = with_override(&c, "function_zones[*].keep_alive_seconds", "-1").unwrap_err();
         assert!(
-            e.starts_with("function_zones[*].keep_alive_seconds=-1: function_zones[0].keep_alive_seconds: must be zero or positive"),
+            e.starts_with("function_zones[*].keep_alive_seconds=-1: function_zones[0].keep_alive_seconds: expected a number of seconds from 0 to 31536000 (one year), found `-1`"),
             "{e}"
         );
         let e = with_override(&c, "function_zones[9].max_instances", "3").unwrap_err();

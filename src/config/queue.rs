@@ -2,10 +2,9 @@
 //! find no VM slot (`vm_pool.slots_per_vm`) and no function capacity wait here, in the
 //! configured order, instead of getting 503 at once.
 
-use std::time::Duration;
-
 use serde::{Deserialize, Serialize};
 
+use super::duration::{Millis, Seconds};
 use super::issues::Issues;
 use crate::policy::core::DEFAULT_MAX_ROUTE_KEYS;
 use crate::policy::sched::{Order, SchedParams};
@@ -13,11 +12,13 @@ use crate::policy::sched::{Order, SchedParams};
 /// Default most waiting calls.
 pub const DEFAULT_MAX_QUEUE_LENGTH: usize = 1000;
 /// Default longest wait, seconds.
-pub const DEFAULT_MAX_QUEUE_WAIT_SECONDS: f64 = 30.0;
+pub const DEFAULT_MAX_QUEUE_WAIT_SECONDS: Seconds = Seconds::from_secs(30);
 /// Default `E[p]` before any call completed, ms.
-pub const DEFAULT_PROCESSING_MS: f64 = 100.0;
+pub const DEFAULT_PROCESSING_MS: Millis<MAX_PROCESSING_MS> = Millis::from_ms(100);
+/// Upper bound of `default_processing_ms`: one hour, ms.
+pub const MAX_PROCESSING_MS: u64 = 3_600_000;
 /// Default fair-choice window T, seconds (call scheduling §4: "e.g. 60 s").
-pub const DEFAULT_FAIR_CHOICE_WINDOW_SECONDS: f64 = 60.0;
+pub const DEFAULT_FAIR_CHOICE_WINDOW_SECONDS: Seconds = Seconds::from_secs(60);
 
 /// `queue:` — present: calls wait; absent: 503 at once.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -28,11 +29,11 @@ pub struct QueueConfig {
     /// Most waiting calls; one more gets 503 with `Retry-After`.
     pub max_queue_length: usize,
     /// Longest wait, seconds; then 503 with `Retry-After`.
-    pub max_queue_wait_seconds: f64,
-    /// `E[p]` before any call completed, ms.
-    pub default_processing_ms: f64,
+    pub max_queue_wait_seconds: Seconds,
+    /// `E[p]` before any call completed, ms (at most [`MAX_PROCESSING_MS`]).
+    pub default_processing_ms: Millis<MAX_PROCESSING_MS>,
     /// Fair choice's T: a key's arrivals counted over this window, seconds.
-    pub fair_choice_window_seconds: f64,
+    pub fair_choice_window_seconds: Seconds,
     /// Most route keys (configured routes, keys from first path segments, `other`);
     /// further paths count as `other`.
     pub max_route_keys: usize,
@@ -60,18 +61,9 @@ impl QueueConfig {
                 "must be at least 1 (remove `queue:` for no queue)",
             );
         }
-        is.positive("queue.max_queue_wait_seconds", self.max_queue_wait_seconds);
-        is.positive("queue.default_processing_ms", self.default_processing_ms);
-        if self.default_processing_ms.is_finite() && self.default_processing_ms > 3.6e6 {
-            is.push(
-                "queue.default_processing_ms",
-                format!(
-                    "must be at most 3600000 (one hour), got {}",
-                    self.default_processing_ms
-                ),
-            );
-        }
-        is.positive(
+        is.nonzero_duration("queue.max_queue_wait_seconds", self.max_queue_wait_seconds);
+        is.nonzero_duration("queue.default_processing_ms", self.default_processing_ms);
+        is.nonzero_duration(
             "queue.fair_choice_window_seconds",
             self.fair_choice_window_seconds,
         );
@@ -88,9 +80,9 @@ impl QueueConfig {
         SchedParams {
             order: self.order,
             max_queue_length: self.max_queue_length,
-            max_queue_wait: Duration::from_secs_f64(self.max_queue_wait_seconds),
-            default_processing: Duration::from_secs_f64(self.default_processing_ms / 1e3),
-            fair_choice_window: Duration::from_secs_f64(self.fair_choice_window_seconds),
+            max_queue_wait: self.max_queue_wait_seconds.get(),
+            default_processing: self.default_processing_ms.get(),
+            fair_choice_window: self.fair_choice_window_seconds.get(),
         }
     }
 }
@@ -150,7 +142,7 @@ mod tests {
             "1:33 libra.max_outstanding_per_vm: deprecated alias of vm_pool.slots_per_vm",
             "4:10 queue.order: `lifo` is not a known value",
             "5:21 queue.max_queue_length: must be at least 1",
-            "6:27 queue.max_queue_wait_seconds: must be a positive number",
+            "6:27 queue.max_queue_wait_seconds: expected a number of seconds from 0 to 31536000 (one year), found `-1`",
             "8:12 routes[0].name: `other` is reserved",
             "8:32 routes[0].path_prefix: must start with '/'",
             "9:42 routes[1].methods[0]: must be an upper-case method name",

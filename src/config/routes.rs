@@ -6,6 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::Seconds;
 use super::issues::Issues;
 use crate::policy::routes::RouteDef;
 
@@ -29,7 +30,7 @@ pub struct RouteConfig {
     /// The deadline of the route's asynchronous calls without a deadline header,
     /// seconds; absent: `async.default_deadline_seconds`.
     #[serde(default)]
-    pub default_deadline_seconds: Option<f64>,
+    pub default_deadline_seconds: Option<Seconds>,
 }
 
 /// A route's `async:` setting: `off`, `prefer` or `always`; `true` and `false` are read

@@ -1,11 +1,9 @@
 //! The configuration schema: serde structs with documented defaults and their semantic
 //! validation. See `config/reference.yaml` for the annotated version.
 
+use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::time::Duration;
-
-use serde::{Deserialize, Serialize};
 
 use super::defaults::{
     DEFAULT_ADMIN_LISTEN, DEFAULT_ALPHA, DEFAULT_BETA, DEFAULT_BOOT_TIMEOUT_SECONDS,
@@ -18,10 +16,12 @@ use super::defaults::{
     DEFAULT_RHO, DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS, DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
     MAX_HEAD_LIMIT_BYTES,
 };
-use super::function_tier::{FunctionTierConfig, default_health_path, default_probe_interval};
+use super::duration::{Millis, Seconds};
+use super::function_tier::{
+    FunctionTierConfig, ProviderContext, default_health_path, default_probe_interval,
+};
 use super::issues::{
-    ConfigIssue, Issues, MAX_SECONDS, aws_feature_missing, check_command, check_path,
-    check_upstream, check_url,
+    ConfigIssue, Issues, aws_feature_missing, check_command, check_path, check_upstream, check_url,
 };
 use crate::net::validate::{
     self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
@@ -117,29 +117,29 @@ pub struct GatewayConfig {
     /// also the first-request deadline of every client connection, counted from accept
     /// (TLS handshake included) on every listener and protocol. Then the connection is
     /// closed.
-    pub header_read_timeout_seconds: f64,
+    pub header_read_timeout_seconds: Seconds,
     /// TCP connect timeout to upstreams.
-    pub connect_timeout_seconds: f64,
+    pub connect_timeout_seconds: Seconds,
     /// Time to wait for an upstream's response head after the request body was sent;
     /// then 504 (a slow upload does not count).
-    pub upstream_timeout_seconds: f64,
+    pub upstream_timeout_seconds: Seconds,
     /// Longest pause between two pieces of a client's request body; then 408 and the
     /// upstream request is aborted.
-    pub request_body_idle_timeout_seconds: f64,
+    pub request_body_idle_timeout_seconds: Seconds,
     /// Longest pause between two pieces of an upstream's response body; then the
     /// client's response is aborted and the VM slot or function lease freed.
-    pub response_body_idle_timeout_seconds: f64,
+    pub response_body_idle_timeout_seconds: Seconds,
     /// Longest time an `Upgrade` tunnel (WebSocket) may carry no byte either way; then
     /// it is closed and its VM slot freed.
-    pub tunnel_idle_timeout_seconds: f64,
+    pub tunnel_idle_timeout_seconds: Seconds,
     /// Idle time before a pooled upstream connection is closed.
-    pub idle_timeout_seconds: f64,
+    pub idle_timeout_seconds: Seconds,
     /// Retries of failed VM attempts per first attempt in the retry window (0.2 = at
     /// most 20 % more requests upstream). `0` with
     /// `retry_budget_min_per_second: 0` turns retries off.
     pub retry_budget_ratio: f64,
     /// The retry budget's sliding window.
-    pub retry_budget_window_seconds: f64,
+    pub retry_budget_window_seconds: Seconds,
     /// Retries per second of window allowed whatever the traffic (so a quiet gateway can
     /// still retry).
     pub retry_budget_min_per_second: f64,
@@ -147,9 +147,9 @@ pub struct GatewayConfig {
     /// `static` members; a VM failing two in a row is replaced at once (a `static`
     /// member is parked and re-added when it answers again).
     /// `0` turns the probes off.
-    pub health_check_interval_seconds: f64,
+    pub health_check_interval_seconds: Seconds,
     /// Time in-flight requests get to finish after SIGTERM/SIGINT.
-    pub drain_timeout_seconds: f64,
+    pub drain_timeout_seconds: Seconds,
     /// Largest request header section, bytes: Σ (name + value + 4) over the fields, the
     /// same on HTTP/1.1 and h2; larger → 431 (http-cases C11 (b)).
     pub max_header_bytes: usize,
@@ -186,11 +186,11 @@ pub struct GatewayConfig {
     /// Longest time a client connection may wait for its next request (HTTP/1.1
     /// keep-alive; h2: no stream open); then it is closed (h2: GOAWAY). Must exceed the
     /// idle timeout of a load balancer in front of the gateway.
-    pub keepalive_idle_timeout_seconds: f64,
+    pub keepalive_idle_timeout_seconds: Seconds,
     /// Interval of h2 keep-alive PINGs to clients; `0` turns them off.
-    pub http2_keepalive_interval_seconds: f64,
+    pub http2_keepalive_interval_seconds: Seconds,
     /// Wait for a PING's acknowledgement; then the h2 connection is closed.
-    pub http2_keepalive_timeout_seconds: f64,
+    pub http2_keepalive_timeout_seconds: Seconds,
     /// Most client connections open at once over the plain and TLS listeners; one more
     /// is closed at accept. Absent: derived from the file-descriptor limit
     /// ([`GatewayConfig::connection_limits`]).
@@ -278,8 +278,7 @@ impl GatewayConfig {
     pub fn retry_budget(&self) -> crate::policy::retry::RetryBudgetParams {
         crate::policy::retry::RetryBudgetParams {
             ratio: self.retry_budget_ratio,
-            window: Duration::try_from_secs_f64(self.retry_budget_window_seconds)
-                .unwrap_or(Duration::from_secs(10)),
+            window: self.retry_budget_window_seconds.get(),
             min_per_second: self.retry_budget_min_per_second,
         }
     }
@@ -345,9 +344,9 @@ impl Default for GatewayConfig {
             tunnel_idle_timeout_seconds: DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS,
             idle_timeout_seconds: DEFAULT_IDLE_TIMEOUT_SECONDS,
             retry_budget_ratio: 0.2,
-            retry_budget_window_seconds: 10.0,
+            retry_budget_window_seconds: Seconds::from_secs(10),
             retry_budget_min_per_second: 1.0,
-            health_check_interval_seconds: 5.0,
+            health_check_interval_seconds: Seconds::from_secs(5),
             drain_timeout_seconds: DEFAULT_DRAIN_TIMEOUT_SECONDS,
             max_header_bytes: validate::DEFAULT_MAX_HEADER_BYTES,
             max_header_count: validate::DEFAULT_MAX_HEADER_COUNT,
@@ -468,7 +467,7 @@ impl Default for UpstreamTlsConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct LibraConfig {
     /// Epoch length, seconds (LIBRA §III-A).
-    pub epoch_seconds: f64,
+    pub epoch_seconds: Seconds,
     /// α: EWMA weight of the newest epoch count, 0–1.
     pub alpha: f64,
     /// β: EWMA weight of the newest deviation, 0–1.
@@ -529,7 +528,7 @@ pub struct RMaxAdaptiveConfig {
     pub target_percentile: f64,
     /// The latency that percentile should meet, ms (required; above the VMs' no-load
     /// latency at that percentile).
-    pub target_ms: f64,
+    pub target_ms: Millis,
     /// Proportional gain, per unit of `ln(target / measured)`. Default 0.1.
     #[serde(default = "default_kp")]
     pub kp: f64,
@@ -575,14 +574,14 @@ impl RMaxAdaptiveConfig {
         RMaxParams {
             start_rps: r,
             target_quantile: self.target_percentile / 100.0,
-            target: Duration::from_secs_f64(self.target_ms.max(0.0) / 1000.0),
+            target: self.target_ms.get(),
             kp: self.kp,
             ki: self.ki,
             kd: self.kd,
             min_rps: self.min_rps.unwrap_or(r / 4.0),
             max_rps: self.max_rps.unwrap_or(r * 4.0),
             max_step_rps: self.max_step_rps.unwrap_or(r / 4.0),
-            period: Duration::from_secs_f64(libra.epoch_seconds).saturating_mul(epochs),
+            period: libra.epoch_seconds.get().saturating_mul(epochs),
             min_load_fraction: libra.rho / 2.0,
         }
     }
@@ -596,13 +595,7 @@ impl RMaxAdaptiveConfig {
                 format!("must be in (0, 100), got {t}"),
             );
         }
-        is.positive(&format!("{P}.target_ms"), self.target_ms);
-        if self.target_ms.is_finite() && self.target_ms > MAX_SECONDS * 1000.0 {
-            is.push(
-                format!("{P}.target_ms"),
-                format!("must be at most one year, got {}", self.target_ms),
-            );
-        }
+        is.nonzero_duration(&format!("{P}.target_ms"), self.target_ms);
         is.non_negative(&format!("{P}.kp"), self.kp);
         is.positive(&format!("{P}.ki"), self.ki);
         is.non_negative(&format!("{P}.kd"), self.kd);
@@ -666,7 +659,7 @@ pub struct PricingConfig {
     /// Memory of the function, MB.
     pub function_memory_mb: u32,
     /// Typical execution time of one call on the function tier, milliseconds.
-    pub function_duration_ms: f64,
+    pub function_duration_ms: Millis,
     /// Function architecture: `x86_64` or `arm64`.
     pub architecture: Architecture,
     /// Overrides the architecture's GB-second price, USD.
@@ -682,9 +675,9 @@ pub struct PricingConfig {
     /// listed costs `vm_hourly_usd`.
     pub vm_hourly_usd_by_instance_type: std::collections::BTreeMap<String, f64>,
     /// The live bill's VM billing unit, seconds: VM time is rounded up to it (EC2: 1).
-    pub vm_billing_granularity_seconds: f64,
+    pub vm_billing_granularity_seconds: Seconds,
     /// The live bill's least billed time per VM, seconds (EC2: 60).
-    pub vm_minimum_billed_seconds: f64,
+    pub vm_minimum_billed_seconds: Seconds,
     /// USD per GB-second of provisioned concurrency (pre-warmed instances, billed all the
     /// time they are configured; Lambda x86_64 list price, 2025).
     pub provisioned_concurrency_gb_second_usd: f64,
@@ -695,15 +688,17 @@ impl Default for PricingConfig {
         Self {
             vm_hourly_usd: cost::DEFAULT_M4_LARGE_HOURLY_USD,
             function_memory_mb: 512,
-            function_duration_ms: 1000.0,
+            function_duration_ms: Millis::from_ms(1000),
             architecture: Architecture::X86_64,
             gb_second_usd: None,
             request_usd: cost::DEFAULT_LAMBDA_REQUEST_USD,
             api_gateway: false,
             api_gateway_request_usd: cost::DEFAULT_API_GATEWAY_REQUEST_USD,
             vm_hourly_usd_by_instance_type: std::collections::BTreeMap::new(),
-            vm_billing_granularity_seconds: cost::VmBillingRule::EC2_PER_SECOND.granularity_seconds,
-            vm_minimum_billed_seconds: cost::VmBillingRule::EC2_PER_SECOND.minimum_seconds,
+            vm_billing_granularity_seconds: Seconds::new(
+                cost::VmBillingRule::EC2_PER_SECOND.granularity,
+            ),
+            vm_minimum_billed_seconds: Seconds::new(cost::VmBillingRule::EC2_PER_SECOND.minimum),
             provisioned_concurrency_gb_second_usd:
                 cost::DEFAULT_PROVISIONED_CONCURRENCY_GB_SECOND_USD,
         }
@@ -729,8 +724,8 @@ impl PricingConfig {
     /// The live bill's VM billing rule.
     pub fn vm_billing(&self) -> cost::VmBillingRule {
         cost::VmBillingRule {
-            granularity_seconds: self.vm_billing_granularity_seconds,
-            minimum_seconds: self.vm_minimum_billed_seconds,
+            granularity: self.vm_billing_granularity_seconds.get(),
+            minimum: self.vm_minimum_billed_seconds.get(),
         }
     }
 
@@ -749,10 +744,8 @@ impl PricingConfig {
 
     /// Cost of one function call of the configured memory and duration, USD.
     pub fn cost_per_request(&self) -> f64 {
-        self.function_pricing().cost_per_request(
-            self.function_memory_mb,
-            Duration::from_secs_f64(self.function_duration_ms / 1000.0),
-        )
+        self.function_pricing()
+            .cost_per_request(self.function_memory_mb, self.function_duration_ms.get())
     }
 }
 
@@ -821,10 +814,10 @@ pub struct ProcessVmPoolConfig {
     pub health_path: String,
     /// A VM not ready after this long is stopped and replaced.
     #[serde(default = "default_boot_timeout")]
-    pub boot_timeout_seconds: f64,
+    pub boot_timeout_seconds: Seconds,
     /// Interval between readiness probes.
     #[serde(default = "default_probe_interval")]
-    pub probe_interval_seconds: f64,
+    pub probe_interval_seconds: Seconds,
     /// Calls one VM runs at once (call scheduling §4: one call per core); absent:
     /// unlimited.
     #[serde(default)]
@@ -843,10 +836,10 @@ pub struct StaticVmPoolConfig {
 }
 
 /// Default EC2 boot/readiness timeout, seconds (instance boot plus application start).
-pub const DEFAULT_EC2_BOOT_TIMEOUT_SECONDS: f64 = 300.0;
+pub const DEFAULT_EC2_BOOT_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(300);
 /// Default interval between EC2 address resolutions (DescribeInstances) and readiness
 /// probes, seconds: slow enough to stay far from the EC2 API's request rate limits.
-pub const DEFAULT_EC2_PROBE_INTERVAL_SECONDS: f64 = 2.0;
+pub const DEFAULT_EC2_PROBE_INTERVAL_SECONDS: Seconds = Seconds::from_secs(2);
 /// Default port the API listens on inside an EC2 instance.
 pub const DEFAULT_EC2_UPSTREAM_PORT: u16 = 8080;
 /// Default instance tag holding the upstream URL for `address: tag`.
@@ -854,10 +847,10 @@ pub const DEFAULT_EC2_UPSTREAM_TAG_KEY: &str = "spillway:upstream";
 /// Tag key every instance of an EC2 pool carries, with the pool name as value.
 pub const EC2_POOL_TAG_KEY: &str = "spillway:pool";
 /// Default interval of the EC2 pool audit, seconds.
-pub const DEFAULT_EC2_AUDIT_INTERVAL_SECONDS: f64 = 60.0;
+pub const DEFAULT_EC2_AUDIT_INTERVAL_SECONDS: Seconds = Seconds::from_secs(60);
 /// Default time the EC2 pool audit leaves a stray instance of this gateway's pool alone
 /// before terminating it, seconds: longer than a launch of another run takes to show up.
-pub const DEFAULT_EC2_STRAY_GRACE_SECONDS: f64 = 600.0;
+pub const DEFAULT_EC2_STRAY_GRACE_SECONDS: Seconds = Seconds::from_secs(600);
 /// Longest EC2 user data, bytes, before base64 (EC2's limit).
 pub const EC2_MAX_USER_DATA_BYTES: usize = 16 * 1024;
 
@@ -933,10 +926,10 @@ pub struct Ec2VmPoolConfig {
     /// An instance not ready (state `running`, address known, health check 2xx) this
     /// long after launch is terminated.
     #[serde(default = "default_ec2_boot_timeout")]
-    pub boot_timeout_seconds: f64,
+    pub boot_timeout_seconds: Seconds,
     /// Interval between address resolutions (DescribeInstances) and readiness probes.
     #[serde(default = "default_ec2_probe_interval")]
-    pub probe_interval_seconds: f64,
+    pub probe_interval_seconds: Seconds,
     /// What happens to the pool's instances when the gateway stops.
     #[serde(default)]
     pub on_shutdown: Ec2ShutdownPolicy,
@@ -959,14 +952,14 @@ pub struct Ec2VmPoolConfig {
     /// raises an alarm when another gateway launches into the pool with this gateway's
     /// id.
     #[serde(default = "default_ec2_audit_interval")]
-    pub audit_interval_seconds: f64,
+    pub audit_interval_seconds: Seconds,
     /// How long the pool audit leaves a stray instance alone — one of this gateway's
     /// pool and id that it neither adopted at start nor launched (an earlier run's
     /// instance the start-up listing missed, a launch of another run still in flight)
     /// — before terminating it; the alarm `stray_instances` is raised from the first
     /// sighting. Seconds, ≥ 0. Not applied under coordination (the replicas share the id).
     #[serde(default = "default_ec2_stray_grace")]
-    pub stray_grace_seconds: f64,
+    pub stray_grace_seconds: Seconds,
     /// Calls one VM runs at once; absent: unlimited.
     #[serde(default)]
     pub slots_per_vm: Option<u32>,
@@ -1021,20 +1014,20 @@ fn default_scheme() -> String {
 fn default_upstream_tag_key() -> String {
     DEFAULT_EC2_UPSTREAM_TAG_KEY.to_string()
 }
-fn default_ec2_boot_timeout() -> f64 {
+fn default_ec2_boot_timeout() -> Seconds {
     DEFAULT_EC2_BOOT_TIMEOUT_SECONDS
 }
-fn default_ec2_probe_interval() -> f64 {
+fn default_ec2_probe_interval() -> Seconds {
     DEFAULT_EC2_PROBE_INTERVAL_SECONDS
 }
-fn default_ec2_audit_interval() -> f64 {
+fn default_ec2_audit_interval() -> Seconds {
     DEFAULT_EC2_AUDIT_INTERVAL_SECONDS
 }
-fn default_ec2_stray_grace() -> f64 {
+fn default_ec2_stray_grace() -> Seconds {
     DEFAULT_EC2_STRAY_GRACE_SECONDS
 }
 
-fn default_boot_timeout() -> f64 {
+fn default_boot_timeout() -> Seconds {
     DEFAULT_BOOT_TIMEOUT_SECONDS
 }
 
@@ -1108,25 +1101,21 @@ impl Config {
         if g.max_concurrent_streams == 0 {
             is.push("gateway.max_concurrent_streams", "must be at least 1");
         }
-        is.positive(
+        is.nonzero_duration(
             "gateway.header_read_timeout_seconds",
             g.header_read_timeout_seconds,
         );
-        is.positive("gateway.connect_timeout_seconds", g.connect_timeout_seconds);
-        is.positive(
+        is.nonzero_duration("gateway.connect_timeout_seconds", g.connect_timeout_seconds);
+        is.nonzero_duration(
             "gateway.upstream_timeout_seconds",
             g.upstream_timeout_seconds,
         );
-        is.positive("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
-        is.positive(
+        is.nonzero_duration("gateway.idle_timeout_seconds", g.idle_timeout_seconds);
+        is.nonzero_duration(
             "gateway.keepalive_idle_timeout_seconds",
             g.keepalive_idle_timeout_seconds,
         );
-        is.non_negative(
-            "gateway.http2_keepalive_interval_seconds",
-            g.http2_keepalive_interval_seconds,
-        );
-        is.positive(
+        is.nonzero_duration(
             "gateway.http2_keepalive_timeout_seconds",
             g.http2_keepalive_timeout_seconds,
         );
@@ -1152,11 +1141,7 @@ impl Config {
             );
         }
         is.within("gateway.retry_budget_ratio", g.retry_budget_ratio, 0.0, 1.0);
-        is.non_negative(
-            "gateway.health_check_interval_seconds",
-            g.health_check_interval_seconds,
-        );
-        is.positive(
+        is.nonzero_duration(
             "gateway.retry_budget_window_seconds",
             g.retry_budget_window_seconds,
         );
@@ -1178,12 +1163,11 @@ impl Config {
                 g.tunnel_idle_timeout_seconds,
             ),
         ] {
-            is.positive(field, v);
+            is.nonzero_duration(field, v);
         }
-        is.non_negative("gateway.drain_timeout_seconds", g.drain_timeout_seconds);
 
         let l = &self.libra;
-        is.positive("libra.epoch_seconds", l.epoch_seconds);
+        is.nonzero_duration("libra.epoch_seconds", l.epoch_seconds);
         is.within("libra.alpha", l.alpha, 0.0, 1.0);
         is.within("libra.beta", l.beta, 0.0, 1.0);
         is.non_negative("libra.phi", l.phi);
@@ -1239,7 +1223,7 @@ impl Config {
                 ),
             );
         }
-        is.positive("pricing.function_duration_ms", p.function_duration_ms);
+        is.nonzero_duration("pricing.function_duration_ms", p.function_duration_ms);
         if let Some(v) = p.gb_second_usd {
             is.non_negative("pricing.gb_second_usd", v);
         }
@@ -1248,13 +1232,9 @@ impl Config {
         for (t, usd) in &p.vm_hourly_usd_by_instance_type {
             is.non_negative(&format!("pricing.vm_hourly_usd_by_instance_type.{t}"), *usd);
         }
-        is.positive(
+        is.nonzero_duration(
             "pricing.vm_billing_granularity_seconds",
             p.vm_billing_granularity_seconds,
-        );
-        is.non_negative(
-            "pricing.vm_minimum_billed_seconds",
-            p.vm_minimum_billed_seconds,
         );
         is.non_negative(
             "pricing.provisioned_concurrency_gb_second_usd",
@@ -1266,8 +1246,8 @@ impl Config {
             Some(VmPoolConfig::Process(v)) => {
                 check_command(&mut is, "vm_pool.command", &v.command);
                 check_path(&mut is, "vm_pool.health_path", &v.health_path);
-                is.positive("vm_pool.boot_timeout_seconds", v.boot_timeout_seconds);
-                is.positive("vm_pool.probe_interval_seconds", v.probe_interval_seconds);
+                is.nonzero_duration("vm_pool.boot_timeout_seconds", v.boot_timeout_seconds);
+                is.nonzero_duration("vm_pool.probe_interval_seconds", v.probe_interval_seconds);
             }
             Some(VmPoolConfig::Static(s)) => {
                 for (i, u) in s.urls.iter().enumerate() {
@@ -1279,28 +1259,9 @@ impl Config {
             Some(VmPoolConfig::Ec2(e)) => e.validate(&mut is),
         }
         if let Some(ft) = &self.function_tier {
-            ft.validate_at("function_tier", &mut is);
-            if let FunctionTierConfig::Http(h) = ft {
-                check_upstream(
-                    &mut is,
-                    "function_tier.url",
-                    &h.url,
-                    g.allow_loopback_upstreams,
-                );
-            }
-        }
-        for (i, z) in self.function_zones.iter().enumerate() {
-            if let FunctionTierConfig::Http(h) = &z.provider {
-                check_upstream(
-                    &mut is,
-                    &format!("function_zones[{i}].url"),
-                    &h.url,
-                    g.allow_loopback_upstreams,
-                );
-            }
+            ft.validate_at("function_tier", &self.provider_context(), &mut is);
         }
         self.validate_zones(&mut is);
-        self.check_invoke_deadlines(&mut is);
         if let Some(pool) = &self.vm_pool {
             match (pool.slots_per_vm(), l.max_outstanding_per_vm) {
                 (Some(0), _) => is.push(
@@ -1407,38 +1368,11 @@ impl Config {
             })
     }
 
-    /// A gateway-wide timeout must not cut an Invoke the function may still answer:
-    /// on every Lambda tier or zone, `gateway.upstream_timeout_seconds`
-    /// must be at least `timeout_seconds + invoke_margin_seconds`.
-    fn check_invoke_deadlines(&self, is: &mut Issues) {
-        let tiers = self
-            .function_tier
-            .iter()
-            .map(|t| ("function_tier".to_string(), t.clone()))
-            .chain(
-                self.function_zones
-                    .iter()
-                    .enumerate()
-                    .map(|(i, z)| (format!("function_zones[{i}]"), z.provider.clone())),
-            );
-        let upstream = self.gateway.upstream_timeout_seconds;
-        for (at, tier) in tiers {
-            let FunctionTierConfig::Lambda(l) = tier else {
-                continue;
-            };
-            let deadline = l.invoke_deadline_seconds();
-            if upstream.is_finite() && upstream < deadline {
-                is.push(
-                    "gateway.upstream_timeout_seconds",
-                    format!(
-                        "{upstream} s would cut Lambda calls before their deadline: \
-                         {at}.timeout_seconds ({}) + {at}.invoke_margin_seconds ({}) = \
-                         {deadline} s; raise it to at least {deadline} or lower the \
-                         function's timeout",
-                        l.timeout_seconds, l.invoke_margin_seconds
-                    ),
-                );
-            }
+    /// What the function providers' own checks need to know of this gateway.
+    pub(crate) fn provider_context(&self) -> ProviderContext {
+        ProviderContext {
+            allow_loopback_upstreams: self.gateway.allow_loopback_upstreams,
+            upstream_timeout_seconds: self.gateway.upstream_timeout_seconds,
         }
     }
 
@@ -1497,7 +1431,7 @@ impl Config {
     /// Traffic-monitor parameters (LIBRA §III-A).
     pub fn monitor_params(&self) -> MonitorParams {
         MonitorParams {
-            epoch: Duration::from_secs_f64(self.libra.epoch_seconds),
+            epoch: self.libra.epoch_seconds.get(),
             alpha: self.libra.alpha,
             beta: self.libra.beta,
             decision_epochs: self.libra.decision_epochs,
@@ -1568,11 +1502,10 @@ impl Config {
     /// The whole policy core's parameters for the live gateway.
     pub fn core_params(&self) -> CoreParams {
         let vm_boot_timeout = match &self.vm_pool {
-            Some(VmPoolConfig::Process(p)) => Some(p.boot_timeout_seconds),
-            Some(VmPoolConfig::Ec2(p)) => Some(p.boot_timeout_seconds),
+            Some(VmPoolConfig::Process(p)) => Some(p.boot_timeout_seconds.get()),
+            Some(VmPoolConfig::Ec2(p)) => Some(p.boot_timeout_seconds.get()),
             Some(VmPoolConfig::Static(_)) | None => None,
-        }
-        .and_then(|s| Duration::try_from_secs_f64(s).ok());
+        };
         CoreParams {
             controller: self.controller_params(),
             placement: self.placement_params(),
@@ -1713,23 +1646,14 @@ impl Ec2VmPoolConfig {
                 "must not be empty with address: tag",
             );
         }
-        is.positive("vm_pool.boot_timeout_seconds", self.boot_timeout_seconds);
-        is.positive(
+        is.nonzero_duration("vm_pool.boot_timeout_seconds", self.boot_timeout_seconds);
+        is.nonzero_duration(
             "vm_pool.probe_interval_seconds",
             self.probe_interval_seconds,
         );
-        is.positive(
+        is.nonzero_duration(
             "vm_pool.audit_interval_seconds",
             self.audit_interval_seconds,
         );
-        if !(self.stray_grace_seconds.is_finite() && self.stray_grace_seconds >= 0.0) {
-            is.push(
-                "vm_pool.stray_grace_seconds",
-                format!(
-                    "must be a finite number of seconds >= 0, got {}",
-                    self.stray_grace_seconds
-                ),
-            );
-        }
     }
 }

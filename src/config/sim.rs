@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::duration::{Millis, Seconds};
 use super::issues::Issues;
 use crate::policy::functions::WarmOrder;
 
@@ -22,7 +23,7 @@ pub struct SimSection {
     /// The function model (start-up times, keep-alive, concurrency, billing).
     pub function: FunctionModelConfig,
     /// SLA: a response slower than this many milliseconds is a violation (LIBRA §IV: 1 s).
-    pub sla_ms: f64,
+    pub sla_ms: Millis,
     /// AUTO and Spock parameters (LIBRA §IV).
     pub auto: AutoConfig,
     /// MAX runs this many VMs for the whole trace (the LIBRA authors' fixed fleet of
@@ -71,12 +72,12 @@ pub enum TraceFormatConfig {
 #[serde(deny_unknown_fields)]
 pub struct NetworkModelConfig {
     /// Round trip to the origin edge zone, ms.
-    pub edge_rtt_ms: f64,
+    pub edge_rtt_ms: Millis,
     /// Its uniform jitter, ± this fraction of it, [0, 1].
     #[serde(default)]
     pub edge_rtt_jitter: f64,
     /// Round trip to the cloud, ms.
-    pub cloud_rtt_ms: f64,
+    pub cloud_rtt_ms: Millis,
     /// Its uniform jitter, ± this fraction of it, [0, 1].
     #[serde(default)]
     pub cloud_rtt_jitter: f64,
@@ -101,7 +102,7 @@ impl Default for SimSection {
             request: RequestModelConfig::default(),
             vm: VmModelConfig::default(),
             function: FunctionModelConfig::default(),
-            sla_ms: 1000.0,
+            sla_ms: Millis::from_ms(1000),
             auto: AutoConfig::default(),
             network: None,
             trace_format: None,
@@ -239,11 +240,11 @@ pub struct VmModelConfig {
     /// Parallel request slots per VM; further requests wait in the VM's FIFO queue.
     pub slots: u32,
     /// Seconds from launch to ready (LIBRA's code: 100 s).
-    pub boot_seconds: f64,
+    pub boot_seconds: Seconds,
     /// `per_second` (default) or `per_hour`.
     pub billing: VmBilling,
     /// Per-second billing only: each VM is billed at least this many seconds (EC2: 60).
-    pub minimum_billed_seconds: f64,
+    pub minimum_billed_seconds: Seconds,
     /// Whether the boot time is billed (EC2 bills from launch: true). `false` bills from
     /// ready to stop.
     pub bill_boot: bool,
@@ -255,9 +256,9 @@ impl Default for VmModelConfig {
     fn default() -> Self {
         Self {
             slots: 16,
-            boot_seconds: 100.0,
+            boot_seconds: Seconds::from_secs(100),
             billing: VmBilling::PerSecond,
-            minimum_billed_seconds: 60.0,
+            minimum_billed_seconds: Seconds::from_secs(60),
             bill_boot: true,
             cores: None,
         }
@@ -269,11 +270,11 @@ impl Default for VmModelConfig {
 #[serde(deny_unknown_fields, default)]
 pub struct FunctionModelConfig {
     /// Extra latency of a cold start (new instance, INIT phase), ms.
-    pub cold_start_ms: f64,
+    pub cold_start_ms: Millis,
     /// Extra latency of a warm start, ms.
-    pub warm_start_ms: f64,
+    pub warm_start_ms: Millis,
     /// An idle instance stays warm this long, seconds (FaaSim keep-alive).
-    pub keep_alive_seconds: f64,
+    pub keep_alive_seconds: Seconds,
     /// Most instances at once; calls beyond it are throttled (counted, not served). 0: no
     /// function tier (the call-scheduling preset's single VM).
     pub max_concurrency: u32,
@@ -295,17 +296,17 @@ pub struct FunctionModelConfig {
     /// Boot time of a pre-warmed instance from the start of the run, ms (0: ready at
     /// t = 0, as FaaSim's fixed pre-warming). A call that finds no idle instance takes one
     /// still booting and waits for it (FaaSim's warming-up resources).
-    pub prewarm_boot_ms: f64,
+    pub prewarm_boot_ms: Millis,
     /// Time an expired instance takes to stop (its shutdown time), ms (FaaSim: 0).
-    pub shutdown_ms: f64,
+    pub shutdown_ms: Millis,
 }
 
 impl Default for FunctionModelConfig {
     fn default() -> Self {
         Self {
-            cold_start_ms: 250.0,
-            warm_start_ms: 5.0,
-            keep_alive_seconds: 600.0,
+            cold_start_ms: Millis::from_ms(250),
+            warm_start_ms: Millis::from_ms(5),
+            keep_alive_seconds: Seconds::from_secs(600),
             max_concurrency: 1000,
             prewarmed: 0,
             warm_instance_order: WarmOrder::Newest,
@@ -313,8 +314,8 @@ impl Default for FunctionModelConfig {
             exec_jitter: 0.0,
             cold_start_jitter: 0.0,
             warm_start_jitter: 0.0,
-            prewarm_boot_ms: 0.0,
-            shutdown_ms: 0.0,
+            prewarm_boot_ms: Millis::ZERO,
+            shutdown_ms: Millis::ZERO,
         }
     }
 }
@@ -328,11 +329,11 @@ pub struct AutoConfig {
     /// Scale in below this mean utilisation, 0–1.
     pub scale_in_utilisation: f64,
     /// Averaging window, seconds (a whole number of epochs).
-    pub window_seconds: f64,
+    pub window_seconds: Seconds,
     /// VMs added or removed per action.
     pub step_vms: u32,
     /// No action for this long after one, seconds.
-    pub grace_seconds: f64,
+    pub grace_seconds: Seconds,
     /// Fewest VMs; the initial pool (booted before t = 0).
     pub min_vms: u32,
     /// Most VMs.
@@ -344,9 +345,9 @@ impl Default for AutoConfig {
         Self {
             scale_out_utilisation: 0.7,
             scale_in_utilisation: 0.3,
-            window_seconds: 120.0,
+            window_seconds: Seconds::from_secs(120),
             step_vms: 10,
-            grace_seconds: 120.0,
+            grace_seconds: Seconds::from_secs(120),
             min_vms: 1,
             max_vms: 100,
         }
@@ -403,8 +404,6 @@ impl SimSection {
     /// Semantic checks, reported with paths under `sim.`.
     pub(crate) fn validate(&self, is: &mut Issues) {
         if let Some(n) = &self.network {
-            is.non_negative("sim.network.edge_rtt_ms", n.edge_rtt_ms);
-            is.non_negative("sim.network.cloud_rtt_ms", n.cloud_rtt_ms);
             is.within("sim.network.edge_rtt_jitter", n.edge_rtt_jitter, 0.0, 1.0);
             is.within("sim.network.cloud_rtt_jitter", n.cloud_rtt_jitter, 0.0, 1.0);
         }
@@ -442,15 +441,7 @@ impl SimSection {
                 is.push("sim.cpu_load.to_seconds", "must not be before from_seconds");
             }
         }
-        is.non_negative("sim.vm.boot_seconds", self.vm.boot_seconds);
-        is.non_negative(
-            "sim.vm.minimum_billed_seconds",
-            self.vm.minimum_billed_seconds,
-        );
         let f = &self.function;
-        is.non_negative("sim.function.cold_start_ms", f.cold_start_ms);
-        is.non_negative("sim.function.warm_start_ms", f.warm_start_ms);
-        is.non_negative("sim.function.keep_alive_seconds", f.keep_alive_seconds);
         is.within("sim.function.exec_jitter", f.exec_jitter, 0.0, 1.0);
         is.within(
             "sim.function.cold_start_jitter",
@@ -464,8 +455,6 @@ impl SimSection {
             0.0,
             1.0,
         );
-        is.non_negative("sim.function.prewarm_boot_ms", f.prewarm_boot_ms);
-        is.non_negative("sim.function.shutdown_ms", f.shutdown_ms);
         if f.prewarmed > f.max_concurrency {
             is.push(
                 "sim.function.prewarmed",
@@ -475,7 +464,7 @@ impl SimSection {
                 ),
             );
         }
-        is.positive("sim.sla_ms", self.sla_ms);
+        is.nonzero_duration("sim.sla_ms", self.sla_ms);
         let a = &self.auto;
         is.within(
             "sim.auto.scale_out_utilisation",
@@ -495,8 +484,7 @@ impl SimSection {
                 "must be below sim.auto.scale_out_utilisation",
             );
         }
-        is.positive("sim.auto.window_seconds", a.window_seconds);
-        is.non_negative("sim.auto.grace_seconds", a.grace_seconds);
+        is.nonzero_duration("sim.auto.window_seconds", a.window_seconds);
         if a.step_vms == 0 {
             is.push("sim.auto.step_vms", "must be at least 1");
         }

@@ -355,12 +355,21 @@ fn adaptive_r_max_defaults_follow_the_start_value_and_the_decision_period() {
 
 #[test]
 fn bad_adaptive_r_max_settings_are_reported_with_their_paths() {
+    // A negative duration is refused where it is read, at its place.
+    let err =
+        Config::from_yaml("libra:\n  r_max_adaptive:\n    target_ms: -5\n", "r.yaml").unwrap_err();
+    assert!(
+        err.to_string().starts_with(
+            "r.yaml:3:16: libra.r_max_adaptive.target_ms: expected a number of milliseconds from 0"
+        ),
+        "{err}"
+    );
     let yaml = r#"
 libra:
   r_max_rps: 16
   r_max_adaptive:
     target_percentile: 100
-    target_ms: -5
+    target_ms: 0
     kp: -0.1
     ki: 0
     min_rps: 20
@@ -413,7 +422,7 @@ fn a_gateway_timeout_shorter_than_the_invoke_deadline_is_refused() {
     let p = problems(&err);
     assert_eq!(p.len(), 1, "{err}");
     assert_eq!(p[0].1, "gateway.upstream_timeout_seconds");
-    let deadline = 120.0 + DEFAULT_INVOKE_MARGIN_SECONDS;
+    let deadline = 120.0 + DEFAULT_INVOKE_MARGIN_SECONDS.number();
     assert!(p[0].2.contains(&format!("= {deadline} s")), "{}", p[0].2);
     // The margin counts: 27.5 + 2.5 = 30 fits exactly, 27.5 + 2.75 does not.
     Config::from_yaml(&cfg(30.0, 27.5, Some(2.5)), "l.yaml").unwrap_or_else(|e| panic!("{e}"));
@@ -428,7 +437,7 @@ fn a_gateway_timeout_shorter_than_the_invoke_deadline_is_refused() {
     let Some(FunctionTierConfig::Lambda(l)) = &c.function_tier else {
         panic!("not a lambda tier")
     };
-    assert!(l.invoke_deadline_seconds() <= c.gateway.upstream_timeout_seconds);
+    assert!(l.invoke_deadline() <= c.gateway.upstream_timeout_seconds.get());
     // A negative margin is its own error.
     let err = Config::from_yaml(&cfg(30.0, 10.0, Some(-1.0)), "l.yaml").unwrap_err();
     assert_eq!(
@@ -452,7 +461,7 @@ fn faasim_jitter_and_times_are_validated_with_their_paths() {
     let ok = "sim:\n  function:\n    exec_jitter: 0.01\n    cold_start_jitter: 0.01\n    \
               warm_start_jitter: 0.04\n    prewarm_boot_ms: 6019\n    shutdown_ms: 0\n";
     let c = Config::from_yaml(ok, "ok.yaml").unwrap();
-    assert_eq!(c.sim.function.prewarm_boot_ms, 6019.0);
+    assert_eq!(c.sim.function.prewarm_boot_ms.number(), 6019.0);
 }
 
 /// The live bill's `pricing` keys are checked where they stand; a valid set reaches the
@@ -541,4 +550,28 @@ fn request_ids_trusted_from_proxies_without_any_is_a_located_warning() {
     assert!(warnings(&c, Some(text)).is_empty());
     let bad = Config::from_yaml("gateway:\n  request_id_trust: some\n", "g.yaml").unwrap_err();
     assert!(bad.to_string().contains("g.yaml:2:"), "{bad}");
+}
+
+/// `spillway check` warns about the old spelling of the per-VM slot count beside a VM pool
+/// (which has its own `slots_per_vm`), at its place; the simulator, without a pool, reads
+/// it silently.
+#[test]
+fn the_old_per_vm_cap_spelling_is_a_located_deprecation_warning() {
+    let text = "vm_pool: {type: static, urls: [\"http://192.0.2.1:3000\"]}\n\
+                libra:\n  max_outstanding_per_vm: 4\n";
+    let c = Config::from_yaml(text, "a.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.slots_per_vm(), Some(4));
+    let w = warnings(&c, Some(text));
+    assert_eq!(w.len(), 1, "{w:?}");
+    assert_eq!(w[0].path, "libra.max_outstanding_per_vm");
+    assert!(
+        w[0].message
+            .starts_with("deprecated alias of vm_pool.slots_per_vm"),
+        "{}",
+        w[0].message
+    );
+    assert_eq!(w[0].location.map(|l| l.line), Some(3));
+    let sim = "libra:\n  max_outstanding_per_vm: 4\n";
+    let c = Config::from_yaml(sim, "s.yaml").unwrap();
+    assert!(warnings(&c, Some(sim)).is_empty());
 }

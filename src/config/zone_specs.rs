@@ -153,7 +153,7 @@ impl Config {
                 }
                 ZoneKindConfig::Edge => {}
             }
-            z.provider.validate_at(&at, is);
+            z.provider.validate_at(&at, &self.provider_context(), is);
         }
         if !self.sim.placements.is_empty() && self.function_zones.is_empty() {
             is.push(

@@ -227,7 +227,7 @@ impl ScalingPolicy for AutoScaler {
     fn on_epoch(&mut self, now: Time, obs: &EpochObservation) -> Option<ScaleDecision> {
         let p = &self.params;
         let u = obs.vm_utilisation.unwrap_or_else(|| {
-            let cap = f64::from(obs.pool.ready) * p.r_max_rps * obs.epoch_seconds;
+            let cap = f64::from(obs.pool.ready) * p.r_max_rps * obs.epoch.as_secs_f64();
             if cap > 0.0 {
                 obs.vm_requests as f64 / cap
             } else {
@@ -406,7 +406,7 @@ mod tests {
                 std_rps: 0.0,
                 report: None,
             },
-            epoch_seconds: 1.0,
+            epoch: Duration::from_secs(1),
             vm_requests: 0,
             function_requests: 0,
             vm_utilisation: Some(u),
@@ -574,24 +574,24 @@ mod tests {
             r_max_rps: 8.0,
         };
         let mut a = AutoScaler::auto(p);
-        let est = |vm_requests: u64, ready: u32, epoch_seconds: f64| {
+        let est = |vm_requests: u64, ready: u32, epoch_secs: u64| {
             let mut o = obs(0.0, ready);
             o.vm_utilisation = None;
             o.vm_requests = vm_requests;
-            o.epoch_seconds = epoch_seconds;
+            o.epoch = Duration::from_secs(epoch_secs);
             o
         };
         let s = Duration::from_secs;
         // 2 ready VMs, 2 s epochs: capacity 32 requests. 28 → 0.875, then 20 → 0.625:
         // mean 0.75 is not above 0.75 (binary fractions: the sums are exact).
-        assert!(a.on_epoch(s(2), &est(28, 2, 2.0)).is_none());
-        assert!(a.on_epoch(s(4), &est(20, 2, 2.0)).is_none());
+        assert!(a.on_epoch(s(2), &est(28, 2, 2)).is_none());
+        assert!(a.on_epoch(s(4), &est(20, 2, 2)).is_none());
         // The 0.875 leaves the window: 0.625 and 0.9375 → mean 0.78125 > 0.75.
-        let d = a.on_epoch(s(6), &est(30, 2, 2.0)).expect("scale out");
+        let d = a.on_epoch(s(6), &est(30, 2, 2)).expect("scale out");
         assert_eq!(d.target_vms, 2);
         // No ready VM: utilisation 0, not a division by zero.
-        assert!(a.on_epoch(s(8), &est(5, 0, 2.0)).is_none());
-        let d = a.on_epoch(s(10), &est(5, 0, 2.0)).expect("mean 0 < 0.25");
+        assert!(a.on_epoch(s(8), &est(5, 0, 2)).is_none());
+        let d = a.on_epoch(s(10), &est(5, 0, 2)).expect("mean 0 < 0.25");
         assert_eq!(d.target_vms, 1);
     }
 }

@@ -754,7 +754,7 @@ impl Controller {
     fn on_closed_at(&mut self, closed: EpochClosed, at: Time) {
         let obs = EpochObservation {
             traffic: closed,
-            epoch_seconds: self.params.monitor.epoch.as_secs_f64(),
+            epoch: self.params.monitor.epoch,
             vm_requests: std::mem::take(&mut self.epoch_vm),
             function_requests: std::mem::take(&mut self.epoch_function),
             vm_utilisation: self.epoch_utilisation.take(),

@@ -141,31 +141,36 @@ pub fn cost_indifference_point_rps(
 /// price, 2025).
 pub const DEFAULT_PROVISIONED_CONCURRENCY_GB_SECOND_USD: f64 = 0.000_004_166_7;
 
-/// How VM time is billed: whole `granularity_seconds`, rounded up, and at least
-/// `minimum_seconds` per VM (EC2 Linux on-demand: per second, 60 s minimum; per started
-/// hour: granularity and minimum 3600 s).
+/// How VM time is billed: whole `granularity`s, rounded up, and at least `minimum` per
+/// VM (EC2 Linux on-demand: per second, 60 s minimum; per started hour: granularity and
+/// minimum one hour).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct VmBillingRule {
-    /// Billing unit, seconds (> 0).
-    pub granularity_seconds: f64,
-    /// Least time billed per VM, seconds (≥ 0).
-    pub minimum_seconds: f64,
+    /// Billing unit (> 0; a zero unit bills the time up as it is).
+    pub granularity: Duration,
+    /// Least time billed per VM.
+    pub minimum: Duration,
 }
 
 impl VmBillingRule {
     /// EC2 on-demand Linux: per second, 60 s minimum.
     pub const EC2_PER_SECOND: VmBillingRule = VmBillingRule {
-        granularity_seconds: 1.0,
-        minimum_seconds: 60.0,
+        granularity: Duration::from_secs(1),
+        minimum: Duration::from_secs(60),
     };
 
-    /// Billed seconds of one VM up `up_seconds` (negative counts as 0): rounded up to the
-    /// granularity, at least the minimum. Float noise below a microsecond is dropped first
-    /// (100.000000001 s is 100 s).
+    /// Billed seconds of one VM up `up_seconds` (a measured amount; negative counts as
+    /// 0): rounded up to the granularity, at least the minimum. Float noise below a
+    /// microsecond is dropped first (100.000000001 s is 100 s).
     pub fn billed_seconds(&self, up_seconds: f64) -> f64 {
         let up = (up_seconds.max(0.0) * 1e6).round() / 1e6;
-        ((up / self.granularity_seconds).ceil() * self.granularity_seconds)
-            .max(self.minimum_seconds)
+        let unit = self.granularity.as_secs_f64();
+        let rounded = if unit > 0.0 {
+            (up / unit).ceil() * unit
+        } else {
+            up
+        };
+        rounded.max(self.minimum.as_secs_f64())
     }
 }
 
@@ -739,14 +744,14 @@ mod tests {
         assert_eq!(r.billed_seconds(130.2), 131.0);
         assert_eq!(r.billed_seconds(100.000_000_001), 100.0);
         let hourly = VmBillingRule {
-            granularity_seconds: 3600.0,
-            minimum_seconds: 3600.0,
+            granularity: Duration::from_secs(3600),
+            minimum: Duration::from_secs(3600),
         };
         assert_eq!(hourly.billed_seconds(3601.0), 7200.0);
         assert_eq!(hourly.billed_seconds(0.0), 3600.0);
         let coarse = VmBillingRule {
-            granularity_seconds: 10.0,
-            minimum_seconds: 0.0,
+            granularity: Duration::from_secs(10),
+            minimum: Duration::ZERO,
         };
         assert_eq!(coarse.billed_seconds(41.0), 50.0);
     }

@@ -8,6 +8,8 @@
 //! actions. LIBRA's manager is [`LibraScaler`]; the simulator's baselines (MAX, FAAS, AUTO,
 //! Spock) implement the same trait.
 
+use std::time::Duration;
+
 use super::Time;
 use super::monitor::EpochClosed;
 
@@ -16,8 +18,8 @@ use super::monitor::EpochClosed;
 pub struct EpochObservation {
     /// The traffic monitor's view of the epoch (count, EWMAs, report every K epochs).
     pub traffic: EpochClosed,
-    /// Length of one epoch, seconds.
-    pub epoch_seconds: f64,
+    /// Length of one epoch.
+    pub epoch: Duration,
     /// First-attempt requests routed to VMs during the epoch.
     pub vm_requests: u64,
     /// Requests routed to the function tier during the epoch.
@@ -343,7 +345,7 @@ mod tests {
                     std_rps,
                 }),
             },
-            epoch_seconds: 1.0,
+            epoch: Duration::from_secs(1),
             vm_requests: 0,
             function_requests: requests,
             vm_utilisation: None,

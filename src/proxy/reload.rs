@@ -283,7 +283,7 @@ impl Reloader {
     /// `gateway.drain_timeout_seconds` in force.
     pub fn drain_timeout(&self) -> std::time::Duration {
         let g = &self.current.lock().gateway;
-        crate::backends::secs(g.drain_timeout_seconds)
+        g.drain_timeout_seconds.get()
     }
 }
 

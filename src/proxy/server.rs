@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
 use crate::backends::build::{BuildContext, BuildError, build_vm_pool, build_zone};
-use crate::backends::{BackendError, FunctionTier, secs};
+use crate::backends::{BackendError, FunctionTier};
 use crate::config::Config;
 use crate::coord::redis::RedisStore;
 use crate::coord::{Coordinator, Host, Store as CoordStore};
@@ -288,8 +288,8 @@ impl Server {
             Some(c) => (c.clone(), c),
             None => {
                 let settings = ClientSettings {
-                    connect_timeout: secs(g.connect_timeout_seconds),
-                    idle_timeout: secs(g.idle_timeout_seconds),
+                    connect_timeout: g.connect_timeout_seconds.get(),
+                    idle_timeout: g.idle_timeout_seconds.get(),
                 };
                 let limits = crate::net::client::ResponseLimits {
                     max_headers: g.max_response_header_count,
@@ -318,7 +318,7 @@ impl Server {
             local_client: own_client.clone(),
             allow_loopback_upstreams: g.allow_loopback_upstreams,
             shared_pool: config.coordination.redis().is_some(),
-            connect_timeout: secs(g.connect_timeout_seconds),
+            connect_timeout: g.connect_timeout_seconds.get(),
         };
         let vm_pool = build_vm_pool(
             config
@@ -358,7 +358,7 @@ impl Server {
         // replica that is not the leader launches nothing at start).
         let coordination = match config.coordination.redis() {
             Some(r) => {
-                let epoch = secs(config.libra.epoch_seconds);
+                let epoch = config.libra.epoch_seconds.get();
                 let op_timeout = r.op_timeout(epoch);
                 let store: Arc<dyn CoordStore> = Arc::new(
                     RedisStore::new(&r.url, &r.cluster, op_timeout)
@@ -463,8 +463,8 @@ impl Server {
         } else {
             gateway.start().await?;
         }
-        if config.gateway.health_check_interval_seconds > 0.0 {
-            gateway.start_health_checks(secs(config.gateway.health_check_interval_seconds));
+        if !config.gateway.health_check_interval_seconds.is_zero() {
+            gateway.start_health_checks(config.gateway.health_check_interval_seconds.get());
         }
         gateway.start_pool_changes();
         Ok(Server {
@@ -801,17 +801,17 @@ impl Connections {
             .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
             .max_header_list_size(rules.h2_max_header_list_size())
             .keep_alive_interval(
-                (g.http2_keepalive_interval_seconds > 0.0)
-                    .then(|| secs(g.http2_keepalive_interval_seconds)),
+                (!g.http2_keepalive_interval_seconds.is_zero())
+                    .then(|| g.http2_keepalive_interval_seconds.get()),
             )
-            .keep_alive_timeout(secs(g.http2_keepalive_timeout_seconds));
+            .keep_alive_timeout(g.http2_keepalive_timeout_seconds.get());
         Self {
             builder: Arc::new(builder),
             gateway,
             settings,
             deadlines: Deadlines {
-                header_read: secs(g.header_read_timeout_seconds),
-                keepalive_idle: secs(g.keepalive_idle_timeout_seconds),
+                header_read: g.header_read_timeout_seconds.get(),
+                keepalive_idle: g.keepalive_idle_timeout_seconds.get(),
             },
         }
     }

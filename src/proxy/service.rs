@@ -129,14 +129,13 @@ impl OriginZones {
 impl ServiceSettings {
     /// The request path's settings from `gateway:`.
     pub fn from_config(c: &crate::config::Config) -> Self {
-        let secs = crate::backends::secs;
         let g = &c.gateway;
         Self {
             max_body_bytes: g.max_body_bytes,
-            upstream_timeout: secs(g.upstream_timeout_seconds),
-            request_body_idle_timeout: secs(g.request_body_idle_timeout_seconds),
-            response_body_idle_timeout: secs(g.response_body_idle_timeout_seconds),
-            tunnel_idle_timeout: secs(g.tunnel_idle_timeout_seconds),
+            upstream_timeout: g.upstream_timeout_seconds.get(),
+            request_body_idle_timeout: g.request_body_idle_timeout_seconds.get(),
+            response_body_idle_timeout: g.response_body_idle_timeout_seconds.get(),
+            tunnel_idle_timeout: g.tunnel_idle_timeout_seconds.get(),
             trusted_proxies: TrustedProxies::new(g.trusted_proxies.clone()),
             upgrade_protocols: g
                 .upgrade_protocols

@@ -230,13 +230,14 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
         s.sla_ms
     );
     let mut warnings = Vec::new();
-    if min_ms > s.sla_ms {
+    let sla_ms = s.sla_ms.number();
+    if min_ms > sla_ms {
         warnings.push(format!(
             "warning: every request misses the SLA: the shortest service time ({min_ms} ms) \
              exceeds sim.sla_ms ({} ms)",
             s.sla_ms
         ));
-    } else if min_ms + f.warm_start_ms > s.sla_ms {
+    } else if min_ms + f.warm_start_ms.number() > sla_ms {
         warnings.push(format!(
             "warning: every function call misses the SLA: the shortest service time \
              ({min_ms} ms) + sim.function.warm_start_ms ({} ms) exceeds sim.sla_ms ({} ms); \
@@ -276,7 +277,7 @@ pub struct CostArgs {
     pub memory_mb: Option<u32>,
     /// Function execution time, ms (default 1000).
     #[arg(long, value_name = "MS")]
-    pub duration_ms: Option<f64>,
+    pub duration_ms: Option<crate::config::Millis>,
     /// Function architecture (default x86_64).
     #[arg(long, value_enum)]
     pub arch: Option<ArchArg>,
@@ -794,7 +795,12 @@ pub fn cost_inputs(args: &CostArgs, config: &Config) -> Result<CostInputs, SimEr
     };
     positive("--vm-hourly-usd", inputs.vm_hourly_usd)?;
     positive("--r-max-rps", inputs.r_max_rps)?;
-    positive("--duration-ms", inputs.duration_ms)?;
+    if inputs.duration_ms.is_zero() {
+        return Err(invalid(
+            "--duration-ms",
+            "must be a positive number, got 0".into(),
+        ));
+    }
     non_negative("--gb-second-usd", inputs.gb_second_usd)?;
     non_negative("--request-usd", inputs.request_usd)?;
     non_negative("--api-gateway-request-usd", inputs.api_gateway_request_usd)?;

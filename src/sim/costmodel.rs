@@ -9,8 +9,6 @@
 //! ```
 //! Costs are reported per hour of sustained load, USD.
 
-use std::time::Duration;
-
 use serde::Serialize;
 
 use crate::policy::cost::{self, FunctionPricing};
@@ -25,7 +23,7 @@ pub struct CostInputs {
     /// Function memory, MB.
     pub memory_mb: u32,
     /// Function execution time, ms (billed at 1 ms granularity).
-    pub duration_ms: f64,
+    pub duration_ms: crate::config::Millis,
     /// `x86_64` or `arm64` (informational; the price is in `gb_second_usd`).
     pub architecture: String,
     /// USD per GB-second.
@@ -76,10 +74,7 @@ impl CostInputs {
             request_usd: self.request_usd,
             api_gateway_request_usd: self.api_gateway_request_usd,
         }
-        .cost_per_request(
-            self.memory_mb,
-            Duration::from_secs_f64(self.duration_ms / 1000.0),
-        )
+        .cost_per_request(self.memory_mb, self.duration_ms.get())
     }
 }
 

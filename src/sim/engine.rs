@@ -134,7 +134,7 @@ impl SimParams {
                 message,
             }
         })?;
-        let epoch = c.libra.epoch_seconds;
+        let epoch = c.libra.epoch_seconds.get();
         let mut controller = c.controller_params();
         controller.execute_scaling = true;
         Ok(Self {
@@ -144,9 +144,10 @@ impl SimParams {
             auto: AutoParams {
                 scale_out_utilisation: s.auto.scale_out_utilisation,
                 scale_in_utilisation: s.auto.scale_in_utilisation,
-                window_epochs: ((s.auto.window_seconds / epoch).round() as u32).max(1),
+                window_epochs: (s.auto.window_seconds.get().div_duration_f64(epoch).round() as u32)
+                    .max(1),
                 step_vms: s.auto.step_vms,
-                grace: Duration::from_secs_f64(s.auto.grace_seconds),
+                grace: s.auto.grace_seconds.get(),
                 min_vms: s.auto.min_vms,
                 max_vms: s.auto.max_vms,
                 r_max_rps: c.libra.r_max_rps,
@@ -155,7 +156,7 @@ impl SimParams {
             function: s.function.clone(),
             service,
             memory_mb: s.request.memory_mb.unwrap_or(c.pricing.function_memory_mb),
-            sla_ns: (s.sla_ms * 1e6).round() as u64,
+            sla_ns: ns(s.sla_ms.get()),
             pricing: c.pricing.function_pricing(),
             vm_hourly_usd: c.pricing.vm_hourly_usd,
             r_max_adaptive: c.r_max_adaptive_params(),
@@ -202,7 +203,7 @@ impl SimParams {
             PlacementParams::single(
                 crate::config::SINGLE_ZONE_NAME,
                 ZoneCapacity::Instances(FunctionPoolParams {
-                    keep_alive: Duration::from_secs_f64(f.keep_alive_seconds),
+                    keep_alive: f.keep_alive_seconds.get(),
                     max_instances: Some(f.max_concurrency),
                     prewarmed: f.prewarmed,
                     warm_order: f.warm_instance_order,
@@ -538,17 +539,17 @@ impl<'a> Engine<'a> {
         let Some(n) = &self.p.network else {
             return 0;
         };
-        let (ms, jitter) = if Some(zone) == origin {
-            (n.edge_rtt_ms, n.edge_rtt_jitter)
+        let (rtt, jitter) = if Some(zone) == origin {
+            (n.edge_rtt_ms.get(), n.edge_rtt_jitter)
         } else {
-            (n.cloud_rtt_ms, n.cloud_rtt_jitter)
+            (n.cloud_rtt_ms.get(), n.cloud_rtt_jitter)
         };
         let f = if jitter > 0.0 {
             1.0 + self.rtt_rng.random_range(-jitter..=jitter)
         } else {
             1.0
         };
-        (ms * f * 1e6).round().max(0.0) as u64
+        (ms(rtt) * f * 1e6).round().max(0.0) as u64
     }
 
     /// A served response: platform time `done - arrival`, client time plus `rtt`.
@@ -596,7 +597,7 @@ impl<'a> Engine<'a> {
                         // The initial pool is booted before t = 0.
                         self.vm_ready(now, i as u32);
                     } else {
-                        let boot = (self.p.vm.boot_seconds * 1e9).round() as u64;
+                        let boot = ns(self.p.vm.boot_seconds.get());
                         self.schedule(now + boot, EvKind::VmReady(i as u32));
                     }
                 }
@@ -615,7 +616,7 @@ impl<'a> Engine<'a> {
                 // Pre-warmed instances are ready at once, or after `prewarm_boot_ms`
                 // (a call may claim one meanwhile and wait for it).
                 Action::StartInstance { zone, instance } => {
-                    let boot = (self.p.function.prewarm_boot_ms * 1e6).round() as u64;
+                    let boot = ns(self.p.function.prewarm_boot_ms.get());
                     if boot == 0 {
                         self.core.on_instance_started(dur(now), zone, instance);
                     } else {
@@ -626,7 +627,7 @@ impl<'a> Engine<'a> {
                 }
                 // An expired instance stops after `shutdown_ms` (its shutdown time).
                 Action::StopInstance { zone, instance } => {
-                    let stop = (self.p.function.shutdown_ms * 1e6).round() as u64;
+                    let stop = ns(self.p.function.shutdown_ms.get());
                     if stop == 0 {
                         self.core.on_instance_stopped(dur(now), zone, instance);
                     } else {
@@ -893,7 +894,7 @@ impl<'a> Engine<'a> {
             Some(ns) => ns,
             None => {
                 let f = &self.p.function;
-                self.jittered_ns(f.warm_start_ms, f.warm_start_jitter)
+                self.jittered_ns(ms(f.warm_start_ms.get()), f.warm_start_jitter)
             }
         }
     }
@@ -905,7 +906,7 @@ impl<'a> Engine<'a> {
             Some(ns) => ns,
             None => {
                 let f = &self.p.function;
-                self.jittered_ns(f.cold_start_ms, f.cold_start_jitter)
+                self.jittered_ns(ms(f.cold_start_ms.get()), f.cold_start_jitter)
             }
         }
     }
@@ -1148,11 +1149,10 @@ pub fn run_policy_with(
         fixed_starts: {
             // What `jittered_ns` gives without jitter (no draw either way).
             let f = &p.function;
-            let fixed =
-                |ms: f64, jitter: f64| (jitter <= 0.0).then(|| (ms * 1e6).round().max(0.0) as u64);
+            let fixed = |d: Duration, jitter: f64| (jitter <= 0.0).then(|| ns(d));
             (
-                fixed(f.warm_start_ms, f.warm_start_jitter),
-                fixed(f.cold_start_ms, f.cold_start_jitter),
+                fixed(f.warm_start_ms.get(), f.warm_start_jitter),
+                fixed(f.cold_start_ms.get(), f.cold_start_jitter),
             )
         },
     };
@@ -1693,7 +1693,10 @@ impl DelayEngine<'_> {
     fn arrive(&mut self, now: u64, i: usize) {
         let e = self.calls[i];
         let at = dur(e.at_ns);
-        let deadline = at + Duration::from_secs_f64(e.deadline_s);
+        // The trace reader refused negative and non-finite deadlines; a huge one waits
+        // forever.
+        let deadline =
+            at.saturating_add(Duration::try_from_secs_f64(e.deadline_s).unwrap_or(Duration::MAX));
         if e.is_async && self.on {
             self.core
                 .enqueue_async(dur(now), CallId(i as u128), deadline, at);
@@ -1826,9 +1829,9 @@ pub fn run_delay(
         slots: p.vm.slots as usize,
         cores: f64::from(p.vm.cores.unwrap_or(p.vm.slots)),
         load: (c, secs_ns(t1), secs_ns(t2)),
-        boot_ns: secs_ns(p.vm.boot_seconds),
-        warm_ns: secs_ns(p.function.warm_start_ms / 1000.0),
-        cold_ns: secs_ns(p.function.cold_start_ms / 1000.0),
+        boot_ns: ns(p.vm.boot_seconds.get()),
+        warm_ns: ns(p.function.warm_start_ms.get()),
+        cold_ns: ns(p.function.cold_start_ms.get()),
         on,
         initial: true,
         deadline_of: vec![Time::ZERO; calls.len()],
@@ -1905,4 +1908,15 @@ pub fn run_delay(
     out.cpu_peak = round3(out.cpu_peak);
     out.last_finish_s = round3(out.last_finish_s);
     Ok(out)
+}
+
+/// A configured duration in milliseconds, for the jittered model times (the number the
+/// file gave, for durations of whole nanoseconds).
+fn ms(d: Duration) -> f64 {
+    d.as_nanos() as f64 / 1e6
+}
+
+/// A configured duration on the simulation clock, ns (at most a year: it fits).
+fn ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }

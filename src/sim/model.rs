@@ -120,12 +120,12 @@ pub fn vm_billed_seconds(
     // 100.00000000001 s before rounding up).
     let rule = match cfg.billing {
         VmBilling::PerSecond => VmBillingRule {
-            granularity_seconds: 1.0,
-            minimum_seconds: cfg.minimum_billed_seconds,
+            granularity: std::time::Duration::from_secs(1),
+            minimum: cfg.minimum_billed_seconds.get(),
         },
         VmBilling::PerHour => VmBillingRule {
-            granularity_seconds: 3600.0,
-            minimum_seconds: 3600.0,
+            granularity: std::time::Duration::from_secs(3600),
+            minimum: std::time::Duration::from_secs(3600),
         },
     };
     rule.billed_seconds(stop_s - start)

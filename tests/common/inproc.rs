@@ -96,7 +96,7 @@ pub(crate) async fn gateway(
         vms,
         vec![zone],
         client(),
-        ReadinessSettings::from_secs("/", 5.0, 0.05),
+        ReadinessSettings::new("/", Duration::from_secs(5), Duration::from_millis(50)),
         0.0,
     );
     gw.start().await.expect("gateway starts");

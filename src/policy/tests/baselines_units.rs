@@ -54,7 +54,7 @@ fn obs(u: f64) -> EpochObservation {
             std_rps: 0.0,
             report: None,
         },
-        epoch_seconds: 1.0,
+        epoch: Duration::from_secs(1),
         vm_requests: 0,
         function_requests: 0,
         vm_utilisation: Some(u),

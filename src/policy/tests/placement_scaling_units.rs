@@ -194,7 +194,7 @@ fn idle_outlook_awaits_traffic_only_before_the_first_request() {
             std_rps: 6.0,
             report: None,
         },
-        epoch_seconds: 1.0,
+        epoch: Duration::from_secs(1),
         vm_requests: 1,
         function_requests: 0,
         vm_utilisation: None,

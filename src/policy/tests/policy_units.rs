@@ -366,7 +366,7 @@ mod policy {
                 assert_eq!(obs.vm_requests, 3);
                 assert_eq!(obs.function_requests, 5);
                 assert_eq!(obs.vm_utilisation, Some(0.37));
-                assert_eq!(obs.epoch_seconds, EPOCH.as_secs_f64());
+                assert_eq!(obs.epoch, EPOCH);
                 assert_eq!(
                     obs.pool,
                     PoolSnapshot {
@@ -1873,7 +1873,7 @@ mod policy {
                         std_rps: 0.0,
                         report: None,
                     },
-                    epoch_seconds: 60.0,
+                    epoch: Duration::from_secs(60),
                     vm_requests: 0,
                     function_requests: 10,
                     vm_utilisation: None,

@@ -228,13 +228,14 @@ impl AsyncCalls {
     /// `async.sample_interval_seconds`. Needs the tokio runtime.
     pub fn start(self: &Arc<Self>, gw: &Arc<Gateway>) {
         let me = Arc::downgrade(self);
-        let every = Duration::from_secs_f64((self.cfg.result_ttl_seconds / 4.0).clamp(0.05, 60.0));
+        let every = (self.cfg.result_ttl_seconds.get() / 4)
+            .clamp(Duration::from_millis(50), Duration::from_secs(60));
         tokio::spawn(async move {
             let mut failing = false;
             loop {
                 tokio::time::sleep(every).await;
                 let Some(me) = me.upgrade() else { return };
-                let ttl_ms = (me.cfg.result_ttl_seconds * 1000.0) as u64;
+                let ttl_ms = millis(me.cfg.result_ttl_seconds.get());
                 let cutoff = me.now_ms().saturating_sub(ttl_ms);
                 let store = Arc::clone(&me.store);
                 match tokio::task::spawn_blocking(move || store.purge(cutoff)).await {
@@ -255,7 +256,7 @@ impl AsyncCalls {
         if let Some(p) = &self.prometheus {
             let gw = Arc::downgrade(gw);
             p.spawn(
-                Duration::from_secs_f64(self.cfg.sample_interval_seconds),
+                self.cfg.sample_interval_seconds.get(),
                 Box::new(move || gw.upgrade().map(|g| g.ready_vm_bases())),
             );
         }
@@ -315,7 +316,7 @@ impl AsyncCalls {
 
     /// The deadline of an asynchronous request, ms from now.
     fn deadline_ms<B>(&self, req: &Request<B>) -> Result<u64, ProxyError> {
-        let max_ms = (self.cfg.max_deadline_seconds * 1000.0) as u64;
+        let max_ms = millis(self.cfg.max_deadline_seconds.get());
         if let Some(v) = req.headers().get(&self.deadline_header) {
             let text = v.to_str().unwrap_or("").trim();
             let ms: i128 = text.parse().map_err(|_| {
@@ -336,7 +337,7 @@ impl AsyncCalls {
             .route_for(req.method().as_str(), req.uri().path())
             .and_then(|r| r.default_deadline_seconds)
             .unwrap_or(self.cfg.default_deadline_seconds);
-        Ok((secs * 1000.0) as u64)
+        Ok(millis(secs.get()))
     }
 
     /// Accept an asynchronous request: validate, store durably, queue, answer 202.
@@ -580,7 +581,7 @@ impl AsyncCalls {
         let Some(res) = res else {
             return Err(ProxyError::CallNotFound);
         };
-        let retention = (self.cfg.result_ttl_seconds * 1000.0) as u64;
+        let retention = millis(self.cfg.result_ttl_seconds.get());
         if rec
             .finished_at_ms
             .is_some_and(|f| self.now_ms() > f + retention)
@@ -799,7 +800,7 @@ impl AsyncCalls {
                 self.persist_finish(rec, result).await;
             } else {
                 // No capacity anywhere: queue it again after a sample period.
-                tokio::time::sleep(Duration::from_secs_f64(self.cfg.sample_interval_seconds)).await;
+                tokio::time::sleep(self.cfg.sample_interval_seconds.get()).await;
                 self.enqueue(&gw, &rec);
             }
             return;
@@ -1026,6 +1027,11 @@ fn vm_share(prev: &VmTicks, now: &VmTicks) -> Option<f64> {
         .filter_map(|(pid, t)| Some(t.saturating_sub(*prev.per_pid.get(pid)?)))
         .sum();
     Some((used as f64 / dt as f64).min(1.0))
+}
+
+/// `d` in whole milliseconds (a configured duration: at most a year, so it fits).
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
 #[cfg(test)]
