@@ -27,6 +27,7 @@
 //! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
 //! | [`coordination`] | `coordination:` (several replicas, one decision) |
 //! | [`sim`] | `sim:` (simulator-only models) |
+//! | [`telemetry`] | `telemetry:` (span export over OTLP) |
 //! | `overrides` | `--set PATH=VALUE` |
 //! | `aws_warnings` | `spillway check` warnings about risky AWS settings (plain-HTTP endpoints off loopback, wide tag allow-lists) |
 //! | `yaml`, `de` | the located YAML tree and the serde deserializer over it |
@@ -50,6 +51,7 @@ mod queue;
 mod routes;
 mod schema;
 pub mod sim;
+pub mod telemetry;
 mod yaml;
 mod zone_specs;
 mod zones;
