@@ -27,7 +27,8 @@ pub struct TelemetryConfig {
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The collector's OTLP/HTTP traces URL, used as given (the path included):
-    /// `http://127.0.0.1:4318/v1/traces`; `http://` or `https://` (system roots).
+    /// `http://127.0.0.1:4318/v1/traces`; plain `http://` (a collector beside the
+    /// gateway or on its private network).
     pub endpoint: String,
     /// Deadline of one export request (a batch of spans), milliseconds, 1–600000.
     #[serde(default = "default_timeout_ms")]
@@ -114,16 +115,19 @@ impl TelemetryConfig {
     }
 }
 
-/// What is wrong with an OTLP endpoint, if anything: an `http://` or `https://` URL
-/// with a host and no user.
+/// What is wrong with an OTLP endpoint, if anything: an `http://` URL with a host and
+/// no user.
 fn endpoint_problem(url: &str) -> Option<String> {
     let Ok(u) = url.parse::<http::Uri>() else {
         return Some(format!(
-            "must be an http:// or https:// URL such as http://127.0.0.1:4318/v1/traces, got {url:?}"
+            "must be an http:// URL such as http://127.0.0.1:4318/v1/traces, got {url:?}"
         ));
     };
-    if !matches!(u.scheme_str(), Some("http" | "https")) {
-        return Some(format!("must be an http:// or https:// URL, got {url:?}"));
+    if u.scheme_str() != Some("http") {
+        return Some(format!(
+            "must be an http:// URL (the exporter speaks plain OTLP/HTTP; run a collector \
+             beside the gateway for TLS), got {url:?}"
+        ));
     }
     match u.authority() {
         None => Some(format!("has no host, got {url:?}")),
@@ -177,7 +181,8 @@ mod tests {
         ] {
             assert!(text.contains(field), "{field} in {text}");
         }
-        assert!(endpoint_problem("https://user@collector:4318/v1/traces").is_some());
+        assert!(endpoint_problem("http://user@collector:4318/v1/traces").is_some());
+        assert!(endpoint_problem("https://collector:4318/v1/traces").is_some());
         assert!(endpoint_problem("not a url").is_some());
     }
 }
