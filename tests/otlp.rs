@@ -3,6 +3,8 @@
 //! decodes the protobuf requests); the spans' ids and parents agree with the client's
 //! `traceparent`, with the one the upstream saw and with the access log.
 #![cfg(feature = "otlp")]
+// Blocking test code: std's clock for the polling deadlines (no tokio time here).
+#![allow(clippy::disallowed_methods)]
 
 mod common;
 

@@ -201,7 +201,7 @@ pub async fn handle(
     let trace = RequestTrace::begin(&gw, &mut req, &id_text);
     let span = tracing::error_span!("request", request_id = %id_text, trace_id = %trace.trace_id);
     tracing::Instrument::instrument(
-        handle_with_id(gw, settings, req, peer, scheme, id, id_text, trace),
+        handle_with_id(gw, settings, req, (peer, scheme), id, id_text, trace),
         span,
     )
     .await
@@ -259,8 +259,7 @@ async fn handle_with_id(
     gw: Arc<Gateway>,
     settings: Arc<ServiceSettings>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    scheme: &'static str,
+    (peer, scheme): (SocketAddr, &'static str),
     id: HeaderValue,
     id_text: String,
     trace: RequestTrace,
