@@ -9,20 +9,33 @@ pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 /// The git commit built (12 hex digits), or `unknown`.
 pub const COMMIT: &str = env!("SPILLWAY_GIT_COMMIT");
 
-#[cfg(feature = "aws")]
+#[cfg(all(feature = "aws", feature = "otlp"))]
+macro_rules! features {
+    () => {
+        "aws,otlp"
+    };
+}
+#[cfg(all(feature = "aws", not(feature = "otlp")))]
 macro_rules! features {
     () => {
         "aws"
     };
 }
-#[cfg(not(feature = "aws"))]
+#[cfg(all(not(feature = "aws"), feature = "otlp"))]
+macro_rules! features {
+    () => {
+        "otlp"
+    };
+}
+#[cfg(not(any(feature = "aws", feature = "otlp")))]
 macro_rules! features {
     () => {
         "none"
     };
 }
 
-/// Optional cargo features compiled in: `aws`, or `none`.
+/// Optional cargo features compiled in, comma-separated: `aws`, `otlp`, `aws,otlp`, or
+/// `none`.
 pub const FEATURES: &str = features!();
 
 /// `spillway -V`: `0.1.0 (commit 1a2b3c4d5e6f, features: none)`.

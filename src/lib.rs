@@ -9,6 +9,7 @@
 //! * [`net`] — HTTP primitives shared by the proxy and the backends (body, upstream
 //!   client, header hygiene, TLS, client info). A leaf: imports no other module.
 //! * [`telemetry`] — the metrics spec.
+//! * [`trace_export`] — span export over OTLP (`telemetry.otlp`, the `otlp` feature).
 //! * [`backends`] — VM pool and function tier providers (local processes, static URLs,
 //!   HTTP function endpoints).
 //! * [`coord`] — several gateway replicas, one decision: the coordinator and its
@@ -36,3 +37,4 @@ pub mod sample_api;
 pub mod sim;
 pub mod state_dir;
 pub mod telemetry;
+pub mod trace_export;

@@ -633,7 +633,7 @@ fn lenient_replies_reach_the_client_in_every_format() {
 }
 
 /// The Invoke call carries `X-Amzn-Trace-Id` (rebuilt from the client's, or
-/// derived from its W3C `traceparent`), and the event's headers show the same; a
+/// derived from its W3C `traceparent`, or from the one the gateway started), and the event's headers show the same; a
 /// client's `Lineage` (Lambda's recursive-loop detection) and other fields never reach
 /// Lambda.
 #[test]
@@ -684,16 +684,31 @@ fn invoke_carries_the_trace_header() {
         trace(&calls[1]).as_deref(),
         Some("Root=1-4bf92f35-77b34da6a3ce929d0e0e4736;Parent=00f067aa0ba902b7;Sampled=1")
     );
-    assert_eq!(trace(&calls[2]), None);
+    // No trace header from the client: derived from the traceparent the gateway
+    // started (not sampled: the gateway records nothing without span export).
+    let started = |c: &StubRequest| {
+        let ev: Value = serde_json::from_slice(&c.body).unwrap();
+        let tp = ev["headers"]["traceparent"].as_str().unwrap().to_string();
+        let root = format!(
+            "Root=1-{}-{};Parent={};Sampled=0",
+            &tp[3..11],
+            &tp[11..35],
+            &tp[36..52]
+        );
+        (trace(c), root)
+    };
+    let (got, want) = started(&calls[2]);
+    assert_eq!(got.as_deref(), Some(want.as_str()));
     assert_eq!(trace(&calls[3]).as_deref(), Some(xray));
-    assert_eq!(trace(&calls[4]), None);
+    let (got, want) = started(&calls[4]);
+    assert_eq!(got.as_deref(), Some(want.as_str()));
     let ev: Value = serde_json::from_slice(&calls[0].body).unwrap();
     assert_eq!(ev["headers"]["x-amzn-trace-id"], xray);
     assert_eq!(ev["headers"]["traceparent"], tp);
     let ev: Value = serde_json::from_slice(&calls[3].body).unwrap();
     assert_eq!(ev["headers"]["x-amzn-trace-id"], xray);
     let ev: Value = serde_json::from_slice(&calls[4].body).unwrap();
-    assert!(ev["headers"].get("x-amzn-trace-id").is_none(), "{ev}");
+    assert!(ev["headers"]["x-amzn-trace-id"].is_string(), "{ev}");
 }
 
 /// Every event the gateway sends, for a corpus of odd requests, in

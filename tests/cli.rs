@@ -61,7 +61,12 @@ fn version_names_the_commit_and_the_features() {
         _ => "unknown".to_string(),
     };
     assert_eq!(lines[1], format!("commit: {expected_commit}"));
-    let features = if cfg!(feature = "aws") { "aws" } else { "none" };
+    let features = match (cfg!(feature = "aws"), cfg!(feature = "otlp")) {
+        (true, true) => "aws,otlp",
+        (true, false) => "aws",
+        (false, true) => "otlp",
+        (false, false) => "none",
+    };
     assert_eq!(lines[2], format!("features: {features}"));
     // -V: one line with the same fields.
     let short = stdout(&run(&["-V"]));

@@ -78,7 +78,12 @@ fn metrics_have_help_and_counters_exist_at_zero_from_startup() {
         assert_eq!(series(&text, s), Some(0.0), "{s} at zero:\n{text}");
     }
     // Build info, with this binary's version and features.
-    let features = if cfg!(feature = "aws") { "aws" } else { "none" };
+    let features = match (cfg!(feature = "aws"), cfg!(feature = "otlp")) {
+        (true, true) => "aws,otlp",
+        (true, false) => "aws",
+        (false, true) => "otlp",
+        (false, false) => "none",
+    };
     let info = text
         .lines()
         .find(|l| l.starts_with("spillway_build_info{"))

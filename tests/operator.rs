@@ -259,7 +259,8 @@ fn admin_checks_host_and_origin_without_a_token_and_bearer_in_any_case_with_one(
 
 /// Every request has an `x-request-id`: made when the client sent none, kept when it
 /// sent a valid one; it goes upstream, comes back on the response, and is in the access
-/// log. A valid `traceparent` goes upstream unchanged, a malformed one does not.
+/// log. A valid `traceparent` goes upstream unchanged, a malformed one does not (nor
+/// its `tracestate`).
 #[test]
 fn request_ids_go_upstream_come_back_and_are_logged() {
     let stub = Stub::start(ok_reply);
@@ -305,12 +306,65 @@ fn request_ids_go_upstream_come_back_and_are_logged() {
     assert_eq!(kept.get("tracestate"), Some("v=1"));
     let bad = &stub.requests_to("/replaced")[0];
     assert_eq!(bad.get("x-request-id"), Some(replaced.as_str()));
-    assert!(bad.get("traceparent").is_none() && bad.get("tracestate").is_none());
+    // A malformed one is not passed on: the gateway starts a trace instead.
+    assert_ne!(bad.get("traceparent"), Some("00-zz-01"));
+    assert!(bad.get("tracestate").is_none());
     // The access log, in request order.
     let line = gw.proc.wait_line("path=/made", LONG);
     assert!(line.contains(&format!("request_id={made}")), "{line}");
     let line = gw.proc.wait_line("path=/kept", LONG);
     assert!(line.contains("request_id=client-id.42"), "{line}");
+    assert!(
+        line.contains("trace_id=4bf92f3577b34da6a3ce929d0e0e4736"),
+        "{line}"
+    );
+}
+
+/// A request without a valid `traceparent` starts a trace at the gateway: the upstream
+/// gets a new `traceparent` (version 00, a random non-zero trace id and span id, not
+/// sampled: the gateway exports no spans here), and the access log names its trace id.
+#[test]
+fn a_request_without_traceparent_gets_one_started_by_the_gateway() {
+    let stub = Stub::start(ok_reply);
+    let gw = Gateway::start(&static_config(&[stub.url()], "  access_log: true"));
+    for (path, sent) in [("/none", None), ("/malformed", Some("00-zz-01"))] {
+        let headers: Vec<(&str, &str)> = sent.map(|v| ("traceparent", v)).into_iter().collect();
+        let (code, _, _) = http(gw.proxy, "GET", path, &headers, b"");
+        assert_eq!(code, 200);
+        let seen = stub.requests_to(path)[0]
+            .get("traceparent")
+            .unwrap_or_else(|| panic!("{path}: no traceparent upstream"))
+            .to_string();
+        let parts: Vec<&str> = seen.split('-').collect();
+        assert_eq!(parts.len(), 4, "{seen}");
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        assert_eq!(parts[0], "00", "{seen}");
+        assert!(
+            hex(parts[1], 32) && parts[1].bytes().any(|b| b != b'0'),
+            "{seen}"
+        );
+        assert!(
+            hex(parts[2], 16) && parts[2].bytes().any(|b| b != b'0'),
+            "{seen}"
+        );
+        assert_eq!(parts[3], "00", "{seen}");
+        let line = gw.proc.wait_line(&format!("path={path}"), LONG);
+        assert!(line.contains(&format!("trace_id={}", parts[1])), "{line}");
+    }
+    // Two requests, two traces.
+    let a = stub.requests_to("/none")[0]
+        .get("traceparent")
+        .unwrap()
+        .to_string();
+    let b = stub.requests_to("/malformed")[0]
+        .get("traceparent")
+        .unwrap()
+        .to_string();
+    assert_ne!(a[3..35], b[3..35]);
 }
 
 /// A local 502 carries a short reason and the request id, as problem+json when the

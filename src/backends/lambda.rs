@@ -30,7 +30,7 @@
 //! than the trace id from it (the `Lineage` field drives its recursive-loop detection,
 //! which stops a function that seems to call itself), so every other field is dropped.
 //! The event's `headers` carry the same rebuilt `x-amzn-trace-id` (none when the
-//! client's was not valid) and the client's `traceparent`.
+//! client's was not valid) and the `traceparent` (the client's, or one the gateway started).
 //!
 //! **Errors where the function never ran** ([`never_ran`]): Lambda
 //! rejects some Invoke calls before any code runs (the version is not ready, ENIs or

@@ -57,3 +57,9 @@ pub const DEFAULT_BOOT_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(120);
 pub const DEFAULT_PROBE_INTERVAL_SECONDS: Seconds = Seconds::from_millis(100);
 /// Default function keep-alive, seconds.
 pub const DEFAULT_KEEP_ALIVE_SECONDS: Seconds = Seconds::from_secs(600);
+/// Default deadline of one OTLP export request (a batch of spans), milliseconds.
+pub const DEFAULT_OTLP_TIMEOUT_MS: u64 = 10_000;
+/// Default share of the traces the gateway starts that are sampled (exported), 0–1.
+pub const DEFAULT_OTLP_SAMPLE_RATIO: f64 = 1.0;
+/// Default `service.name` resource attribute of exported spans.
+pub const DEFAULT_OTLP_SERVICE_NAME: &str = "spillway";

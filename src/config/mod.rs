@@ -28,6 +28,7 @@
 //! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
 //! | [`coordination`] | `coordination:` (several replicas, one decision) |
 //! | [`sim`] | `sim:` (simulator-only models) |
+//! | [`telemetry`] | `telemetry:` (span export over OTLP) |
 //! | `overrides` | `--set PATH=VALUE` |
 //! | `aws_warnings` | `spillway check` warnings about risky AWS settings (plain-HTTP endpoints off loopback, wide tag allow-lists) |
 //! | `yaml`, `de` | the located YAML tree and the serde deserializer over it |
@@ -52,6 +53,7 @@ mod queue;
 mod routes;
 mod schema;
 pub mod sim;
+pub mod telemetry;
 mod yaml;
 mod zone_specs;
 mod zones;
@@ -64,7 +66,8 @@ pub use defaults::{
     DEFAULT_HTTP2_KEEPALIVE_INTERVAL_SECONDS, DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS,
     DEFAULT_IDLE_TIMEOUT_SECONDS, DEFAULT_KEEP_ALIVE_SECONDS,
     DEFAULT_KEEPALIVE_IDLE_TIMEOUT_SECONDS, DEFAULT_LISTEN, DEFAULT_MAX_BODY_BYTES,
-    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_PHI, DEFAULT_PROBE_INTERVAL_SECONDS,
+    DEFAULT_MAX_CONCURRENT_STREAMS, DEFAULT_OTLP_SAMPLE_RATIO, DEFAULT_OTLP_SERVICE_NAME,
+    DEFAULT_OTLP_TIMEOUT_MS, DEFAULT_PHI, DEFAULT_PROBE_INTERVAL_SECONDS,
     DEFAULT_REQUEST_BODY_IDLE_TIMEOUT_SECONDS, DEFAULT_RESPONSE_BODY_IDLE_TIMEOUT_SECONDS,
     DEFAULT_RHO, DEFAULT_TUNNEL_IDLE_TIMEOUT_SECONDS, DEFAULT_UPSTREAM_TIMEOUT_SECONDS,
     MAX_HEAD_LIMIT_BYTES,

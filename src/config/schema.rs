@@ -80,6 +80,9 @@ pub struct Config {
     /// gateway, the default) or `type: redis`.
     #[serde(default)]
     pub coordination: crate::config::coordination::CoordinationConfig,
+    /// Span export (`telemetry.otlp`: OTLP/HTTP, the `otlp` cargo feature).
+    #[serde(default)]
+    pub telemetry: crate::config::telemetry::TelemetryConfig,
 }
 
 fn one() -> u32 {
@@ -1287,6 +1290,7 @@ impl Config {
         crate::config::delay::validate_routes(&self.routes, &self.async_calls, &mut is);
         self.coordination
             .validate(self.libra.epoch_seconds, &mut is);
+        self.telemetry.validate(&mut is);
         self.validate_replicas(&mut is);
         is.0
     }
@@ -1413,6 +1417,7 @@ impl Config {
         if !cfg!(feature = "aws") && matches!(self.vm_pool, Some(VmPoolConfig::Ec2(_))) {
             is.push("vm_pool.type", aws_feature_missing("ec2"));
         }
+        self.telemetry.gateway_issues(&mut is);
         is.0
     }
 

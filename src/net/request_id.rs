@@ -9,11 +9,16 @@
 //! `none`); otherwise the gateway makes a new one (32 hex digits, random), so that a
 //! log line never carries a client's control characters or an unbounded value.
 //!
-//! **W3C trace context**: a valid `traceparent` (and its `tracestate`) goes upstream
-//! unchanged — the gateway takes part in the trace as a pass-through hop — and its
-//! trace id is logged with the request id ([`trace_context`]); an invalid `traceparent`
-//! is removed with its `tracestate` (W3C Trace Context §3.2: a malformed header is not
-//! passed on), so that the upstream starts a trace of its own.
+//! **W3C trace context** ([`trace_context`], [`TraceParent`]): a valid `traceparent`
+//! (and its `tracestate`) is kept; an invalid one is removed with its `tracestate`
+//! (W3C Trace Context §3.2: a malformed header is not passed on). A request without a
+//! valid one starts a trace at the gateway: a new `traceparent` (random trace id, the
+//! gateway's span id) goes upstream. Without span export (`telemetry.otlp`) a client's
+//! `traceparent` goes upstream unchanged — the gateway is a pass-through hop — and a
+//! started trace is not sampled (flags `00`: the gateway recorded nothing); with span
+//! export every attempt sends its own span id as the parent id, with the sampling
+//! decision (`crate::trace_export`). The trace id is logged with the request id, in the
+//! request's log span and the access log line.
 
 use std::net::IpAddr;
 
@@ -46,12 +51,80 @@ pub const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 /// `tracestate`.
 pub const TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
-/// The trace id of the request's W3C `traceparent` (32 hex digits), or `None` without
-/// a valid one — then `traceparent` and `tracestate` are removed from `headers`.
-pub fn trace_context(headers: &mut HeaderMap) -> Option<String> {
+/// A W3C `traceparent` (Trace Context §3.2), its version-00 fields.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceParent {
+    /// The trace id (32 hex digits on the wire; never zero).
+    pub trace_id: u128,
+    /// The caller's span id, the parent of the receiver's span (16 hex digits; never
+    /// zero).
+    pub parent_id: u64,
+    /// The trace flags; bit 0 is `sampled` (the caller may have recorded its span).
+    pub flags: u8,
+}
+
+impl TraceParent {
+    /// A value `version-traceid-parentid-flags` (version `00` exactly; a higher
+    /// version's first four fields), or `None` when malformed or all-zero.
+    pub fn parse(v: &str) -> Option<Self> {
+        let v = v.trim();
+        let mut parts = v.split('-');
+        let (version, trace, parent, flags) =
+            (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+        let hex = |s: &str, n: usize| {
+            s.len() == n
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        let version_ok =
+            hex(version, 2) && version != "ff" && (version != "00" || parts.next().is_none());
+        if !(version_ok && hex(trace, 32) && hex(parent, 16) && hex(flags, 2)) {
+            return None;
+        }
+        let parsed = Self {
+            trace_id: u128::from_str_radix(trace, 16).ok()?,
+            parent_id: u64::from_str_radix(parent, 16).ok()?,
+            flags: u8::from_str_radix(flags, 16).ok()?,
+        };
+        (parsed.trace_id != 0 && parsed.parent_id != 0).then_some(parsed)
+    }
+
+    /// A new trace started by the gateway: random trace id and span id (never zero),
+    /// the sampled flag as given.
+    pub fn generate(sampled: bool) -> Self {
+        Self {
+            trace_id: rand::random::<u128>().max(1),
+            parent_id: rand::random::<u64>().max(1),
+            flags: u8::from(sampled),
+        }
+    }
+
+    /// The trace id as logged and sent: 32 lower-case hex digits.
+    pub fn trace_id_hex(&self) -> String {
+        format!("{:032x}", self.trace_id)
+    }
+
+    /// Whether the sampled flag is set.
+    pub fn sampled(&self) -> bool {
+        self.flags & 1 == 1
+    }
+
+    /// The header value, version `00`: `00-<trace id>-<parent id>-<flags>`.
+    pub fn header_value(&self) -> HeaderValue {
+        HeaderValue::from_str(&format!(
+            "00-{:032x}-{:016x}-{:02x}",
+            self.trace_id, self.parent_id, self.flags
+        ))
+        .expect("hex digits and dashes are a valid header value")
+    }
+}
+
+/// The request's W3C `traceparent` when it has exactly one valid one; else `None`, and
+/// `traceparent` and `tracestate` are removed from `headers`.
+pub fn trace_context(headers: &mut HeaderMap) -> Option<TraceParent> {
     let mut values = headers.get_all(&TRACEPARENT).iter();
     let parsed = match (values.next(), values.next()) {
-        (Some(v), None) => v.to_str().ok().and_then(trace_id),
+        (Some(v), None) => v.to_str().ok().and_then(TraceParent::parse),
         (None, _) => return None,
         _ => None,
     };
@@ -60,31 +133,6 @@ pub fn trace_context(headers: &mut HeaderMap) -> Option<String> {
         headers.remove(&TRACESTATE);
     }
     parsed
-}
-
-/// The trace id of a `traceparent` value `version-traceid-parentid-flags` (version
-/// `00` exactly; a higher version's first four fields), or `None` when malformed or
-/// all-zero.
-fn trace_id(v: &str) -> Option<String> {
-    let v = v.trim();
-    let mut parts = v.split('-');
-    let (version, trace, parent, flags) =
-        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
-    let hex = |s: &str, n: usize| {
-        s.len() == n
-            && s.bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-    };
-    let version_ok =
-        hex(version, 2) && version != "ff" && (version != "00" || parts.next().is_none());
-    let zero = |s: &str| s.bytes().all(|b| b == b'0');
-    (version_ok
-        && hex(trace, 32)
-        && hex(parent, 16)
-        && hex(flags, 2)
-        && !zero(trace)
-        && !zero(parent))
-    .then(|| trace.to_owned())
 }
 
 /// Whether `v` is a request id the gateway keeps (see the [module docs](self)).
@@ -186,10 +234,10 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(TRACEPARENT, HeaderValue::from_static(tp));
         h.insert(TRACESTATE, HeaderValue::from_static("vendor=x"));
-        assert_eq!(
-            trace_context(&mut h).as_deref(),
-            Some("4bf92f3577b34da6a3ce929d0e0e4736")
-        );
+        let parsed = trace_context(&mut h).unwrap();
+        assert_eq!(parsed.trace_id_hex(), "4bf92f3577b34da6a3ce929d0e0e4736");
+        assert_eq!(parsed.header_value(), tp);
+        assert!(parsed.sampled());
         assert_eq!(h[&TRACEPARENT], tp);
         assert_eq!(h[&TRACESTATE], "vendor=x");
         for bad in [
@@ -213,6 +261,19 @@ mod tests {
         );
         assert!(trace_context(&mut h).is_some());
         assert!(trace_context(&mut HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn a_started_trace_has_a_valid_traceparent() {
+        for sampled in [false, true] {
+            let tp = TraceParent::generate(sampled);
+            let v = tp.header_value();
+            let text = v.to_str().unwrap();
+            assert_eq!(text.len(), 55, "{text}");
+            assert_eq!(TraceParent::parse(text), Some(tp));
+            assert_eq!(tp.sampled(), sampled);
+            assert!(text.ends_with(if sampled { "-01" } else { "-00" }));
+        }
     }
 
     #[test]

@@ -6,13 +6,16 @@
 //! with target `spillway::access` (text or JSON, like every log line):
 //!
 //! ```text
-//! INFO spillway::access: request request_id=4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b client=127.0.0.1:50412
+//! INFO spillway::access: request request_id=4f1c2e0a9b7d4e6f8a0b1c2d3e4f5a6b
+//!   trace_id=4bf92f3577b34da6a3ce929d0e0e4736 client=127.0.0.1:50412
 //!   method=GET path=/sleep version=HTTP/1.1 status=200 tier=vm zone=- instance=vm-1
 //!   headers_ms=20.6 total_ms=20.8 bytes_in=0 bytes_out=12 complete=true
 //! ```
 //!
 //! * `request_id`: the request's `x-request-id` ([`crate::net::request_id`]), also on
 //!   the response and in every warning about the request;
+//! * `trace_id`: the request's W3C trace id, the client's or one the gateway started (32
+//!   hex digits; the `traceparent` the upstream got carries it);
 //! * `tier`: `vm`, `function` or `local` (the gateway answered itself: 413, 503, …);
 //! * `zone`, `instance`: from the response's [`ServedBy`] (`-` when unknown);
 //! * `headers_ms`: arrival to response headers; `total_ms`: arrival to the last body byte,
@@ -46,6 +49,7 @@ struct RequestInfo {
     start: Instant,
     client: SocketAddr,
     request_id: String,
+    trace_id: String,
     method: Method,
     path: String,
     version: Version,
@@ -58,8 +62,14 @@ struct RequestInfo {
 #[derive(Debug)]
 pub struct Observation(Option<RequestInfo>);
 
-/// A request arrived from `client`; `request_id` is its `x-request-id`.
-pub fn begin<B>(req: &Request<B>, client: SocketAddr, request_id: &str) -> Observation {
+/// A request arrived from `client`; `request_id` is its `x-request-id`, `trace_id` its
+/// W3C trace id.
+pub fn begin<B>(
+    req: &Request<B>,
+    client: SocketAddr,
+    request_id: &str,
+    trace_id: &str,
+) -> Observation {
     m::in_flight(1);
     let log = tracing::enabled!(target: "spillway::access", tracing::Level::INFO);
     Observation(Some(RequestInfo {
@@ -67,6 +77,11 @@ pub fn begin<B>(req: &Request<B>, client: SocketAddr, request_id: &str) -> Obser
         client,
         request_id: if log {
             request_id.to_owned()
+        } else {
+            String::new()
+        },
+        trace_id: if log {
+            trace_id.to_owned()
         } else {
             String::new()
         },
@@ -159,6 +174,7 @@ impl Finished {
         tracing::info!(
             target: "spillway::access",
             request_id = %r.request_id,
+            trace_id = %r.trace_id,
             client = %r.client,
             method = %r.method,
             path = %r.path,

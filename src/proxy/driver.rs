@@ -188,6 +188,8 @@ pub struct Gateway {
     /// Several replicas (`crate::coord`): the coordinator, which fences every pool
     /// write and whose snapshot `/status` shows.
     coordinator: std::sync::OnceLock<Arc<Coordinator>>,
+    /// Span export (`telemetry.otlp`), when on.
+    trace_exporter: std::sync::OnceLock<Arc<crate::trace_export::Exporter>>,
     /// The running bill ([`CostMeter`]) and the instance type of this pool's VMs, once
     /// set ([`Self::set_cost_meter`]).
     cost: Mutex<Option<(CostMeter, String)>>,
@@ -257,6 +259,7 @@ impl Gateway {
             cip_rps,
             async_calls: std::sync::OnceLock::new(),
             coordinator: std::sync::OnceLock::new(),
+            trace_exporter: std::sync::OnceLock::new(),
             cost: Mutex::new(None),
         })
     }
@@ -316,6 +319,16 @@ impl Gateway {
                 ok
             }
         }
+    }
+
+    /// Export spans through `e` (set once, before serving).
+    pub fn set_trace_exporter(&self, e: Arc<crate::trace_export::Exporter>) {
+        let _ = self.trace_exporter.set(e);
+    }
+
+    /// The span exporter, under `telemetry.otlp`.
+    pub fn trace_exporter(&self) -> Option<&Arc<crate::trace_export::Exporter>> {
+        self.trace_exporter.get()
     }
 
     /// Serve asynchronous calls through `a` (set once, before [`Self::start`]).

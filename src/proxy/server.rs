@@ -132,6 +132,9 @@ pub enum ServeError {
     /// A route enables asynchronous calls but no state directory could be chosen.
     #[error(transparent)]
     StateDir(#[from] crate::state_dir::NoStateDir),
+    /// Span export (`telemetry.otlp`) could not be set up.
+    #[error(transparent)]
+    TraceExport(#[from] crate::trace_export::ExportError),
     /// `coordination.url` cannot be used by the Redis client.
     #[error("config: coordination.url: {source}")]
     Coordination {
@@ -390,6 +393,11 @@ impl Server {
                 .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
         gateway.set_cost_meter(config.cost_meter(), config.vm_instance_type());
+        if let Some(otlp) = &config.telemetry.otlp {
+            let e = crate::trace_export::Exporter::start(otlp)?;
+            tracing::info!(endpoint = %otlp.endpoint, sample_ratio = otlp.sample_ratio, "exporting spans over OTLP/HTTP");
+            gateway.set_trace_exporter(Arc::new(e));
+        }
         if let Some((store, _, settings)) = coordination {
             crate::telemetry::zero_coordination();
             tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");
@@ -730,6 +738,11 @@ impl Server {
         }
         admin_task.abort();
         self.gateway.shutdown_backends().await;
+        if let Some(e) = self.gateway.trace_exporter() {
+            // Flushes the queued spans; blocks on the batch processor's thread.
+            let e = Arc::clone(e);
+            let _ = tokio::task::spawn_blocking(move || e.shutdown()).await;
+        }
         tracing::info!("stopped");
     }
 }

@@ -36,7 +36,7 @@ use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
 use crate::net::headers::{self, TrustedProxies};
-use crate::net::request_id::{self, REQUEST_ID, RequestIdTrust};
+use crate::net::request_id::{self, REQUEST_ID, RequestIdTrust, TRACEPARENT, TraceParent};
 use crate::net::validate::{self, Checked, RequestRules};
 use crate::telemetry as m;
 
@@ -197,30 +197,74 @@ pub async fn handle(
         &settings.trusted_proxies,
     );
     let id_text = id.to_str().unwrap_or("-").to_owned();
-    let span = match request_id::trace_context(req.headers_mut()) {
-        Some(trace_id) => {
-            tracing::error_span!("request", request_id = %id_text, trace_id = %trace_id)
-        }
-        None => tracing::error_span!("request", request_id = %id_text),
-    };
+    let trace = RequestTrace::begin(&gw, &mut req, &id_text);
+    let span = tracing::error_span!("request", request_id = %id_text, trace_id = %trace.trace_id);
     tracing::Instrument::instrument(
-        handle_with_id(gw, settings, req, peer, scheme, id, id_text),
+        handle_with_id(gw, settings, req, (peer, scheme), id, id_text, trace),
         span,
     )
     .await
+}
+
+/// A request's place in its W3C trace: the `traceparent` sent upstream and, with span
+/// export on, the `request` span ([`crate::trace_export`]).
+#[derive(Clone, Debug)]
+struct RequestTrace {
+    /// 32 hex digits, for the logs.
+    trace_id: String,
+    /// The `traceparent` set on the request after its checks: the gateway's when it
+    /// started the trace or exports spans; `None`: the client's goes on unchanged.
+    header: Option<HeaderValue>,
+    /// The `request` span (span export on).
+    span: Option<crate::trace_export::RequestSpan>,
+}
+
+impl RequestTrace {
+    /// The client's valid `traceparent` (an invalid one is removed), and what the
+    /// gateway sends upstream instead: without span export, a new unsampled one only
+    /// when the client sent none; with span export, the request span's.
+    fn begin(gw: &Gateway, req: &mut Request<Incoming>, request_id: &str) -> Self {
+        let client = request_id::trace_context(req.headers_mut());
+        match gw.trace_exporter() {
+            Some(e) => {
+                let span = e.request(client.as_ref(), req.method().as_str(), request_id);
+                let own = span.traceparent();
+                Self {
+                    trace_id: own.trace_id_hex(),
+                    header: Some(own.header_value()),
+                    span: Some(span),
+                }
+            }
+            None => match client {
+                Some(tp) => Self {
+                    trace_id: tp.trace_id_hex(),
+                    header: None,
+                    span: None,
+                },
+                None => {
+                    let tp = TraceParent::generate(false);
+                    Self {
+                        trace_id: tp.trace_id_hex(),
+                        header: Some(tp.header_value()),
+                        span: None,
+                    }
+                }
+            },
+        }
+    }
 }
 
 async fn handle_with_id(
     gw: Arc<Gateway>,
     settings: Arc<ServiceSettings>,
     req: Request<Incoming>,
-    peer: SocketAddr,
-    scheme: &'static str,
+    (peer, scheme): (SocketAddr, &'static str),
     id: HeaderValue,
     id_text: String,
+    trace: RequestTrace,
 ) -> Response<Body> {
     let started = Instant::now();
-    let mut observed = super::access_log::begin(&req, peer, &id_text);
+    let mut observed = super::access_log::begin(&req, peer, &id_text, &trace.trace_id);
     if let Some(a) = gw.async_calls() {
         observed.hide_call_id(a.status_prefix());
     }
@@ -228,7 +272,7 @@ async fn handle_with_id(
     let method = req.method().clone();
     let uri = req.uri().clone();
     let problem_json = super::error::wants_problem_json(req.headers());
-    let (tier, mut resp) = match dispatch(&gw, &settings, req, peer, scheme, &id).await {
+    let (tier, mut resp) = match dispatch(&gw, &settings, req, peer, scheme, &id, &trace).await {
         Ok((tier, resp)) => (tier, resp),
         Err((tier, e)) => {
             if matches!(e, ProxyError::RequestBodyTimeout(_)) {
@@ -248,6 +292,9 @@ async fn handle_with_id(
         }
     };
     resp.headers_mut().insert(REQUEST_ID, id);
+    if let Some(span) = &trace.span {
+        span.finish(resp.status().as_u16(), tier, uri.path());
+    }
     m::request(tier, resp.status().as_u16(), started.elapsed());
     observed.respond(tier, resp)
 }
@@ -263,6 +310,7 @@ async fn dispatch(
     peer: SocketAddr,
     scheme: &'static str,
     request_id: &HeaderValue,
+    trace: &RequestTrace,
 ) -> Outcome {
     // Host, target form, header limits, path normalization, cookies.
     let mut req = match validate::check(req, &settings.request_rules) {
@@ -271,6 +319,9 @@ async fn dispatch(
         Checked::Refuse(e) => return Err(("local", e.into())),
     };
     req.headers_mut().insert(REQUEST_ID, request_id.clone());
+    if let Some(tp) = &trace.header {
+        req.headers_mut().insert(TRACEPARENT, tp.clone());
+    }
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
         req = match Arc::clone(a).intercept(gw, req, peer, scheme) {
@@ -280,7 +331,7 @@ async fn dispatch(
             Intercepted::Pass(req) => req,
         };
     }
-    dispatch_sync(gw, settings, req, peer, scheme).await
+    dispatch_sync(gw, settings, req, peer, scheme, trace.span.clone()).await
 }
 
 /// The synchronous request path after the local checks.
@@ -290,6 +341,7 @@ async fn dispatch_sync(
     mut req: Request<Incoming>,
     peer: SocketAddr,
     scheme: &'static str,
+    span: Option<crate::trace_export::RequestSpan>,
 ) -> Outcome {
     let limit = settings.max_body_bytes;
     if req
@@ -382,6 +434,7 @@ async fn dispatch_sync(
         client_closed,
         peer,
         scheme,
+        span,
     };
     attempts(gw, settings, ticket, first, out, replay, path).await
 }
@@ -414,6 +467,7 @@ pub(crate) async fn run_released(
         client_closed: None,
         peer: SocketAddr::from(([127, 0, 0, 1], 0)),
         scheme: "http",
+        span: None,
     };
     attempts(
         gw,
@@ -468,6 +522,8 @@ struct Path {
     client_closed: Option<super::lifetime::ClientClosed>,
     peer: SocketAddr,
     scheme: &'static str,
+    /// The `request` span (span export on): each attempt is its child.
+    span: Option<crate::trace_export::RequestSpan>,
 }
 
 /// Run the attempt protocol from the first decision: one attempt per decision
@@ -567,6 +623,7 @@ impl Attempt {
             client_closed: None,
             peer,
             scheme,
+            span: None,
         };
         Self::with_path(ticket, path, replayable)
     }
@@ -588,7 +645,10 @@ impl Attempt {
 /// A [`Decision::Queue`]: wait in the gateway queue for a slot; at the queue timeout, or
 /// once the client went away, 503.
 async fn try_queue(ticket: &mut TicketGuard, at: &mut Attempt, request: Request<Body>) -> Step {
-    match wait_queued(ticket, at.path.client_closed.as_mut()).await {
+    let waiting = at.path.span.as_ref().map(|s| s.queue_wait());
+    let served = wait_queued(ticket, at.path.client_closed.as_mut()).await;
+    drop(waiting);
+    match served {
         Some((decision, target)) => Step::Next {
             decision,
             target,
@@ -618,6 +678,15 @@ async fn try_vm(
     let limit = settings.max_body_bytes;
     let completion = at.completion;
     let vm = vm_target.vm;
+    let attempt = at
+        .path
+        .span
+        .as_ref()
+        .map(|s| s.attempt("vm", vm.to_string()));
+    let mut request = request;
+    if let Some(a) = &attempt {
+        request.headers_mut().insert(TRACEPARENT, a.header_value());
+    }
     let sent_at = Instant::now();
     let (request, body_sent) = watch_body(request);
     let call = async {
@@ -628,6 +697,14 @@ async fn try_vm(
         }
     };
     let sent = head_timeout(settings.upstream_timeout, body_sent, call).await;
+    if let Some(a) = &attempt {
+        a.outcome(match &sent {
+            Err(_) => "timeout",
+            Ok(Err(UpstreamError::Connect { .. })) => "connect_failed",
+            Ok(Err(_)) => "failed",
+            Ok(Ok(_)) => "response",
+        });
+    }
     match sent {
         Err(_) => {
             m::timeout("upstream_head");
@@ -770,11 +847,28 @@ pub async fn try_function(
 ) -> Step {
     let limit = settings.max_body_bytes;
     let completion = at.completion;
+    let attempt = at.path.span.as_ref().map(|s| {
+        let instance = lease
+            .instance()
+            .map_or_else(|| "-".to_string(), |i| format!("fn-{}", i.0));
+        s.attempt(
+            "function",
+            format!("{}/{instance}", gw.zone_name(lease.zone)),
+        )
+    });
+    if let Some(a) = &attempt {
+        request.headers_mut().insert(TRACEPARENT, a.header_value());
+    }
     let started = match lease.start {
-        Start::Cold(instance) => ticket
-            .cold_start(lease.zone, instance)
-            .await
-            .map_err(body::BoxError::from),
+        Start::Cold(instance) => {
+            let _cold = attempt
+                .as_ref()
+                .map(|a| a.cold_start(gw.zone_name(lease.zone)));
+            ticket
+                .cold_start(lease.zone, instance)
+                .await
+                .map_err(body::BoxError::from)
+        }
         // A pre-warmed instance still booting: wait for it (FaaSim).
         Start::Booting(instance) => {
             if ticket.await_booting(lease.zone, instance).await {
@@ -786,6 +880,9 @@ pub async fn try_function(
         Start::Warm(_) | Start::Untracked => Ok(()),
     };
     if let Err(e) = started {
+        if let Some(a) = &attempt {
+            a.outcome("not_sent");
+        }
         let failure = Failure::NotSent {
             reason: NotSentReason::ColdStartFailed,
             request_available: true,
@@ -817,6 +914,14 @@ pub async fn try_function(
         backend.invoke(lease.instance(), request),
     )
     .await;
+    if let Some(a) = &attempt {
+        a.outcome(match &called {
+            Err(_) => "timeout",
+            Ok(Ok(_)) => "response",
+            Ok(Err(FunctionError::NotSent { .. })) => "not_sent",
+            Ok(Err(_)) => "failed",
+        });
+    }
     match called {
         Err(_) => {
             m::timeout("upstream_head");
