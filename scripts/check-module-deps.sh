@@ -89,9 +89,6 @@ for comp in sccs:
 
 # Folder graphs: the files of one module folder as nodes.
 FOLDER_CYCLES_ALLOWED = {
-    # The data plane's files call each other both ways (server <-> service <-> driver);
-    # a data-plane change is splitting them.
-    "src/proxy": "the data plane is being split (server, service, driver call each other)",
     # Trace::load reads access-log formats through logs.rs, which builds Traces: the
     # format dispatch has to move above both files.
     "src/sim": "trace.rs dispatches log formats to logs.rs, which builds trace.rs's Trace",

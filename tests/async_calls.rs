@@ -180,30 +180,30 @@ fn a_finished_call_is_deleted_after_its_result_ttl() {
 /// permissions cannot make a real one fail).
 struct FailingStore;
 
-impl spillway::proxy::async_store::CallStore for FailingStore {
+impl spillway::proxy::async_calls::store::CallStore for FailingStore {
     fn insert(
         &self,
-        _: &spillway::proxy::async_store::CallRecord,
+        _: &spillway::proxy::async_calls::store::CallRecord,
         _: &[u8],
-    ) -> Result<(), spillway::proxy::async_store::StoreError> {
-        Err(spillway::proxy::async_store::StoreError::Io(
+    ) -> Result<(), spillway::proxy::async_calls::store::StoreError> {
+        Err(spillway::proxy::async_calls::store::StoreError::Io(
             "disk full".into(),
         ))
     }
     fn update(
         &self,
-        _: &spillway::proxy::async_store::CallRecord,
-    ) -> Result<(), spillway::proxy::async_store::StoreError> {
-        Err(spillway::proxy::async_store::StoreError::Io(
+        _: &spillway::proxy::async_calls::store::CallRecord,
+    ) -> Result<(), spillway::proxy::async_calls::store::StoreError> {
+        Err(spillway::proxy::async_calls::store::StoreError::Io(
             "disk full".into(),
         ))
     }
     fn finish(
         &self,
-        _: &spillway::proxy::async_store::CallRecord,
-        _: &spillway::proxy::async_store::CallResult,
-    ) -> Result<(), spillway::proxy::async_store::StoreError> {
-        Err(spillway::proxy::async_store::StoreError::Io(
+        _: &spillway::proxy::async_calls::store::CallRecord,
+        _: &spillway::proxy::async_calls::store::CallResult,
+    ) -> Result<(), spillway::proxy::async_calls::store::StoreError> {
+        Err(spillway::proxy::async_calls::store::StoreError::Io(
             "disk full".into(),
         ))
     }
@@ -211,28 +211,31 @@ impl spillway::proxy::async_store::CallStore for FailingStore {
         &self,
         _: &str,
     ) -> Result<
-        Option<spillway::proxy::async_store::CallRecord>,
-        spillway::proxy::async_store::StoreError,
+        Option<spillway::proxy::async_calls::store::CallRecord>,
+        spillway::proxy::async_calls::store::StoreError,
     > {
         Ok(None)
     }
-    fn body(&self, _: &str) -> Result<Option<Vec<u8>>, spillway::proxy::async_store::StoreError> {
+    fn body(
+        &self,
+        _: &str,
+    ) -> Result<Option<Vec<u8>>, spillway::proxy::async_calls::store::StoreError> {
         Ok(None)
     }
     fn result(
         &self,
         _: &str,
     ) -> Result<
-        Option<spillway::proxy::async_store::CallResult>,
-        spillway::proxy::async_store::StoreError,
+        Option<spillway::proxy::async_calls::store::CallResult>,
+        spillway::proxy::async_calls::store::StoreError,
     > {
         Ok(None)
     }
     fn pending(
         &self,
     ) -> Result<
-        Vec<spillway::proxy::async_store::CallRecord>,
-        spillway::proxy::async_store::StoreError,
+        Vec<spillway::proxy::async_calls::store::CallRecord>,
+        spillway::proxy::async_calls::store::StoreError,
     > {
         Ok(vec![])
     }

@@ -241,7 +241,7 @@ impl Agent {
                             apis2.lock().insert(inst.id.clone(), api);
                             url
                         }
-                        Boot::Broken => format!("http://127.0.0.1:{}", aws_common::free_port()),
+                        Boot::Broken => common::closed_url(""),
                     };
                     ec2.tag(&inst.id, UPSTREAM_TAG, &url);
                     done.insert(inst.id);
@@ -1358,7 +1358,7 @@ fn user_data_is_limited_to_16_kib_before_base64() {
 
 #[test]
 fn an_unreachable_api_is_reported_and_the_gateway_keeps_serving() {
-    let closed = format!("http://127.0.0.1:{}", aws_common::free_port());
+    let closed = common::closed_url("");
     let gw = keeps_serving_and_reports(&closed, "unreachable", "");
     // The adoption listing failed too, and the gateway started anyway.
     let s = gw.status();

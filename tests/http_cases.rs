@@ -160,7 +160,7 @@ fn c17_a_stalled_post_gets_504_and_is_never_retried() {
 #[test]
 fn c17_connect_failures_retry_idempotent_requests_once_and_never_non_idempotent_ones() {
     let b = SampleApi::start("vm-b");
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead = common::closed_url("");
     let gw = static_gateway(&[dead, format!("http://{}", b.addr)], "");
     // POST to the dead VM (oldest, idle): nothing was sent, but POST is not retried.
     let (code, _, _) = http(gw.proxy, "POST", "/sleep?ms=1", &[], b"x");
@@ -171,7 +171,7 @@ fn c17_connect_failures_retry_idempotent_requests_once_and_never_non_idempotent_
         b.stats()
     );
     // GET: connect failure on the dead VM, retried once on B (which takes a token).
-    let gw2_dead = format!("http://127.0.0.1:{}", free_port());
+    let gw2_dead = common::closed_url("");
     let gw2 = static_gateway(&[gw2_dead, format!("http://{}", b.addr)], "");
     let (code, headers, _) = http(gw2.proxy, "GET", "/sleep?ms=1", &[], b"");
     assert_eq!(code, 200);
@@ -828,7 +828,7 @@ fn c5_every_local_reply_drains_or_closes() {
     assert_eq!(stub.requests_to("/hold")[0].body, C5_BODY.as_bytes());
 
     // 502: the only VM refuses connections; the POST is not retried.
-    let dead = format!("http://127.0.0.1:{}", free_port());
+    let dead = common::closed_url("");
     let gw = static_gateway(&[dead], "");
     assert_c5(gw.proxy, "502", &c5_request("POST", "/x", "", C5_BODY), 502);
     // 503: an Upgrade is pinned to VMs and there is none.

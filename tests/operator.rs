@@ -13,34 +13,17 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::stub::{Reply, Stub, ok_reply};
-use common::{Gateway, header, http, static_config};
+use common::{Gateway, closed_url, header, http, poll, static_config};
 use serde_json::Value;
 
 const LONG: Duration = Duration::from_secs(30);
-
-/// A closed port on loopback (nothing listens there).
-fn dead_url(userinfo: &str) -> String {
-    format!("http://{userinfo}127.0.0.1:{}", common::free_port())
-}
-
-/// Poll `f` until it returns `Some`, or fail naming `what`.
-fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// A static member `user:password@` on a closed port: the password is in no `/status`
 /// field, no log line and no reply; the member stays in `/status` as `dead` with since
 /// when and why.
 #[test]
 fn a_dead_static_member_with_a_password_is_shown_dead_and_redacted() {
-    let url = dead_url("ops:hunter2-pw@");
+    let url = closed_url("ops:hunter2-pw@");
     let gw = Gateway::start(&static_config(
         std::slice::from_ref(&url),
         "  health_check_interval_seconds: 0.1\n  retry_budget_ratio: 0\n  retry_budget_min_per_second: 0",
@@ -103,7 +86,7 @@ fn readiness_follows_capacity_and_liveness_stays_up() {
             ok_reply(r)
         }
     });
-    let dead = dead_url("");
+    let dead = closed_url("");
     let yaml = format!(
         r#"
 gateway:
@@ -161,8 +144,8 @@ function_tier:
 /// and after a call that could not connect.
 #[test]
 fn readiness_does_not_count_an_unreachable_function_endpoint() {
-    let dead_vm = dead_url("");
-    let dead_fn = dead_url("");
+    let dead_vm = closed_url("");
+    let dead_fn = closed_url("");
     let yaml = format!(
         r#"
 gateway:

@@ -461,7 +461,7 @@ fn a_static_member_down_for_a_while_is_added_back() {
 #[test]
 fn unreachable_function_tier_falls_back_to_the_vm_and_is_counted() {
     let vm = Stub::start(ok_reply);
-    let dead = format!("http://127.0.0.1:{}", common::free_port());
+    let dead = common::closed_url("");
     let yaml = format!(
         r#"
 gateway:

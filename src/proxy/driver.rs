@@ -25,14 +25,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use http::Uri;
+use http::{Request, Response, Uri};
+use hyper::body::Incoming;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
-use super::async_calls::AsyncCalls;
+use super::error::ProxyError;
 use crate::backends::function_process::COLD_STARTS_METRIC;
-use crate::backends::{BackendError, FunctionTier, ReadinessSettings, VmProvider};
+use crate::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
 use crate::coord::{Coordinator, Host, PoolFence, RegistryVm};
+use crate::net::body::Body;
 use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
@@ -119,6 +121,53 @@ pub const UNHEALTHY_AFTER: u32 = 2;
 /// ([`VmProvider::take_pool_changes`]: instances the EC2 audit adopted or found gone).
 pub const POOL_CHANGES_INTERVAL: Duration = Duration::from_secs(1);
 
+/// What the asynchronous-call front end does with one request
+/// ([`AsyncFrontEnd::intercept`]).
+#[expect(
+    clippy::large_enum_variant,
+    reason = "the request passes through once per request; boxing it would allocate on the synchronous path"
+)]
+pub enum Intercepted<'a> {
+    /// Not a status URL and not an asynchronous call: the synchronous path serves it.
+    Pass(Request<Incoming>),
+    /// A status lookup or an asynchronous call: the front end's answer (the `202`, the
+    /// status JSON, the stored result) or the error to answer instead.
+    Answer(BoxFuture<'a, Result<Response<Body>, ProxyError>>),
+}
+
+/// The asynchronous-call front end (ProFaaStinate §3) as the gateway sees it: the
+/// request path hands it every checked request, the driver its released calls and its
+/// CPU samples, `/status` its two reports. Implemented by
+/// `crate::proxy::async_calls::front::AsyncCalls`; held here as a trait object so that
+/// the driver and the request path do not depend on the front end that depends on them.
+pub trait AsyncFrontEnd: Send + Sync {
+    /// The path prefix of status URLs (`async.status_prefix`), hidden from access logs.
+    fn status_prefix(&self) -> &str;
+
+    /// Classify `req` (after the local checks) and, for a status URL or an asynchronous
+    /// call, answer it: the call is stored and queued before its `202`.
+    fn intercept<'a>(
+        self: Arc<Self>,
+        gw: &'a Arc<Gateway>,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+        scheme: &'static str,
+    ) -> Intercepted<'a>;
+
+    /// The delay queue scheduler's CPU signal: the VM pool's utilisation in `[0, 1]`.
+    fn cpu_signal(&self, gw: &Gateway) -> f64;
+
+    /// Run one call the core released through the attempt protocol and store its
+    /// outcome; the driver spawns the returned future.
+    fn release(self: Arc<Self>, gw: Arc<Gateway>, rel: Release) -> BoxFuture<'static, ()>;
+
+    /// `/status` `async.cpu_signal`: the configured source, the one in use, its errors.
+    fn cpu_signal_status(&self) -> serde_json::Value;
+
+    /// `/status` `async.store`: what the store holds against its bounds.
+    fn store_status(&self) -> serde_json::Value;
+}
+
 /// Shared state of a running gateway: the policy core, the VM address book and the
 /// backends. Cheap to share as `Arc<Gateway>`.
 pub struct Gateway {
@@ -135,7 +184,7 @@ pub struct Gateway {
     readiness: ReadinessSettings,
     cip_rps: f64,
     /// Asynchronous calls (ProFaaStinate §3), when enabled.
-    async_calls: std::sync::OnceLock<Arc<AsyncCalls>>,
+    async_calls: std::sync::OnceLock<Arc<dyn AsyncFrontEnd>>,
     /// Several replicas (`crate::coord`): the coordinator, which fences every pool
     /// write and whose snapshot `/status` shows.
     coordinator: std::sync::OnceLock<Arc<Coordinator>>,
@@ -270,12 +319,12 @@ impl Gateway {
     }
 
     /// Serve asynchronous calls through `a` (set once, before [`Self::start`]).
-    pub fn set_async_calls(&self, a: Arc<AsyncCalls>) {
+    pub fn set_async_calls(&self, a: Arc<dyn AsyncFrontEnd>) {
         let _ = self.async_calls.set(a);
     }
 
     /// The asynchronous-call front end, when enabled.
-    pub fn async_calls(&self) -> Option<&Arc<AsyncCalls>> {
+    pub fn async_calls(&self) -> Option<&Arc<dyn AsyncFrontEnd>> {
         self.async_calls.get()
     }
 
@@ -1018,7 +1067,7 @@ impl Gateway {
                 Some(a) => {
                     let a = Arc::clone(a);
                     let gw = self.self_arc();
-                    tokio::spawn(async move { a.run(gw, rel).await });
+                    tokio::spawn(a.release(gw, rel));
                 }
                 None => {
                     let mut t = rel.ticket;

@@ -8,25 +8,19 @@
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
+//! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
 //! | [`access_log`] | the in-flight gauge and the per-request access log |
 //! | [`error`] | the one mapping from errors to HTTP status codes |
 //! | [`reload`] | `SIGHUP` / `POST /reload`: re-read, validate, swap — nothing half-applied |
-//! | [`async_calls`] | asynchronous calls (ProFaaStinate §3): accept, store, status, release |
-//! | [`async_store`] | the durable store of asynchronous calls (committed before the `202`) |
-//! | [`async_secrets`] | stored calls' credential headers, sealed (never plain text) |
-//! | [`cpu_prometheus`] | the delay queue's `prometheus` CPU signal (a Prometheus query) |
-//! | [`cpu_node_exporter`] | the same signal scraped from node_exporter on every VM |
+//! | [`async_calls`] | asynchronous calls (ProFaaStinate §3): accept, store, status, release, and the CPU signal that paces release |
 //!
 //! HTTP primitives shared with the backends (body, upstream client, header hygiene, TLS)
 //! live in [`crate::net`]; the metrics spec in [`crate::telemetry`].
 
 pub mod access_log;
 pub mod admin;
+pub mod admin_token;
 pub mod async_calls;
-pub mod async_secrets;
-pub mod async_store;
-pub mod cpu_node_exporter;
-pub mod cpu_prometheus;
 pub mod driver;
 pub mod error;
 pub mod lifetime;

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use serde_json::Value;
 
-use super::admin::AdminToken;
+use super::admin_token::AdminToken;
 use super::service::ServiceSettings;
 use crate::config::Config;
 use crate::net::tls;

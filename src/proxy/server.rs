@@ -28,9 +28,9 @@ use crate::coord::{Coordinator, Host, Store as CoordStore};
 use crate::policy::core::Core;
 use crate::policy::scaling::LibraScaler;
 
-use super::async_calls::AsyncCalls;
-use super::async_secrets::Sealer;
-use super::async_store::{CallStore, RedbStore};
+use super::async_calls::front::AsyncCalls;
+use super::async_calls::secrets::Sealer;
+use super::async_calls::store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::lifetime::{self, ConnLimits, ConnPermit, Deadlines, Lifetime, Tracked};
 use super::service::{self, ServiceSettings};
@@ -173,13 +173,13 @@ fn open_store(
             store_dir.display()
         ))
     })?;
-    let limits = super::async_store::StoreLimits {
+    let limits = super::async_calls::store::StoreLimits {
         max_bytes: cfg.max_store_bytes,
         max_calls_per_client: cfg.max_calls_per_client,
         result_max_bytes: cfg.result_max_bytes,
     };
     let store = RedbStore::open_with(&store_dir, limits).map_err(|e| match e {
-        super::async_store::StoreError::Locked { path } => ServeError::AsyncStore(format!(
+        super::async_calls::store::StoreError::Locked { path } => ServeError::AsyncStore(format!(
             "the asynchronous-call store {} is in use by another process — another \
              spillway with the state directory {}? Each gateway needs its own: start this \
              one with --state-dir DIR (or SPILLWAY_STATE_DIR=DIR), or stop the other",
@@ -190,8 +190,8 @@ fn open_store(
     })?;
     let sealer =
         Sealer::load_or_create(&store_dir).map_err(|e| ServeError::AsyncStore(e.to_string()))?;
-    let tag =
-        super::async_calls::load_or_create_owner_tag(&store_dir).map_err(ServeError::AsyncStore)?;
+    let tag = super::async_calls::front::load_or_create_owner_tag(&store_dir)
+        .map_err(ServeError::AsyncStore)?;
     Ok((store, sealer, tag))
 }
 
@@ -211,7 +211,7 @@ pub struct Server {
     admin: TcpListener,
     tls: Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
-    admin_token: super::admin::AdminToken,
+    admin_token: super::admin_token::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
     reload_source: (Option<PathBuf>, Option<SocketAddr>, Option<SocketAddr>),
 }
@@ -279,7 +279,7 @@ impl Server {
             return Err(ServeError::Admin(problem));
         }
         let admin_token =
-            super::admin::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
+            super::admin_token::AdminToken::new(g.admin_token().map_err(ServeError::Admin)?);
         let prometheus = crate::telemetry::install();
         // Two clients under the address policy (net::upstream): user-given upstreams
         // (static, http, EC2) per `allow_loopback_upstreams`, spillway's own processes
@@ -451,7 +451,7 @@ impl Server {
                 c.advertise(crate::coord::CallAddress { tag, url });
                 a.set_replicas(tag, Arc::clone(c) as Arc<dyn crate::coord::CallDirectory>);
             }
-            gateway.set_async_calls(Arc::clone(&a));
+            gateway.set_async_calls(Arc::<AsyncCalls>::clone(&a));
             gateway.start().await?;
             a.start(&gateway);
             let n = a
@@ -1020,8 +1020,8 @@ pub async fn shutdown_signal() {
     }
 }
 
-impl From<super::async_store::StoreError> for ServeError {
-    fn from(e: super::async_store::StoreError) -> Self {
+impl From<super::async_calls::store::StoreError> for ServeError {
+    fn from(e: super::async_calls::store::StoreError) -> Self {
         ServeError::AsyncStore(e.to_string())
     }
 }

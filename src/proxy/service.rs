@@ -25,12 +25,13 @@ use tokio::time::Instant;
 
 use crate::backends::FunctionError;
 use crate::net::ClientInfo;
+use crate::policy::Time;
 use crate::policy::attempt::{AttemptKind, Decision, Failure, NotSentReason, Ticket};
 use crate::policy::balancer::{RequestMeta, RouteReason};
-use crate::policy::placement::{Start, ZoneId, ZoneKind};
+use crate::policy::placement::{Lease, Start, ZoneId, ZoneKind};
+use crate::policy::routes::KeyId;
 
-use super::async_calls::Kind;
-use super::driver::{Gateway, TicketGuard};
+use super::driver::{Gateway, Intercepted, TicketGuard, VmTarget};
 use super::error::ProxyError;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
@@ -261,7 +262,9 @@ async fn handle_with_id(
     observed.respond(tier, resp)
 }
 
-type Outcome = Result<(&'static str, Response<Body>), (&'static str, ProxyError)>;
+/// A request's final answer and the tier that gave it (`vm`, `function`, `local`), or
+/// the error to answer instead with the tier it came from.
+pub type Outcome = Result<(&'static str, Response<Body>), (&'static str, ProxyError)>;
 
 async fn dispatch(
     gw: &Arc<Gateway>,
@@ -280,12 +283,12 @@ async fn dispatch(
     req.headers_mut().insert(REQUEST_ID, request_id.clone());
     // Asynchronous calls and their status URLs (ProFaaStinate §3).
     if let Some(a) = gw.async_calls() {
-        let answered = match a.classify(&req) {
-            Kind::Status => a.status(gw, &req).await,
-            Kind::Async => a.accept(gw, req, peer, scheme).await,
-            Kind::Sync => return dispatch_sync(gw, settings, req, peer, scheme).await,
+        req = match Arc::clone(a).intercept(gw, req, peer, scheme) {
+            Intercepted::Answer(answer) => {
+                return answer.await.map(|r| ("local", r)).map_err(|e| ("local", e));
+            }
+            Intercepted::Pass(req) => req,
         };
-        return answered.map(|r| ("local", r)).map_err(|e| ("local", e));
     }
     dispatch_sync(gw, settings, req, peer, scheme).await
 }
@@ -477,30 +480,20 @@ struct Path {
     scheme: &'static str,
 }
 
+/// Run the attempt protocol from the first decision: one attempt per decision
+/// ([`try_queue`], [`try_vm`], [`try_function`]), each failed one asking the core for
+/// the next, until one answers or the core gives up.
 async fn attempts(
     gw: &Arc<Gateway>,
     settings: &ServiceSettings,
     mut ticket: TicketGuard,
-    first: (Decision, Option<super::driver::VmTarget>),
+    first: (Decision, Option<VmTarget>),
     out: Request<Body>,
     replay: Option<Replay>,
     path: Path,
 ) -> Outcome {
-    let Path {
-        upgrade,
-        mut client_upgrade,
-        mut client_closed,
-        peer,
-        scheme,
-    } = path;
-    let limit = settings.max_body_bytes;
+    let mut at = Attempt::with_path(&ticket, path, replay.is_some());
     let (mut decision, mut target) = first;
-    // Reports a completed call's processing and response time (per route key).
-    let completion = ticket
-        .ticket()
-        .key()
-        .zip(ticket.ticket().arrival())
-        .map(|(k, a)| (k, a.at));
     let mut pending = Some(out);
     loop {
         record_decision(&decision);
@@ -508,263 +501,393 @@ async fn attempts(
             .take()
             .or_else(|| replay.as_ref().map(Replay::rebuild))
             .expect("the core only retries a request the driver can send");
-        match decision {
-            Decision::Queue { .. } => {
-                match wait_queued(&mut ticket, client_closed.as_mut()).await {
-                    Some((d, t)) => {
-                        (decision, target) = (d, t);
-                        pending = Some(request);
-                    }
-                    None => {
-                        return Err((
-                            "local",
-                            ProxyError::NoCapacity {
-                                reason: RouteReason::QueueTimeout.as_str(),
-                            },
-                        ));
-                    }
+        let step = match decision {
+            Decision::Queue { .. } => try_queue(&mut ticket, &mut at, request).await,
+            Decision::Reject { reason } => Step::Done(Err((
+                "local",
+                ProxyError::NoCapacity {
+                    reason: reason.as_str(),
+                },
+            ))),
+            Decision::Vm { vm, kind, .. } => match target.take() {
+                Some(vm_target) => {
+                    try_vm(gw, settings, &mut ticket, &mut at, vm_target, kind, request).await
                 }
-            }
-            Decision::Reject { reason } => {
-                return Err((
-                    "local",
-                    ProxyError::NoCapacity {
-                        reason: reason.as_str(),
-                    },
-                ));
-            }
-            Decision::Vm { vm, kind, .. } => {
-                let Some(vm_target) = target.take() else {
-                    return Err(("vm", ProxyError::Upstream(format!("{vm} has no address"))));
-                };
-                let sent_at = Instant::now();
-                let (request, body_sent) = watch_body(request);
-                let call = async {
-                    if kind == AttemptKind::Retry {
-                        gw.client().forward_fresh(&vm_target.base, request).await
-                    } else {
-                        gw.client().forward(&vm_target.base, request).await
-                    }
-                };
-                let sent = head_timeout(settings.upstream_timeout, body_sent, call).await;
-                match sent {
-                    Err(_) => {
-                        m::timeout("upstream_head");
-                        // The timeout is this attempt's response time (adaptive r_max).
-                        ticket.hand_over();
-                        gw.finish_vm_request_sent_at(vm, sent_at);
-                        return Err(("vm", ProxyError::UpstreamTimeout(settings.upstream_timeout)));
-                    }
-                    Ok(Err(UpstreamError::Connect { uri, source })) => {
-                        gw.suspect_vm(&vm_target);
-                        // DEBUG: the request's one warning is its failure, if it fails.
-                        tracing::debug!(%vm, %uri, error = %source, "connect failed");
-                        let failure = Failure::NotSent {
-                            reason: NotSentReason::ConnectFailed,
-                            request_available: replay.is_some(),
-                        };
-                        match ticket.attempt_failed(failure) {
-                            Some((d, t)) => (decision, target) = (d, t),
-                            None => {
-                                return Err((
-                                    "vm",
-                                    ProxyError::Upstream(format!("connect to {uri}: {source}")),
-                                ));
-                            }
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        // Response bytes arrived but could not be parsed (malformed, over
-                        // the response header limits): the upstream processed the
-                        // request, so it is answered 502 and never sent again.
-                        let response_started = e.response_started();
-                        let err = ProxyError::from_upstream(e, limit);
-                        if err.fault() != super::error::Fault::Upstream {
-                            // The client's body (too large, malformed, idle): not retried.
-                            return Err(("vm", err));
-                        }
-                        if response_started {
-                            tracing::debug!(%vm, error = %err, "upstream response refused; not sent again");
-                        } else {
-                            // Sent (or partly), no response byte: a bodiless idempotent
-                            // request may go once more elsewhere (C17). The VM may be
-                            // dead (a killed VM's pooled connections fail so): suspect.
-                            gw.suspect_vm(&vm_target);
-                            tracing::debug!(%vm, error = %err, "upstream failed before answering");
-                        }
-                        let failure = Failure::FailedAfterSend {
-                            response_started,
-                            request_available: replay.is_some(),
-                        };
-                        match ticket.attempt_failed(failure) {
-                            Some((d, t)) => (decision, target) = (d, t),
-                            None => return Err(("vm", err)),
-                        }
-                    }
-                    Ok(Ok(mut resp)) => {
-                        if resp.status() == StatusCode::SWITCHING_PROTOCOLS
-                            && !upgrade.as_ref().is_some_and(|asked| {
-                                headers::upgrade_accepted(asked, resp.headers())
-                            })
-                        {
-                            // A 101 the client did not ask for (or to another protocol):
-                            // relayed, it would tunnel past the gateway's rules; over h2
-                            // it cannot be sent at all.
-                            tracing::debug!(%vm, upgrade = ?resp.headers().get(header::UPGRADE), "upstream switched protocols unasked; refused");
-                            ticket.hand_over();
-                            gw.finish_vm_request_sent_at(vm, sent_at);
-                            return Err((
-                                "vm",
-                                ProxyError::Upstream(
-                                    "the upstream switched protocols (101) to one the request did not ask for".into(),
-                                ),
-                            ));
-                        }
-                        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-                            let upstream_io = hyper::upgrade::on(&mut resp);
-                            let client_io = client_upgrade
-                                .take()
-                                .expect("upgrade requests carry OnUpgrade");
-                            let gw2 = Arc::clone(gw);
-                            let idle = settings.tunnel_idle_timeout;
-                            ticket.hand_over();
-                            tokio::spawn(async move {
-                                if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await)
-                                    && tunnel(TokioIo::new(down), TokioIo::new(up), idle).await
-                                {
-                                    m::timeout("tunnel_idle");
-                                    tracing::info!(%vm, ?idle, "tunnel idle; closed");
-                                }
-                                gw2.finish_vm_request(vm);
-                            });
-                            let (parts, _) = resp.into_parts();
-                            let mut resp = Response::from_parts(parts, body::empty());
-                            resp.extensions_mut().insert(served_by_vm(vm));
-                            return Ok(("vm", resp));
-                        }
-                        let gw2 = Arc::clone(gw);
-                        ticket.hand_over();
-                        // Response end: a VM response-time sample (adaptive r_max) and the
-                        // call's processing time (call scheduling).
-                        let done = OnDrop::new(move || {
-                            if let Some((key, arrived)) = completion {
-                                gw2.call_completed(key, arrived, sent_at);
-                            }
-                            gw2.finish_vm_request_sent_at(vm, sent_at)
-                        });
-                        let idle = settings.response_body_idle_timeout;
-                        let mut resp = resp
-                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
-                        resp.extensions_mut().insert(served_by_vm(vm));
-                        return Ok(("vm", clean_response(resp)));
-                    }
-                }
-            }
+                None => Step::Done(Err((
+                    "vm",
+                    ProxyError::Upstream(format!("{vm} has no address")),
+                ))),
+            },
             Decision::Function { lease, .. } => {
-                let mut request = request;
-                let started = match lease.start {
-                    Start::Cold(instance) => ticket
-                        .cold_start(lease.zone, instance)
-                        .await
-                        .map_err(|e| e.to_string()),
-                    // A pre-warmed instance still booting: wait for it (FaaSim).
-                    Start::Booting(instance) => {
-                        if ticket.await_booting(lease.zone, instance).await {
-                            Ok(())
-                        } else {
-                            Err("pre-warmed instance failed to start".to_string())
-                        }
-                    }
-                    Start::Warm(_) | Start::Untracked => Ok(()),
-                };
-                if let Err(e) = started {
-                    let failure = Failure::NotSent {
-                        reason: NotSentReason::ColdStartFailed,
-                        request_available: true,
-                    };
-                    match ticket.attempt_failed(failure) {
-                        Some((d, t)) => {
-                            (decision, target) = (d, t);
-                            pending = Some(request);
-                            continue;
-                        }
-                        None => {
-                            return Err((
-                                "function",
-                                ProxyError::Function(format!("cold start failed: {e}")),
-                            ));
-                        }
-                    }
-                }
-                request.extensions_mut().insert(ClientInfo { peer, scheme });
-                let backend = gw.zone_backend(lease.zone);
-                // After the cold start: p excludes it (call scheduling).
-                let sent_at = Instant::now();
-                let (request, body_sent) = watch_body(request);
-                let called = head_timeout(
-                    settings.upstream_timeout,
-                    body_sent,
-                    backend.invoke(lease.instance(), request),
-                )
-                .await;
-                match called {
-                    Err(_) => {
-                        m::timeout("upstream_head");
-                        // Abandoned mid-request: an instance may still be busy with it,
-                        // so it is stopped rather than handed to the next call.
-                        // (A concurrency zone's slot is released by the guard.)
-                        ticket.lose_instance();
-                        return Err((
-                            "function",
-                            ProxyError::UpstreamTimeout(settings.upstream_timeout),
-                        ));
-                    }
-                    Ok(Ok(resp)) => {
-                        let served = crate::net::ServedBy {
-                            instance: lease
-                                .instance()
-                                .map_or_else(|| "-".to_string(), |i| format!("fn-{}", i.0)),
-                            zone: Some(gw.zone_name(lease.zone)),
-                        };
-                        let gw2 = Arc::clone(gw);
-                        ticket.hand_over();
-                        let done = OnDrop::new(move || {
-                            if let Some((key, arrived)) = completion {
-                                gw2.call_completed(key, arrived, sent_at);
-                            }
-                            gw2.finish_function_sent_at(lease, sent_at)
-                        });
-                        let idle = settings.response_body_idle_timeout;
-                        let mut resp = resp
-                            .map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
-                        resp.extensions_mut().insert(served);
-                        return Ok(("function", clean_response(resp)));
-                    }
-                    Ok(Err(FunctionError::NotSent { reason, request })) => {
-                        pending = request.map(|r| *r);
-                        let failure = Failure::NotSent {
-                            reason,
-                            request_available: pending.is_some() || replay.is_some(),
-                        };
-                        match ticket.attempt_failed(failure) {
-                            Some((d, t)) => (decision, target) = (d, t),
-                            None => return Err(("function", ProxyError::not_sent(reason))),
-                        }
-                    }
-                    Ok(Err(e)) => {
-                        let e = ProxyError::from_function(e, limit);
-                        if e.fault() == super::error::Fault::Upstream {
-                            // The tier's own failure: counted in /status.
-                            let failure = Failure::FailedAfterSend {
-                                response_started: false,
-                                request_available: false,
-                            };
-                            let _ = ticket.attempt_failed(failure);
-                        }
-                        return Err(("function", e));
-                    }
-                }
+                try_function(gw, settings, &mut ticket, &at, lease, request).await
             }
+        };
+        match step {
+            Step::Done(outcome) => return outcome,
+            Step::Next {
+                decision: d,
+                target: t,
+                request,
+            } => (decision, target, pending) = (d, t, request.map(|r| *r)),
+        }
+    }
+}
+
+/// What one attempt left to do, shaped like the core's [`Decision`]: the request's
+/// answer, or the next attempt the core chose after this one failed.
+#[must_use]
+pub enum Step {
+    /// The request's one final response, or the error to answer instead.
+    Done(Outcome),
+    /// This attempt failed and the core chose another.
+    Next {
+        /// The core's next decision.
+        decision: Decision,
+        /// The VM's address, for a VM decision.
+        target: Option<VmTarget>,
+        /// The request, when the attempt gave it back unsent; `None` when it was sent
+        /// (or consumed), and the next attempt sends the replayable copy.
+        request: Option<Box<Request<Body>>>,
+    },
+}
+
+/// What every attempt of one request shares: the client side and whether the request
+/// can be sent again.
+pub struct Attempt {
+    path: Path,
+    /// The request can be rebuilt and sent again (a bodiless idempotent request, a
+    /// stored asynchronous call).
+    replayable: bool,
+    /// The call's route key and arrival, for its completion report (call scheduling).
+    completion: Option<(KeyId, Time)>,
+}
+
+impl Attempt {
+    /// The attempts of `ticket`'s request from `peer` over `scheme` (`http`, `https`):
+    /// no upgrade, no client-close watch; `replayable` when it can be sent again.
+    pub fn new(
+        ticket: &TicketGuard,
+        peer: SocketAddr,
+        scheme: &'static str,
+        replayable: bool,
+    ) -> Self {
+        let path = Path {
+            upgrade: None,
+            client_upgrade: None,
+            client_closed: None,
+            peer,
+            scheme,
+        };
+        Self::with_path(ticket, path, replayable)
+    }
+
+    fn with_path(ticket: &TicketGuard, path: Path, replayable: bool) -> Self {
+        let completion = ticket
+            .ticket()
+            .key()
+            .zip(ticket.ticket().arrival())
+            .map(|(k, a)| (k, a.at));
+        Self {
+            path,
+            replayable,
+            completion,
+        }
+    }
+}
+
+/// A [`Decision::Queue`]: wait in the gateway queue for a slot; at the queue timeout, or
+/// once the client went away, 503.
+async fn try_queue(ticket: &mut TicketGuard, at: &mut Attempt, request: Request<Body>) -> Step {
+    match wait_queued(ticket, at.path.client_closed.as_mut()).await {
+        Some((decision, target)) => Step::Next {
+            decision,
+            target,
+            request: Some(Box::new(request)),
+        },
+        None => Step::Done(Err((
+            "local",
+            ProxyError::NoCapacity {
+                reason: RouteReason::QueueTimeout.as_str(),
+            },
+        ))),
+    }
+}
+
+/// A [`Decision::Vm`]: forward `request` to `vm_target` (over a new connection for a
+/// retry) within the upstream timeout; relay the response, a `101` tunnel the client
+/// asked for, or report the failure to the core for the next decision.
+async fn try_vm(
+    gw: &Arc<Gateway>,
+    settings: &ServiceSettings,
+    ticket: &mut TicketGuard,
+    at: &mut Attempt,
+    vm_target: VmTarget,
+    kind: AttemptKind,
+    request: Request<Body>,
+) -> Step {
+    let limit = settings.max_body_bytes;
+    let completion = at.completion;
+    let vm = vm_target.vm;
+    let sent_at = Instant::now();
+    let (request, body_sent) = watch_body(request);
+    let call = async {
+        if kind == AttemptKind::Retry {
+            gw.client().forward_fresh(&vm_target.base, request).await
+        } else {
+            gw.client().forward(&vm_target.base, request).await
+        }
+    };
+    let sent = head_timeout(settings.upstream_timeout, body_sent, call).await;
+    match sent {
+        Err(_) => {
+            m::timeout("upstream_head");
+            // The timeout is this attempt's response time (adaptive r_max).
+            ticket.hand_over();
+            gw.finish_vm_request_sent_at(vm, sent_at);
+            Step::Done(Err((
+                "vm",
+                ProxyError::UpstreamTimeout(settings.upstream_timeout),
+            )))
+        }
+        Ok(Err(UpstreamError::Connect { uri, source })) => {
+            gw.suspect_vm(&vm_target);
+            // DEBUG: the request's one warning is its failure, if it fails.
+            tracing::debug!(%vm, %uri, error = %source, "connect failed");
+            let failure = Failure::NotSent {
+                reason: NotSentReason::ConnectFailed,
+                request_available: at.replayable,
+            };
+            match ticket.attempt_failed(failure) {
+                Some((decision, target)) => Step::Next {
+                    decision,
+                    target,
+                    request: None,
+                },
+                None => Step::Done(Err((
+                    "vm",
+                    ProxyError::Upstream(format!("connect to {uri}: {source}")),
+                ))),
+            }
+        }
+        Ok(Err(e)) => {
+            // Response bytes arrived but could not be parsed (malformed, over
+            // the response header limits): the upstream processed the
+            // request, so it is answered 502 and never sent again.
+            let response_started = e.response_started();
+            let err = ProxyError::from_upstream(e, limit);
+            if err.fault() != super::error::Fault::Upstream {
+                // The client's body (too large, malformed, idle): not retried.
+                return Step::Done(Err(("vm", err)));
+            }
+            if response_started {
+                tracing::debug!(%vm, error = %err, "upstream response refused; not sent again");
+            } else {
+                // Sent (or partly), no response byte: a bodiless idempotent
+                // request may go once more elsewhere (C17). The VM may be
+                // dead (a killed VM's pooled connections fail so): suspect.
+                gw.suspect_vm(&vm_target);
+                tracing::debug!(%vm, error = %err, "upstream failed before answering");
+            }
+            let failure = Failure::FailedAfterSend {
+                response_started,
+                request_available: at.replayable,
+            };
+            match ticket.attempt_failed(failure) {
+                Some((decision, target)) => Step::Next {
+                    decision,
+                    target,
+                    request: None,
+                },
+                None => Step::Done(Err(("vm", err))),
+            }
+        }
+        Ok(Ok(mut resp)) => {
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS
+                && !at
+                    .path
+                    .upgrade
+                    .as_ref()
+                    .is_some_and(|asked| headers::upgrade_accepted(asked, resp.headers()))
+            {
+                // A 101 the client did not ask for (or to another protocol):
+                // relayed, it would tunnel past the gateway's rules; over h2
+                // it cannot be sent at all.
+                tracing::debug!(%vm, upgrade = ?resp.headers().get(header::UPGRADE), "upstream switched protocols unasked; refused");
+                ticket.hand_over();
+                gw.finish_vm_request_sent_at(vm, sent_at);
+                return Step::Done(Err((
+                    "vm",
+                    ProxyError::Upstream(
+                        "the upstream switched protocols (101) to one the request did not ask for"
+                            .into(),
+                    ),
+                )));
+            }
+            if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+                let upstream_io = hyper::upgrade::on(&mut resp);
+                let client_io = at
+                    .path
+                    .client_upgrade
+                    .take()
+                    .expect("upgrade requests carry OnUpgrade");
+                let gw2 = Arc::clone(gw);
+                let idle = settings.tunnel_idle_timeout;
+                ticket.hand_over();
+                tokio::spawn(async move {
+                    if let (Ok(up), Ok(down)) = (upstream_io.await, client_io.await)
+                        && tunnel(TokioIo::new(down), TokioIo::new(up), idle).await
+                    {
+                        m::timeout("tunnel_idle");
+                        tracing::info!(%vm, ?idle, "tunnel idle; closed");
+                    }
+                    gw2.finish_vm_request(vm);
+                });
+                let (parts, _) = resp.into_parts();
+                let mut resp = Response::from_parts(parts, body::empty());
+                resp.extensions_mut().insert(served_by_vm(vm));
+                return Step::Done(Ok(("vm", resp)));
+            }
+            let gw2 = Arc::clone(gw);
+            ticket.hand_over();
+            // Response end: a VM response-time sample (adaptive r_max) and the
+            // call's processing time (call scheduling).
+            let done = OnDrop::new(move || {
+                if let Some((key, arrived)) = completion {
+                    gw2.call_completed(key, arrived, sent_at);
+                }
+                gw2.finish_vm_request_sent_at(vm, sent_at)
+            });
+            let idle = settings.response_body_idle_timeout;
+            let mut resp =
+                resp.map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
+            resp.extensions_mut().insert(served_by_vm(vm));
+            Step::Done(Ok(("vm", clean_response(resp))))
+        }
+    }
+}
+
+/// A [`Decision::Function`]: start the lease's instance when it is cold (or wait for a
+/// booting pre-warmed one), invoke it within the upstream timeout, and relay the response
+/// or report the failure to the core for the next decision. The response body holds the
+/// lease until it ends or is dropped.
+pub async fn try_function(
+    gw: &Arc<Gateway>,
+    settings: &ServiceSettings,
+    ticket: &mut TicketGuard,
+    at: &Attempt,
+    lease: Lease,
+    mut request: Request<Body>,
+) -> Step {
+    let limit = settings.max_body_bytes;
+    let completion = at.completion;
+    let started = match lease.start {
+        Start::Cold(instance) => ticket
+            .cold_start(lease.zone, instance)
+            .await
+            .map_err(|e| e.to_string()),
+        // A pre-warmed instance still booting: wait for it (FaaSim).
+        Start::Booting(instance) => {
+            if ticket.await_booting(lease.zone, instance).await {
+                Ok(())
+            } else {
+                Err("pre-warmed instance failed to start".to_string())
+            }
+        }
+        Start::Warm(_) | Start::Untracked => Ok(()),
+    };
+    if let Err(e) = started {
+        let failure = Failure::NotSent {
+            reason: NotSentReason::ColdStartFailed,
+            request_available: true,
+        };
+        match ticket.attempt_failed(failure) {
+            Some((decision, target)) => {
+                return Step::Next {
+                    decision,
+                    target,
+                    request: Some(Box::new(request)),
+                };
+            }
+            None => {
+                return Step::Done(Err((
+                    "function",
+                    ProxyError::Function(format!("cold start failed: {e}")),
+                )));
+            }
+        }
+    }
+    request.extensions_mut().insert(ClientInfo {
+        peer: at.path.peer,
+        scheme: at.path.scheme,
+    });
+    let backend = gw.zone_backend(lease.zone);
+    // After the cold start: p excludes it (call scheduling).
+    let sent_at = Instant::now();
+    let (request, body_sent) = watch_body(request);
+    let called = head_timeout(
+        settings.upstream_timeout,
+        body_sent,
+        backend.invoke(lease.instance(), request),
+    )
+    .await;
+    match called {
+        Err(_) => {
+            m::timeout("upstream_head");
+            // Abandoned mid-request: an instance may still be busy with it,
+            // so it is stopped rather than handed to the next call.
+            // (A concurrency zone's slot is released by the guard.)
+            ticket.lose_instance();
+            Step::Done(Err((
+                "function",
+                ProxyError::UpstreamTimeout(settings.upstream_timeout),
+            )))
+        }
+        Ok(Ok(resp)) => {
+            let served = crate::net::ServedBy {
+                instance: lease
+                    .instance()
+                    .map_or_else(|| "-".to_string(), |i| format!("fn-{}", i.0)),
+                zone: Some(gw.zone_name(lease.zone)),
+            };
+            let gw2 = Arc::clone(gw);
+            ticket.hand_over();
+            let done = OnDrop::new(move || {
+                if let Some((key, arrived)) = completion {
+                    gw2.call_completed(key, arrived, sent_at);
+                }
+                gw2.finish_function_sent_at(lease, sent_at)
+            });
+            let idle = settings.response_body_idle_timeout;
+            let mut resp =
+                resp.map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
+            resp.extensions_mut().insert(served);
+            Step::Done(Ok(("function", clean_response(resp))))
+        }
+        Ok(Err(FunctionError::NotSent { reason, request })) => {
+            let failure = Failure::NotSent {
+                reason,
+                request_available: request.is_some() || at.replayable,
+            };
+            match ticket.attempt_failed(failure) {
+                Some((decision, target)) => Step::Next {
+                    decision,
+                    target,
+                    request,
+                },
+                None => Step::Done(Err(("function", ProxyError::not_sent(reason)))),
+            }
+        }
+        Ok(Err(e)) => {
+            let e = ProxyError::from_function(e, limit);
+            if e.fault() == super::error::Fault::Upstream {
+                // The tier's own failure: counted in /status.
+                let failure = Failure::FailedAfterSend {
+                    response_started: false,
+                    request_available: false,
+                };
+                let _ = ticket.attempt_failed(failure);
+            }
+            Step::Done(Err(("function", e)))
         }
     }
 }
@@ -775,7 +898,7 @@ async fn attempts(
 async fn wait_queued(
     ticket: &mut TicketGuard,
     client_closed: Option<&mut super::lifetime::ClientClosed>,
-) -> Option<(Decision, Option<super::driver::VmTarget>)> {
+) -> Option<(Decision, Option<VmTarget>)> {
     match client_closed {
         Some(closed) => tokio::select! {
             served = ticket.wait_queued() => served,

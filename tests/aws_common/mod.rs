@@ -12,7 +12,7 @@ pub(crate) mod ec2;
 pub(crate) mod lambda;
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -39,13 +39,7 @@ pub(crate) fn aws_env() -> Vec<(String, String)> {
 }
 
 /// A free loopback TCP port (bound and released: nothing listens on it afterwards).
-pub(crate) fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
+pub(crate) use crate::common::{free_port, poll};
 
 /// A `moto_server` child process on a free loopback port; killed on drop.
 pub(crate) struct Moto {
@@ -136,18 +130,6 @@ impl Drop for Moto {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
-    }
-}
-
-/// Poll `f` every 50 ms until it returns `Some`, or panic after `within` with `what`.
-pub(crate) fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
-    let deadline = Instant::now() + within;
-    loop {
-        if let Some(v) = f() {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

@@ -1,25 +1,26 @@
 //! In-process drivers: the live [`Gateway`] driver built from parts, without listeners,
 //! for tests of the driver itself (paused tokio time, fake or local backends).
 
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
-use spillway::backends::{
-    BackendError, BoxFuture, FunctionError, FunctionTier, ReadinessSettings, VmProvider,
-};
-use spillway::net::body::{self, Body, GuardedBody, OnDrop};
+use spillway::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
+use spillway::config::Config;
+use spillway::net::body::Body;
 use spillway::net::client::{ClientSettings, UpstreamClient};
 use spillway::policy::VmId;
-use spillway::policy::attempt::{Decision, Failure, NotSentReason, Ticket};
+use spillway::policy::attempt::{Decision, Ticket};
 use spillway::policy::balancer::RequestMeta;
 use spillway::policy::baselines::{FixedScaler, FunctionOnly};
 use spillway::policy::controller::ControllerParams;
 use spillway::policy::core::{Core, CoreParams};
 use spillway::policy::functions::FunctionPoolParams;
 use spillway::policy::monitor::MonitorParams;
-use spillway::policy::placement::{PlacementParams, Start, ZoneCapacity, ZoneId};
+use spillway::policy::placement::{PlacementParams, ZoneCapacity, ZoneId};
 use spillway::proxy::driver::{Gateway, TicketGuard};
+use spillway::proxy::service::{self, Attempt, ServiceSettings, Step};
 
 /// A VM pool with no VM (FAAS): launches fail, nothing to adopt.
 pub(crate) struct NoVms;
@@ -103,9 +104,10 @@ pub(crate) async fn gateway(
 }
 
 /// One request through the function path of the attempt protocol, as the request path
-/// runs it: first decision, cold start when the lease says so, invoke, a re-placement
-/// when the instance is gone. The response body holds the call's lease until it ends or
-/// is dropped; the ticket's guard gives everything back if the future is dropped.
+/// runs it ([`service::try_function`] for every function decision): first decision, cold
+/// start when the lease says so, invoke, a re-placement when the instance is gone. The
+/// response body holds the call's lease until it ends or is dropped; the ticket's guard
+/// gives everything back if the future is dropped.
 pub(crate) async fn call_function(
     gw: &Arc<Gateway>,
     req: Request<Body>,
@@ -116,69 +118,41 @@ pub(crate) async fn call_function(
 /// [`call_function`] for a request whose origin is edge zone `origin` (function zones).
 pub(crate) async fn call_function_from(
     gw: &Arc<Gateway>,
-    mut req: Request<Body>,
+    req: Request<Body>,
     origin: Option<ZoneId>,
 ) -> Result<Response<Body>, String> {
+    let mut settings = ServiceSettings::from_config(&Config::default());
+    // The tests advance paused time by minutes while a call or its response body is
+    // held: no upstream or body-idle timeout of the request path may end it first.
+    settings.upstream_timeout = Duration::from_secs(86_400);
+    settings.response_body_idle_timeout = Duration::from_secs(86_400);
     let mut ticket = TicketGuard::new(gw, Ticket::new(RequestMeta::default(), origin));
+    let at = Attempt::new(
+        &ticket,
+        SocketAddr::from(([127, 0, 0, 1], 0)),
+        "http",
+        false,
+    );
     let (mut decision, _) = ticket.route();
+    let mut req = Some(req);
     loop {
         let Decision::Function { lease, .. } = decision else {
             return Err(format!("not a function decision: {decision:?}"));
         };
-        let started = match lease.start {
-            Start::Cold(instance) => ticket
-                .cold_start(lease.zone, instance)
-                .await
-                .map_err(|e| e.to_string()),
-            // A booting pre-warmed instance: wait for it, as the service does.
-            Start::Booting(instance) => {
-                if ticket.await_booting(lease.zone, instance).await {
-                    Ok(())
-                } else {
-                    Err("pre-warmed instance failed to start".to_string())
-                }
+        let request = req
+            .take()
+            .ok_or("the request was sent and cannot be sent again")?;
+        match service::try_function(gw, &settings, &mut ticket, &at, lease, request).await {
+            Step::Done(Ok((_, resp))) => return Ok(resp),
+            Step::Done(Err((_, e))) => return Err(e.to_string()),
+            Step::Next {
+                decision: next,
+                request,
+                ..
+            } => {
+                decision = next;
+                req = request.map(|r| *r);
             }
-            Start::Warm(_) | Start::Untracked => Ok(()),
-        };
-        if let Err(e) = started {
-            let failure = Failure::NotSent {
-                reason: NotSentReason::ColdStartFailed,
-                request_available: true,
-            };
-            match ticket.attempt_failed(failure) {
-                Some((d, _)) => {
-                    decision = d;
-                    continue;
-                }
-                None => return Err(format!("cold start failed: {e}")),
-            }
-        }
-        match gw
-            .zone_backend(lease.zone)
-            .invoke(lease.instance(), req)
-            .await
-        {
-            Ok(resp) => {
-                let gw2 = Arc::clone(gw);
-                ticket.hand_over();
-                let done = OnDrop::new(move || gw2.finish_function(lease));
-                return Ok(resp.map(|b| body::boxed(GuardedBody::new(b, done))));
-            }
-            Err(FunctionError::NotSent {
-                reason,
-                request: Some(back),
-            }) => {
-                req = *back;
-                let failure = Failure::NotSent {
-                    reason,
-                    request_available: true,
-                };
-                match ticket.attempt_failed(failure) {
-                    Some((d, _)) => decision = d,
-                    None => return Err(format!("not sent: {}", reason.as_str())),
-                }
-            }
-            Err(e) => return Err(e.to_string()),
         }
     }
 }

@@ -249,12 +249,31 @@ pub(crate) struct SampleApi {
     pub addr: SocketAddr,
 }
 
+/// A port on 127.0.0.1 that was free a moment ago (bound to port 0, then released).
 pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
         .unwrap()
         .port()
+}
+
+/// An `http://` URL on a closed loopback port (nothing listens there), with `userinfo`
+/// (`""`, or `user:password@`) before the host.
+pub(crate) fn closed_url(userinfo: &str) -> String {
+    format!("http://{userinfo}127.0.0.1:{}", free_port())
+}
+
+/// Poll `f` every 50 ms until it returns `Some`, or panic after `within` naming `what`.
+pub(crate) fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(v) = f() {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
 }
 
 impl SampleApi {

@@ -85,7 +85,7 @@ pub struct CallRecord {
     #[serde(default)]
     pub client: Option<String>,
     /// Credential headers (`Authorization`, `Proxy-Authorization`, `Cookie`), sealed
-    /// (ChaCha20-Poly1305, see `super::async_secrets`): never stored in plain text.
+    /// (ChaCha20-Poly1305, see `super::secrets`): never stored in plain text.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub sealed_headers: Vec<(String, Vec<u8>)>,
 }

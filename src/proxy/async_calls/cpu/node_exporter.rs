@@ -18,7 +18,7 @@ use std::collections::HashMap;
 use http::Uri;
 use prometheus_parse::{Scrape, Value};
 
-use super::cpu_prometheus::PrometheusError;
+use super::error::PrometheusError;
 
 /// One scrape's CPU counters of one host, summed over its CPUs, seconds.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -13,7 +13,7 @@
 //!
 //! With `async.prometheus.node_exporter_port` instead of `url`, the same signal scrapes
 //! each ready VM host's node_exporter itself (no Prometheus server): see
-//! [`super::cpu_node_exporter`].
+//! [`super::node_exporter`].
 
 use parking_lot::Mutex;
 use std::sync::Arc;
@@ -23,63 +23,14 @@ use http::{Request, Uri};
 use http_body_util::BodyExt as _;
 use serde::Deserialize;
 
-use super::cpu_node_exporter::{CpuCounters, NodeExporters, exporter_urls, parse_cpu_counters};
+pub use super::error::PrometheusError;
+use super::node_exporter::{CpuCounters, NodeExporters, exporter_urls, parse_cpu_counters};
 use crate::config::delay::PrometheusSignalConfig;
 use crate::net::body;
 use crate::net::client::{ClientSettings, UpstreamClient};
 
 /// The largest reply read, bytes (an instant query of one utilisation is a few hundred).
 const MAX_REPLY_BYTES: usize = 1 << 20;
-
-/// Why a Prometheus query gave no utilisation. Each message is one line naming what was
-/// wrong with the reply.
-#[derive(Debug, Clone, PartialEq, thiserror::Error)]
-pub enum PrometheusError {
-    /// No connection, or the exchange broke off.
-    #[error("no answer: {0}")]
-    Unreachable(String),
-    /// No reply within `async.prometheus.timeout_ms`.
-    #[error("no answer within {0} ms")]
-    Timeout(u64),
-    /// A non-2xx status without the API's error object.
-    #[error("HTTP status {0}")]
-    Status(u16),
-    /// The body is not the query API's JSON.
-    #[error("reply is not Prometheus query JSON: {0}")]
-    NotJson(String),
-    /// `"status": "error"`.
-    #[error("query failed ({kind}): {message}")]
-    Query {
-        /// `errorType` (`bad_data`, `timeout`, …).
-        kind: String,
-        /// `error`.
-        message: String,
-    },
-    /// A result type other than `vector` or `scalar`.
-    #[error("result type {0:?}, want vector or scalar")]
-    ResultType(String),
-    /// An empty vector (no VM's node_exporter scraped, or a query matching nothing).
-    #[error("query returned no sample")]
-    NoSample,
-    /// A sample value that is not a finite number.
-    #[error("sample value {0:?} is not a finite number")]
-    NotANumber(String),
-    /// A node_exporter body that is not the Prometheus text exposition format.
-    #[error("reply is not the Prometheus text format: {0}")]
-    NotExposition(String),
-    /// A node_exporter body without `node_cpu_seconds_total` (not a node_exporter, or
-    /// its `cpu` collector is off).
-    #[error("no node_cpu_seconds_total sample in the reply")]
-    NoCpuCounters,
-    /// One VM host's node_exporter failed.
-    #[error("{url}: {reason}")]
-    At {
-        /// The exporter's `/metrics` URL.
-        url: String,
-        /// Why it failed.
-        reason: Box<PrometheusError>,
-    },
-}
 
 #[derive(Deserialize)]
 struct Reply {
@@ -184,7 +135,7 @@ enum Source {
 pub type VmBases = Box<dyn Fn() -> Option<Vec<Uri>> + Send + Sync>;
 
 /// The `prometheus` CPU signal: a client for one query (or one scrape per VM host) and
-/// its last outcome. See the [module docs](self) and [`super::cpu_node_exporter`].
+/// its last outcome. See the [module docs](self) and [`super::node_exporter`].
 pub struct PrometheusCpu {
     client: UpstreamClient,
     source: Source,

@@ -12,7 +12,7 @@
 //!   store at `async.max_store_bytes` → 507, the queue at `async.max_queued` or the store
 //!   failing → 503, each with `Retry-After` (synchronous traffic is unaffected).
 //! * The store keeps no credential in plain text: `Authorization`, `Proxy-Authorization`
-//!   and `Cookie` are sealed ([`super::async_secrets`]), the upstream's `Set-Cookie` is
+//!   and `Cookie` are sealed ([`super::secrets`]), the upstream's `Set-Cookie` is
 //!   not stored. A response body over `async.result_max_bytes` is not stored cut: the
 //!   call `failed` with a 502 result saying so.
 //! * Finished calls are deleted `async.result_ttl_seconds` after they finished (a
@@ -59,12 +59,10 @@ use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use tokio::time::Instant;
 
-use super::async_secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
-use super::async_store::{CallRecord, CallResult, CallState, CallStore, StoreError};
-use super::cpu_prometheus::PrometheusCpu;
-use super::driver::{Gateway, TicketGuard};
-use super::error::ProxyError;
-use super::service::{self, ServiceSettings};
+use super::cpu::prometheus::PrometheusCpu;
+use super::secrets::{DROPPED_RESULT_HEADERS, SEALED_HEADERS, Sealer};
+use super::store::{CallRecord, CallResult, CallState, CallStore, StoreError};
+use crate::backends::BoxFuture;
 use crate::config::delay::{AsyncConfig, CpuSignal};
 use crate::config::{AsyncMode, RouteConfig};
 use crate::coord::CallDirectory;
@@ -74,6 +72,9 @@ use crate::policy::Time;
 use crate::policy::attempt::Decision;
 use crate::policy::core::Release;
 use crate::policy::delay::CallId;
+use crate::proxy::driver::{AsyncFrontEnd, Gateway, Intercepted, TicketGuard};
+use crate::proxy::error::ProxyError;
+use crate::proxy::service::{self, ServiceSettings};
 
 /// Header carrying the call id to the upstream.
 pub const CALL_ID_HEADER: &str = "spillway-call-id";
@@ -548,7 +549,7 @@ impl AsyncCalls {
             } else {
                 None
             };
-            Ok::<_, super::async_store::StoreError>((rec, res))
+            Ok::<_, super::store::StoreError>((rec, res))
         })
         .await
         .map_err(|e| self.unavailable(e.to_string()))?
@@ -775,7 +776,7 @@ impl AsyncCalls {
         let store = Arc::clone(&self.store);
         let id2 = id.clone();
         let loaded = tokio::task::spawn_blocking(move || {
-            Ok::<_, super::async_store::StoreError>((store.get(&id2)?, store.body(&id2)?))
+            Ok::<_, super::store::StoreError>((store.get(&id2)?, store.body(&id2)?))
         })
         .await;
         let (mut rec, body) = match loaded {
@@ -915,6 +916,50 @@ impl AsyncCalls {
         if let Ok(Err(e)) = tokio::task::spawn_blocking(move || store.finish(&rec, &result)).await {
             tracing::warn!(call = %id, error = %e, "async call result not stored");
         }
+    }
+}
+
+/// The gateway's view of the front end: the request path, the driver and `/status`
+/// reach it through [`AsyncFrontEnd`] only.
+impl AsyncFrontEnd for AsyncCalls {
+    fn status_prefix(&self) -> &str {
+        Self::status_prefix(self)
+    }
+
+    fn intercept<'a>(
+        self: Arc<Self>,
+        gw: &'a Arc<Gateway>,
+        req: Request<Incoming>,
+        peer: std::net::SocketAddr,
+        scheme: &'static str,
+    ) -> Intercepted<'a> {
+        match self.classify(&req) {
+            Kind::Status => {
+                Intercepted::Answer(Box::pin(async move { self.status(gw, &req).await }))
+            }
+            Kind::Async => {
+                Intercepted::Answer(Box::pin(
+                    async move { self.accept(gw, req, peer, scheme).await },
+                ))
+            }
+            Kind::Sync => Intercepted::Pass(req),
+        }
+    }
+
+    fn cpu_signal(&self, gw: &Gateway) -> f64 {
+        Self::cpu_signal(self, gw)
+    }
+
+    fn release(self: Arc<Self>, gw: Arc<Gateway>, rel: Release) -> BoxFuture<'static, ()> {
+        Box::pin(self.run(gw, rel))
+    }
+
+    fn cpu_signal_status(&self) -> serde_json::Value {
+        Self::cpu_signal_status(self)
+    }
+
+    fn store_status(&self) -> serde_json::Value {
+        Self::store_status(self)
     }
 }
 
