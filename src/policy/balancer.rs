@@ -392,6 +392,30 @@ impl VmTable {
         })
     }
 
+    /// Change the requests in flight on `id`'s row by `delta` (+1 for a request sent,
+    /// −1 saturating at zero for one finished), keeping the ready index in step: what
+    /// [`Self::get_mut`] and an assignment do, without comparing the whole row (every
+    /// VM request changes its count twice). The row's state and its new count; `None`
+    /// for an unknown VM.
+    #[inline]
+    pub(crate) fn add_outstanding(&mut self, id: VmId, delta: i32) -> Option<(VmState, u32)> {
+        let index = self.position(id)?;
+        let row = &mut self.rows[index];
+        let outstanding = if delta >= 0 {
+            row.outstanding + delta.unsigned_abs()
+        } else {
+            row.outstanding.saturating_sub(delta.unsigned_abs())
+        };
+        if outstanding != row.outstanding {
+            row.outstanding = outstanding;
+            if row.state == VmState::Ready && !row.suspect {
+                let key = leaf_key(row, index);
+                self.ready.set(index, key);
+            }
+        }
+        Some((row.state, outstanding))
+    }
+
     /// Add a row. Ids must increase (the controller allocates them so); a smaller id is
     /// inserted in its place.
     pub(crate) fn insert(&mut self, id: VmId, state: VmState) {
@@ -1117,10 +1141,19 @@ mod tests {
                 }
                 (2, Some(id)) => t.get_mut(id).unwrap().state = VmState::Ready,
                 (3, Some(id)) => t.get_mut(id).unwrap().state = VmState::Draining,
-                (4, Some(id)) => t.get_mut(id).unwrap().outstanding += 1,
-                (5, Some(id)) => {
+                // Both ways of changing a count: the row borrow and the counter.
+                (4, Some(id)) if step % 2 == 0 => t.get_mut(id).unwrap().outstanding += 1,
+                (4, Some(id)) => {
+                    t.add_outstanding(id, 1).unwrap();
+                }
+                (5, Some(id)) if step % 2 == 0 => {
                     let mut r = t.get_mut(id).unwrap();
                     r.outstanding = r.outstanding.saturating_sub(1);
+                }
+                (5, Some(id)) => {
+                    let before = t.get(id).unwrap().outstanding;
+                    let (_, after) = t.add_outstanding(id, -1).unwrap();
+                    assert_eq!(after, before.saturating_sub(1));
                 }
                 (_, Some(id)) => {
                     t.remove(id);

@@ -255,9 +255,7 @@ impl Controller {
         let route = self.router.route(now, req, attempt, &self.vms);
         match route {
             Route::Vm { vm, .. } => {
-                if let Some(mut row) = self.vms.get_mut(vm) {
-                    row.outstanding += 1;
-                }
+                self.vms.add_outstanding(vm, 1);
                 self.routed.vm += 1;
                 if attempt == Attempt::First {
                     self.epoch_vm += 1;
@@ -332,12 +330,9 @@ impl Controller {
     /// draining VM becomes idle.
     pub fn on_vm_request_finished(&mut self, now: Time, vm: VmId) {
         self.advance(now);
-        let Some(mut row) = self.vms.get_mut(vm) else {
+        let Some((state, outstanding)) = self.vms.add_outstanding(vm, -1) else {
             return;
         };
-        row.outstanding = row.outstanding.saturating_sub(1);
-        let (state, outstanding) = (row.state, row.outstanding);
-        drop(row);
         if state == VmState::Draining && outstanding == 0 {
             self.vms.remove(vm);
             self.actions.push_back(Action::Stop { vm });

@@ -408,8 +408,22 @@ impl Core {
         }
         self.retry_budget.on_request(now);
         let d = self.route_first(now, ticket);
-        self.pump(now);
-        self.refresh();
+        let pumped = self.pump(now);
+        // A first attempt on a VM changed only the controller's counts and the VM's row
+        // (the epoch end moves in `advance`, which refreshes): no timer row moved unless
+        // the queue or an action did.
+        let vm_first = matches!(
+            d,
+            Decision::Vm {
+                kind: AttemptKind::First,
+                ..
+            }
+        );
+        if pumped || !vm_first || self.sched.is_some() {
+            self.refresh();
+        } else {
+            self.debug_assert_fresh();
+        }
         d
     }
 
@@ -513,8 +527,13 @@ impl Core {
         self.controller.on_vm_request_finished(now, vm);
         self.serve_queue(now);
         self.release_delayed(now);
-        self.pump(now);
-        self.refresh();
+        // Without the gateway queue and the delay queue, a VM request's end changes the
+        // VM's row only, unless it stopped a draining VM (an action): no timer row moved.
+        if self.pump(now) || self.sched.is_some() || self.delay.is_some() {
+            self.refresh();
+        } else {
+            self.debug_assert_fresh();
+        }
     }
 
     /// A VM attempt that was sent ended after `latency` (to the end of its response body,
@@ -1139,8 +1158,11 @@ impl Core {
     }
 
     /// Move the controller's actions into the core's queue, tracking boot deadlines.
-    fn pump(&mut self, now: Time) {
+    /// Whether it moved any.
+    fn pump(&mut self, now: Time) -> bool {
+        let mut moved = false;
         while let Some(a) = self.controller.poll_action() {
+            moved = true;
             match a {
                 controller::Action::Launch { vm } => {
                     if let Some(t) = self.boot_timeout {
@@ -1152,6 +1174,7 @@ impl Core {
             }
             self.actions.push_back(Action::Scaling(a));
         }
+        moved
     }
 
     /// Close the adaptive r_max controller's period if it ended, and hand a changed r_max
@@ -1173,8 +1196,9 @@ impl Core {
         }
     }
 
+    /// Every component's earliest deadline, in [`Timer::ALL`] order.
     #[inline]
-    fn refresh(&mut self) {
+    fn timer_rows(&self) -> [Option<Time>; Timer::ALL.len()] {
         let mut rows = [None; Timer::ALL.len()];
         rows[Timer::EpochEnd as usize] = Some(self.controller.poll_timeout());
         rows[Timer::VmBoot as usize] = self.booting.iter().map(|(_, at)| *at).min();
@@ -1182,7 +1206,26 @@ impl Core {
         rows[Timer::RMax as usize] = self.r_max.as_ref().map(RMaxController::poll_timeout);
         rows[Timer::QueueWait as usize] = self.sched.as_ref().and_then(Scheduler::poll_timeout);
         rows[Timer::DelayQueue as usize] = self.delay.as_ref().and_then(DelayQueue::poll_timeout);
+        rows
+    }
+
+    /// Bring the timer table up to date after an input.
+    #[inline]
+    fn refresh(&mut self) {
+        let rows = self.timer_rows();
         self.timers.set_all(rows);
+    }
+
+    /// Where an input skips [`Self::refresh`] because it moves no deadline: debug builds
+    /// check that the table is indeed up to date.
+    #[inline]
+    fn debug_assert_fresh(&self) {
+        debug_assert!(
+            Timer::ALL
+                .iter()
+                .all(|&t| self.timers.get(t) == self.timer_rows()[t as usize]),
+            "an input that skipped the timer refresh moved a deadline"
+        );
     }
 }
 

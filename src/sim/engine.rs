@@ -440,6 +440,8 @@ struct Engine<'a> {
     /// ns: (platform min, platform max, client min, client max, Σ client).
     client_hist: RunHist,
     extremes: (u64, u64, u64, u64, u128),
+    /// Function zones are configured: the client side and the extremes are reported.
+    zoned: bool,
     rtt_rng: ChaCha8Rng,
     /// Draws of the start-up and execution jitter (`sim.function.*_jitter`).
     jitter_rng: ChaCha8Rng,
@@ -552,17 +554,21 @@ impl<'a> Engine<'a> {
         (ms(rtt) * f * 1e6).round().max(0.0) as u64
     }
 
-    /// A served response: platform time `done - arrival`, client time plus `rtt`.
+    /// A served response: platform time `done - arrival`, client time plus `rtt` (kept
+    /// only with function zones: the report shows the client side only then).
+    #[inline]
     fn respond_client(&mut self, arrival: u64, start: u64, done: u64, rtt: u64) {
-        let r = done - arrival;
-        let c = r + rtt;
-        let x = &mut self.extremes;
-        x.0 = x.0.min(r);
-        x.1 = x.1.max(r);
-        x.2 = x.2.min(c);
-        x.3 = x.3.max(c);
-        x.4 += u128::from(c);
-        self.client_hist.record(c / 1000);
+        if self.zoned {
+            let r = done - arrival;
+            let c = r + rtt;
+            let x = &mut self.extremes;
+            x.0 = x.0.min(r);
+            x.1 = x.1.max(r);
+            x.2 = x.2.min(c);
+            x.3 = x.3.max(c);
+            x.4 += u128::from(c);
+            self.client_hist.record(c / 1000);
+        }
         self.respond(arrival, start, done);
     }
     fn schedule(&mut self, t: u64, kind: EvKind) -> u64 {
@@ -1135,6 +1141,7 @@ pub fn run_policy_with(
         calls,
         client_hist: RunHist::new(),
         extremes: (u64::MAX, 0, u64::MAX, 0, 0),
+        zoned: p.placement.is_some(),
         rtt_rng: {
             let mut r = ChaCha8Rng::seed_from_u64(seed);
             r.set_stream(2);
