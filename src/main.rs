@@ -214,7 +214,12 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 Ok(c) => c,
                 Err(code) => return Ok(code),
             };
-            let yaml = serde_saphyr::to_string(&config).context("cannot print the config")?;
+            // The collector's header values (API keys) are printed as `***`.
+            let mut shown = config.clone();
+            if let Some(otlp) = shown.telemetry.otlp.as_mut() {
+                otlp.redact_headers();
+            }
+            let yaml = serde_saphyr::to_string(&shown).context("cannot print the config")?;
             // A password in a URL (`coordination.url: redis://:pw@host`) is printed as
             // `***`; key names with `token` in them are paths or variable names here.
             let yaml = spillway::redact::redact_url_credentials(&yaml);

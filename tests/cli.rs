@@ -215,6 +215,31 @@ fn check_and_config_print_do_not_show_a_redis_password() {
     assert!(!text.contains("hunter2"), "{text}");
 }
 
+/// The OTLP collector's header values (API keys) never show in `config print`: the
+/// header names do, each value is `***`.
+#[test]
+fn config_print_does_not_show_the_collectors_header_values() {
+    if !cfg!(feature = "otlp") {
+        return; // without the feature the section is refused (tested with the feature off)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let quickstart = std::fs::read_to_string(repo("config/quickstart.yaml")).unwrap();
+    let file = dir.path().join("otlp.yaml");
+    std::fs::write(
+        &file,
+        format!(
+            "{quickstart}\ntelemetry:\n  otlp:\n    endpoint: http://127.0.0.1:4318/v1/traces\n    \
+             headers:\n      x-api-key: sk-live-4f9a2c\n"
+        ),
+    )
+    .unwrap();
+    let o = run(&["config", "print", file.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let text = stdout(&o);
+    assert!(text.contains("x-api-key: \"***\""), "{text}");
+    assert!(!text.contains("sk-live-4f9a2c"), "{text}");
+}
+
 /// A build without the `aws` feature: `check` refuses config/aws.yaml with the message
 /// `serve` gives, instead of accepting a file `serve` then refuses.
 #[test]

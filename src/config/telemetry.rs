@@ -47,6 +47,19 @@ pub struct OtlpConfig {
     pub headers: BTreeMap<String, String>,
 }
 
+impl OtlpConfig {
+    /// The value that stands for a header's value in printed configurations.
+    pub const REDACTED: &'static str = "***";
+
+    /// Replace every `headers` value with [`Self::REDACTED`]: `spillway config print`
+    /// shows which headers go to the collector, never their values (API keys).
+    pub fn redact_headers(&mut self) {
+        for value in self.headers.values_mut() {
+            *value = Self::REDACTED.to_string();
+        }
+    }
+}
+
 fn default_timeout_ms() -> u64 {
     DEFAULT_OTLP_TIMEOUT_MS
 }
