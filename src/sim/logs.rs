@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 
 use super::error::SimError;
-use super::trace::{Arrival, RequestClass, Trace, TraceData, TraceFormat, TraceOptions};
+use super::trace_model::{Arrival, RequestClass, Trace, TraceData, TraceFormat, TraceOptions};
 use crate::policy::routes::{RouteDef, RouteKeys};
 
 const NS: u64 = 1_000_000_000;

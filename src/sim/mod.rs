@@ -6,6 +6,8 @@
 //!   [`crate::config::sim`]: the config module owns the whole schema.
 //! * [`trace`] — trace formats (`counts`, `events`, `azure2019`, `azure2021`), windowing
 //!   and rate scaling.
+//! * [`trace_model`] — the trace's data types (format, options, arrivals, [`Trace`]),
+//!   shared by [`trace`] and [`logs`].
 //! * [`logs`] — access logs (spillway, nginx, ALB, API Gateway) as traces.
 //! * [`model`] — service-time distributions and VM billing.
 //! * [`engine`] — the discrete-event engine driving [`crate::policy::controller::Controller`]
@@ -31,6 +33,7 @@ pub mod model;
 pub mod plot;
 pub mod report;
 pub mod trace;
+pub mod trace_model;
 pub mod tune;
 
 use crate::config::Config;
