@@ -27,7 +27,7 @@ const BASE_SIM: &str = r#"
   sla_ms: 1000
   request: {service_time: {distribution: fixed, ms: 1000}}
   vm: {slots: 16, boot_seconds: 100, billing: per_second, minimum_billed_seconds: 60, bill_boot: true}
-  function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}
+  function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_instances: 1000, bill_init: false}
   auto: {min_vms: 1, max_vms: 10, step_vms: 1, window_seconds: 10, grace_seconds: 30}
 "#;
 
@@ -138,8 +138,8 @@ fn one_burst_on_too_few_vms_queues_exactly_the_excess() {
 #[test]
 fn one_burst_on_functions_cold_starts_throttles_and_bills_init() {
     let sim = BASE_SIM.replace(
-        "function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}",
-        "function: {cold_start_ms: 250, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 60, bill_init: true}",
+        "function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_instances: 1000, bill_init: false}",
+        "function: {cold_start_ms: 250, warm_start_ms: 0, keep_alive_seconds: 600, max_instances: 60, bill_init: true}",
     );
     let c = config(60, 16.0, &sim);
     let t = counts(&format!("{}100\n", "0\n".repeat(10)));
@@ -289,7 +289,7 @@ proptest! {
   sla_ms: 1000
   request: {{service_time: {service}}}
   vm: {{slots: 4, boot_seconds: 5}}
-  function: {{cold_start_ms: 100, warm_start_ms: 5, keep_alive_seconds: 3, max_concurrency: {max_conc}}}
+  function: {{cold_start_ms: 100, warm_start_ms: 5, keep_alive_seconds: 3, max_instances: {max_conc}}}
   auto: {{min_vms: 1, max_vms: 6, step_vms: 2, window_seconds: 3, grace_seconds: 4}}
 "#);
         let c = config(k, 4.0, &sim);
@@ -387,7 +387,7 @@ sim:
   sla_ms: 1000
   request: {service_time: {distribution: fixed, ms: 500}}
   vm: {slots: 16, boot_seconds: 100, billing: per_second, minimum_billed_seconds: 60, bill_boot: true}
-  function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_concurrency: 2, bill_init: false}
+  function: {cold_start_ms: 0, warm_start_ms: 0, keep_alive_seconds: 600, max_instances: 2, bill_init: false}
 "#;
     let c = Config::from_yaml(yaml, "test.yaml").unwrap_or_else(|e| panic!("{e}"));
     let r = run(&c, &counts("20\n"), PolicyKind::Libra);
@@ -413,7 +413,7 @@ sim:
   sla_ms: 1000
   request: {{service_time: {{distribution: fixed, ms: 100}}}}
   vm: {{slots: 4, boot_seconds: 10}}
-  function: {{cold_start_ms: 0, warm_start_ms: 0, max_concurrency: 1000}}
+  function: {{cold_start_ms: 0, warm_start_ms: 0, max_instances: 1000}}
 "#
     );
     Config::from_yaml(&yaml, "adaptive.yaml").unwrap_or_else(|e| panic!("{e}"))
@@ -485,7 +485,7 @@ libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_v
 sim:
   sla_ms: 10000
   request: {{service_time: {{distribution: fixed, ms: {}}}}}
-  function: {{cold_start_ms: {}, warm_start_ms: {}, keep_alive_seconds: 600, max_concurrency: 1000, bill_init: false}}
+  function: {{cold_start_ms: {}, warm_start_ms: {}, keep_alive_seconds: 600, max_instances: 1000, bill_init: false}}
 "#,
             service * 1e3,
             cold * 1e3,
@@ -606,7 +606,7 @@ libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_v
 sim:
   sla_ms: 10000
   request: {{service_time: {{distribution: fixed, ms: 300}}}}
-  function: {{cold_start_ms: 700, warm_start_ms: 0, keep_alive_seconds: 0, max_concurrency: 10, bill_init: false}}
+  function: {{cold_start_ms: 700, warm_start_ms: 0, keep_alive_seconds: 0, max_instances: 10, bill_init: false}}
   network: {{edge_rtt_ms: {edge_rtt}, cloud_rtt_ms: {cloud_rtt}}}
 "#
     );
@@ -843,7 +843,7 @@ libra: {{epoch_seconds: 1, decision_epochs: 60, r_max_rps: 16, min_vms: 0, max_v
 sim:
   sla_ms: 100000
   request: {{service_time: {{distribution: fixed, ms: 300}}}}
-  function: {{max_concurrency: 10, bill_init: false, {function}}}
+  function: {{max_instances: 10, bill_init: false, {function}}}
 "#
     );
     Config::from_yaml(&yaml, "z.yaml").unwrap_or_else(|e| panic!("{e}"))

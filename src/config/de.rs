@@ -21,6 +21,7 @@ use std::fmt;
 
 use serde::de::{self, DeserializeOwned, DeserializeSeed, Visitor};
 
+use super::deprecated::DEPRECATED_KEYS;
 use super::yaml::{Kind, Loc, Node, Style, is_null_text, scalar_text};
 
 /// Where an error is: the node, its place and field path, and what to remove from the
@@ -48,6 +49,9 @@ pub(crate) struct DeError {
     custom: bool,
     /// An unknown key's likely intended name: its absence is no second error.
     suggested: Option<&'static str>,
+    /// A field set twice (its current and its deprecated spelling): placed at the key
+    /// read last, the second one.
+    duplicate: bool,
 }
 
 impl DeError {
@@ -58,6 +62,7 @@ impl DeError {
             missing_field: None,
             custom: false,
             suggested: None,
+            duplicate: false,
         }
     }
 
@@ -98,6 +103,15 @@ impl fmt::Display for DeError {
 
 impl std::error::Error for DeError {}
 
+/// Whether `key`, among a struct's `fields`, is a deprecated spelling of another of them
+/// ([`DEPRECATED_KEYS`]).
+fn is_deprecated_spelling(key: &str, fields: &[&str]) -> bool {
+    let last = |p: &'static str| p.rsplit('.').next().unwrap_or(p);
+    DEPRECATED_KEYS
+        .iter()
+        .any(|(old, new)| last(old) == key && fields.contains(&last(new)))
+}
+
 /// The near miss of `got` among `expected`, if one is close.
 fn closest(got: &str, expected: &[&'static str]) -> Option<&'static str> {
     expected
@@ -129,6 +143,17 @@ impl de::Error for DeError {
         }
     }
 
+    /// A key the YAML reader let through twice can only be two spellings of one option
+    /// (the reader refuses a repeated key): say so, at the second one.
+    fn duplicate_field(field: &'static str) -> Self {
+        Self {
+            duplicate: true,
+            ..Self::new(format!(
+                "sets `{field}` a second time (an old spelling of the same option): keep one"
+            ))
+        }
+    }
+
     fn missing_field(field: &'static str) -> Self {
         Self {
             missing_field: Some(field),
@@ -137,12 +162,18 @@ impl de::Error for DeError {
     }
 
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        // The old spellings still read, but the keys to write are the current ones.
+        let current: Vec<&'static str> = expected
+            .iter()
+            .copied()
+            .filter(|k| !is_deprecated_spelling(k, expected))
+            .collect();
         Self {
-            suggested: closest(field, expected),
+            suggested: closest(field, &current),
             ..Self::new(format!(
                 "unknown key{}; {}",
-                suggestion(field, expected),
-                one_of(expected)
+                suggestion(field, &current),
+                one_of(&current)
             ))
         }
     }
@@ -497,8 +528,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
 
     fn deserialize_map<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
         let entries = self.entries("a mapping")?;
-        v.visit_map(MapAcc::new(entries, &[]))
-            .map_err(|e: DeError| e.located(self.0))
+        MapAcc::new(entries, &[]).visit(v, self.0)
     }
 
     fn deserialize_struct<V: Visitor<'de>>(
@@ -512,8 +542,7 @@ impl<'de> de::Deserializer<'de> for NodeDe<'_> {
             fields,
         });
         let entries = self.entries("a section")?;
-        v.visit_map(MapAcc::new(entries, &[]))
-            .map_err(|e: DeError| e.located(self.0))
+        MapAcc::new(entries, &[]).visit(v, self.0)
     }
 
     /// A scalar names a unit variant; a mapping holding the key `name` is a tagged
@@ -673,8 +702,7 @@ impl<'de> de::Deserializer<'de> for SharedPart<'_, '_> {
             fields,
         });
         *self.fields = Some(fields);
-        v.visit_map(MapAcc::only(self.entries, fields))
-            .map_err(|e: DeError| e.located(self.map))
+        MapAcc::only(self.entries, fields).visit(v, self.map)
     }
 
     serde::forward_to_deserialize_any! {
@@ -744,6 +772,8 @@ struct MapAcc<'a> {
     skip: &'a [&'a str],
     keep: Option<&'a [&'static str]>,
     value: Option<&'a Node>,
+    /// The key read last (where a field set twice is reported).
+    key: Option<&'a Node>,
 }
 
 impl<'a> MapAcc<'a> {
@@ -753,6 +783,7 @@ impl<'a> MapAcc<'a> {
             skip,
             keep: None,
             value: None,
+            key: None,
         }
     }
 
@@ -761,6 +792,15 @@ impl<'a> MapAcc<'a> {
             keep: Some(keep),
             ..Self::new(entries, &[])
         }
+    }
+
+    /// `v` visits these entries; an error is placed at the node it is about (a field set
+    /// twice: the key read last), else at `section`.
+    fn visit<'de, V: Visitor<'de>>(mut self, v: V, section: &Node) -> Result<V::Value, DeError> {
+        v.visit_map(&mut self).map_err(|e: DeError| match self.key {
+            Some(k) if e.duplicate => e.located(k).located(section),
+            _ => e.located(section),
+        })
     }
 }
 
@@ -777,6 +817,7 @@ impl<'de> de::MapAccess<'de> for MapAcc<'_> {
                 continue;
             }
             self.value = Some(v);
+            self.key = Some(k);
             return seed
                 .deserialize(NodeDe(k))
                 .map(Some)
@@ -893,8 +934,7 @@ impl<'de> de::VariantAccess<'de> for TaggedEnum<'_> {
             path: self.map.path.clone(),
             fields,
         });
-        v.visit_map(MapAcc::new(self.entries, &self.skip))
-            .map_err(|e: DeError| e.located(self.map))
+        MapAcc::new(self.entries, &self.skip).visit(v, self.map)
     }
 }
 
@@ -905,8 +945,7 @@ impl<'de> de::Deserializer<'de> for Fields<'_> {
     type Error = DeError;
 
     fn deserialize_any<V: Visitor<'de>>(self, v: V) -> Result<V::Value, DeError> {
-        v.visit_map(MapAcc::new(self.0.entries, &self.0.skip))
-            .map_err(|e: DeError| e.located(self.0.map))
+        MapAcc::new(self.0.entries, &self.0.skip).visit(v, self.0.map)
     }
 
     fn deserialize_struct<V: Visitor<'de>>(

@@ -22,6 +22,7 @@
 //! | `zone_specs` | the zones in placement order, placement parameters, the cost meter and the zone checks |
 //! | `issues` | [`Issues`], [`ConfigIssue`], [`ConfigError`] and the shared checks (a leaf: every section imports it, it imports none) |
 //! | `defaults` | the `DEFAULT_*` constants (a leaf) |
+//! | `deprecated` | old spellings that still read, their warnings and `--set` mapping (a leaf) |
 //! | `duration` | [`Seconds`] and [`Millis`], the configured durations, bounds checked where read (a leaf) |
 //! | `routes` | `routes:` (route keys) |
 //! | `queue` | `queue:` (the gateway queue, call scheduling) |
@@ -36,7 +37,7 @@
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of `defaults`. The sections import only the leaves (`issues`,
-//! `defaults`, `duration`, `yaml`, `de`) and sections below them; `schema` and this module import
+//! `defaults`, `deprecated`, `duration`, `yaml`, `de`) and sections below them; `schema` and this module import
 //! the sections (`scripts/check-module-deps.sh` refuses a cycle).
 
 mod aws_warnings;
@@ -44,6 +45,7 @@ pub mod coordination;
 mod de;
 mod defaults;
 pub mod delay;
+mod deprecated;
 mod duration;
 mod function_tier;
 mod issues;
@@ -231,6 +233,7 @@ pub fn warnings(config: &Config, text: Option<&str>) -> Vec<ConfigIssue> {
         for w in &mut out {
             w.location = locate(&places, &w.path).or_else(|| locate(&places, "routes"));
         }
+        out.extend(deprecated::warnings(&places));
     }
     out
 }

@@ -21,7 +21,8 @@ use super::yaml::{self, Kind, Node, Style, is_null_text};
 pub fn with_override(config: &Config, path: &str, value: &str) -> Result<Config, String> {
     let fail = |m: String| format!("{path}: {m}");
     let new = parse_value(value).map_err(fail)?;
-    let steps = parse_path(path).map_err(fail)?;
+    // The printed config has the current spellings only: set the option an old one names.
+    let steps = parse_path(&super::deprecated::canonical(path)).map_err(fail)?;
     let mut json = serde_json::to_value(config).expect("configs serialise");
     set(&mut json, &steps, &new).map_err(fail)?;
     let text = serde_json::to_string(&json).expect("JSON serialises");

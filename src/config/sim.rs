@@ -275,12 +275,15 @@ pub struct FunctionModelConfig {
     pub warm_start_ms: Millis,
     /// An idle instance stays warm this long, seconds (FaaSim keep-alive).
     pub keep_alive_seconds: Seconds,
-    /// Most instances at once; calls beyond it are throttled (counted, not served). 0: no
-    /// function tier (the call-scheduling preset's single VM).
-    pub max_concurrency: u32,
-    /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency);
-    /// keep-alive never expires them.
-    pub prewarmed: u32,
+    /// Most instances at once (FaaSim's `max_concurrency`, still read as a deprecated
+    /// spelling); calls beyond it are throttled (counted, not served). 0: no function tier
+    /// (the call-scheduling preset's single VM).
+    #[serde(alias = "max_concurrency")]
+    pub max_instances: u32,
+    /// Instances kept warm at all times (FaaSim pre-warming, AWS provisioned concurrency;
+    /// `prewarmed` is the deprecated spelling); keep-alive never expires them.
+    #[serde(alias = "prewarmed")]
+    pub prewarmed_instances: u32,
     /// Which idle instance a warm start takes: `newest` (most recently idle) or `oldest`
     /// (idle longest, as FaaSim).
     pub warm_instance_order: WarmOrder,
@@ -307,8 +310,8 @@ impl Default for FunctionModelConfig {
             cold_start_ms: Millis::from_ms(250),
             warm_start_ms: Millis::from_ms(5),
             keep_alive_seconds: Seconds::from_secs(600),
-            max_concurrency: 1000,
-            prewarmed: 0,
+            max_instances: 1000,
+            prewarmed_instances: 0,
             warm_instance_order: WarmOrder::Newest,
             bill_init: true,
             exec_jitter: 0.0,
@@ -455,12 +458,12 @@ impl SimSection {
             0.0,
             1.0,
         );
-        if f.prewarmed > f.max_concurrency {
+        if f.prewarmed_instances > f.max_instances {
             is.push(
-                "sim.function.prewarmed",
+                "sim.function.prewarmed_instances",
                 format!(
-                    "must not exceed sim.function.max_concurrency ({} > {})",
-                    f.prewarmed, f.max_concurrency
+                    "must not exceed sim.function.max_instances ({} > {})",
+                    f.prewarmed_instances, f.max_instances
                 ),
             );
         }

@@ -575,3 +575,70 @@ fn the_old_per_vm_cap_spelling_is_a_located_deprecation_warning() {
     let c = Config::from_yaml(sim, "s.yaml").unwrap();
     assert!(warnings(&c, Some(sim)).is_empty());
 }
+
+/// The simulator's function model once spelled its counts as FaaSim does
+/// (`max_concurrency`, `prewarmed`): such a file still reads the same values, `spillway
+/// check` names each old spelling at its line and column, `--set` takes either spelling,
+/// and writing both spellings of one option is an error, not a silent choice.
+#[test]
+fn old_spellings_of_the_function_model_read_with_located_deprecation_warnings() {
+    let old = "sim:\n  function:\n    max_concurrency: 7\n    prewarmed: 3\n";
+    let c = Config::from_yaml(old, "old.yaml").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(c.sim.function.max_instances, 7);
+    assert_eq!(c.sim.function.prewarmed_instances, 3);
+    let w = warnings(&c, Some(old));
+    let got: Vec<_> = w
+        .iter()
+        .map(|i| {
+            (
+                i.path.clone(),
+                i.location.map(|l| (l.line, l.column)),
+                i.message.clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (
+                "sim.function.max_concurrency".to_string(),
+                Some((3, 22)),
+                "deprecated spelling of sim.function.max_instances: write `max_instances`"
+                    .to_string()
+            ),
+            (
+                "sim.function.prewarmed".to_string(),
+                Some((4, 16)),
+                "deprecated spelling of sim.function.prewarmed_instances: write \
+                 `prewarmed_instances`"
+                    .to_string()
+            ),
+        ]
+    );
+    // The current spellings read the same config, with no warning.
+    let new = "sim:\n  function:\n    max_instances: 7\n    prewarmed_instances: 3\n";
+    let n = Config::from_yaml(new, "new.yaml").unwrap();
+    assert!(warnings(&n, Some(new)).is_empty());
+    assert_eq!(
+        serde_json::to_value(&n.sim.function).unwrap(),
+        serde_json::to_value(&c.sim.function).unwrap()
+    );
+    // `--set` with the old spelling sets the option it names.
+    let set = with_override(&n, "sim.function.prewarmed", "5").unwrap();
+    assert_eq!(set.sim.function.prewarmed_instances, 5);
+    let err = with_override(&n, "sim.function.prewarmed", "9").unwrap_err();
+    assert!(
+        err.contains("sim.function.prewarmed_instances: must not exceed"),
+        "{err}"
+    );
+    // Both spellings of one option: refused at the second one's place.
+    let both = "sim:\n  function:\n    max_instances: 7\n    max_concurrency: 8\n";
+    let e = Config::from_yaml(both, "both.yaml").unwrap_err();
+    let p = problems(&e);
+    assert_eq!(p.len(), 1, "{p:?}");
+    assert!(p[0].0.starts_with("4:"), "{p:?}");
+    assert!(
+        p[0].2.contains("sets `max_instances` a second time"),
+        "{p:?}"
+    );
+}

@@ -200,7 +200,7 @@ pub fn model_summary(config: &Config) -> (String, Vec<String>) {
     let instances = if config.function_zones.is_empty() {
         format!(
             "keep-alive {} s, max {} instances",
-            f.keep_alive_seconds, f.max_concurrency
+            f.keep_alive_seconds, f.max_instances
         )
     } else {
         format!(

@@ -21,7 +21,7 @@
 //!   and responds after queue wait + service time. A launched VM is ready after
 //!   `boot_seconds`; the policy's initial pool is booted before t = 0.
 //! * **Function** (FaaSim §3): response = cold or warm start + service time; over
-//!   `max_concurrency` live instances a call is throttled (counted, not served).
+//!   `max_instances` live instances a call is throttled (counted, not served).
 //!   Billed per call: service time rounded up to 1 ms × memory (GB-s), plus the cold
 //!   start as INIT when `bill_init`, plus the request fee (and the API-gateway fee when
 //!   `pricing.api_gateway`).
@@ -204,8 +204,8 @@ impl SimParams {
                 crate::config::SINGLE_ZONE_NAME,
                 ZoneCapacity::Instances(FunctionPoolParams {
                     keep_alive: f.keep_alive_seconds.get(),
-                    max_instances: Some(f.max_concurrency),
-                    prewarmed: f.prewarmed,
+                    max_instances: Some(f.max_instances),
+                    prewarmed: f.prewarmed_instances,
                     warm_order: f.warm_instance_order,
                 }),
             )

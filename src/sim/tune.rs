@@ -65,7 +65,7 @@ pub struct TuneArgs {
     /// One dimension of the search, repeatable: NAME=V1,V2,... or NAME=LO:HI:STEP
     /// (inclusive). NAME: phi (libra.phi), rho (libra.rho), decision_epochs
     /// (libra.decision_epochs), keep_alive (sim.function.keep_alive_seconds, or every
-    /// function zone's keep_alive_seconds), prewarm (sim.function.prewarmed), or any
+    /// function zone's keep_alive_seconds), prewarm (sim.function.prewarmed_instances), or any
     /// dotted config path.
     #[arg(long = "search", value_name = "NAME=VALUES", required = true)]
     pub search: Vec<String>,
@@ -123,14 +123,17 @@ pub fn path_of(name: &str, config: &Config) -> String {
             "sim.function.keep_alive_seconds".into()
         }
         "keep_alive" => "function_zones[*].keep_alive_seconds".into(),
-        "prewarm" => "sim.function.prewarmed".into(),
+        "prewarm" => "sim.function.prewarmed_instances".into(),
         other => other.into(),
     }
 }
 
 /// Whether a path takes whole numbers only.
 fn integral(path: &str) -> bool {
-    matches!(path, "libra.decision_epochs" | "sim.function.prewarmed")
+    matches!(
+        path,
+        "libra.decision_epochs" | "sim.function.prewarmed_instances"
+    )
 }
 
 /// Format a number as the shortest YAML scalar that reads back as it (`1`, `0.25`).
@@ -243,7 +246,7 @@ fn grid_point(dims: &[Dimension], mut i: usize) -> Vec<usize> {
 ///
 /// # Errors
 /// [`SimError::Invalid`] naming `--search` and the value when the result is not a valid
-/// configuration (`sim.function.prewarmed` above `max_concurrency`, ρ above 1, …).
+/// configuration (`sim.function.prewarmed_instances` above `max_instances`, ρ above 1, …).
 pub fn configure(base: &Config, dims: &[Dimension], values: &[String]) -> Result<Config, SimError> {
     let mut c = base.clone();
     for (d, v) in dims.iter().zip(values) {
@@ -411,7 +414,7 @@ pub fn honour_notes(dims: &[Dimension], values: &[String], base: &Config) -> Vec
                  AWS's and cannot be set",
                 d.path
             ),
-            "sim.function.prewarmed" => format!(
+            "sim.function.prewarmed_instances" => format!(
                 "{} = {v}: live as function_tier.prewarmed_instances: {v} (process: instances \
                  kept warm; Lambda: provisioned concurrency, which needs a published version \
                  or alias as the qualifier, not $LATEST, and is billed while it exists)",
