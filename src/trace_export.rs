@@ -88,7 +88,7 @@ mod imp {
                 .with_http()
                 .with_http_client(client)
                 .with_protocol(Protocol::HttpBinary)
-                .with_endpoint(config.endpoint.clone())
+                .with_endpoint(config.endpoint.as_str())
                 .with_timeout(timeout)
                 .with_headers(
                     config

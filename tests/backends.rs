@@ -103,7 +103,7 @@ async fn process_function_tier_runs_the_sample_api() {
         // and the third call must find one warm, on a loaded 2-core machine; the expiry
         // itself is awaited with a polling deadline (`eventually`, 20 s).
         keep_alive_seconds: spillway::config::Seconds::from_secs(4),
-        max_instances: 2,
+        max_instances: std::num::NonZeroU32::new(2).unwrap(),
         prewarmed_instances: 0,
         warm_instance_order: Default::default(),
         boot_timeout_seconds: spillway::config::Seconds::from_secs(20),
@@ -168,7 +168,7 @@ async fn an_abandoned_function_call_stops_its_instance_instead_of_reusing_it() {
         command: Some(command("fn")),
         health_path: "/".into(),
         keep_alive_seconds: spillway::config::Seconds::from_secs(60),
-        max_instances: 4,
+        max_instances: std::num::NonZeroU32::new(4).unwrap(),
         prewarmed_instances: 0,
         warm_instance_order: Default::default(),
         boot_timeout_seconds: spillway::config::Seconds::from_secs(20),

@@ -48,7 +48,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
     assert_eq!(
         (
             l.epoch_seconds.number(),
-            l.decision_epochs,
+            l.decision_epochs.get(),
             l.phi,
             l.rho,
             l.alpha,
@@ -61,7 +61,10 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
     // of each second to VMs, decisions after seconds 1, 301, …, no CIP rule.
     assert_eq!(l.balancer, spillway::config::BalancerRule::Quota);
     assert!(l.quota_truncate);
-    assert_eq!((l.first_decision_epoch, l.cip_rps), (Some(1), Some(0.0)));
+    assert_eq!(
+        (l.first_decision_epoch.map(|e| e.get()), l.cip_rps),
+        (Some(1), Some(0.0))
+    );
     assert_eq!(c.pricing.vm_hourly_usd, 0.10);
     assert_eq!(
         (
@@ -74,7 +77,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
     let s = &c.sim;
     assert_eq!(
         (
-            s.vm.slots,
+            s.vm.slots.get(),
             s.vm.boot_seconds.number(),
             s.vm.minimum_billed_seconds.number()
         ),
@@ -87,7 +90,7 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
         (
             a.scale_out_utilisation,
             a.scale_in_utilisation,
-            a.step_vms,
+            a.step_vms.get(),
             a.grace_seconds.number()
         ),
         (0.7, 0.3, 10, 120.0)
@@ -98,7 +101,10 @@ fn the_libra_paper_preset_loads_with_the_issue_values() {
 fn sim_errors_name_the_field() {
     let yaml = "sim:\n  vm: {slots: 0}\n  auto: {scale_in_utilisation: 0.9}\n";
     let err = Config::from_yaml(yaml, "s.yaml").unwrap_err().to_string();
-    assert!(err.contains("sim.vm.slots: must be at least 1"), "{err}");
+    assert!(
+        err.contains("sim.vm.slots: expected a whole number ≥ 1, found 0"),
+        "{err}"
+    );
     assert!(err.contains("sim.auto.scale_in_utilisation"), "{err}");
 }
 
@@ -299,9 +305,12 @@ fn the_adaptive_preset_is_the_paper_preset_with_r_max_adaptive_and_no_cap() {
     assert_eq!((a.target_quantile, a.target.as_millis()), (0.99, 1200));
     assert_eq!((a.min_rps, a.max_rps, a.max_step_rps), (4.0, 64.0, 4.0));
     assert_eq!(a.period.as_secs(), 300, "one period per scaling decision");
-    assert_eq!(paper.libra.max_outstanding_per_vm, Some(16));
+    assert_eq!(
+        paper.libra.max_outstanding_per_vm.map(|m| m.get()),
+        Some(16)
+    );
     adaptive.libra.r_max_adaptive = None;
-    adaptive.libra.max_outstanding_per_vm = Some(16);
+    adaptive.libra.max_outstanding_per_vm = std::num::NonZeroU32::new(16);
     // The adaptive preset keeps the budget rule, decision phase and CIP rule its figures in
     // docs/src/guide/r-max.md were measured with (token bucket, first decision after K, CIP from
     // pricing); the paper preset follows the LIBRA authors' simulator on those.

@@ -73,7 +73,7 @@ pub async fn build_vm_pool(cfg: &VmPoolConfig, ctx: &BuildContext) -> Result<VmP
             }
         }
         VmPoolConfig::Static(s) => VmPool {
-            provider: Arc::new(StaticVmPool::new(s)?),
+            provider: Arc::new(StaticVmPool::new(s)),
             // Static upstreams are adopted as ready; these only apply to the probe
             // after a connect failure.
             readiness: ReadinessSettings::new(
@@ -122,7 +122,7 @@ pub async fn build_zone(
             ProcessFunctionTier::new(f, ctx.spillway_exe.clone(), ctx.local_client.clone())
         }
         FunctionTierConfig::Http(h) => Arc::new(
-            HttpFunctionTier::new(h, ctx.upstream_client.clone())?
+            HttpFunctionTier::new(h, ctx.upstream_client.clone())
                 .with_probe_timeout(ctx.connect_timeout),
         ),
         #[cfg(feature = "aws")]

@@ -111,7 +111,7 @@ use tokio::time::Instant;
 
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
 use super::{BackendError, BoxFuture, PoolChanges, VmProvider};
-use crate::config::{EC2_POOL_TAG_KEY, Ec2Address, Ec2ShutdownPolicy, Ec2VmPoolConfig};
+use crate::config::{EC2_POOL_TAG_KEY, Ec2Address, Ec2ShutdownPolicy, Ec2VmPoolConfig, HttpUrl};
 use crate::net::client::UpstreamClient;
 use crate::policy::VmId;
 
@@ -319,7 +319,7 @@ impl Ec2VmPool {
             "ec2",
             "vm_pool",
             cfg.region.as_deref(),
-            cfg.endpoint_url.as_deref(),
+            cfg.endpoint_url.as_ref().map(HttpUrl::as_str),
             aws_config::timeout::TimeoutConfig::builder()
                 .connect_timeout(API_CONNECT_TIMEOUT)
                 .operation_attempt_timeout(API_ATTEMPT_TIMEOUT)

@@ -336,7 +336,7 @@ mod tests {
             command: Some(command.iter().map(|s| s.to_string()).collect()),
             health_path: "/".into(),
             keep_alive_seconds: crate::config::Seconds::from_secs(60),
-            max_instances: 4,
+            max_instances: std::num::NonZeroU32::new(4).unwrap(),
             prewarmed_instances: 0,
             warm_instance_order: Default::default(),
             boot_timeout_seconds: crate::config::Seconds::from_millis(boot_ms),

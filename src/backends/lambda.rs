@@ -67,7 +67,7 @@ use super::ec2::classify;
 use super::lambda_event::{self, EventError, EventInput, MAX_PAYLOAD_BYTES};
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
 use super::{BackendError, BoxFuture, FunctionError, FunctionTier};
-use crate::config::{LambdaFunctionTierConfig, LambdaPayloadFormat};
+use crate::config::{HttpUrl, LambdaFunctionTierConfig, LambdaPayloadFormat};
 use crate::net::ClientInfo;
 use crate::net::body::{self, Body, BoxError};
 use crate::net::headers;
@@ -221,7 +221,7 @@ impl LambdaFunctionTier {
             "lambda",
             "function_tier",
             cfg.region.as_deref(),
-            cfg.endpoint_url.as_deref(),
+            cfg.endpoint_url.as_ref().map(HttpUrl::as_str),
             aws_config::timeout::TimeoutConfig::builder()
                 .connect_timeout(API_CONNECT_TIMEOUT)
                 .build(),
@@ -645,7 +645,7 @@ mod tests {
             timeout_seconds: crate::config::Seconds::from_secs(5),
             invoke_margin_seconds: crate::config::Seconds::from_secs(1),
             region: Some("us-east-1".into()),
-            endpoint_url: Some(format!("http://127.0.0.1:{port}")),
+            endpoint_url: Some(format!("http://127.0.0.1:{port}").parse().unwrap()),
             max_concurrency: None,
             prewarmed_instances: None,
             remove_prewarm_on_start: false,
@@ -685,7 +685,7 @@ mod tests {
 
     #[tokio::test]
     async fn shutdown_hands_the_request_back() {
-        let t = tier(|c| c.max_concurrency = Some(1)).await;
+        let t = tier(|c| c.max_concurrency = std::num::NonZeroU32::new(1)).await;
         t.shutdown().await;
         let req = Request::put("/b")
             .header("x-test", "kept")

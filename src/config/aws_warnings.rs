@@ -15,6 +15,7 @@
 use super::function_tier::FunctionTierConfig;
 use super::issues::ConfigIssue;
 use super::schema::{Config, Ec2Address, VmPoolConfig};
+use super::url::HttpUrl;
 
 /// Narrowest IPv4 prefix length `tag_address_allowed_cidrs` may hold without a warning.
 pub const TAG_CIDR_MIN_PREFIX_V4: u8 = 8;
@@ -24,7 +25,7 @@ pub const TAG_CIDR_MIN_PREFIX_V6: u8 = 32;
 /// The warnings of the [module docs](self), each with its field path.
 pub(crate) fn warnings(config: &Config) -> Vec<ConfigIssue> {
     let mut out = Vec::new();
-    let mut endpoint = |path: String, url: Option<&String>| {
+    let mut endpoint = |path: String, url: Option<&HttpUrl>| {
         if let Some(url) = url
             && let Some(msg) = plain_http_off_loopback(url)
         {
@@ -83,8 +84,8 @@ fn issue(path: String, message: String) -> ConfigIssue {
 
 /// The warning for an `http://` endpoint whose host is not a loopback address or
 /// `localhost`; `None` for `https://` and loopback.
-fn plain_http_off_loopback(url: &str) -> Option<String> {
-    let uri = url.parse::<http::Uri>().ok()?;
+fn plain_http_off_loopback(url: &HttpUrl) -> Option<String> {
+    let uri = url.uri();
     if uri.scheme_str() != Some("http") {
         return None;
     }

@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::duration::{Millis, Seconds};
 use super::issues::Issues;
+use super::url::HttpUrl;
 
 /// Default lease of the scaling leader, milliseconds.
 pub const DEFAULT_LEASE_MS: u64 = 3000;
@@ -89,7 +90,7 @@ pub struct RedisCoordinationConfig {
     /// calls this replica accepted; absent: `http://` and the bound `gateway.listen`
     /// address, which must then be a specific IP address (not `0.0.0.0` or `[::]`).
     #[serde(default)]
-    pub advertise_url: Option<String>,
+    pub advertise_url: Option<HttpUrl>,
 }
 
 fn default_cluster() -> String {
@@ -184,10 +185,8 @@ impl RedisCoordinationConfig {
 
 /// What is wrong with an `advertise_url`, if anything: `http://HOST:PORT` with no path
 /// beyond `/` (the replicas talk plain HTTP on their private network).
-fn advertise_url_problem(url: &str) -> Option<String> {
-    let Ok(u) = url.parse::<http::Uri>() else {
-        return Some(format!("must be an http://HOST:PORT URL, got {url:?}"));
-    };
+fn advertise_url_problem(advertise: &HttpUrl) -> Option<String> {
+    let (u, url) = (advertise.uri(), advertise.as_str());
     if u.scheme_str() != Some("http") {
         return Some(format!(
             "must be an http:// URL (the replicas' plain listener), got {url:?}"
@@ -321,17 +320,16 @@ mod tests {
 
     #[test]
     fn advertise_url_forms() {
-        assert_eq!(advertise_url_problem("http://10.0.0.5:8080"), None);
-        assert_eq!(advertise_url_problem("http://gw-0.gw:8080/"), None);
+        let problem = |text: &str| advertise_url_problem(&text.parse().unwrap());
+        assert_eq!(problem("http://10.0.0.5:8080"), None);
+        assert_eq!(problem("http://gw-0.gw:8080/"), None);
         for bad in [
             "https://10.0.0.5:8443",
             "http://10.0.0.5",
             "http://u:p@10.0.0.5:8080",
             "http://10.0.0.5:8080/api",
-            "10.0.0.5:8080",
-            "not a url",
         ] {
-            assert!(advertise_url_problem(bad).is_some(), "{bad}");
+            assert!(problem(bad).is_some(), "{bad}");
         }
         let text = check(
             "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n  advertise_url: https://x:1\n",

@@ -191,6 +191,15 @@ impl de::Error for DeError {
     }
 
     fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        // serde's `NonZero*` integers: a count where zero means nothing.
+        if exp.to_string().starts_with("a nonzero u") {
+            let found = match unexp {
+                de::Unexpected::Unsigned(n) => n.to_string(),
+                de::Unexpected::Signed(n) => n.to_string(),
+                other => other.to_string(),
+            };
+            return Self::new(format!("expected a whole number ≥ 1, found {found}"));
+        }
         Self::new(format!("expected {exp}, found {unexp}"))
     }
 

@@ -1,6 +1,8 @@
 //! The defaults of the gateway, LIBRA and pool sections, once (`config/reference.yaml`
 //! shows each; a test checks them). A leaf: it imports only [`super::duration`].
 
+use std::num::{NonZeroU32, NonZeroU64};
+
 use super::duration::Seconds;
 
 /// Default proxy listen address.
@@ -10,7 +12,7 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:8080";
 /// own port, so a Prometheus beside the gateway could not start (or scraped itself).
 pub const DEFAULT_ADMIN_LISTEN: &str = "127.0.0.1:9901";
 /// Default maximum request body, bytes (10 MiB).
-pub const DEFAULT_MAX_BODY_BYTES: u64 = 10 * 1024 * 1024;
+pub const DEFAULT_MAX_BODY_BYTES: NonZeroU64 = NonZeroU64::new(10 * 1024 * 1024).unwrap();
 /// Default time to receive a request's headers, seconds.
 pub const DEFAULT_HEADER_READ_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(10);
 /// Default TCP connect timeout to an upstream, seconds.
@@ -36,7 +38,7 @@ pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(
 /// Default time in-flight requests get to finish on shutdown, seconds.
 pub const DEFAULT_DRAIN_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(30);
 /// Default most concurrent streams per h2 client connection.
-pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: NonZeroU32 = NonZeroU32::new(256).unwrap();
 /// Upper bound of `max_header_bytes` and `max_uri_bytes`: 1 MiB.
 pub const MAX_HEAD_LIMIT_BYTES: usize = 1024 * 1024;
 /// LIBRA authors' epoch, seconds.
@@ -50,7 +52,7 @@ pub const DEFAULT_PHI: f64 = 1.0;
 /// LIBRA authors' ρ.
 pub const DEFAULT_RHO: f64 = 0.8;
 /// LIBRA authors' K (decisions every 300 one-second epochs).
-pub const DEFAULT_DECISION_EPOCHS: u32 = 300;
+pub const DEFAULT_DECISION_EPOCHS: NonZeroU32 = NonZeroU32::new(300).unwrap();
 /// Default VM boot/readiness timeout, seconds.
 pub const DEFAULT_BOOT_TIMEOUT_SECONDS: Seconds = Seconds::from_secs(120);
 /// Default interval between readiness probes, seconds.

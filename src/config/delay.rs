@@ -4,9 +4,11 @@
 //! make its calls asynchronous: `async: true` and `default_deadline_seconds`.
 
 use serde::{Deserialize, Serialize};
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 
 use super::duration::Seconds;
 use super::issues::{ConfigIssue, Issues};
+use super::url::HttpUrl;
 use crate::policy::delay::DelayParams;
 
 /// Where the CPU signal of the delay queue's scheduler comes from.
@@ -37,7 +39,7 @@ pub struct PrometheusSignalConfig {
     /// Base URL of the Prometheus HTTP API (`http://host:9090`, plain HTTP); the signal
     /// is `GET <url>/api/v1/query?query=<query>`. With `cpu_signal: prometheus`, exactly
     /// one of `url` and `node_exporter_port` is set.
-    pub url: Option<String>,
+    pub url: Option<HttpUrl>,
     /// TCP port of each VM's node_exporter: the gateway itself scrapes
     /// `http://<ready VM's host>:<port>/metrics` (plain HTTP, one scrape per distinct
     /// host) every sample and takes each host's utilisation as 1 − Δidle/Δtotal of
@@ -83,13 +85,13 @@ pub struct AsyncConfig {
     /// Largest deadline accepted, seconds (a larger header value is 400).
     pub max_deadline_seconds: Seconds,
     /// Largest asynchronous request body, bytes (over it: 413).
-    pub max_body_bytes: u64,
+    pub max_body_bytes: NonZeroU64,
     /// Most calls waiting; more are refused with 503 + `Retry-After`.
-    pub max_queued: usize,
+    pub max_queued: NonZeroUsize,
     /// Largest stored response body, bytes: a longer one is not stored, the call
     /// `failed` with a 502 result saying so. A pending call counts this much against
     /// `max_store_bytes`.
-    pub result_max_bytes: u64,
+    pub result_max_bytes: NonZeroU64,
     /// Most bytes the store holds (records, request bodies, results; a pending call's
     /// result at `result_max_bytes`): a call that does not fit is refused with
     /// 507 + `Retry-After` until finished calls are purged.
@@ -97,7 +99,7 @@ pub struct AsyncConfig {
     /// Most calls one client (its IP address) has stored, pending or finished within
     /// `result_ttl_seconds`; more are refused with 429 + `Retry-After`. `null`: no
     /// per-client bound (`spillway check` warns on a listener off loopback).
-    pub max_calls_per_client: Option<u64>,
+    pub max_calls_per_client: Option<NonZeroU64>,
     /// A finished call (its status and result) is kept this long after it finished,
     /// seconds; then it is deleted from the store (its status URL answers 404).
     pub result_ttl_seconds: Seconds,
@@ -114,7 +116,7 @@ pub struct AsyncConfig {
     /// Busy mode releases calls due within this many seconds (paper: 10).
     pub urgency_window_seconds: Seconds,
     /// Most idle-mode releases per sample tick.
-    pub release_batch: u32,
+    pub release_batch: NonZeroU32,
     /// A call goes to the function tier at `deadline − (E[p] + this)`, seconds.
     pub deadline_margin_seconds: Seconds,
     /// `E[p]` before any call finished, seconds.
@@ -132,11 +134,11 @@ impl Default for AsyncConfig {
             deadline_header: "Spillway-Deadline-Ms".into(),
             default_deadline_seconds: Seconds::from_secs(180),
             max_deadline_seconds: Seconds::from_secs(86400),
-            max_body_bytes: 1_048_576,
-            max_queued: 10_000,
-            result_max_bytes: 1_048_576,
+            max_body_bytes: NonZeroU64::new(1_048_576).unwrap(),
+            max_queued: NonZeroUsize::new(10_000).unwrap(),
+            result_max_bytes: NonZeroU64::new(1_048_576).unwrap(),
             max_store_bytes: 1 << 30,
-            max_calls_per_client: Some(100),
+            max_calls_per_client: NonZeroU64::new(100),
             result_ttl_seconds: Seconds::from_secs(3600),
             retry_after_seconds: 5,
             busy_utilisation: 0.8,
@@ -144,7 +146,7 @@ impl Default for AsyncConfig {
             window_seconds: Seconds::from_secs(10),
             switch_interval_seconds: Seconds::from_secs(10),
             urgency_window_seconds: Seconds::from_secs(10),
-            release_batch: 10,
+            release_batch: NonZeroU32::new(10).unwrap(),
             deadline_margin_seconds: Seconds::from_secs(5),
             expected_processing_seconds: Seconds::from_secs(1),
             cpu_signal: CpuSignal::Outstanding,
@@ -185,16 +187,10 @@ impl AsyncConfig {
                 format!("not a header name: {:?}", self.deadline_header),
             );
         }
-        if self.max_body_bytes == 0 {
-            is.push("async.max_body_bytes", "must be at least 1");
-        }
-        if self.max_queued == 0 {
-            is.push("async.max_queued", "must be at least 1");
-        }
-        if self.result_max_bytes == 0 {
-            is.push("async.result_max_bytes", "must be at least 1");
-        }
-        let one_call = self.max_body_bytes.saturating_add(self.result_max_bytes);
+        let one_call = self
+            .max_body_bytes
+            .get()
+            .saturating_add(self.result_max_bytes.get());
         if self.max_store_bytes < one_call {
             is.push(
                 "async.max_store_bytes",
@@ -205,12 +201,6 @@ impl AsyncConfig {
                 ),
             );
         }
-        if self.max_calls_per_client == Some(0) {
-            is.push(
-                "async.max_calls_per_client",
-                "must be at least 1 (null: no per-client bound)",
-            );
-        }
         is.nonzero_duration("async.result_ttl_seconds", self.result_ttl_seconds);
         is.within("async.busy_utilisation", self.busy_utilisation, 0.0, 1.0);
         is.nonzero_duration(
@@ -218,9 +208,6 @@ impl AsyncConfig {
             self.sample_interval_seconds,
         );
         is.nonzero_duration("async.window_seconds", self.window_seconds);
-        if self.release_batch == 0 {
-            is.push("async.release_batch", "must be at least 1");
-        }
         self.validate_prometheus(is);
     }
 
@@ -243,15 +230,16 @@ impl AsyncConfig {
             ),
             _ => {}
         }
-        match &p.url {
-            None => {}
-            Some(url) => match url.parse::<http::Uri>() {
-                Ok(u) if u.scheme_str() == Some("http") && u.authority().is_some() => {}
-                _ => is.push(
-                    "async.prometheus.url",
-                    format!("must be an http:// URL with a host, got {url:?}"),
+        if let Some(url) = &p.url
+            && url.is_https()
+        {
+            is.push(
+                "async.prometheus.url",
+                format!(
+                    "must be an http:// URL (plain HTTP), got {:?}",
+                    url.as_str()
                 ),
-            },
+            );
         }
         if p.query.trim().is_empty() {
             is.push("async.prometheus.query", "must not be empty");
@@ -270,7 +258,7 @@ impl AsyncConfig {
             window: self.window_seconds.get(),
             min_switch: self.switch_interval_seconds.get(),
             urgency_window: self.urgency_window_seconds.get(),
-            release_batch: self.release_batch,
+            release_batch: self.release_batch.get(),
             deadline_margin: self.deadline_margin_seconds.get(),
             expected_processing: self.expected_processing_seconds.get(),
             vm_slots,

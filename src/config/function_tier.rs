@@ -2,11 +2,13 @@
 //! and that provider's keys). The same type is each `function_zones` entry's provider.
 
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroU32;
 
 use super::defaults::{DEFAULT_KEEP_ALIVE_SECONDS, DEFAULT_PROBE_INTERVAL_SECONDS};
 use super::duration::Seconds;
-use super::issues::{Issues, check_command, check_path, check_upstream, check_url};
+use super::issues::{Issues, check_command, check_path, check_upstream};
 use super::lambda::LambdaFunctionTierConfig;
+use super::url::HttpUrl;
 use crate::policy::functions::{FunctionPoolParams, WarmOrder};
 use crate::policy::placement::ZoneCapacity;
 
@@ -62,7 +64,7 @@ pub struct ProcessFunctionTierConfig {
     #[serde(default = "default_keep_alive")]
     pub keep_alive_seconds: Seconds,
     /// Cap on simultaneous instances; calls beyond it are throttled.
-    pub max_instances: u32,
+    pub max_instances: NonZeroU32,
     /// Instances started up front and kept warm (pre-warm); keep-alive never expires them.
     #[serde(default)]
     pub prewarmed_instances: u32,
@@ -82,10 +84,11 @@ pub struct ProcessFunctionTierConfig {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct HttpFunctionTierConfig {
-    /// Base URL of the function endpoint; the request path is appended.
-    pub url: String,
+    /// Base URL of the function endpoint (`http://` or `https://`, parsed where read);
+    /// the request path is appended.
+    pub url: HttpUrl,
     /// Most calls in flight; more are throttled.
-    pub max_concurrency: u32,
+    pub max_concurrency: NonZeroU32,
 }
 
 pub(crate) fn default_health_path() -> String {
@@ -123,10 +126,7 @@ impl FunctionTierConfig {
                     check_command(is, &format!("{at}.command"), command);
                 }
                 check_path(is, &format!("{at}.health_path"), &f.health_path);
-                if f.max_instances == 0 {
-                    is.push(format!("{at}.max_instances"), "must be at least 1");
-                }
-                if f.prewarmed_instances > f.max_instances {
+                if f.prewarmed_instances > f.max_instances.get() {
                     is.push(
                         format!("{at}.prewarmed_instances"),
                         format!(
@@ -145,16 +145,12 @@ impl FunctionTierConfig {
                 );
             }
             FunctionTierConfig::Http(h) => {
-                check_url(is, &format!("{at}.url"), &h.url);
                 check_upstream(
                     is,
                     &format!("{at}.url"),
                     &h.url,
                     gateway.allow_loopback_upstreams,
                 );
-                if h.max_concurrency == 0 {
-                    is.push(format!("{at}.max_concurrency"), "must be at least 1");
-                }
             }
             FunctionTierConfig::Lambda(l) => {
                 l.validate_at(at, is);
@@ -169,10 +165,10 @@ impl FunctionTierConfig {
         match self {
             FunctionTierConfig::Process(p) => ZoneCapacity::Instances(p.pool_params()),
             FunctionTierConfig::Http(h) => ZoneCapacity::Concurrency {
-                max_concurrency: Some(h.max_concurrency),
+                max_concurrency: Some(h.max_concurrency.get()),
             },
             FunctionTierConfig::Lambda(l) => ZoneCapacity::Concurrency {
-                max_concurrency: l.max_concurrency,
+                max_concurrency: l.max_concurrency.map(NonZeroU32::get),
             },
         }
     }
@@ -183,7 +179,7 @@ impl ProcessFunctionTierConfig {
     pub fn pool_params(&self) -> FunctionPoolParams {
         FunctionPoolParams {
             keep_alive: self.keep_alive_seconds.get(),
-            max_instances: Some(self.max_instances),
+            max_instances: Some(self.max_instances.get()),
             prewarmed: self.prewarmed_instances,
             warm_order: self.warm_instance_order,
         }

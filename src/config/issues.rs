@@ -168,22 +168,14 @@ pub(crate) fn check_path(issues: &mut Issues, path: &str, value: &str) {
     }
 }
 
-pub(crate) fn check_url(issues: &mut Issues, path: &str, value: &str) {
-    match value.parse::<http::Uri>() {
-        Ok(uri)
-            if matches!(uri.scheme_str(), Some("http" | "https")) && uri.authority().is_some() => {}
-        Ok(_) => issues.push(
-            path,
-            format!("must be an http:// or https:// URL with a host, got {value:?}"),
-        ),
-        Err(e) => issues.push(path, format!("not a URL ({e}): {value:?}")),
-    }
-}
-
 /// A user-given upstream URL must pass the address policy ([`crate::net::upstream`]).
-pub(crate) fn check_upstream(issues: &mut Issues, path: &str, value: &str, allow_loopback: bool) {
-    if let Ok(uri) = value.parse::<http::Uri>()
-        && let Some(host) = uri.host()
+pub(crate) fn check_upstream(
+    issues: &mut Issues,
+    path: &str,
+    url: &super::url::HttpUrl,
+    allow_loopback: bool,
+) {
+    if let Some(host) = url.uri().host()
         && let Err(e) = crate::net::upstream::check_host(host, allow_loopback)
     {
         issues.push(path, e.to_string());

@@ -4,12 +4,14 @@
 //! The section always parses and validates, so `spillway check` accepts it in any build;
 //! `spillway serve` needs a binary built with the `aws` cargo feature.
 
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::duration::Seconds;
 use super::issues::Issues;
+use super::url::HttpUrl;
 
 /// Default of `timeout_seconds`, the function's own timeout, seconds. Below the default
 /// `gateway.upstream_timeout_seconds` (30 s) by more than the default invoke margin, so
@@ -80,12 +82,12 @@ pub struct LambdaFunctionTierConfig {
     pub region: Option<String>,
     /// Lambda endpoint override (`http://127.0.0.1:5000` for moto, a VPC endpoint…).
     #[serde(default)]
-    pub endpoint_url: Option<String>,
+    pub endpoint_url: Option<HttpUrl>,
     /// Most Invoke calls in flight from this gateway; more are throttled locally and
     /// spilled back like a 429. Absent: no local limit (Lambda's own concurrency limit
     /// applies). Set it to the function's reserved concurrency to save the 429 round trip.
     #[serde(default)]
-    pub max_concurrency: Option<u32>,
+    pub max_concurrency: Option<NonZeroU32>,
     /// Pre-warm as provisioned concurrency on `qualifier`: `N > 0` puts N at start
     /// (PutProvisionedConcurrencyConfig), then polls it until `READY` or `FAILED`
     /// (shown in `/status`). `0` or absent: the gateway does not touch it (`0` does not
@@ -183,23 +185,6 @@ impl LambdaFunctionTierConfig {
                 format!("must be a region name like us-east-1, got {region:?}"),
             );
         }
-        if let Some(url) = &self.endpoint_url {
-            match url.parse::<http::Uri>() {
-                Ok(u)
-                    if matches!(u.scheme_str(), Some("http" | "https"))
-                        && u.authority().is_some() => {}
-                _ => is.push(
-                    format!("{at}.endpoint_url"),
-                    format!("must be an http:// or https:// URL with a host, got {url:?}"),
-                ),
-            }
-        }
-        if self.max_concurrency == Some(0) {
-            is.push(
-                format!("{at}.max_concurrency"),
-                "must be at least 1 when set",
-            );
-        }
         if let Some(n) = self.prewarmed_instances.filter(|&n| n > 0) {
             if matches!(self.qualifier.as_deref(), None | Some("$LATEST")) {
                 is.push(
@@ -211,7 +196,7 @@ impl LambdaFunctionTierConfig {
                 );
             }
             if let Some(max) = self.max_concurrency
-                && n > max
+                && n > max.get()
             {
                 is.push(
                     format!("{at}.prewarmed_instances"),

@@ -20,10 +20,11 @@
 //! | `lambda` | `function_tier: {type: lambda}` |
 //! | `zones` | `function_zones:` entries (name, kind, client networks, provider) and `placement:` |
 //! | `zone_specs` | the zones in placement order, placement parameters, the cost meter and the zone checks |
-//! | `issues` | [`Issues`], [`ConfigIssue`], [`ConfigError`] and the shared checks (a leaf: every section imports it, it imports none) |
+//! | `issues` | [`Issues`], [`ConfigIssue`], [`ConfigError`] and the shared checks (a leaf: every section imports it, it imports only `url`) |
 //! | `defaults` | the `DEFAULT_*` constants (a leaf) |
 //! | `deprecated` | old spellings that still read, their warnings and `--set` mapping (a leaf) |
 //! | `duration` | [`Seconds`] and [`Millis`], the configured durations, bounds checked where read (a leaf) |
+//! | `url` | [`HttpUrl`], the configured `http(s)://` URLs, parsed where read (a leaf) |
 //! | `routes` | `routes:` (route keys) |
 //! | `queue` | `queue:` (the gateway queue, call scheduling) |
 //! | [`delay`] | `async:` (asynchronous calls and the delay queue) |
@@ -37,7 +38,7 @@
 //! Every option is documented, with its default, in `config/reference.yaml` (a test
 //! checks every key and default against this schema); defaults live once, as the
 //! `DEFAULT_*` constants of `defaults`. The sections import only the leaves (`issues`,
-//! `defaults`, `deprecated`, `duration`, `yaml`, `de`) and sections below them; `schema` and this module import
+//! `defaults`, `deprecated`, `duration`, `url`, `yaml`, `de`) and sections below them; `schema` and this module import
 //! the sections (`scripts/check-module-deps.sh` refuses a cycle).
 
 mod aws_warnings;
@@ -56,6 +57,7 @@ mod routes;
 mod schema;
 pub mod sim;
 pub mod telemetry;
+mod url;
 mod yaml;
 mod zone_specs;
 mod zones;
@@ -97,6 +99,7 @@ pub use schema::{
     PricingConfig, ProcessVmPoolConfig, RMaxAdaptiveConfig, StaticVmPoolConfig, TlsConfig,
     UpstreamTlsConfig, VmPoolConfig, VmPoolSection, open_files_limit, resolve_listen,
 };
+pub use url::{HttpUrl, HttpUrlError};
 pub use yaml::{Loc, MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_NODES, MAX_TEXT_BYTES};
 pub use zones::{FunctionZoneConfig, PlacementConfig, SINGLE_ZONE_NAME, ZoneKindConfig, ZoneSpec};
 

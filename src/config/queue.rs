@@ -3,6 +3,7 @@
 //! configured order, instead of getting 503 at once.
 
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroUsize;
 
 use super::duration::{Millis, Seconds};
 use super::issues::Issues;
@@ -10,7 +11,7 @@ use crate::policy::core::DEFAULT_MAX_ROUTE_KEYS;
 use crate::policy::sched::{Order, SchedParams};
 
 /// Default most waiting calls.
-pub const DEFAULT_MAX_QUEUE_LENGTH: usize = 1000;
+pub const DEFAULT_MAX_QUEUE_LENGTH: NonZeroUsize = NonZeroUsize::new(1000).unwrap();
 /// Default longest wait, seconds.
 pub const DEFAULT_MAX_QUEUE_WAIT_SECONDS: Seconds = Seconds::from_secs(30);
 /// Default `E[p]` before any call completed, ms.
@@ -27,7 +28,7 @@ pub struct QueueConfig {
     /// `fifo`, `sept`, `eect`, `rect` or `fair_choice` (call scheduling §4).
     pub order: Order,
     /// Most waiting calls; one more gets 503 with `Retry-After`.
-    pub max_queue_length: usize,
+    pub max_queue_length: NonZeroUsize,
     /// Longest wait, seconds; then 503 with `Retry-After`.
     pub max_queue_wait_seconds: Seconds,
     /// `E[p]` before any call completed, ms (at most [`MAX_PROCESSING_MS`]).
@@ -55,12 +56,6 @@ impl Default for QueueConfig {
 impl QueueConfig {
     /// Semantic checks, each problem with its field path.
     pub fn validate(&self, is: &mut Issues) {
-        if self.max_queue_length == 0 {
-            is.push(
-                "queue.max_queue_length",
-                "must be at least 1 (remove `queue:` for no queue)",
-            );
-        }
         is.nonzero_duration("queue.max_queue_wait_seconds", self.max_queue_wait_seconds);
         is.nonzero_duration("queue.default_processing_ms", self.default_processing_ms);
         is.nonzero_duration(
@@ -79,7 +74,7 @@ impl QueueConfig {
     pub fn params(&self) -> SchedParams {
         SchedParams {
             order: self.order,
-            max_queue_length: self.max_queue_length,
+            max_queue_length: self.max_queue_length.get(),
             max_queue_wait: self.max_queue_wait_seconds.get(),
             default_processing: self.default_processing_ms.get(),
             fair_choice_window: self.fair_choice_window_seconds.get(),
@@ -141,7 +136,7 @@ mod tests {
         let want = [
             "1:33 libra.max_outstanding_per_vm: deprecated alias of vm_pool.slots_per_vm",
             "4:10 queue.order: `lifo` is not a known value",
-            "5:21 queue.max_queue_length: must be at least 1",
+            "5:21 queue.max_queue_length: expected a whole number ≥ 1, found 0",
             "6:27 queue.max_queue_wait_seconds: expected a number of seconds from 0 to 31536000 (one year), found `-1`",
             "8:12 routes[0].name: `other` is reserved",
             "8:32 routes[0].path_prefix: must start with '/'",

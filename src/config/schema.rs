@@ -3,6 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
+use std::num::{NonZeroU32, NonZeroU64, NonZeroUsize};
 use std::path::PathBuf;
 
 use super::defaults::{
@@ -21,8 +22,9 @@ use super::function_tier::{
     FunctionTierConfig, ProviderContext, default_health_path, default_probe_interval,
 };
 use super::issues::{
-    ConfigIssue, Issues, aws_feature_missing, check_command, check_path, check_upstream, check_url,
+    ConfigIssue, Issues, aws_feature_missing, check_command, check_path, check_upstream,
 };
+use super::url::HttpUrl;
 use crate::net::validate::{
     self, EscapedSlashesAction, PathRules, RequestRules, UnderscoresAction,
 };
@@ -115,7 +117,7 @@ pub struct GatewayConfig {
     /// Peers (CIDRs) whose X-Forwarded-* headers are trusted and appended to.
     pub trusted_proxies: Vec<ipnet::IpNet>,
     /// Largest accepted request body; larger ones get 413.
-    pub max_body_bytes: u64,
+    pub max_body_bytes: NonZeroU64,
     /// Time allowed to receive a request's head, from its first byte (slowloris guard);
     /// also the first-request deadline of every client connection, counted from accept
     /// (TLS handshake included) on every listener and protocol. Then the connection is
@@ -161,7 +163,7 @@ pub struct GatewayConfig {
     /// Longest request target (path and query), bytes; longer → 414.
     pub max_uri_bytes: usize,
     /// Most concurrent streams per h2 client connection (http-cases C12).
-    pub max_concurrent_streams: u32,
+    pub max_concurrent_streams: NonZeroU32,
     /// Normalize request paths per RFC 3986 (decode unreserved, resolve dot-segments)
     /// before routing; when off, paths with dot-segments are refused.
     pub normalize_path: bool,
@@ -197,10 +199,10 @@ pub struct GatewayConfig {
     /// Most client connections open at once over the plain and TLS listeners; one more
     /// is closed at accept. Absent: derived from the file-descriptor limit
     /// ([`GatewayConfig::connection_limits`]).
-    pub max_connections: Option<usize>,
+    pub max_connections: Option<NonZeroUsize>,
     /// Most client connections from one client IP address (peers in `trusted_proxies`
     /// only count towards `max_connections`). Absent: a quarter of `max_connections`.
-    pub max_connections_per_client_ip: Option<usize>,
+    pub max_connections_per_client_ip: Option<NonZeroUsize>,
     /// Request header fields whose name holds `_` (`X_Forwarded_For`, which CGI/WSGI-style
     /// backends read as `X-Forwarded-For`): `drop_header` (default), `reject_request`
     /// (400) or `allow` (Envoy's option of that name).
@@ -292,15 +294,18 @@ impl GatewayConfig {
     /// descriptors stay for listeners, the admin listener, files and child processes),
     /// and a quarter of it (at least 1) per client IP.
     pub fn connection_limits(&self) -> (usize, usize) {
-        let total = self.max_connections.unwrap_or_else(|| {
-            let fds = open_files_limit().unwrap_or(1024);
-            usize::try_from(fds.saturating_sub(64) / 2)
-                .unwrap_or(usize::MAX)
-                .clamp(16, 10_000)
-        });
+        let total = self.max_connections.map_or_else(
+            || {
+                let fds = open_files_limit().unwrap_or(1024);
+                usize::try_from(fds.saturating_sub(64) / 2)
+                    .unwrap_or(usize::MAX)
+                    .clamp(16, 10_000)
+            },
+            NonZeroUsize::get,
+        );
         let per_ip = self
             .max_connections_per_client_ip
-            .unwrap_or((total / 4).max(1));
+            .map_or((total / 4).max(1), NonZeroUsize::get);
         (total, per_ip)
     }
 
@@ -480,10 +485,10 @@ pub struct LibraConfig {
     /// ρ: the balancer sends at most ρ·vm_reqs requests/s to VMs, (0, 1].
     pub rho: f64,
     /// K: the scaling manager runs every K epochs.
-    pub decision_epochs: u32,
+    pub decision_epochs: NonZeroU32,
     /// F: the first scaling decision after F epochs, then every K (absent: K). The LIBRA
     /// authors' simulator decides after epochs 1, K + 1, … (F = 1).
-    pub first_decision_epoch: Option<u32>,
+    pub first_decision_epoch: Option<NonZeroU32>,
     /// The balancer's budget rule (LIBRA §III-C): `quota` (the first ρ·vm_reqs·E requests
     /// of each epoch go to VMs) or `token_bucket` (ρ·vm_reqs tokens/s, one second deep).
     pub balancer: BalancerRule,
@@ -501,7 +506,7 @@ pub struct LibraConfig {
     /// Deprecated alias of `vm_pool.slots_per_vm` (the simulator, which has no
     /// `vm_pool`, reads it as the per-VM cap): spill when the least-loaded ready VM
     /// already has this many requests in flight (absent: no cap, the paper's balancer).
-    pub max_outstanding_per_vm: Option<u32>,
+    pub max_outstanding_per_vm: Option<NonZeroU32>,
     /// Adapt r_max with a PID controller on the measured VM latency percentile
     /// (LIBRA §III-B; `policy::rmax`). Absent: `r_max_rps` is fixed; present: it is the
     /// start value.
@@ -553,7 +558,7 @@ pub struct RMaxAdaptiveConfig {
     /// Control period, epochs. Default `decision_epochs` (adjust right before each scaling
     /// decision).
     #[serde(default)]
-    pub interval_epochs: Option<u32>,
+    pub interval_epochs: Option<NonZeroU32>,
 }
 
 fn default_target_percentile() -> f64 {
@@ -573,7 +578,7 @@ impl RMaxAdaptiveConfig {
     /// load hold at ρ/2).
     pub fn params(&self, libra: &LibraConfig) -> RMaxParams {
         let r = libra.r_max_rps;
-        let epochs = self.interval_epochs.unwrap_or(libra.decision_epochs).max(1);
+        let epochs = self.interval_epochs.unwrap_or(libra.decision_epochs).get();
         RMaxParams {
             start_rps: r,
             target_quantile: self.target_percentile / 100.0,
@@ -623,9 +628,6 @@ impl RMaxAdaptiveConfig {
                 format!("{P}.max_rps"),
                 format!("must not be below libra.r_max_rps, the start value ({max} < {r})"),
             );
-        }
-        if self.interval_epochs == Some(0) {
-            is.push(format!("{P}.interval_epochs"), "must be at least 1");
         }
     }
 }
@@ -792,6 +794,7 @@ impl VmPoolConfig {
             VmPoolConfig::Static(p) => p.slots_per_vm,
             VmPoolConfig::Ec2(p) => p.slots_per_vm,
         }
+        .map(NonZeroU32::get)
     }
 }
 
@@ -824,18 +827,18 @@ pub struct ProcessVmPoolConfig {
     /// Calls one VM runs at once (call scheduling §4: one call per core); absent:
     /// unlimited.
     #[serde(default)]
-    pub slots_per_vm: Option<u32>,
+    pub slots_per_vm: Option<NonZeroU32>,
 }
 
 /// `vm_pool: {type: static}`.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct StaticVmPoolConfig {
-    /// Base URLs (`http://host:port`) of the VMs.
-    pub urls: Vec<String>,
+    /// Base URLs (`http://host:port`, `https://…`) of the VMs, parsed where read.
+    pub urls: Vec<HttpUrl>,
     /// Calls one VM runs at once; absent: unlimited.
     #[serde(default)]
-    pub slots_per_vm: Option<u32>,
+    pub slots_per_vm: Option<NonZeroU32>,
 }
 
 /// Default EC2 boot/readiness timeout, seconds (instance boot plus application start).
@@ -873,7 +876,7 @@ pub struct Ec2VmPoolConfig {
     pub region: Option<String>,
     /// EC2 endpoint override (`http://127.0.0.1:5000` for moto, a VPC endpoint…).
     #[serde(default)]
-    pub endpoint_url: Option<String>,
+    pub endpoint_url: Option<HttpUrl>,
     /// Launch template to launch from.
     #[serde(default)]
     pub launch_template: Option<Ec2LaunchTemplate>,
@@ -965,7 +968,7 @@ pub struct Ec2VmPoolConfig {
     pub stray_grace_seconds: Seconds,
     /// Calls one VM runs at once; absent: unlimited.
     #[serde(default)]
-    pub slots_per_vm: Option<u32>,
+    pub slots_per_vm: Option<NonZeroU32>,
 }
 
 /// `vm_pool.launch_template`: a launch template by id or by name.
@@ -1048,9 +1051,6 @@ impl Config {
         if g.listen == g.admin_listen && g.listen.port() != 0 {
             is.push("gateway.admin_listen", "must differ from gateway.listen");
         }
-        if g.max_body_bytes == 0 {
-            is.push("gateway.max_body_bytes", "must be at least 1");
-        }
         for (path, v, min) in [
             ("gateway.max_header_bytes", g.max_header_bytes, 1024),
             ("gateway.max_uri_bytes", g.max_uri_bytes, 16),
@@ -1101,9 +1101,6 @@ impl Config {
                 );
             }
         }
-        if g.max_concurrent_streams == 0 {
-            is.push("gateway.max_concurrent_streams", "must be at least 1");
-        }
         is.nonzero_duration(
             "gateway.header_read_timeout_seconds",
             g.header_read_timeout_seconds,
@@ -1122,18 +1119,6 @@ impl Config {
             "gateway.http2_keepalive_timeout_seconds",
             g.http2_keepalive_timeout_seconds,
         );
-        if g.max_connections == Some(0) {
-            is.push(
-                "gateway.max_connections",
-                "must be at least 1 (or absent: derived from the file-descriptor limit)",
-            );
-        }
-        if g.max_connections_per_client_ip == Some(0) {
-            is.push(
-                "gateway.max_connections_per_client_ip",
-                "must be at least 1 (or absent: a quarter of max_connections)",
-            );
-        }
         if let Some(problem) = g.admin_exposure_issue() {
             is.push("gateway.admin_listen", problem);
         }
@@ -1177,15 +1162,6 @@ impl Config {
         if !(l.rho.is_finite() && l.rho > 0.0 && l.rho <= 1.0) {
             is.push("libra.rho", format!("must be in (0, 1], got {}", l.rho));
         }
-        if l.decision_epochs == 0 {
-            is.push("libra.decision_epochs", "must be at least 1");
-        }
-        if l.first_decision_epoch == Some(0) {
-            is.push(
-                "libra.first_decision_epoch",
-                "must be at least 1 (or absent for decision_epochs)",
-            );
-        }
         if l.quota_truncate && l.balancer != BalancerRule::Quota {
             is.push(
                 "libra.quota_truncate",
@@ -1204,12 +1180,6 @@ impl Config {
         }
         if let Some(cip) = l.cip_rps {
             is.non_negative("libra.cip_rps", cip);
-        }
-        if l.max_outstanding_per_vm == Some(0) {
-            is.push(
-                "libra.max_outstanding_per_vm",
-                "must be at least 1 (or absent for no cap)",
-            );
         }
         if let Some(a) = &l.r_max_adaptive {
             a.validate(l, &mut is);
@@ -1255,7 +1225,6 @@ impl Config {
             Some(VmPoolConfig::Static(s)) => {
                 for (i, u) in s.urls.iter().enumerate() {
                     let field = format!("vm_pool.urls[{i}]");
-                    check_url(&mut is, &field, u);
                     check_upstream(&mut is, &field, u, g.allow_loopback_upstreams);
                 }
             }
@@ -1266,11 +1235,10 @@ impl Config {
         }
         self.validate_zones(&mut is);
         if let Some(pool) = &self.vm_pool {
-            match (pool.slots_per_vm(), l.max_outstanding_per_vm) {
-                (Some(0), _) => is.push(
-                    "vm_pool.slots_per_vm",
-                    "must be at least 1 (or absent for unlimited)",
-                ),
+            match (
+                pool.slots_per_vm(),
+                l.max_outstanding_per_vm.map(NonZeroU32::get),
+            ) {
                 (Some(a), Some(b)) if a != b => is.push(
                     "libra.max_outstanding_per_vm",
                     format!(
@@ -1338,7 +1306,7 @@ impl Config {
         self.vm_pool
             .as_ref()
             .and_then(VmPoolConfig::slots_per_vm)
-            .or(self.libra.max_outstanding_per_vm)
+            .or(self.libra.max_outstanding_per_vm.map(NonZeroU32::get))
     }
 
     /// The gateway queue's parameters (call scheduling §4), when `queue:` is present.
@@ -1439,8 +1407,8 @@ impl Config {
             epoch: self.libra.epoch_seconds.get(),
             alpha: self.libra.alpha,
             beta: self.libra.beta,
-            decision_epochs: self.libra.decision_epochs,
-            first_decision_epoch: self.libra.first_decision_epoch,
+            decision_epochs: self.libra.decision_epochs.get(),
+            first_decision_epoch: self.libra.first_decision_epoch.map(NonZeroU32::get),
         }
     }
 
@@ -1462,8 +1430,8 @@ impl Config {
         crate::policy::controller::LibraTuning {
             alpha: self.libra.alpha,
             beta: self.libra.beta,
-            decision_epochs: self.libra.decision_epochs,
-            first_decision_epoch: self.libra.first_decision_epoch,
+            decision_epochs: self.libra.decision_epochs.get(),
+            first_decision_epoch: self.libra.first_decision_epoch.map(NonZeroU32::get),
             scaling: self.libra_scaling_params(),
             rho: self.libra.rho,
         }
@@ -1536,17 +1504,6 @@ impl Ec2VmPoolConfig {
             && (r.is_empty() || !r.chars().all(|c| c.is_ascii_alphanumeric() || c == '-'))
         {
             is.push("vm_pool.region", format!("not a region name: {r:?}"));
-        }
-        if let Some(u) = &self.endpoint_url {
-            match u.parse::<http::Uri>() {
-                Ok(uri)
-                    if matches!(uri.scheme_str(), Some("http" | "https"))
-                        && uri.authority().is_some() => {}
-                _ => is.push(
-                    "vm_pool.endpoint_url",
-                    format!("must be an http:// or https:// URL with a host, got {u:?}"),
-                ),
-            }
         }
         match &self.launch_template {
             Some(t) => {

@@ -7,6 +7,7 @@
 //! values.
 
 use serde::{Deserialize, Serialize};
+use std::num::NonZeroU32;
 
 use super::duration::{Millis, Seconds};
 use super::issues::Issues;
@@ -28,7 +29,7 @@ pub struct SimSection {
     pub auto: AutoConfig,
     /// MAX runs this many VMs for the whole trace (the LIBRA authors' fixed fleet of
     /// `max_num_instance`); absent: `ceil(peak second / r_max)`.
-    pub max_fixed_vms: Option<u32>,
+    pub max_fixed_vms: Option<NonZeroU32>,
     /// Network round trip between a call's client and the zone that runs it (FaaSim
     /// two-tier edge/cloud): added to the client-side response time of function calls
     /// only. Absent: no network time.
@@ -238,7 +239,7 @@ pub enum VmBilling {
 #[serde(deny_unknown_fields, default)]
 pub struct VmModelConfig {
     /// Parallel request slots per VM; further requests wait in the VM's FIFO queue.
-    pub slots: u32,
+    pub slots: NonZeroU32,
     /// Seconds from launch to ready (LIBRA's code: 100 s).
     pub boot_seconds: Seconds,
     /// `per_second` (default) or `per_hour`.
@@ -249,13 +250,13 @@ pub struct VmModelConfig {
     /// ready to stop.
     pub bill_boot: bool,
     /// CPU cores per VM for the delay-queue model (calls share them); absent: `slots`.
-    pub cores: Option<u32>,
+    pub cores: Option<NonZeroU32>,
 }
 
 impl Default for VmModelConfig {
     fn default() -> Self {
         Self {
-            slots: 16,
+            slots: NonZeroU32::new(16).unwrap(),
             boot_seconds: Seconds::from_secs(100),
             billing: VmBilling::PerSecond,
             minimum_billed_seconds: Seconds::from_secs(60),
@@ -334,11 +335,11 @@ pub struct AutoConfig {
     /// Averaging window, seconds (a whole number of epochs).
     pub window_seconds: Seconds,
     /// VMs added or removed per action.
-    pub step_vms: u32,
+    pub step_vms: NonZeroU32,
     /// No action for this long after one, seconds.
     pub grace_seconds: Seconds,
     /// Fewest VMs; the initial pool (booted before t = 0).
-    pub min_vms: u32,
+    pub min_vms: NonZeroU32,
     /// Most VMs.
     pub max_vms: u32,
 }
@@ -349,9 +350,9 @@ impl Default for AutoConfig {
             scale_out_utilisation: 0.7,
             scale_in_utilisation: 0.3,
             window_seconds: Seconds::from_secs(120),
-            step_vms: 10,
+            step_vms: NonZeroU32::new(10).unwrap(),
             grace_seconds: Seconds::from_secs(120),
-            min_vms: 1,
+            min_vms: NonZeroU32::MIN,
             max_vms: 100,
         }
     }
@@ -421,21 +422,6 @@ impl SimSection {
                 format!("must be in [128, 10240] (Lambda's range), got {m}"),
             );
         }
-        if self.vm.slots == 0 {
-            is.push("sim.vm.slots", "must be at least 1");
-        }
-        if self.max_fixed_vms == Some(0) {
-            is.push(
-                "sim.max_fixed_vms",
-                "must be at least 1 (or absent to size MAX for the peak)",
-            );
-        }
-        if self.vm.cores == Some(0) {
-            is.push(
-                "sim.vm.cores",
-                "must be at least 1 (or absent: sim.vm.slots)",
-            );
-        }
         if let Some(l) = &self.cpu_load {
             is.non_negative("sim.cpu_load.cores", l.cores);
             is.non_negative("sim.cpu_load.from_seconds", l.from_seconds);
@@ -488,16 +474,7 @@ impl SimSection {
             );
         }
         is.nonzero_duration("sim.auto.window_seconds", a.window_seconds);
-        if a.step_vms == 0 {
-            is.push("sim.auto.step_vms", "must be at least 1");
-        }
-        if a.min_vms == 0 {
-            is.push(
-                "sim.auto.min_vms",
-                "must be at least 1 (AUTO sends every request to VMs)",
-            );
-        }
-        if a.min_vms > a.max_vms {
+        if a.min_vms.get() > a.max_vms {
             is.push(
                 "sim.auto.min_vms",
                 format!(

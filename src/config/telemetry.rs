@@ -11,6 +11,7 @@ use super::defaults::{
     DEFAULT_OTLP_SAMPLE_RATIO, DEFAULT_OTLP_SERVICE_NAME, DEFAULT_OTLP_TIMEOUT_MS,
 };
 use super::issues::Issues;
+use super::url::HttpUrl;
 
 /// `telemetry:`.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
@@ -29,7 +30,7 @@ pub struct OtlpConfig {
     /// The collector's OTLP/HTTP traces URL, used as given (the path included):
     /// `http://127.0.0.1:4318/v1/traces`; plain `http://` (a collector beside the
     /// gateway or on its private network).
-    pub endpoint: String,
+    pub endpoint: HttpUrl,
     /// Deadline of one export request (a batch of spans), milliseconds, 1–600000.
     #[serde(default = "default_timeout_ms")]
     pub timeout_ms: u64,
@@ -130,12 +131,8 @@ impl TelemetryConfig {
 
 /// What is wrong with an OTLP endpoint, if anything: an `http://` URL with a host and
 /// no user.
-fn endpoint_problem(url: &str) -> Option<String> {
-    let Ok(u) = url.parse::<http::Uri>() else {
-        return Some(format!(
-            "must be an http:// URL such as http://127.0.0.1:4318/v1/traces, got {url:?}"
-        ));
-    };
+fn endpoint_problem(endpoint: &HttpUrl) -> Option<String> {
+    let (u, url) = (endpoint.uri(), endpoint.as_str());
     if u.scheme_str() != Some("http") {
         return Some(format!(
             "must be an http:// URL (the exporter speaks plain OTLP/HTTP; run a collector \
@@ -157,7 +154,7 @@ mod tests {
 
     fn otlp(endpoint: &str) -> OtlpConfig {
         OtlpConfig {
-            endpoint: endpoint.into(),
+            endpoint: endpoint.parse().unwrap(),
             timeout_ms: DEFAULT_OTLP_TIMEOUT_MS,
             sample_ratio: 1.0,
             service_name: "spillway".into(),
@@ -181,7 +178,7 @@ mod tests {
         }
         .gateway_issues(&mut is);
         assert_eq!(is.0.is_empty(), cfg!(feature = "otlp"));
-        let mut bad = otlp("ftp://x/");
+        let mut bad = otlp("https://x/");
         bad.sample_ratio = 1.5;
         bad.timeout_ms = 0;
         bad.headers.insert("bad name".into(), "v".into());
@@ -194,8 +191,9 @@ mod tests {
         ] {
             assert!(text.contains(field), "{field} in {text}");
         }
-        assert!(endpoint_problem("http://user@collector:4318/v1/traces").is_some());
-        assert!(endpoint_problem("https://collector:4318/v1/traces").is_some());
-        assert!(endpoint_problem("not a url").is_some());
+        let problem = |text: &str| endpoint_problem(&text.parse().unwrap());
+        assert!(problem("http://user@collector:4318/v1/traces").is_some());
+        assert!(problem("https://collector:4318/v1/traces").is_some());
+        assert_eq!(problem("http://collector:4318/v1/traces"), None);
     }
 }

@@ -169,11 +169,7 @@ impl Reloader {
             Some(crate::config::VmPoolConfig::Static(n))
                 if applied.iter().any(|k| k == "vm_pool.urls") =>
             {
-                Some(
-                    crate::backends::vm_static::StaticVmPool::new(n)
-                        .map_err(|e| ReloadError::Invalid(e.to_string()))?
-                        .members(),
-                )
+                Some(crate::backends::vm_static::StaticVmPool::new(n).members())
             }
             _ => None,
         };

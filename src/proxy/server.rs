@@ -178,8 +178,8 @@ fn open_store(
     })?;
     let limits = super::async_calls::store::StoreLimits {
         max_bytes: cfg.max_store_bytes,
-        max_calls_per_client: cfg.max_calls_per_client,
-        result_max_bytes: cfg.result_max_bytes,
+        max_calls_per_client: cfg.max_calls_per_client.map(std::num::NonZeroU64::get),
+        result_max_bytes: cfg.result_max_bytes.get(),
     };
     let store = RedbStore::open_with(&store_dir, limits).map_err(|e| match e {
         super::async_calls::store::StoreError::Locked { path } => ServeError::AsyncStore(format!(
@@ -374,7 +374,7 @@ impl Server {
                     lease: Duration::from_millis(r.lease_ms),
                     op_timeout,
                     grace_epochs: r.grace_epochs,
-                    decision_epochs: config.libra.decision_epochs,
+                    decision_epochs: config.libra.decision_epochs.get(),
                     base_epoch,
                 };
                 Some((store, origin, settings))
@@ -451,10 +451,10 @@ impl Server {
             if let (Some(c), Some(r)) = (gateway.coordinator(), config.coordination.redis()) {
                 // Calls across replicas: ids carry this replica's tag, the others forward
                 // their lookups to this address.
-                let url = r
-                    .advertise_url
-                    .clone()
-                    .unwrap_or_else(|| format!("http://{}", proxy_addr_of(&proxy)));
+                let url = r.advertise_url.as_ref().map_or_else(
+                    || format!("http://{}", proxy_addr_of(&proxy)),
+                    |u| u.as_str().to_owned(),
+                );
                 tracing::info!(owner_tag = %format!("{tag:08x}"), %url, "asynchronous calls looked up across replicas");
                 c.advertise(crate::coord::CallAddress { tag, url });
                 a.set_replicas(tag, Arc::clone(c) as Arc<dyn crate::coord::CallDirectory>);
@@ -809,7 +809,7 @@ impl Connections {
         builder
             .http2()
             .timer(TokioTimer::new())
-            .max_concurrent_streams(g.max_concurrent_streams)
+            .max_concurrent_streams(g.max_concurrent_streams.get())
             .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
             .max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESET_STREAMS))
             .max_header_list_size(rules.h2_max_header_list_size())

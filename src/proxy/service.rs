@@ -131,7 +131,7 @@ impl ServiceSettings {
     pub fn from_config(c: &crate::config::Config) -> Self {
         let g = &c.gateway;
         Self {
-            max_body_bytes: g.max_body_bytes,
+            max_body_bytes: g.max_body_bytes.get(),
             upstream_timeout: g.upstream_timeout_seconds.get(),
             request_body_idle_timeout: g.request_body_idle_timeout_seconds.get(),
             response_body_idle_timeout: g.response_body_idle_timeout_seconds.get(),

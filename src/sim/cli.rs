@@ -870,7 +870,9 @@ fn run_delay(
     mode: DelayQueueArg,
 ) -> Result<ExitCode, SimError> {
     let p = super::engine::SimParams::from_config(config)?;
-    let params = config.async_calls.delay_params(Some(config.sim.vm.slots));
+    let params = config
+        .async_calls
+        .delay_params(Some(config.sim.vm.slots.get()));
     let load = config
         .sim
         .cpu_load

@@ -146,9 +146,9 @@ impl SimParams {
                 scale_in_utilisation: s.auto.scale_in_utilisation,
                 window_epochs: (s.auto.window_seconds.get().div_duration_f64(epoch).round() as u32)
                     .max(1),
-                step_vms: s.auto.step_vms,
+                step_vms: s.auto.step_vms.get(),
                 grace: s.auto.grace_seconds.get(),
-                min_vms: s.auto.min_vms,
+                min_vms: s.auto.min_vms.get(),
                 max_vms: s.auto.max_vms,
                 r_max_rps: c.libra.r_max_rps,
             },
@@ -171,7 +171,7 @@ impl SimParams {
                 .map(|(i, _)| ZoneId(i as u16))
                 .collect(),
             network: s.network.clone(),
-            max_fixed_vms: s.max_fixed_vms,
+            max_fixed_vms: s.max_fixed_vms.map(std::num::NonZeroU32::get),
             skip_idle: true,
         })
     }
@@ -190,7 +190,7 @@ impl SimParams {
             balancer: self.balancer.clone(),
             auto: self.auto.clone(),
             max_vms: self.max_vms_for(trace),
-            slots_per_vm: self.vm.slots,
+            slots_per_vm: self.vm.slots.get(),
         }
     }
 
@@ -594,7 +594,7 @@ impl<'a> Engine<'a> {
                         launch_ns: now,
                         ready_ns: None,
                         stop_ns: None,
-                        slots: (0..self.p.vm.slots).map(|_| 0).collect(),
+                        slots: (0..self.p.vm.slots.get()).map(|_| 0).collect(),
                     });
                     self.stats.vms_launched += 1;
                     self.alive_vms += 1;
@@ -687,7 +687,7 @@ impl<'a> Engine<'a> {
         if self.measure_util {
             self.integrate_cap(end);
             let busy = self.busy.pop_front().unwrap_or(0.0);
-            let cap = self.cap_integral * f64::from(self.p.vm.slots);
+            let cap = self.cap_integral * f64::from(self.p.vm.slots.get());
             let u = if cap > 0.0 {
                 busy / cap
             } else if busy > 0.0 {
@@ -1833,8 +1833,8 @@ pub fn run_delay(
         vms: Vec::new(),
         fns: Vec::new(),
         fn_started: Vec::new(),
-        slots: p.vm.slots as usize,
-        cores: f64::from(p.vm.cores.unwrap_or(p.vm.slots)),
+        slots: p.vm.slots.get() as usize,
+        cores: f64::from(p.vm.cores.unwrap_or(p.vm.slots).get()),
         load: (c, secs_ns(t1), secs_ns(t2)),
         boot_ns: ns(p.vm.boot_seconds.get()),
         warm_ns: ns(p.function.warm_start_ms.get()),

@@ -363,24 +363,27 @@ impl AsyncCalls {
             .headers()
             .get(header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok()?.parse::<u64>().ok())
-            .is_some_and(|n| n > limit)
+            .is_some_and(|n| n > limit.get())
         {
-            return Err(ProxyError::BodyTooLarge { limit });
+            return Err(ProxyError::BodyTooLarge { limit: limit.get() });
         }
-        if gw.async_queued() >= self.cfg.max_queued {
+        if gw.async_queued() >= self.cfg.max_queued.get() {
             return Err(self.unavailable("queue full".into()));
         }
         let client = client_address(peer, req.headers(), &self.settings.trusted_proxies);
         let (mut parts, incoming) = req.into_parts();
         service::forward_headers(&mut parts, peer, scheme, &self.settings);
         parts.headers.remove(&self.deadline_header);
-        let body = match http_body_util::Limited::new(incoming, limit as usize)
-            .collect()
-            .await
+        let body = match http_body_util::Limited::new(
+            incoming,
+            usize::try_from(limit.get()).unwrap_or(usize::MAX),
+        )
+        .collect()
+        .await
         {
             Ok(c) => c.to_bytes(),
             Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-                return Err(ProxyError::BodyTooLarge { limit });
+                return Err(ProxyError::BodyTooLarge { limit: limit.get() });
             }
             Err(e) => return Err(ProxyError::BadRequestBody(e)),
         };
@@ -860,7 +863,7 @@ impl AsyncCalls {
         let (mut rp, rbody) = resp.into_parts();
         let mut bytes = Vec::new();
         let mut b = rbody;
-        let max = self.cfg.result_max_bytes as usize;
+        let max = usize::try_from(self.cfg.result_max_bytes.get()).unwrap_or(usize::MAX);
         let mut too_large = false;
         while !b.is_end_stream() {
             match b.frame().await {
@@ -880,7 +883,7 @@ impl AsyncCalls {
         if too_large {
             // Not a silently cut 200: the call failed, and its result says why.
             let e = ProxyError::AsyncResultTooLarge {
-                limit: self.cfg.result_max_bytes,
+                limit: self.cfg.result_max_bytes.get(),
             };
             tracing::warn!(call = %id, status = rp.status.as_u16(), error = %e, "async call result not stored");
             state = CallState::Failed;

@@ -154,7 +154,7 @@ impl PrometheusCpu {
                 hosts: Mutex::new(NodeExporters::default()),
             },
             None => {
-                let base: Uri = cfg.url.as_deref()?.parse().ok()?;
+                let base: Uri = cfg.url.as_ref()?.uri().clone();
                 let query: String = form_urlencoded::Serializer::new(String::new())
                     .append_pair("query", &cfg.query)
                     .finish();
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn the_query_is_url_encoded_under_the_api_path() {
         let cfg = PrometheusSignalConfig {
-            url: Some("http://127.0.0.1:9/prom".into()),
+            url: Some("http://127.0.0.1:9/prom".parse().unwrap()),
             ..PrometheusSignalConfig::default()
         };
         let p = PrometheusCpu::new(&cfg).unwrap();
@@ -433,7 +433,7 @@ mod tests {
     #[test]
     fn an_outage_is_recorded_until_an_answer() {
         let cfg = PrometheusSignalConfig {
-            url: Some("http://127.0.0.1:9".into()),
+            url: Some("http://127.0.0.1:9".parse().unwrap()),
             ..PrometheusSignalConfig::default()
         };
         let p = PrometheusCpu::new(&cfg).unwrap();
