@@ -172,6 +172,17 @@ impl FunctionTierConfig {
             },
         }
     }
+
+    /// Instances this provider keeps warm and bills whether used or not (process
+    /// `prewarmed_instances`, Lambda's provisioned concurrency; none for `http`): the live
+    /// bill's provisioned concurrency.
+    pub fn provisioned_instances(&self) -> u32 {
+        match self {
+            FunctionTierConfig::Process(p) => p.prewarmed_instances,
+            FunctionTierConfig::Lambda(l) => l.prewarmed_instances.unwrap_or(0),
+            FunctionTierConfig::Http(_) => 0,
+        }
+    }
 }
 
 impl ProcessFunctionTierConfig {

@@ -64,11 +64,7 @@ impl Config {
             .zone_specs()
             .into_iter()
             .map(|z| crate::policy::cost::MeterZone {
-                provisioned_instances: match &z.tier {
-                    FunctionTierConfig::Process(p) => p.prewarmed_instances,
-                    FunctionTierConfig::Lambda(l) => l.prewarmed_instances.unwrap_or(0),
-                    FunctionTierConfig::Http(_) => 0,
-                },
+                provisioned_instances: z.tier.provisioned_instances(),
                 name: z.name,
             })
             .collect();
