@@ -3,12 +3,16 @@
 //! decodes the protobuf requests); the spans' ids and parents agree with the client's
 //! `traceparent`, with the one the upstream saw and with the access log; a request that
 //! waits in the gateway queue has a `queue_wait` span and one that starts a function
-//! instance a `cold_start` span, each under its own parent.
+//! instance a `cold_start` span, each under its own parent; an `https://` receiver
+//! (a test CA's certificate) gets the spans over TLS.
 #![cfg(feature = "otlp")]
 // Blocking test code: std's clock for the polling deadlines (no tokio time here).
 #![allow(clippy::disallowed_methods)]
 
 mod common;
+#[path = "common/tls.rs"]
+#[allow(dead_code)] // The TLS upstreams of the module serve other test binaries.
+mod tls;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,8 +32,8 @@ use common::{Gateway, SampleApi, exe, http, static_config, u64_at};
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// An OTLP/HTTP traces receiver on 127.0.0.1:0: every span it was sent, with the
-/// `service.name` of its resource.
+/// An OTLP/HTTP traces receiver on 127.0.0.1:0 (`https://` with a TLS acceptor): every
+/// span it was sent, with the `service.name` of its resource.
 struct Receiver {
     url: String,
     spans: Arc<Mutex<Vec<(String, Span)>>>,
@@ -38,6 +42,10 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
+        Receiver::start_with(None)
+    }
+
+    fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -46,7 +54,8 @@ impl Receiver {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
-        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/v1/traces", listener.local_addr().unwrap());
         let spans = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&spans);
         runtime.spawn(async move {
@@ -55,6 +64,7 @@ impl Receiver {
                     continue;
                 };
                 let sink = Arc::clone(&sink);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let sink = Arc::clone(&sink);
@@ -84,9 +94,16 @@ impl Receiver {
                             )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => {
+                                http.serve_connection(TokioIo::new(stream), service).await
+                            }
+                            Err(_) => return,
+                        },
+                    };
                 });
             }
         });
@@ -394,4 +411,59 @@ telemetry:
     assert_eq!(attempts.len(), 1);
     assert_eq!(attr(attempts[0], "spillway.tier").as_deref(), Some("vm"));
     assert!(children(&spans, attempts[0], "cold_start").is_empty());
+}
+
+#[test]
+fn spans_reach_an_https_collector_whose_certificate_the_system_roots_trust() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = tls::TestCa::new(dir.path(), "collector");
+    let leaf = ca.leaf(
+        dir.path(),
+        "collector",
+        &["localhost", "127.0.0.1"],
+        tls::Validity::Valid,
+        false,
+    );
+    let receiver = Receiver::start_with(Some(tls::acceptor(&leaf, None)));
+    let stub = Stub::start(ok_reply);
+    let url = receiver.url.replace("127.0.0.1", "localhost");
+    assert!(url.starts_with("https://localhost:"), "{url}");
+    let yaml = |url: &str| {
+        format!(
+            "{}\ntelemetry:\n  otlp:\n    endpoint: {url}\n    timeout_ms: 2000\n",
+            static_config(&[stub.url()], "")
+        )
+    };
+    let env = |roots: &std::path::Path| {
+        vec![
+            ("OTEL_BSP_SCHEDULE_DELAY".to_string(), "100".to_string()),
+            // The system roots: the test CA only.
+            ("SSL_CERT_FILE".to_string(), roots.display().to_string()),
+            (
+                "SSL_CERT_DIR".to_string(),
+                dir.path().join("none").display().to_string(),
+            ),
+        ]
+    };
+
+    // Trusted: the request's spans arrive over TLS (by host name and by IP address).
+    for url in [url.as_str(), receiver.url.as_str()] {
+        let gw = Gateway::start_env(&yaml(url), &env(&ca.ca_file));
+        let (code, _, _) = http(gw.proxy, "GET", "/over-tls", &[("x-request-id", url)], b"");
+        assert_eq!(code, 200);
+        receiver.wait_for("spans over TLS", |s| {
+            s.iter().any(|(_, x)| {
+                x.name == "request" && attr(x, "spillway.request_id").as_deref() == Some(url)
+            })
+        });
+    }
+
+    // Another CA's roots: the handshake fails, the export fails with a warning and the
+    // request is served all the same.
+    let other = tls::TestCa::new(dir.path(), "other");
+    let gw = Gateway::start_env(&yaml(&url), &env(&other.ca_file));
+    let (code, _, _) = http(gw.proxy, "GET", "/untrusted", &[], b"");
+    assert_eq!(code, 200);
+    let line = gw.proc.wait_line("span export failed", LONG);
+    assert!(line.contains("WARN"), "{line}");
 }
