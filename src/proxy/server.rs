@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -33,6 +33,7 @@ use super::async_calls::secrets::Sealer;
 use super::async_calls::store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::lifetime::{self, ConnLimits, ConnPermit, Deadlines, Lifetime, Tracked};
+use super::protocol::{Builders, Protocol};
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::tls::{self, TlsError};
@@ -212,7 +213,7 @@ pub struct Server {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     proxy: TcpListener,
     admin: TcpListener,
-    tls: Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
+    tls: Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
     admin_token: super::admin_token::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
@@ -419,7 +420,7 @@ impl Server {
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
                 Some((
                     bind("tls", t.listen).await?,
-                    Arc::new(parking_lot::RwLock::new(acceptor)),
+                    Arc::new(ArcSwap::from_pointee(acceptor)),
                 ))
             }
             None => None,
@@ -525,8 +526,8 @@ impl Server {
     /// A server of client connections on any byte stream with this gateway and the
     /// configuration's settings (no reload): the request path without listeners.
     pub fn connections(&self) -> Connections {
-        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
-            ServiceSettings::from_config(&self.config),
+        let settings = Arc::new(ArcSwap::from_pointee(ServiceSettings::from_config(
+            &self.config,
         )));
         Connections::new(&self.config, Arc::clone(&self.gateway), settings)
     }
@@ -534,8 +535,8 @@ impl Server {
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
-        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
-            ServiceSettings::from_config(&self.config),
+        let settings = Arc::new(ArcSwap::from_pointee(ServiceSettings::from_config(
+            &self.config,
         )));
         let reloader = {
             let mut r = super::reload::Reloader::new(
@@ -660,7 +661,7 @@ impl Server {
                     let drain = drain_rx.clone();
                     tokio::spawn(async move {
                         if let Err(e) = connections
-                            .serve_accepted(stream, peer, "http", accepted_at, Some(permit), Some(drain))
+                            .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
                             .await
                         {
                             tracing::debug!(error = %e, "client connection ended with an error");
@@ -695,8 +696,9 @@ impl Server {
                                 return tracing::debug!(%peer, "TLS handshake timed out");
                             }
                         };
+                        let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
                         if let Err(e) = connections
-                            .serve_accepted(tls, peer, "https", accepted_at, Some(permit), Some(drain))
+                            .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
                             .await
                         {
                             tracing::debug!(error = %e, "TLS client connection ended with an error");
@@ -765,16 +767,16 @@ fn warn_if_over_fd_limit(max_connections: usize) {
 }
 
 /// Serves client connections, on TCP, TLS or any other byte stream (in-memory streams
-/// in the request-path bench): HTTP/1.1 with upgrades and h2 (prior knowledge) through
-/// hyper-util's auto builder, with the gateway's header limits, h2 keep-alive PINGs and
+/// in the request-path bench): HTTP/1.1 with upgrades and h2 (by ALPN, or prior
+/// knowledge: see [`super::protocol`]), with the gateway's header limits, h2 keep-alive PINGs and
 /// the connection deadlines of [`super::lifetime`], each request through
 /// [`service::handle`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Connections {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     gateway: Arc<Gateway>,
     /// The request path's settings in force (a reload replaces them).
-    settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
+    settings: Arc<ArcSwap<ServiceSettings>>,
     /// First-request, header-read and keep-alive idle deadlines.
     deadlines: Deadlines,
 }
@@ -785,13 +787,12 @@ impl Connections {
     pub fn new(
         config: &Config,
         gateway: Arc<Gateway>,
-        settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
+        settings: Arc<ArcSwap<ServiceSettings>>,
     ) -> Self {
         let g = &config.gateway;
         let rules = g.request_rules();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
             .timer(TokioTimer::new())
             // The header-read deadline is `lifetime`'s: hyper's timer would also run
             // between keep-alive requests.
@@ -806,8 +807,8 @@ impl Connections {
             .max_headers(g.max_header_count)
             .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
         // h2 limits, explicit (http-cases C12).
-        builder
-            .http2()
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
             .timer(TokioTimer::new())
             .max_concurrent_streams(g.max_concurrent_streams.get())
             .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
@@ -819,7 +820,7 @@ impl Connections {
             )
             .keep_alive_timeout(g.http2_keepalive_timeout_seconds.get());
         Self {
-            builder: Arc::new(builder),
+            builders: Arc::new(Builders { http1, http2 }),
             gateway,
             settings,
             deadlines: Deadlines {
@@ -837,7 +838,7 @@ impl Connections {
         listener: &'static str,
         peer: SocketAddr,
     ) -> Option<ConnPermit> {
-        let trusted = self.settings.read().trusted_proxies.contains(peer.ip());
+        let trusted = self.settings.load().trusted_proxies.contains(peer.ip());
         limits.admit(listener, peer.ip(), trusted).ok()
     }
 
@@ -858,17 +859,20 @@ impl Connections {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        self.serve_accepted(io, peer, scheme, Instant::now(), None, drain)
+        self.serve_accepted(io, peer, scheme, None, Instant::now(), None, drain)
             .await
     }
 
     /// [`Self::serve`] for a connection accepted at `accepted_at` (its first-request
-    /// deadline counts from then), holding `permit` until the byte stream is dropped.
+    /// deadline counts from then), in the protocol `alpn` chose on TLS (`None`: the
+    /// client's first bytes choose), holding `permit` until the byte stream is dropped.
+    #[allow(clippy::too_many_arguments)]
     async fn serve_accepted<I>(
         &self,
         io: I,
         peer: SocketAddr,
         scheme: &'static str,
+        alpn: Option<Protocol>,
         accepted_at: Instant,
         permit: Option<ConnPermit>,
         drain: Option<tokio::sync::watch::Receiver<bool>>,
@@ -887,11 +891,15 @@ impl Connections {
             req.extensions_mut().insert(requests.client_closed());
             let gw = Arc::clone(&gw);
             // A request keeps the settings in force when it arrived (reload).
-            let settings = Arc::clone(&settings.read());
+            let settings = settings.load_full();
             let pending = watch.begin();
             let in_flight = requests.request_started(req.version() == http::Version::HTTP_2);
+            // Boxed: hyper keeps one slot of the service's future type per connection
+            // for the connection's whole life, and the request path's future is large
+            // (≈ 10 KiB); boxed per request, an idle connection holds a pointer.
+            let answer = Box::pin(service::handle(gw, settings, req, peer, scheme));
             async move {
-                let resp = service::handle(gw, settings, req, peer, scheme).await;
+                let resp = answer.await;
                 pending.done();
                 // In flight until the response body ended (or was dropped).
                 Ok::<_, std::convert::Infallible>(resp.map(|b| {
@@ -899,9 +907,7 @@ impl Connections {
                 }))
             }
         });
-        let conn = self
-            .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), svc);
+        let conn = self.builders.serve(io, svc, alpn);
         tokio::pin!(conn);
         let flood = async {
             cancels.tripped.notified().await;
@@ -925,7 +931,7 @@ impl Connections {
 }
 
 async fn accept_tls(
-    tls: &Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
+    tls: &Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
 ) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
     match tls {
         Some((listener, acceptor)) => {
@@ -935,7 +941,7 @@ async fn accept_tls(
             };
             let _ = stream.set_nodelay(true);
             // The certificate in force now (a reload may have replaced it).
-            let acceptor = acceptor.read().clone();
+            let acceptor = TlsAcceptor::clone(&acceptor.load());
             Some(Ok((stream, peer, acceptor)))
         }
         None => std::future::pending().await,
