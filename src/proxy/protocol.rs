@@ -5,12 +5,15 @@
 //! knowledge, RFC 9113 §3.4) → h2, anything else → HTTP/1.1. The bytes read to decide are
 //! replayed to the chosen connection ([`Replay`]).
 //!
-//! Own code rather than hyper-util's `server::conn::auto` builder, for memory: that
-//! connection type holds both protocols' state in one inline enum for the connection's
-//! whole life. Here the chosen hyper connection is boxed at its own size. Measured with
-//! `loadtests/scenarios/idle_connections.py --connections 4000` (release build, both
-//! binaries in one run): 35.0 KiB per idle keep-alive connection with `auto`, 26.6 KiB
-//! with this module (the request future boxed per request in both).
+//! Own code rather than hyper-util's `server::conn::auto` builder, for memory. `auto`
+//! reads the first bytes on their own and hands hyper a first read of at most 24 bytes,
+//! so hyper parses a partial request head, reserves more room in its read buffer and
+//! keeps the larger buffer for the connection's life. [`Replay`] returns the replayed
+//! bytes together with what followed them in one read, so a head that arrived whole is
+//! parsed whole. Measured with `loadtests/scenarios/idle_connections.py --connections
+//! 4000` (release build, binaries interleaved in one run): 35.0 KiB per idle keep-alive
+//! connection with `auto`, 26.6 KiB with `auto` and the request future boxed per request
+//! (see `server::Connections`), 15.2 KiB with this module and the boxed future.
 
 use std::error::Error as StdError;
 use std::future::Future;
@@ -56,6 +59,8 @@ pub struct Replay<I> {
     /// `head[start..end]` is still to be replayed.
     start: u8,
     end: u8,
+    /// A read error met right after the replayed bytes, returned by the next read.
+    error: Option<std::io::Error>,
     io: I,
 }
 
@@ -67,6 +72,7 @@ impl<I> Replay<I> {
             head,
             start: 0,
             end: len,
+            error: None,
             io,
         }
     }
@@ -79,12 +85,24 @@ impl<I: AsyncRead + Unpin> AsyncRead for Replay<I> {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
+        if let Some(e) = this.error.take() {
+            return Poll::Ready(Err(e));
+        }
         if this.start < this.end {
             let rest = &this.head[usize::from(this.start)..usize::from(this.end)];
             let n = rest.len().min(buf.remaining());
             buf.put_slice(&rest[..n]);
             // n ≤ 24: fits a u8.
             this.start += n as u8;
+            if this.start == this.end && buf.remaining() > 0 {
+                // The rest of what the client sent, in the same read: hyper then
+                // parses a request head whole instead of growing its read buffer for
+                // a second read (measured: 10 KiB more per idle connection). An
+                // error here is the next read's answer.
+                if let Poll::Ready(Err(e)) = Pin::new(&mut this.io).poll_read(cx, buf) {
+                    this.error = Some(e);
+                }
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.io).poll_read(cx, buf)
@@ -360,6 +378,25 @@ mod tests {
         let (protocol, read) = choose(&sent, 3).await;
         assert_eq!(protocol, Protocol::Http1);
         assert_eq!(read, sent);
+    }
+
+    #[tokio::test]
+    async fn the_first_read_after_choosing_returns_the_replayed_bytes_and_what_followed_them() {
+        // hyper parses a head that arrived whole in one read; split in two reads, it
+        // grows its read buffer (the memory of every idle connection).
+        let sent = b"GET /a/longer/path HTTP/1.1\r\nhost: a\r\n\r\n";
+        let (mut client, mut io) = tokio::io::duplex(256);
+        client.write_all(sent).await.unwrap();
+        let mut head = [0; 24];
+        let mut filled = 0;
+        let protocol = std::future::poll_fn(|cx| poll_choose(&mut io, &mut head, &mut filled, cx))
+            .await
+            .unwrap();
+        assert_eq!(protocol, Protocol::Http1);
+        let mut replay = Replay::new(head, filled, io);
+        let mut buf = [0; 256];
+        let n = replay.read(&mut buf).await.unwrap();
+        assert_eq!(&buf[..n], &sent[..]);
     }
 
     #[test]
