@@ -1175,6 +1175,112 @@ mod tests {
         }
     }
 
+    /// One change of a VM table for the ready-index model check.
+    #[derive(Clone, Debug)]
+    enum TableOp {
+        /// Launch the next id in a state (0 booting, 1 ready, 2 draining).
+        Insert(u8),
+        /// Launch `n` ready VMs at once (fleets past one and past 64 words).
+        Grow(u16),
+        /// Of the row at `pick % rows`: set its state.
+        State(usize, u8),
+        /// Mark or clear it suspect.
+        Suspect(usize, bool),
+        /// ±1 through the counter.
+        Add(usize, bool),
+        /// Any count through the row borrow.
+        Set(usize, u32),
+        /// Remove it.
+        Remove(usize),
+    }
+
+    fn table_op() -> impl proptest::strategy::Strategy<Value = TableOp> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => (0u8..3).prop_map(TableOp::Insert),
+            1 => (1u16..3_000).prop_map(TableOp::Grow),
+            2 => (any::<usize>(), 0u8..3).prop_map(|(p, s)| TableOp::State(p, s)),
+            2 => (any::<usize>(), any::<bool>()).prop_map(|(p, s)| TableOp::Suspect(p, s)),
+            12 => (any::<usize>(), any::<bool>()).prop_map(|(p, up)| TableOp::Add(p, up)),
+            2 => (any::<usize>(), prop_oneof![0u32..8, 0u32..300, Just(100_000)])
+                .prop_map(|(p, n)| TableOp::Set(p, n)),
+            1 => any::<usize>().prop_map(TableOp::Remove),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+
+        /// The ready index picks what a scan of the rows picks (fewest requests
+        /// in flight among ready, non-suspect rows; ties: the oldest), with and without
+        /// an excluded VM, after any sequence of launches, state, suspicion and load
+        /// changes and removals.
+        #[test]
+        fn the_ready_index_picks_what_a_scan_picks(
+            ops in proptest::collection::vec(table_op(), 1..200),
+        ) {
+            let scan = |t: &VmTable, exclude: Option<VmId>| {
+                t.rows()
+                    .iter()
+                    .filter(|r| r.state == VmState::Ready && !r.suspect && Some(r.id) != exclude)
+                    .min_by_key(|r| r.outstanding)
+                    .map(|r| r.id)
+            };
+            let state = |s: u8| [VmState::Booting, VmState::Ready, VmState::Draining][s as usize];
+            let mut t = VmTable::default();
+            let mut next = 0u64;
+            for op in ops {
+                let n = t.rows().len();
+                let at = |p: usize| (n > 0).then(|| t.rows()[p % n].id);
+                match op {
+                    TableOp::Insert(s) => {
+                        t.insert(VmId(next), state(s));
+                        next += 1;
+                    }
+                    // At most 5,000 rows: past one summary word (4,096), still quick.
+                    TableOp::Grow(k) => {
+                        for _ in 0..usize::from(k).min(5_000usize.saturating_sub(n)) {
+                            t.insert(VmId(next), VmState::Ready);
+                            next += 1;
+                        }
+                    }
+                    TableOp::State(p, s) => if let Some(id) = at(p) {
+                        t.get_mut(id).unwrap().state = state(s);
+                    },
+                    TableOp::Suspect(p, s) => if let Some(id) = at(p) {
+                        t.get_mut(id).unwrap().suspect = s;
+                    },
+                    TableOp::Add(p, up) => if let Some(id) = at(p) {
+                        t.add_outstanding(id, if up { 1 } else { -1 }).unwrap();
+                    },
+                    TableOp::Set(p, c) => if let Some(id) = at(p) {
+                        t.get_mut(id).unwrap().outstanding = c;
+                    },
+                    TableOp::Remove(p) => if let Some(id) = at(p) {
+                        t.remove(id);
+                    },
+                }
+                let n = t.rows().len();
+                proptest::prop_assert_eq!(t.least_outstanding_ready(None), scan(&t, None));
+                let probes = [0, n / 2, n.saturating_sub(1)];
+                for p in probes.into_iter().filter(|_| n > 0) {
+                    let id = t.rows()[p].id;
+                    proptest::prop_assert_eq!(
+                        t.least_outstanding_ready(Some(id)),
+                        scan(&t, Some(id))
+                    );
+                }
+                // The least-loaded row itself excluded: the runner-up.
+                if let Some(best) = scan(&t, None) {
+                    proptest::prop_assert_eq!(
+                        t.least_outstanding_ready(Some(best)),
+                        scan(&t, Some(best))
+                    );
+                }
+            }
+        }
+    }
+
     #[test]
     fn picks_the_ready_vm_with_fewest_outstanding() {
         let mut vms = table(3);
