@@ -72,7 +72,8 @@ use crate::backends::BoxFuture;
 use crate::policy::core::Core;
 use crate::policy::scaling::{ScaleDecision, ScaleReason};
 use crate::policy::shared::{
-    CountSource, EwmaState, ReplicaCount, ShareDemands, aggregate, budget_shares,
+    CountSource, EwmaState, ReplicaCount, SHARE_WINDOW_EPOCHS, ShareDemands, aggregate,
+    budget_shares,
 };
 use crate::policy::{Time, VmId};
 
@@ -220,11 +221,6 @@ struct Inner {
     errors: u64,
     refused: u64,
 }
-
-/// Epochs over which the leader averages each replica's count for its budget share
-/// ([`ShareDemands`]): long enough to smooth a small replica's one-request jitter, short
-/// enough that a load moving between replicas moves its budget within 4 epochs.
-const SHARE_WINDOW_EPOCHS: u64 = 4;
 
 /// One replica's coordinator. See the [module docs](self).
 pub struct Coordinator {
