@@ -3,7 +3,7 @@
 //! a store delay and outage windows — what stale counts and a lost store cost before a
 //! deployment.
 //!
-//! One [`Engine`] per replica, each with its own policy core, driven on one virtual
+//! One simulator engine ([`super::engine`]) per replica, each with its own policy core, driven on one virtual
 //! clock; the arrivals go to the replicas by their `split` weights (smooth weighted
 //! round robin: deterministic, no random draw, so the runs keep the single gateway's
 //! arrivals and service times). The cores get the live coordinator's pure inputs
