@@ -12,7 +12,8 @@
 //! kept; the budget is republished at once and the next scaling decision uses the new
 //! φ, r_max, VM bounds and CIP.
 
-use parking_lot::{Mutex, RwLock};
+use arc_swap::ArcSwap;
+use parking_lot::Mutex;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -50,11 +51,11 @@ pub struct Reloader {
     overrides: (Option<std::net::SocketAddr>, Option<std::net::SocketAddr>),
     current: Mutex<Config>,
     /// The request path's settings for new requests.
-    pub settings: Arc<RwLock<Arc<ServiceSettings>>>,
+    pub settings: Arc<ArcSwap<ServiceSettings>>,
     /// The admin token.
     pub admin_token: AdminToken,
     /// The TLS acceptor for new connections, when TLS is on.
-    pub tls: Option<Arc<RwLock<tokio_rustls::TlsAcceptor>>>,
+    pub tls: Option<Arc<ArcSwap<tokio_rustls::TlsAcceptor>>>,
     /// Serialises reloads (SIGHUP and POST /reload at once).
     busy: tokio::sync::Mutex<()>,
     /// The running gateway (static pool members are replaced on reload).
@@ -65,9 +66,9 @@ impl Reloader {
     /// A reloader for a gateway started from `config` (read from `path`, if any).
     pub fn new(
         config: Config,
-        settings: Arc<RwLock<Arc<ServiceSettings>>>,
+        settings: Arc<ArcSwap<ServiceSettings>>,
         admin_token: AdminToken,
-        tls: Option<Arc<RwLock<tokio_rustls::TlsAcceptor>>>,
+        tls: Option<Arc<ArcSwap<tokio_rustls::TlsAcceptor>>>,
     ) -> Self {
         Self {
             path: None,
@@ -178,7 +179,7 @@ impl Reloader {
         // Apply: settings for new requests, the admin token, the static members, LIBRA's
         // parameters, the TLS acceptor.
         let settings = Arc::new(ServiceSettings::from_config(&running));
-        *self.settings.write() = settings;
+        self.settings.store(settings);
         self.admin_token.set(token);
         if let Some(gw) = &self.gateway {
             if let Some(members) = &static_members {
@@ -194,7 +195,7 @@ impl Reloader {
             }
         }
         if let (Some(slot), Some(acceptor)) = (&self.tls, acceptor) {
-            *slot.write() = acceptor;
+            slot.store(Arc::new(acceptor));
         }
         // The running configuration keeps the restart-only values of the running
         // gateway, so the next reload reports them again until a restart.

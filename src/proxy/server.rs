@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
@@ -212,7 +213,7 @@ pub struct Server {
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
     proxy: TcpListener,
     admin: TcpListener,
-    tls: Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
+    tls: Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
     admin_token: super::admin_token::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
@@ -419,7 +420,7 @@ impl Server {
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
                 Some((
                     bind("tls", t.listen).await?,
-                    Arc::new(parking_lot::RwLock::new(acceptor)),
+                    Arc::new(ArcSwap::from_pointee(acceptor)),
                 ))
             }
             None => None,
@@ -525,8 +526,8 @@ impl Server {
     /// A server of client connections on any byte stream with this gateway and the
     /// configuration's settings (no reload): the request path without listeners.
     pub fn connections(&self) -> Connections {
-        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
-            ServiceSettings::from_config(&self.config),
+        let settings = Arc::new(ArcSwap::from_pointee(ServiceSettings::from_config(
+            &self.config,
         )));
         Connections::new(&self.config, Arc::clone(&self.gateway), settings)
     }
@@ -534,8 +535,8 @@ impl Server {
     /// Serve until `shutdown` resolves, then drain and stop the backends.
     pub async fn run(self, shutdown: impl Future<Output = ()>) {
         let g = &self.config.gateway;
-        let settings = Arc::new(parking_lot::RwLock::new(Arc::new(
-            ServiceSettings::from_config(&self.config),
+        let settings = Arc::new(ArcSwap::from_pointee(ServiceSettings::from_config(
+            &self.config,
         )));
         let reloader = {
             let mut r = super::reload::Reloader::new(
@@ -774,7 +775,7 @@ pub struct Connections {
     builder: Arc<auto::Builder<TokioExecutor>>,
     gateway: Arc<Gateway>,
     /// The request path's settings in force (a reload replaces them).
-    settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
+    settings: Arc<ArcSwap<ServiceSettings>>,
     /// First-request, header-read and keep-alive idle deadlines.
     deadlines: Deadlines,
 }
@@ -785,7 +786,7 @@ impl Connections {
     pub fn new(
         config: &Config,
         gateway: Arc<Gateway>,
-        settings: Arc<parking_lot::RwLock<Arc<ServiceSettings>>>,
+        settings: Arc<ArcSwap<ServiceSettings>>,
     ) -> Self {
         let g = &config.gateway;
         let rules = g.request_rules();
@@ -837,7 +838,7 @@ impl Connections {
         listener: &'static str,
         peer: SocketAddr,
     ) -> Option<ConnPermit> {
-        let trusted = self.settings.read().trusted_proxies.contains(peer.ip());
+        let trusted = self.settings.load().trusted_proxies.contains(peer.ip());
         limits.admit(listener, peer.ip(), trusted).ok()
     }
 
@@ -887,7 +888,7 @@ impl Connections {
             req.extensions_mut().insert(requests.client_closed());
             let gw = Arc::clone(&gw);
             // A request keeps the settings in force when it arrived (reload).
-            let settings = Arc::clone(&settings.read());
+            let settings = settings.load_full();
             let pending = watch.begin();
             let in_flight = requests.request_started(req.version() == http::Version::HTTP_2);
             async move {
@@ -925,7 +926,7 @@ impl Connections {
 }
 
 async fn accept_tls(
-    tls: &Option<(TcpListener, Arc<parking_lot::RwLock<TlsAcceptor>>)>,
+    tls: &Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
 ) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
     match tls {
         Some((listener, acceptor)) => {
@@ -935,7 +936,7 @@ async fn accept_tls(
             };
             let _ = stream.set_nodelay(true);
             // The certificate in force now (a reload may have replaced it).
-            let acceptor = acceptor.read().clone();
+            let acceptor = TlsAcceptor::clone(&acceptor.load());
             Some(Ok((stream, peer, acceptor)))
         }
         None => std::future::pending().await,
