@@ -1,8 +1,9 @@
 //! `sim.replicas`: several gateway replicas sharing one decision through the
 //! coordination store, in the simulator. One replica is the single gateway's report
 //! byte for byte; three replicas on an instant store cost about what one gateway does;
-//! an outage freezes the pool; an uneven split still shares the budget by traffic; the
-//! section is checked with its field path and place in the file.
+//! an outage freezes the pool; a store delay delays the leader's decision; an uneven
+//! split still shares the budget by traffic; the section is checked with its field path
+//! and place in the file.
 
 use std::path::Path;
 
@@ -191,4 +192,30 @@ fn the_section_is_checked_at_its_field_and_place() {
     assert!(e.contains("sim.replicas.split"), "{e}");
     let e = error("{count: 2, split: [1, 0]}");
     assert!(e.contains("sim.replicas.split[1]"), "{e}");
+}
+
+/// End of the first epoch whose row shows a ready VM, s.
+fn first_ready_s(run: &PolicyRun) -> f64 {
+    run.series
+        .iter()
+        .find(|r| r.vms_ready > 0)
+        .map_or(f64::INFINITY, |r| r.time_s)
+}
+
+#[test]
+fn a_store_delay_makes_the_leaders_decision_that_much_later() {
+    // VMs are ready at once: the first row with a VM is the one after the decision.
+    let trace = steps(&[(120, 100)]);
+    let instant = run(&config(0, "  replicas: {count: 3}"), &trace);
+    let slow = run(
+        &config(0, "  replicas: {count: 3, store_delay_ms: 600}"),
+        &trace,
+    );
+    let alone = run(&config(0, ""), &trace);
+    // The leader sums an epoch half an epoch after it ended: with an instant store its
+    // first VM is ready within the same epoch as one gateway's; 600 ms more (past the
+    // next epoch's end) shows it one epoch later.
+    assert_eq!(first_ready_s(&instant), first_ready_s(&alone));
+    assert!(first_ready_s(&alone).is_finite());
+    assert_eq!(first_ready_s(&slow), first_ready_s(&instant) + 1.0);
 }
