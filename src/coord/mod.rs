@@ -762,7 +762,6 @@ impl Coordinator {
             })
             .collect();
         let demands = self.share_demands.lock().demands(sum_epoch, &counts);
-        let epoch_s = self.settings.epoch.as_secs_f64();
         let mut published = None;
         let me = &self.settings.replica;
         self.host.with_core(&mut |core, now| {
@@ -770,10 +769,7 @@ impl Coordinator {
             if sum_epoch >= base {
                 core.on_aggregate_count(now, sum_epoch - base, total.requests);
             }
-            let st = core.controller().status();
-            let rho = core.tuning().map_or(1.0, |t| t.rho);
-            let budget =
-                rho * st.vm_reqs_rps.min(f64::from(st.pool.ready) * st.r_max_rps) * epoch_s;
+            let budget = core.shared_vm_budget();
             let shares: BTreeMap<String, f64> = live
                 .iter()
                 .map(|r| (*r).clone())

@@ -522,14 +522,11 @@ fn sum(c: &mut Coordination<'_>, reps: &mut [Replica<'_>], i: usize, epoch: u64,
         })
         .collect();
     let demands = c.demands.demands(epoch, &counts);
-    let epoch_s = c.epoch_ns as f64 / 1e9;
     let core = reps[i].engine.core_mut();
     let now = dur(t);
     core.set_pool_writer(now, true);
     core.on_aggregate_count(now, epoch, total.requests);
-    let st = core.controller().status();
-    let rho = core.tuning().map_or(1.0, |t| t.rho);
-    let budget = rho * st.vm_reqs_rps.min(f64::from(st.pool.ready) * st.r_max_rps) * epoch_s;
+    let budget = core.shared_vm_budget();
     let mut shares = vec![None; reps.len()];
     for (&j, s) in live.iter().zip(budget_shares(budget, &demands)) {
         shares[j] = Some(s);
