@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Side-by-side proxy benchmark on loopback: an nginx origin answered directly,
-# through nginx, through HAProxy and through spillway (a `static` pool of that origin,
-# LIBRA routing, metrics and header hygiene on, access log off). Prints markdown tables:
+# through nginx, through HAProxy, through a stock hyper reference proxy
+# (examples/hyper_proxy.rs: hyper 1 + hyper-util's pooled client, one current-thread
+# runtime per core, no routing or metrics: the limit of the stack spillway is built on)
+# and through spillway (a `static` pool of that origin, LIBRA routing, metrics and
+# header hygiene on, access log off). Prints markdown tables:
 #   * wrk -t1 -c64 -d10s keep-alive, three rounds (req/s, p50, p99, spillway / nginx,
 #     and each proxy's CPU µs per request: the user+sys time of its processes, read
 #     from /proc before and after the run, divided by the requests wrk completed — on a
@@ -16,6 +19,8 @@
 # Usage: scripts/bench-proxy.sh [seconds] [connections]
 #   SPILLWAY=path/to/spillway   binary to measure (default: the release build under
 #                               ${CARGO_TARGET_DIR:-target}, built when missing)
+#   HYPER_PROXY=path            the reference proxy (default: the release build of
+#                               examples/hyper_proxy.rs there, built when missing)
 #   ROUNDS=3                    rounds of the 64-connection table
 set -euo pipefail
 D=${1:-10}
@@ -39,6 +44,11 @@ if [ ! -x "$SPILLWAY" ]; then
   echo "building $SPILLWAY" >&2
   cargo build --release --bin spillway >&2
 fi
+HYPER_PROXY=${HYPER_PROXY:-${CARGO_TARGET_DIR:-target}/release/examples/hyper_proxy}
+if [ ! -x "$HYPER_PROXY" ]; then
+  echo "building $HYPER_PROXY" >&2
+  cargo build --release --example hyper_proxy >&2
+fi
 
 W=$(mktemp -d)
 PIDS=()
@@ -54,9 +64,9 @@ cleanup() {
 trap cleanup EXIT
 
 # Free loopback ports (the kernel picks them; nothing else on the box is disturbed).
-read -r ORIGIN ORIGIN_H2 NGX NGX_H2 HAP HAP_H2 SPW ADMIN < <(python3 - <<'PY'
+read -r ORIGIN ORIGIN_H2 NGX NGX_H2 HAP HAP_H2 SPW ADMIN HYP < <(python3 - <<'PY'
 import socket
-ss = [socket.socket() for _ in range(8)]
+ss = [socket.socket() for _ in range(9)]
 for s in ss:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])
@@ -128,7 +138,11 @@ haproxy -D -f "$W/haproxy.cfg" -p "$W/haproxy.pid"
 "$SPILLWAY" serve --config "$W/spillway.yaml" >"$W/spillway.log" 2>&1 &
 SPID=$!
 PIDS+=("$SPID")
-for port in $ORIGIN $NGX $HAP $SPW; do
+# The reference proxy: HTTP/1.1 and h2c on one port.
+"$HYPER_PROXY" "127.0.0.1:$HYP" "http://127.0.0.1:$ORIGIN" >"$W/hyper.log" 2>&1 &
+HPID=$!
+PIDS+=("$HPID")
+for port in $ORIGIN $NGX $HAP $HYP $SPW; do
   for _ in $(seq 100); do
     curl -fs -o /dev/null "http://127.0.0.1:$port/" && break
     sleep 0.1
@@ -160,6 +174,7 @@ cpu_ticks() {
     nginx) root=$(cat "$W/nginx.pid") ;;
     haproxy) root=$(cat "$W/haproxy.pid") ;;
     spillway) root=$SPID ;;
+    hyper) root=$HPID ;;
     *) echo -; return ;;
   esac
   local t=0 p
@@ -176,7 +191,7 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 echo "## bench-proxy.sh — $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | awk 'NR==1{print $3}'); $("$SPILLWAY" --version 2>/dev/null | head -1) (tree $(git rev-parse --short HEAD 2>/dev/null || echo -))"
+echo "machine: $(nproc) cores, $(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo), $(uname -r); nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'), HAProxy $(haproxy -v | awk 'NR==1{print $3}'); hyper $(awk '/^name = "hyper"$/{getline; gsub(/"/, "", $3); print $3; exit}' Cargo.lock), $("$SPILLWAY" --version 2>/dev/null | head -1) (tree $(git rev-parse --short HEAD 2>/dev/null || echo -))"
 echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "### wrk -t1 -c$C -d${D}s, keep-alive"
@@ -185,7 +200,7 @@ echo "| round | target | req/s | p50 | p99 | × nginx req/s | CPU µs/request | 
 echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
   declare -A RPS=() CPU=()
-  for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP spillway:$SPW; do
+  for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP spillway:$SPW; do
     name=${t%%:*}
     read -r rps p50 p99 cpu err <<<"$(run "$name" "${t#*:}" "$C")"
     RPS[$name]=$rps
@@ -201,7 +216,7 @@ echo
 echo "| target | req/s | p50 | p99 | p50 − direct p50 |"
 echo "|---|---|---|---|---|"
 direct_p50=
-for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP spillway:$SPW; do
+for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP spillway:$SPW; do
   name=${t%%:*}
   read -r rps p50 p99 _ _ <<<"$(run "$name" "${t#*:}" 1)"
   [ -z "$direct_p50" ] && direct_p50=$(us "$p50")
@@ -214,7 +229,7 @@ echo
 echo "| target | req/s | mean request time | × nginx req/s | CPU µs/request | failed |"
 echo "|---|---|---|---|---|---|"
 nginx_h2=0
-for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 spillway:$SPW; do
+for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 hyper:$HYP spillway:$SPW; do
   name=${t%%:*}
   before=$(cpu_ticks "$name")
   out=$(timeout $((D + 30)) h2load -t1 -c4 -m16 -D "$D" "http://127.0.0.1:${t#*:}/" 2>&1) || true

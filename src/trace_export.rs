@@ -17,6 +17,12 @@
 //! trace's sampling decision (`telemetry.otlp.sample_ratio` for the traces the gateway
 //! starts, the client's sampled flag for the others); `tracestate` goes on unchanged.
 //!
+//! An `https://` endpoint is reached over TLS (HTTP/1.1, rustls): the collector's
+//! certificate must chain to the system's root certificates (`SSL_CERT_FILE` /
+//! `SSL_CERT_DIR` when set, else the platform store, as for upstreams without
+//! `gateway.upstream_tls`) and carry the endpoint's host name. A failed handshake is a
+//! failed export (logged).
+//!
 //! Spans are ended on the request path and handed to the SDK's batch processor (a
 //! bounded queue and its own thread): exporting never blocks a request, and a full queue
 //! drops spans rather than waiting. A failed export is logged as a warning, rate-limited
@@ -35,6 +41,10 @@ pub enum ExportError {
     /// The OTLP exporter refused its settings.
     #[error("telemetry.otlp: {0}")]
     Build(String),
+    /// An `https://` endpoint, but no TLS client configuration could be built (no
+    /// system root certificate could be read).
+    #[error("telemetry.otlp.endpoint: cannot verify an https:// collector: {0}")]
+    Tls(#[source] crate::net::tls::TlsError),
     /// This binary was built without the `otlp` feature.
     #[error("telemetry.otlp: {}", crate::config::telemetry::otlp_feature_missing())]
     FeatureMissing,
@@ -49,11 +59,13 @@ mod imp {
 
     use bytes::Bytes;
     use http::{HeaderValue, Request, Response};
+    use hyper_util::client::legacy::connect::HttpConnector;
     use opentelemetry::trace::{
         SpanContext, SpanId, SpanKind, TraceContextExt as _, TraceFlags, TraceId, TraceState,
         Tracer as _, TracerProvider as _,
     };
     use opentelemetry::{Context, KeyValue};
+    use opentelemetry_http::hyper::HyperClient;
     use opentelemetry_http::{HttpClient, HttpError};
     use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
     use opentelemetry_sdk::error::OTelSdkResult;
@@ -75,13 +87,31 @@ mod imp {
         /// runtime: export requests are sent on it.
         ///
         /// # Errors
-        /// [`ExportError::Build`] when the OTLP exporter refuses the settings.
+        /// [`ExportError::Build`] when the OTLP exporter refuses the settings;
+        /// [`ExportError::Tls`] for an `https://` endpoint without usable root
+        /// certificates.
         pub fn start(config: &OtlpConfig) -> Result<Self, ExportError> {
             let timeout = Duration::from_millis(config.timeout_ms);
+            let client = if config.endpoint.uri().scheme_str() == Some("https") {
+                let tls = crate::net::tls::load_client_config(crate::net::tls::ClientTlsFiles {
+                    system_roots: true,
+                    ..Default::default()
+                })
+                .map_err(ExportError::Tls)?;
+                // HTTP/1.1 only: hyper-rustls sets the ALPN list itself.
+                let mut tls = rustls::ClientConfig::clone(&tls);
+                tls.alpn_protocols.clear();
+                let https = hyper_rustls::HttpsConnectorBuilder::new()
+                    .with_tls_config(tls)
+                    .https_only()
+                    .enable_http1()
+                    .build();
+                Client::Tls(HyperClient::new(https, timeout, None))
+            } else {
+                Client::Plain(HyperClient::with_default_connector(timeout, None))
+            };
             let client = OnRuntime {
-                client: opentelemetry_http::hyper::HyperClient::with_default_connector(
-                    timeout, None,
-                ),
+                client,
                 runtime: tokio::runtime::Handle::current(),
             };
             let exporter = opentelemetry_otlp::SpanExporter::builder()
@@ -307,11 +337,20 @@ mod imp {
         }
     }
 
-    /// opentelemetry-http's hyper client, its requests run on the gateway's runtime:
-    /// the batch processor's own thread has no tokio runtime.
+    /// opentelemetry-http's hyper client for the endpoint's scheme.
+    #[derive(Clone, Debug)]
+    enum Client {
+        /// `http://`: plain TCP.
+        Plain(HyperClient),
+        /// `https://`: TLS (rustls) over TCP.
+        Tls(HyperClient<hyper_rustls::HttpsConnector<HttpConnector>>),
+    }
+
+    /// The export client, its requests run on the gateway's runtime: the batch
+    /// processor's own thread has no tokio runtime.
     #[derive(Debug)]
     struct OnRuntime {
-        client: opentelemetry_http::hyper::HyperClient,
+        client: Client,
         runtime: tokio::runtime::Handle,
     }
 
@@ -320,7 +359,12 @@ mod imp {
         async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {
             let client = self.client.clone();
             self.runtime
-                .spawn(async move { client.send_bytes(request).await })
+                .spawn(async move {
+                    match client {
+                        Client::Plain(c) => c.send_bytes(request).await,
+                        Client::Tls(c) => c.send_bytes(request).await,
+                    }
+                })
                 .await?
         }
     }

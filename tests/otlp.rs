@@ -1,15 +1,21 @@
 //! Span export over OTLP/HTTP (`telemetry.otlp`, the `otlp` feature): the real gateway
 //! sends its spans to a small OTLP receiver on loopback (a hyper server in the test that
 //! decodes the protobuf requests); the spans' ids and parents agree with the client's
-//! `traceparent`, with the one the upstream saw and with the access log.
+//! `traceparent`, with the one the upstream saw and with the access log; a request that
+//! waits in the gateway queue has a `queue_wait` span and one that starts a function
+//! instance a `cold_start` span, each under its own parent; an `https://` receiver
+//! (a test CA's certificate) gets the spans over TLS.
 #![cfg(feature = "otlp")]
 // Blocking test code: std's clock for the polling deadlines (no tokio time here).
 #![allow(clippy::disallowed_methods)]
 
 mod common;
+#[path = "common/tls.rs"]
+#[allow(dead_code)] // The TLS upstreams of the module serve other test binaries.
+mod tls;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -22,12 +28,12 @@ use parking_lot::Mutex;
 use prost::Message as _;
 
 use common::stub::{Stub, ok_reply};
-use common::{Gateway, http, static_config};
+use common::{Gateway, SampleApi, exe, http, static_config, u64_at};
 
 const LONG: Duration = Duration::from_secs(30);
 
-/// An OTLP/HTTP traces receiver on 127.0.0.1:0: every span it was sent, with the
-/// `service.name` of its resource.
+/// An OTLP/HTTP traces receiver on 127.0.0.1:0 (`https://` with a TLS acceptor): every
+/// span it was sent, with the `service.name` of its resource.
 struct Receiver {
     url: String,
     spans: Arc<Mutex<Vec<(String, Span)>>>,
@@ -36,6 +42,10 @@ struct Receiver {
 
 impl Receiver {
     fn start() -> Receiver {
+        Receiver::start_with(None)
+    }
+
+    fn start_with(tls: Option<tokio_rustls::TlsAcceptor>) -> Receiver {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .enable_all()
@@ -44,7 +54,8 @@ impl Receiver {
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
-        let url = format!("http://{}/v1/traces", listener.local_addr().unwrap());
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}/v1/traces", listener.local_addr().unwrap());
         let spans = Arc::new(Mutex::new(Vec::new()));
         let sink = Arc::clone(&spans);
         runtime.spawn(async move {
@@ -53,6 +64,7 @@ impl Receiver {
                     continue;
                 };
                 let sink = Arc::clone(&sink);
+                let tls = tls.clone();
                 tokio::spawn(async move {
                     let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                         let sink = Arc::clone(&sink);
@@ -82,9 +94,16 @@ impl Receiver {
                             )
                         }
                     });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
+                    let http = hyper::server::conn::http1::Builder::new();
+                    let _ = match tls {
+                        None => http.serve_connection(TokioIo::new(stream), service).await,
+                        Some(tls) => match tls.accept(stream).await {
+                            Ok(stream) => {
+                                http.serve_connection(TokioIo::new(stream), service).await
+                            }
+                            Err(_) => return,
+                        },
+                    };
                 });
             }
         });
@@ -234,4 +253,217 @@ fn spans_arrive_with_the_clients_and_the_upstreams_trace_ids_and_parents() {
     assert!(line.contains(&format!("trace_id={client_trace}")), "{line}");
     let line = gw.proc.wait_line("path=/without", LONG);
     assert!(line.contains(&format!("trace_id={trace}")), "{line}");
+}
+
+/// Nanoseconds since the Unix epoch, as in a span's start and end times.
+fn unix_nanos(t: SystemTime) -> u64 {
+    u64::try_from(t.duration_since(UNIX_EPOCH).unwrap().as_nanos()).unwrap()
+}
+
+/// The one `request` span with `spillway.request_id` `id`.
+fn request_span<'a>(spans: &'a [Span], id: &str) -> &'a Span {
+    let found: Vec<&Span> = spans
+        .iter()
+        .filter(|s| s.name == "request" && attr(s, "spillway.request_id").as_deref() == Some(id))
+        .collect();
+    assert_eq!(found.len(), 1, "request spans of {id}: {found:#?}");
+    found[0]
+}
+
+/// The spans named `name` whose parent is `parent`.
+fn children<'a>(spans: &'a [Span], parent: &Span, name: &str) -> Vec<&'a Span> {
+    spans
+        .iter()
+        .filter(|s| {
+            s.trace_id == parent.trace_id && s.parent_span_id == parent.span_id && s.name == name
+        })
+        .collect()
+}
+
+#[test]
+fn a_queued_request_has_a_queue_wait_span_and_a_cold_start_has_one_under_its_attempt() {
+    let receiver = Receiver::start();
+    // One VM slot and one function instance (a sample API started on its first call):
+    // the first request holds the VM, the second cold-starts the instance and holds
+    // it, the third waits in the gateway queue until one of them is done.
+    let vm = SampleApi::start("vm");
+    let yaml = format!(
+        r#"
+gateway:
+  listen: 127.0.0.1:0
+  admin_listen: 127.0.0.1:0
+  allow_loopback_upstreams: true
+libra:
+  decision_epochs: 1000
+  r_max_rps: 1000
+  rho: 1.0
+vm_pool:
+  type: static
+  urls: ["http://{vm}"]
+  slots_per_vm: 1
+function_tier:
+  type: process
+  command: ["{exe}", "sample-api", "--listen", "127.0.0.1:{{port}}", "--name", "fn-{{port}}"]
+  max_instances: 1
+  probe_interval_seconds: 0.02
+queue:
+  max_queue_length: 4
+  max_queue_wait_seconds: 30
+telemetry:
+  otlp:
+    endpoint: {url}
+    timeout_ms: 2000
+"#,
+        vm = vm.addr,
+        exe = exe(),
+        url = receiver.url
+    );
+    let gw = Gateway::start_env(&yaml, &[("OTEL_BSP_SCHEDULE_DELAY".into(), "100".into())]);
+    let call = |id: &'static str, ms: u64| {
+        let addr = gw.proxy;
+        std::thread::spawn(move || {
+            let path = format!("/sleep?ms={ms}");
+            http(addr, "GET", &path, &[("x-request-id", id)], b"").0
+        })
+    };
+    let wait = Duration::from_secs(20);
+    const HOLD_MS: u64 = 1500;
+    let held_from = SystemTime::now();
+    let vm_call = call("holds-the-vm", HOLD_MS);
+    gw.wait_status("the VM slot taken", wait, |s| {
+        u64_at(s, "/vm_pool/vms/0/outstanding") == 1
+    });
+    let cold_call = call("cold-starts", HOLD_MS);
+    gw.wait_status("the function instance taken", wait, |s| {
+        u64_at(s, "/functions/zones/0/stats/instances") == 1
+    });
+    let queued_call = call("queued", 1);
+    gw.wait_status("the third request queued", wait, |s| {
+        s.pointer("/queue/length").and_then(|v| v.as_u64()) == Some(1)
+    });
+    let seen_queued = SystemTime::now();
+    for c in [vm_call, cold_call, queued_call] {
+        assert_eq!(c.join().unwrap(), 200);
+    }
+
+    let spans = receiver.wait_for("the three requests' spans", |s| {
+        let names = |n: &str| s.iter().filter(|(_, x)| x.name == n).count();
+        names("request") >= 3
+            && names("attempt") >= 3
+            && names("queue_wait") >= 1
+            && names("cold_start") >= 1
+    });
+
+    // The queued request: one queue_wait under its request span, from before the test
+    // saw it queued until a slot freed (at least HOLD_MS after the VM was taken), and
+    // its attempt only after it.
+    let queued = request_span(&spans, "queued");
+    let waits = children(&spans, queued, "queue_wait");
+    assert_eq!(waits.len(), 1, "{spans:#?}");
+    let qw = waits[0];
+    assert!(qw.start_time_unix_nano >= queued.start_time_unix_nano);
+    assert!(
+        qw.start_time_unix_nano <= unix_nanos(seen_queued),
+        "queue_wait starts after the request was seen queued"
+    );
+    let freed = unix_nanos(held_from + Duration::from_millis(HOLD_MS));
+    assert!(
+        qw.end_time_unix_nano >= freed,
+        "queue_wait ends {} ms before the first slot could free",
+        (freed - qw.end_time_unix_nano) / 1_000_000
+    );
+    let attempts = children(&spans, queued, "attempt");
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    assert!(attempts[0].start_time_unix_nano >= qw.end_time_unix_nano);
+    assert!(qw.end_time_unix_nano <= queued.end_time_unix_nano);
+
+    // The cold start: a cold_start span under the function attempt, inside it, in the
+    // attempt's zone; the request itself never waited in the queue.
+    let cold = request_span(&spans, "cold-starts");
+    let attempts = children(&spans, cold, "attempt");
+    assert_eq!(attempts.len(), 1, "{spans:#?}");
+    let attempt = attempts[0];
+    assert_eq!(attr(attempt, "spillway.tier").as_deref(), Some("function"));
+    let starts = children(&spans, attempt, "cold_start");
+    assert_eq!(starts.len(), 1, "{spans:#?}");
+    let cs = starts[0];
+    let zone = attr(cs, "spillway.zone").expect("spillway.zone");
+    let upstream = attr(attempt, "spillway.upstream").unwrap();
+    assert!(
+        upstream.starts_with(&format!("{zone}/")),
+        "{upstream} in zone {zone}"
+    );
+    assert!(cs.start_time_unix_nano >= attempt.start_time_unix_nano);
+    assert!(cs.end_time_unix_nano <= attempt.end_time_unix_nano);
+    assert!(cs.end_time_unix_nano > cs.start_time_unix_nano);
+    assert!(
+        children(&spans, cold, "queue_wait").is_empty(),
+        "{spans:#?}"
+    );
+
+    // The request on the VM: neither a queue wait nor a cold start.
+    let warm = request_span(&spans, "holds-the-vm");
+    assert!(
+        children(&spans, warm, "queue_wait").is_empty(),
+        "{spans:#?}"
+    );
+    let attempts = children(&spans, warm, "attempt");
+    assert_eq!(attempts.len(), 1);
+    assert_eq!(attr(attempts[0], "spillway.tier").as_deref(), Some("vm"));
+    assert!(children(&spans, attempts[0], "cold_start").is_empty());
+}
+
+#[test]
+fn spans_reach_an_https_collector_whose_certificate_the_system_roots_trust() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = tls::TestCa::new(dir.path(), "collector");
+    let leaf = ca.leaf(
+        dir.path(),
+        "collector",
+        &["localhost", "127.0.0.1"],
+        tls::Validity::Valid,
+        false,
+    );
+    let receiver = Receiver::start_with(Some(tls::acceptor(&leaf, None)));
+    let stub = Stub::start(ok_reply);
+    let url = receiver.url.replace("127.0.0.1", "localhost");
+    assert!(url.starts_with("https://localhost:"), "{url}");
+    let yaml = |url: &str| {
+        format!(
+            "{}\ntelemetry:\n  otlp:\n    endpoint: {url}\n    timeout_ms: 2000\n",
+            static_config(&[stub.url()], "")
+        )
+    };
+    let env = |roots: &std::path::Path| {
+        vec![
+            ("OTEL_BSP_SCHEDULE_DELAY".to_string(), "100".to_string()),
+            // The system roots: the test CA only.
+            ("SSL_CERT_FILE".to_string(), roots.display().to_string()),
+            (
+                "SSL_CERT_DIR".to_string(),
+                dir.path().join("none").display().to_string(),
+            ),
+        ]
+    };
+
+    // Trusted: the request's spans arrive over TLS (by host name and by IP address).
+    for url in [url.as_str(), receiver.url.as_str()] {
+        let gw = Gateway::start_env(&yaml(url), &env(&ca.ca_file));
+        let (code, _, _) = http(gw.proxy, "GET", "/over-tls", &[("x-request-id", url)], b"");
+        assert_eq!(code, 200);
+        receiver.wait_for("spans over TLS", |s| {
+            s.iter().any(|(_, x)| {
+                x.name == "request" && attr(x, "spillway.request_id").as_deref() == Some(url)
+            })
+        });
+    }
+
+    // Another CA's roots: the handshake fails, the export fails with a warning and the
+    // request is served all the same.
+    let other = tls::TestCa::new(dir.path(), "other");
+    let gw = Gateway::start_env(&yaml(&url), &env(&other.ca_file));
+    let (code, _, _) = http(gw.proxy, "GET", "/untrusted", &[], b"");
+    assert_eq!(code, 200);
+    let line = gw.proc.wait_line("span export failed", LONG);
+    assert!(line.contains("WARN"), "{line}");
 }

@@ -71,6 +71,10 @@ def main():
   listen: 127.0.0.1:0
   admin_listen: 127.0.0.1:0
   allow_loopback_upstreams: true
+  # every connection comes from 127.0.0.1: lift the per-client-IP cap (a quarter of
+  # max_connections by default) above the count this scenario opens
+  max_connections: {a.connections + 100}
+  max_connections_per_client_ip: {a.connections + 100}
 libra: {{decision_epochs: 1000, r_max_rps: 100000, rho: 1.0}}
 vm_pool: {{type: static, urls: ["http://127.0.0.1:{api_port}"]}}
 function_tier:
@@ -104,7 +108,7 @@ function_tier:
             after = rss_kib(gw.pid)
             per = (loaded - base) / a.connections
             print(f"baseline RSS            {base / 1024:8.1f} MiB")
-            print(f"{a.connections} idle connections {loaded / 1024:8.1f} MiB  ({per:.1f} KiB per connection; goal <= 64 MiB)")
+            print(f"{a.connections} idle connections {loaded / 1024:8.1f} MiB  ({per:.1f} KiB per connection; goal <= 128 MiB at 10,000)")
             print(f"{a.settle:.0f} s after closing     {after / 1024:8.1f} MiB  ({(after - base) / base * 100:+.0f} % of baseline; goal within 20 %)")
         finally:
             gw.terminate()

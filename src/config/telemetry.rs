@@ -28,8 +28,8 @@ pub struct TelemetryConfig {
 #[serde(deny_unknown_fields)]
 pub struct OtlpConfig {
     /// The collector's OTLP/HTTP traces URL, used as given (the path included):
-    /// `http://127.0.0.1:4318/v1/traces`; plain `http://` (a collector beside the
-    /// gateway or on its private network).
+    /// `http://127.0.0.1:4318/v1/traces`; `https://` is verified against the system's
+    /// root certificates (`SSL_CERT_FILE` / `SSL_CERT_DIR` honoured).
     pub endpoint: HttpUrl,
     /// Deadline of one export request (a batch of spans), milliseconds, 1–600000.
     #[serde(default = "default_timeout_ms")]
@@ -129,15 +129,12 @@ impl TelemetryConfig {
     }
 }
 
-/// What is wrong with an OTLP endpoint, if anything: an `http://` URL with a host and
-/// no user.
+/// What is wrong with an OTLP endpoint, if anything: an `http://` or `https://` URL
+/// with a host and no user.
 fn endpoint_problem(endpoint: &HttpUrl) -> Option<String> {
     let (u, url) = (endpoint.uri(), endpoint.as_str());
-    if u.scheme_str() != Some("http") {
-        return Some(format!(
-            "must be an http:// URL (the exporter speaks plain OTLP/HTTP; run a collector \
-             beside the gateway for TLS), got {url:?}"
-        ));
+    if !matches!(u.scheme_str(), Some("http" | "https")) {
+        return Some(format!("must be an http:// or https:// URL, got {url:?}"));
     }
     match u.authority() {
         None => Some(format!("has no host, got {url:?}")),
@@ -178,7 +175,7 @@ mod tests {
         }
         .gateway_issues(&mut is);
         assert_eq!(is.0.is_empty(), cfg!(feature = "otlp"));
-        let mut bad = otlp("https://x/");
+        let mut bad = otlp("http://user@x/");
         bad.sample_ratio = 1.5;
         bad.timeout_ms = 0;
         bad.headers.insert("bad name".into(), "v".into());
@@ -193,7 +190,7 @@ mod tests {
         }
         let problem = |text: &str| endpoint_problem(&text.parse().unwrap());
         assert!(problem("http://user@collector:4318/v1/traces").is_some());
-        assert!(problem("https://collector:4318/v1/traces").is_some());
+        assert_eq!(problem("https://collector:4318/v1/traces"), None);
         assert_eq!(problem("http://collector:4318/v1/traces"), None);
     }
 }

@@ -4,6 +4,7 @@
 //! | module | role |
 //! |---|---|
 //! | [`server`] | listeners, connection serving, graceful shutdown |
+//! | [`protocol`] | HTTP/1.1 or h2 per client connection: ALPN on TLS, the h2 preface on cleartext |
 //! | [`lifetime`] | client connection budgets and deadlines (first request, header read, keep-alive idle) |
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
@@ -24,6 +25,7 @@ pub mod async_calls;
 pub mod driver;
 pub mod error;
 pub mod lifetime;
+pub mod protocol;
 pub mod reload;
 pub mod server;
 pub mod service;

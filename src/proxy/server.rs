@@ -16,7 +16,6 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
@@ -34,6 +33,7 @@ use super::async_calls::secrets::Sealer;
 use super::async_calls::store::{CallStore, RedbStore};
 use super::driver::Gateway;
 use super::lifetime::{self, ConnLimits, ConnPermit, Deadlines, Lifetime, Tracked};
+use super::protocol::{Builders, Protocol};
 use super::service::{self, ServiceSettings};
 use crate::net::client::{ClientSettings, UpstreamClient};
 use crate::net::tls::{self, TlsError};
@@ -661,7 +661,7 @@ impl Server {
                     let drain = drain_rx.clone();
                     tokio::spawn(async move {
                         if let Err(e) = connections
-                            .serve_accepted(stream, peer, "http", accepted_at, Some(permit), Some(drain))
+                            .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
                             .await
                         {
                             tracing::debug!(error = %e, "client connection ended with an error");
@@ -696,8 +696,9 @@ impl Server {
                                 return tracing::debug!(%peer, "TLS handshake timed out");
                             }
                         };
+                        let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
                         if let Err(e) = connections
-                            .serve_accepted(tls, peer, "https", accepted_at, Some(permit), Some(drain))
+                            .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
                             .await
                         {
                             tracing::debug!(error = %e, "TLS client connection ended with an error");
@@ -766,13 +767,13 @@ fn warn_if_over_fd_limit(max_connections: usize) {
 }
 
 /// Serves client connections, on TCP, TLS or any other byte stream (in-memory streams
-/// in the request-path bench): HTTP/1.1 with upgrades and h2 (prior knowledge) through
-/// hyper-util's auto builder, with the gateway's header limits, h2 keep-alive PINGs and
+/// in the request-path bench): HTTP/1.1 with upgrades and h2 (by ALPN, or prior
+/// knowledge: see [`super::protocol`]), with the gateway's header limits, h2 keep-alive PINGs and
 /// the connection deadlines of [`super::lifetime`], each request through
 /// [`service::handle`]. Cheap to clone.
 #[derive(Clone)]
 pub struct Connections {
-    builder: Arc<auto::Builder<TokioExecutor>>,
+    builders: Arc<Builders>,
     gateway: Arc<Gateway>,
     /// The request path's settings in force (a reload replaces them).
     settings: Arc<ArcSwap<ServiceSettings>>,
@@ -790,9 +791,8 @@ impl Connections {
     ) -> Self {
         let g = &config.gateway;
         let rules = g.request_rules();
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
+        let mut http1 = hyper::server::conn::http1::Builder::new();
+        http1
             .timer(TokioTimer::new())
             // The header-read deadline is `lifetime`'s: hyper's timer would also run
             // between keep-alive requests.
@@ -807,8 +807,8 @@ impl Connections {
             .max_headers(g.max_header_count)
             .max_buf_size(rules.max_h1_head_bytes().max(MIN_HYPER_BUF_SIZE));
         // h2 limits, explicit (http-cases C12).
-        builder
-            .http2()
+        let mut http2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+        http2
             .timer(TokioTimer::new())
             .max_concurrent_streams(g.max_concurrent_streams.get())
             .max_pending_accept_reset_streams(Some(MAX_PENDING_ACCEPT_RESET_STREAMS))
@@ -820,7 +820,7 @@ impl Connections {
             )
             .keep_alive_timeout(g.http2_keepalive_timeout_seconds.get());
         Self {
-            builder: Arc::new(builder),
+            builders: Arc::new(Builders { http1, http2 }),
             gateway,
             settings,
             deadlines: Deadlines {
@@ -859,17 +859,20 @@ impl Connections {
     where
         I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
-        self.serve_accepted(io, peer, scheme, Instant::now(), None, drain)
+        self.serve_accepted(io, peer, scheme, None, Instant::now(), None, drain)
             .await
     }
 
     /// [`Self::serve`] for a connection accepted at `accepted_at` (its first-request
-    /// deadline counts from then), holding `permit` until the byte stream is dropped.
+    /// deadline counts from then), in the protocol `alpn` chose on TLS (`None`: the
+    /// client's first bytes choose), holding `permit` until the byte stream is dropped.
+    #[allow(clippy::too_many_arguments)]
     async fn serve_accepted<I>(
         &self,
         io: I,
         peer: SocketAddr,
         scheme: &'static str,
+        alpn: Option<Protocol>,
         accepted_at: Instant,
         permit: Option<ConnPermit>,
         drain: Option<tokio::sync::watch::Receiver<bool>>,
@@ -891,8 +894,12 @@ impl Connections {
             let settings = settings.load_full();
             let pending = watch.begin();
             let in_flight = requests.request_started(req.version() == http::Version::HTTP_2);
+            // Boxed: hyper keeps one slot of the service's future type per connection
+            // for the connection's whole life, and the request path's future is large
+            // (≈ 10 KiB); boxed per request, an idle connection holds a pointer.
+            let answer = Box::pin(service::handle(gw, settings, req, peer, scheme));
             async move {
-                let resp = service::handle(gw, settings, req, peer, scheme).await;
+                let resp = answer.await;
                 pending.done();
                 // In flight until the response body ended (or was dropped).
                 Ok::<_, std::convert::Infallible>(resp.map(|b| {
@@ -900,9 +907,7 @@ impl Connections {
                 }))
             }
         });
-        let conn = self
-            .builder
-            .serve_connection_with_upgrades(TokioIo::new(io), svc);
+        let conn = self.builders.serve(io, svc, alpn);
         tokio::pin!(conn);
         let flood = async {
             cancels.tripped.notified().await;

@@ -189,7 +189,9 @@ pub(crate) fn start_refusing_h2_upstream(leaf: &Leaf) -> (SocketAddr, Arc<Atomic
     (addr, streams)
 }
 
-fn acceptor(leaf: &Leaf, client_ca: Option<&TestCa>) -> tokio_rustls::TlsAcceptor {
+/// A TLS acceptor serving `leaf` (ALPN h2, then http/1.1); with `client_ca`, it requires a
+/// client certificate issued by that CA.
+pub(crate) fn acceptor(leaf: &Leaf, client_ca: Option<&TestCa>) -> tokio_rustls::TlsAcceptor {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let chain: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(leaf.cert_pem.as_bytes())
