@@ -42,6 +42,47 @@ pub struct SimSection {
     /// Other load on every VM (ProFaaStinate §3's CPU peak): `cores` held from
     /// `from_seconds` to `to_seconds`; absent: none. Used by the delay-queue model.
     pub cpu_load: Option<CpuLoadConfig>,
+    /// Several gateway replicas behind an L4 balancer sharing one decision through the
+    /// coordination store, with a store delay and outage windows (what the live
+    /// coordinator, `coordination: {type: redis}`, would do); absent: one gateway.
+    pub replicas: Option<ReplicasConfig>,
+}
+
+/// `sim.replicas:` — `count` gateway replicas, each receiving its `split` weight of the
+/// arrivals, coordinated as `coordination: {type: redis}` does: the leader sums the
+/// epoch counts, decides and shares the VM budget; the followers take its decision.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct ReplicasConfig {
+    /// Replicas (at least 1; 1 is one gateway without a store: the delay and outages do
+    /// not apply).
+    pub count: NonZeroU32,
+    /// How much later than an instant store the shared inputs arrive, milliseconds: the
+    /// leader's monitor gets an epoch's summed count this much later (half an epoch
+    /// after the epoch's end plus this), and the followers take the leader's
+    /// publication this much after the leader (at least the live margin, a tenth of an
+    /// epoch up to 50 ms). Default 0.
+    #[serde(default)]
+    pub store_delay_ms: Millis,
+    /// Windows of trace time in which no replica reaches the store (ordered, not
+    /// overlapping); default none.
+    #[serde(default)]
+    pub outages: Vec<OutageConfig>,
+    /// Each replica's weight of the arrivals (the balancer's), one per replica, each
+    /// above 0; default (empty) equal weights.
+    #[serde(default)]
+    pub split: Vec<f64>,
+}
+
+/// One `sim.replicas.outages` window: the store cannot be reached in `[from_seconds,
+/// to_seconds)` of trace time.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct OutageConfig {
+    /// Start, trace seconds.
+    pub from_seconds: Seconds,
+    /// End (exclusive), trace seconds; after `from_seconds`.
+    pub to_seconds: Seconds,
 }
 
 /// `sim.trace_format` — the trace formats of `spillway sim --format`.
@@ -110,6 +151,7 @@ impl Default for SimSection {
             placements: Vec::new(),
             max_fixed_vms: None,
             cpu_load: None,
+            replicas: None,
         }
     }
 }
@@ -358,6 +400,57 @@ impl Default for AutoConfig {
     }
 }
 
+impl ReplicasConfig {
+    /// Outages ordered and each non-empty; one split weight per replica, each above 0.
+    fn validate(&self, is: &mut Issues) {
+        let mut previous_end = None;
+        for (i, o) in self.outages.iter().enumerate() {
+            if o.to_seconds <= o.from_seconds {
+                is.push(
+                    format!("sim.replicas.outages[{i}].to_seconds"),
+                    format!(
+                        "must be after from_seconds ({} <= {})",
+                        o.to_seconds.number(),
+                        o.from_seconds.number()
+                    ),
+                );
+            }
+            if let Some(end) = previous_end
+                && o.from_seconds < end
+            {
+                is.push(
+                    format!("sim.replicas.outages[{i}].from_seconds"),
+                    format!(
+                        "outages must be in order and not overlap: starts at {} before the previous one ends ({})",
+                        o.from_seconds.number(),
+                        end.number()
+                    ),
+                );
+            }
+            previous_end =
+                Some(previous_end.map_or(o.to_seconds, |e: Seconds| e.max(o.to_seconds)));
+        }
+        if !self.split.is_empty() && self.split.len() != self.count.get() as usize {
+            is.push(
+                "sim.replicas.split",
+                format!(
+                    "needs one weight per replica: {} weights for count {}",
+                    self.split.len(),
+                    self.count
+                ),
+            );
+        }
+        for (i, &w) in self.split.iter().enumerate() {
+            if !(w.is_finite() && w > 0.0) {
+                is.push(
+                    format!("sim.replicas.split[{i}]"),
+                    format!("must be a finite weight above 0, got {w}"),
+                );
+            }
+        }
+    }
+}
+
 impl ServiceTimeConfig {
     fn validate(&self, is: &mut Issues, path: &str) {
         match self {
@@ -429,6 +522,9 @@ impl SimSection {
             if l.to_seconds < l.from_seconds {
                 is.push("sim.cpu_load.to_seconds", "must not be before from_seconds");
             }
+        }
+        if let Some(r) = &self.replicas {
+            r.validate(is);
         }
         let f = &self.function;
         is.within("sim.function.exec_jitter", f.exec_jitter, 0.0, 1.0);

@@ -72,7 +72,8 @@ use crate::backends::BoxFuture;
 use crate::policy::core::Core;
 use crate::policy::scaling::{ScaleDecision, ScaleReason};
 use crate::policy::shared::{
-    CountSource, EwmaState, ReplicaCount, ShareDemands, aggregate, budget_shares,
+    CountSource, EwmaState, ReplicaCount, SHARE_WINDOW_EPOCHS, ShareDemands, aggregate,
+    budget_shares,
 };
 use crate::policy::{Time, VmId};
 
@@ -220,11 +221,6 @@ struct Inner {
     errors: u64,
     refused: u64,
 }
-
-/// Epochs over which the leader averages each replica's count for its budget share
-/// ([`ShareDemands`]): long enough to smooth a small replica's one-request jitter, short
-/// enough that a load moving between replicas moves its budget within 4 epochs.
-const SHARE_WINDOW_EPOCHS: u64 = 4;
 
 /// One replica's coordinator. See the [module docs](self).
 pub struct Coordinator {
@@ -766,7 +762,6 @@ impl Coordinator {
             })
             .collect();
         let demands = self.share_demands.lock().demands(sum_epoch, &counts);
-        let epoch_s = self.settings.epoch.as_secs_f64();
         let mut published = None;
         let me = &self.settings.replica;
         self.host.with_core(&mut |core, now| {
@@ -774,10 +769,7 @@ impl Coordinator {
             if sum_epoch >= base {
                 core.on_aggregate_count(now, sum_epoch - base, total.requests);
             }
-            let st = core.controller().status();
-            let rho = core.tuning().map_or(1.0, |t| t.rho);
-            let budget =
-                rho * st.vm_reqs_rps.min(f64::from(st.pool.ready) * st.r_max_rps) * epoch_s;
+            let budget = core.shared_vm_budget();
             let shares: BTreeMap<String, f64> = live
                 .iter()
                 .map(|r| (*r).clone())

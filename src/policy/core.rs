@@ -848,6 +848,16 @@ impl Core {
         &self.controller
     }
 
+    /// The VM budget a leader of several replicas shares (`policy::shared`'s
+    /// `budget_shares`): what the VMs admit in one epoch, `ρ · min(vm_reqs, ready ·
+    /// r_max) · E`, requests per epoch (ρ = 1 with a baseline policy).
+    pub fn shared_vm_budget(&self) -> f64 {
+        let st = self.controller.status();
+        let rho = self.tuning().map_or(1.0, |t| t.rho);
+        let epoch_s = self.controller.monitor().params().epoch.as_secs_f64();
+        rho * st.vm_reqs_rps.min(f64::from(st.pool.ready) * st.r_max_rps) * epoch_s
+    }
+
     /// LIBRA's parameters in force (for `/status`); `None` with a baseline policy.
     pub fn tuning(&self) -> Option<LibraTuning> {
         self.controller.tuning()

@@ -115,6 +115,12 @@ pub fn aggregate(epoch: u64, replicas: &[ReplicaCount], impute_epochs: u64) -> A
     out
 }
 
+/// Epochs over which the leader averages each replica's count for its budget share
+/// ([`ShareDemands`]; the coordinator and the simulator's replicas use it): long enough
+/// to smooth a small replica's one-request jitter, short enough that a load moving
+/// between replicas moves its budget within 4 epochs.
+pub const SHARE_WINDOW_EPOCHS: u64 = 4;
+
 /// Each replica's demand for [`budget_shares`]: the mean of its counts over the last
 /// `window_epochs` epochs it reported, requests per epoch.
 ///

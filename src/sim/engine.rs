@@ -63,7 +63,7 @@ use crate::policy::placement::{
 };
 use crate::policy::rmax::RMaxParams;
 use crate::policy::routes::KeyId;
-use crate::policy::scaling::LibraScalingParams;
+use crate::policy::scaling::{LibraScalingParams, ScaleDecision};
 use crate::policy::sched::{QueueId, SchedParams};
 use crate::policy::timers::Timer;
 use crate::policy::{Time, VmId};
@@ -119,6 +119,29 @@ pub struct SimParams {
     /// `true` from [`SimParams::from_config`]. The results are those of closing every
     /// epoch one by one; `false` does that (tests compare the two).
     pub skip_idle: bool,
+    /// `sim.replicas` with more than one replica (run by `super::replicas`); `None`:
+    /// one gateway.
+    pub replicas: Option<ReplicaParams>,
+}
+
+/// `sim.replicas`, resolved: several gateway replicas sharing one decision.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReplicaParams {
+    /// Replicas, at least 2.
+    pub count: usize,
+    /// Each replica's weight of the arrivals (positive), one per replica.
+    pub weights: Vec<f64>,
+    /// How much later the shared inputs arrive than with an instant store, ns.
+    pub store_delay_ns: u64,
+    /// Windows `[from, to)` of trace time without the store, ns, in order.
+    pub outages: Vec<(u64, u64)>,
+    /// Epochs of missed exchanges before a replica runs on local decisions
+    /// (`coordination.grace_epochs`, or its default without a `redis` coordination).
+    pub grace_epochs: u32,
+    /// The leader's lease (`coordination.lease_ms`, or its default), ns.
+    pub lease_ns: u64,
+    /// K (`libra.decision_epochs`): a new leader without state holds scale-in this long.
+    pub decision_epochs: u32,
 }
 
 impl SimParams {
@@ -134,6 +157,16 @@ impl SimParams {
                 message,
             }
         })?;
+        if s.replicas.as_ref().is_some_and(|r| r.count.get() > 1)
+            && (!c.function_zones.is_empty() || c.queue_params().is_some())
+        {
+            return Err(SimError::Invalid {
+                field: "sim.replicas".into(),
+                message: "several replicas are not modelled with function_zones or queue \
+                          (one gateway's model only)"
+                    .into(),
+            });
+        }
         let epoch = c.libra.epoch_seconds.get();
         let mut controller = c.controller_params();
         controller.execute_scaling = true;
@@ -173,6 +206,32 @@ impl SimParams {
             network: s.network.clone(),
             max_fixed_vms: s.max_fixed_vms.map(std::num::NonZeroU32::get),
             skip_idle: true,
+            replicas: s.replicas.as_ref().filter(|r| r.count.get() > 1).map(|r| {
+                let count = r.count.get() as usize;
+                let redis = c.coordination.redis();
+                ReplicaParams {
+                    count,
+                    weights: if r.split.is_empty() {
+                        vec![1.0; count]
+                    } else {
+                        r.split.clone()
+                    },
+                    store_delay_ns: ns(r.store_delay_ms.get()),
+                    outages: r
+                        .outages
+                        .iter()
+                        .map(|o| (ns(o.from_seconds.get()), ns(o.to_seconds.get())))
+                        .collect(),
+                    grace_epochs: redis
+                        .map_or(crate::config::coordination::DEFAULT_GRACE_EPOCHS, |r| {
+                            r.grace_epochs
+                        }),
+                    lease_ns: redis.map_or(crate::config::coordination::DEFAULT_LEASE_MS, |r| {
+                        r.lease_ms
+                    }) * 1_000_000,
+                    decision_epochs: c.libra.decision_epochs.get(),
+                }
+            }),
         })
     }
 
@@ -357,6 +416,9 @@ impl EventQueue {
 }
 
 struct VmSim {
+    /// A VM of another replica's pool, taken from the registry (`sim.replicas`): served
+    /// here, billed there.
+    adopted: bool,
     launch_ns: u64,
     ready_ns: Option<u64>,
     stop_ns: Option<u64>,
@@ -394,8 +456,14 @@ fn dur(ns: u64) -> Time {
     Duration::from_nanos(ns)
 }
 
-struct Engine<'a> {
+pub(super) struct Engine<'a> {
     p: &'a SimParams,
+    /// The last scaling decision the core took or applied: `(epoch, decision)` (what a
+    /// leader of `sim.replicas` publishes).
+    last_decision: Option<(u64, ScaleDecision)>,
+    /// How long a stopped VM stays billed after its stop (the leader of `sim.replicas`
+    /// keeps a scaled-in VM for the followers' requests), ns; 0 for one gateway.
+    stop_handoff_ns: u64,
     core: Core,
     heap: EventQueue,
     seq: u64,
@@ -591,6 +659,7 @@ impl<'a> Engine<'a> {
                     let i = vm.0 as usize;
                     debug_assert_eq!(i, self.vms.len(), "the controller allocates ids in order");
                     self.vms.push(VmSim {
+                        adopted: false,
                         launch_ns: now,
                         ready_ns: None,
                         stop_ns: None,
@@ -643,9 +712,10 @@ impl<'a> Engine<'a> {
                         );
                     }
                 }
-                Action::Scaling(
-                    controller::Action::Drain { .. } | controller::Action::Decided { .. },
-                )
+                Action::Scaling(controller::Action::Decided {
+                    epoch, decision, ..
+                }) => self.last_decision = Some((epoch, decision)),
+                Action::Scaling(controller::Action::Drain { .. })
                 | Action::VmBootTimedOut { .. } => {}
                 Action::Dequeued { id, decision } => {
                     let call = self
@@ -740,6 +810,7 @@ impl<'a> Engine<'a> {
         let vm_s: f64 = self
             .vms
             .iter()
+            .filter(|v| !v.adopted)
             .map(|v| {
                 vm_billed_seconds(
                     &p.vm,
@@ -1058,6 +1129,241 @@ impl<'a> Engine<'a> {
     }
 }
 
+impl<'a> Engine<'a> {
+    /// An engine for one policy (one gateway's core) over `trace`, not started
+    /// ([`Self::begin`]). `series_rows` as in [`run_policy_with`].
+    pub(super) fn new(
+        p: &'a SimParams,
+        trace: &Trace,
+        kind: PolicyKind,
+        seed: u64,
+        series_rows: Option<usize>,
+    ) -> Self {
+        let (scaler, router) = kind.build(&p.policy_params(trace));
+        let adaptive = if kind == PolicyKind::Libra {
+            p.r_max_adaptive.clone()
+        } else {
+            None
+        };
+        let mut core = Core::new(p.core_params(), scaler, router)
+            .with_adaptive_r_max(adaptive)
+            .with_queue(p.queue.clone(), Vec::new(), p.max_route_keys);
+        let calls = p.queue.as_ref().map(|_| Calls {
+            class_key: trace
+                .classes
+                .iter()
+                .map(|c| core.key_named(c.name.as_deref().unwrap_or("default")))
+                .collect(),
+            waiting: HashMap::new(),
+            running: HashMap::new(),
+            timed_out: 0,
+            response: Vec::new(),
+            stretch: Vec::new(),
+            all_response: hist(),
+            all_stretch: hist(),
+        });
+        let measure_latency = core.adapts_r_max();
+        let epoch_ns = p.controller.monitor.epoch.as_nanos() as u64;
+        let mut e = Engine {
+            last_decision: None,
+            stop_handoff_ns: 0,
+            p,
+            core,
+            heap: EventQueue::default(),
+            seq: 0,
+            vms: Vec::new(),
+            alive_vms: 0,
+            cap_vms: 0,
+            cap_since: 0,
+            cap_integral: 0.0,
+            busy: VecDeque::new(),
+            epoch_ns,
+            open_epoch: 0,
+            measure_util: kind.uses_utilisation() || series_rows.is_some(),
+            feed_util: kind.uses_utilisation(),
+            measure_latency,
+            trace_end_ns: (trace.duration_s * 1e9).round() as u64,
+            stats: RunStats::default(),
+            served: 0,
+            throttled: 0,
+            violations: 0,
+            delayed: 0,
+            epoch_violations: 0,
+            epoch_delayed: 0,
+            sum_response_ns: 0,
+            // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
+            hist: RunHist::new(),
+            cold_starts: 0,
+            mb_ms: 0,
+            last_done_ns: 0,
+            series: series_rows.map(SeriesBuffer::new),
+            last_routed_fn: 0,
+            calls,
+            client_hist: RunHist::new(),
+            extremes: (u64::MAX, 0, u64::MAX, 0, 0),
+            zoned: p.placement.is_some(),
+            rtt_rng: {
+                let mut r = ChaCha8Rng::seed_from_u64(seed);
+                r.set_stream(2);
+                r
+            },
+            jitter_rng: {
+                let mut r = ChaCha8Rng::seed_from_u64(seed);
+                r.set_stream(3);
+                r
+            },
+            prewarm_ready: HashMap::new(),
+            fixed_starts: {
+                // What `jittered_ns` gives without jitter (no draw either way).
+                let f = &p.function;
+                let fixed = |d: Duration, jitter: f64| (jitter <= 0.0).then(|| ns(d));
+                (
+                    fixed(f.warm_start_ms.get(), f.warm_start_jitter),
+                    fixed(f.cold_start_ms.get(), f.cold_start_jitter),
+                )
+            },
+        };
+        if p.placement.is_some() {
+            e.core.keep_function_history();
+        }
+        e
+    }
+
+    /// Start the core at time zero: the initial pool is booted before it.
+    pub(super) fn begin(&mut self) {
+        self.core.start(Time::ZERO);
+        self.drain_actions(0, true);
+    }
+}
+
+/// What `sim.replicas` drives an engine with: one engine per replica
+/// (`super::replicas`), its core fed the coordinator's inputs between events.
+impl<'a> Engine<'a> {
+    /// The replica's core, for the coordinator's inputs; call [`Self::act`] after.
+    pub(super) fn core_mut(&mut self) -> &mut Core {
+        &mut self.core
+    }
+
+    /// The replica's core.
+    pub(super) fn core(&self) -> &Core {
+        &self.core
+    }
+
+    /// Execute the actions the core queued at `now` (launch, stop, dequeue, ...).
+    pub(super) fn act(&mut self, now: u64) {
+        self.drain_actions(now, false);
+    }
+
+    /// The last scaling decision the core took or applied: `(epoch, decision)`.
+    pub(super) fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
+        self.last_decision
+    }
+
+    /// Bill every stopped VM `ns` longer (a leader's scale-in handoff).
+    pub(super) fn set_stop_handoff(&mut self, ns: u64) {
+        self.stop_handoff_ns = ns;
+    }
+
+    /// The trace window's end, ns.
+    pub(super) fn trace_end_ns(&self) -> u64 {
+        self.trace_end_ns
+    }
+
+    /// When the last request finished, ns.
+    pub(super) fn last_done_ns(&self) -> u64 {
+        self.last_done_ns
+    }
+
+    /// The time of the next scheduled event, ns.
+    pub(super) fn next_event_ns(&mut self) -> Option<u64> {
+        self.heap.peek_time()
+    }
+
+    /// Fire every policy deadline at or before `t` (ns).
+    pub(super) fn fire_timers_to(&mut self, t: u64) {
+        self.fire_timers(t);
+    }
+
+    /// Handle the next scheduled event.
+    pub(super) fn handle_next(&mut self) {
+        if let Some((t, seq, kind)) = self.heap.pop() {
+            self.handle(t, seq, kind);
+        }
+    }
+
+    /// A request arrives at `t` (ns) as [`Self::arrive`].
+    pub(super) fn arrive_at(
+        &mut self,
+        t: u64,
+        service_ns: u64,
+        memory_mb: u32,
+        class: u32,
+        zone: u32,
+    ) {
+        self.arrive(t, service_ns, memory_mb, class, zone);
+    }
+
+    /// Adopt another replica's ready VM at `now` (ns): served here, not billed here.
+    pub(super) fn adopt_vm(&mut self, now: u64) -> VmId {
+        let vm = self.core.adopt_ready_vm(dur(now));
+        debug_assert_eq!(
+            vm.0 as usize,
+            self.vms.len(),
+            "the controller allocates ids in order"
+        );
+        self.integrate_cap(now);
+        self.vms.push(VmSim {
+            adopted: true,
+            launch_ns: now,
+            ready_ns: Some(now),
+            stop_ns: None,
+            slots: (0..self.p.vm.slots.get()).map(|_| 0).collect(),
+        });
+        self.alive_vms += 1;
+        self.cap_vms += 1;
+        self.drain_actions(now, false);
+        vm
+    }
+
+    /// Fold another replica's accounting into this one's (requests, responses, SLA,
+    /// function usage and the VMs it launched), for one report over the replicas.
+    pub(super) fn absorb(&mut self, mut o: Engine<'a>) {
+        o.hist.flush();
+        o.client_hist.flush();
+        self.hist.flush();
+        self.client_hist.flush();
+        let _ = self.hist.hist.add(&o.hist.hist);
+        let _ = self.client_hist.hist.add(&o.client_hist.hist);
+        self.served += o.served;
+        self.throttled += o.throttled;
+        self.violations += o.violations;
+        self.delayed += o.delayed;
+        self.sum_response_ns += o.sum_response_ns;
+        self.cold_starts += o.cold_starts;
+        self.mb_ms += o.mb_ms;
+        self.last_done_ns = self.last_done_ns.max(o.last_done_ns);
+        let x = &mut self.extremes;
+        x.0 = x.0.min(o.extremes.0);
+        x.1 = x.1.max(o.extremes.1);
+        x.2 = x.2.min(o.extremes.2);
+        x.3 = x.3.max(o.extremes.3);
+        x.4 += o.extremes.4;
+        let st = &mut self.stats;
+        st.function_served += o.stats.function_served;
+        st.rejected += o.stats.rejected;
+        st.fell_back += o.stats.fell_back;
+        st.vms_launched += o.stats.vms_launched;
+        self.vms.extend(o.vms.into_iter().filter(|v| !v.adopted));
+    }
+
+    /// The run's result once every replica was absorbed: ends the function instances at
+    /// `end_ns` and bills.
+    pub(super) fn finish_run(mut self, kind: PolicyKind, arrived: u64, end_ns: u64) -> PolicyRun {
+        self.core.finish_functions(dur(end_ns));
+        finish(self, kind, arrived, end_ns)
+    }
+}
+
 /// Run one policy over `trace` with `seed`. `progress` is called with the number of
 /// arrivals processed every 2¹⁶ arrivals. `series` records the per-epoch rows.
 pub fn run_policy(
@@ -1081,99 +1387,15 @@ pub fn run_policy_with(
     series_rows: Option<usize>,
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
-    let (scaler, router) = kind.build(&p.policy_params(trace));
-    let adaptive = if kind == PolicyKind::Libra {
-        p.r_max_adaptive.clone()
-    } else {
-        None
-    };
-    let mut core = Core::new(p.core_params(), scaler, router)
-        .with_adaptive_r_max(adaptive)
-        .with_queue(p.queue.clone(), Vec::new(), p.max_route_keys);
-    let calls = p.queue.as_ref().map(|_| Calls {
-        class_key: trace
-            .classes
-            .iter()
-            .map(|c| core.key_named(c.name.as_deref().unwrap_or("default")))
-            .collect(),
-        waiting: HashMap::new(),
-        running: HashMap::new(),
-        timed_out: 0,
-        response: Vec::new(),
-        stretch: Vec::new(),
-        all_response: hist(),
-        all_stretch: hist(),
-    });
-    let measure_latency = core.adapts_r_max();
-    let epoch_ns = p.controller.monitor.epoch.as_nanos() as u64;
-    let mut e = Engine {
-        p,
-        core,
-        heap: EventQueue::default(),
-        seq: 0,
-        vms: Vec::new(),
-        alive_vms: 0,
-        cap_vms: 0,
-        cap_since: 0,
-        cap_integral: 0.0,
-        busy: VecDeque::new(),
-        epoch_ns,
-        open_epoch: 0,
-        measure_util: kind.uses_utilisation() || series_rows.is_some(),
-        feed_util: kind.uses_utilisation(),
-        measure_latency,
-        trace_end_ns: (trace.duration_s * 1e9).round() as u64,
-        stats: RunStats::default(),
-        served: 0,
-        throttled: 0,
-        violations: 0,
-        delayed: 0,
-        epoch_violations: 0,
-        epoch_delayed: 0,
-        sum_response_ns: 0,
-        // 1 µs to ~28 h, 3 significant digits; longer responses saturate.
-        hist: RunHist::new(),
-        cold_starts: 0,
-        mb_ms: 0,
-        last_done_ns: 0,
-        series: series_rows.map(SeriesBuffer::new),
-        last_routed_fn: 0,
-        calls,
-        client_hist: RunHist::new(),
-        extremes: (u64::MAX, 0, u64::MAX, 0, 0),
-        zoned: p.placement.is_some(),
-        rtt_rng: {
-            let mut r = ChaCha8Rng::seed_from_u64(seed);
-            r.set_stream(2);
-            r
-        },
-        jitter_rng: {
-            let mut r = ChaCha8Rng::seed_from_u64(seed);
-            r.set_stream(3);
-            r
-        },
-        prewarm_ready: HashMap::new(),
-        fixed_starts: {
-            // What `jittered_ns` gives without jitter (no draw either way).
-            let f = &p.function;
-            let fixed = |d: Duration, jitter: f64| (jitter <= 0.0).then(|| ns(d));
-            (
-                fixed(f.warm_start_ms.get(), f.warm_start_jitter),
-                fixed(f.cold_start_ms.get(), f.cold_start_jitter),
-            )
-        },
-    };
-    if p.placement.is_some() {
-        e.core.keep_function_history();
-    }
+    let mut e = Engine::new(p, trace, kind, seed, series_rows);
+    e.begin();
     // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
     let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
     let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
     arrival_rng.set_stream(1);
-    e.core.start(Time::ZERO);
-    e.drain_actions(0, true);
 
     let mut stream = trace.stream(arrival_rng);
+
     let mut next = stream.next_arrival();
     let mut arrived = 0u64;
     loop {
@@ -1223,8 +1445,12 @@ pub fn run_policy_with(
 fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> PolicyRun {
     let p = e.p;
     let mut billed = 0.0;
-    for v in &e.vms {
-        let stop = v.stop_ns.unwrap_or(end_ns);
+    for v in e.vms.iter().filter(|v| !v.adopted) {
+        let stop = match v.stop_ns {
+            Some(s) if e.stop_handoff_ns > 0 => (s + e.stop_handoff_ns).min(end_ns),
+            Some(s) => s,
+            None => end_ns,
+        };
         billed += vm_billed_seconds(
             &p.vm,
             v.launch_ns as f64 / 1e9,

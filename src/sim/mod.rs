@@ -15,6 +15,8 @@
 //!   (ProFaaStinate §3, [`engine::run_delay`]): synchronous and asynchronous calls of an
 //!   `events` trace on VMs with shared CPU cores.
 //! * [`faasim`] — FaaSim's burst and stream workloads from a seeded generator.
+//! * [`replicas`] — `sim.replicas`: several gateway replicas sharing one decision
+//!   through the coordination store (its delay and outages), one engine per replica.
 //! * [`report`] — result objects, the comparison table and the per-epoch CSV.
 //! * [`costmodel`] — `spillway cost`: LIBRA §II's cost curves and the CIP.
 //! * [`plot`] — SVG plots (no fonts needed).
@@ -31,14 +33,16 @@ pub mod faasim;
 pub mod logs;
 pub mod model;
 pub mod plot;
+pub mod replicas;
 pub mod report;
 pub mod trace;
 pub mod trace_model;
 pub mod tune;
 
 use crate::config::Config;
-use engine::{PolicyKind, PolicyRun, SimParams, run_policy_with};
+use engine::{PolicyKind, PolicyRun, SimParams};
 pub use error::SimError;
+use replicas::run_policy_with;
 use report::SimReport;
 use trace::Trace;
 

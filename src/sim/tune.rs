@@ -30,8 +30,9 @@ use plotters::prelude::*;
 use serde::Serialize;
 
 use super::cli::{TraceArgs, invalid, load_config, load_trace, split_assignment, write_file};
-use super::engine::{PolicyKind, SimParams, run_policy_with};
+use super::engine::{PolicyKind, SimParams};
 use super::error::SimError;
+use super::replicas::run_policy_with;
 use super::trace::Trace;
 use crate::config::Config;
 
