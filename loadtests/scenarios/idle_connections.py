@@ -6,7 +6,7 @@ Starts `spillway serve` (static pool of one `spillway sample-api`), then:
   2. opens N client connections, sends one keep-alive GET on each, reads the answer and
      leaves the connection idle; RSS at N idle connections,
   3. closes them all, waits 30 s, RSS again.
-Prints both figures (and the goal: <= 64 MiB at 10,000; back within 20 % of the
+Prints both figures (and the goal: <= 128 MiB at 10,000; back within 20 % of the
 baseline 30 s after closing). Loopback only.
 
   loadtests/scenarios/idle_connections.py [--spillway PATH] [--connections N] [--settle S]
