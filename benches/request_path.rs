@@ -52,7 +52,6 @@ fn cpu_now() -> Duration {
 }
 
 /// The bench-proxy.sh configuration: one static VM, routing on, no spill, access log off.
-/// (`{store}`: the asynchronous-call store, in a temporary directory.)
 const CONFIG: &str = r#"version: 1
 gateway:
   listen: 127.0.0.1:0
@@ -71,8 +70,6 @@ function_tier:
   type: http
   url: http://127.0.0.1:9/
   max_concurrency: 64
-async:
-  store_dir: "{store}"
 "#;
 
 /// Bytes buffered per direction of each in-memory stream (a socket buffer's order).
@@ -81,9 +78,8 @@ const PEER: SocketAddr =
     SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::LOCALHOST), 40000);
 
 /// A gateway whose upstream connections are served in memory by a one-line origin.
-async fn gateway(store: &std::path::Path) -> (Server, Connections) {
-    let yaml = CONFIG.replace("{store}", &store.display().to_string());
-    let config = Config::from_yaml(&yaml, "bench.yaml").expect("bench config is valid");
+async fn gateway() -> (Server, Connections) {
+    let config = Config::from_yaml(CONFIG, "bench.yaml").expect("bench config is valid");
     let (client, mut accepted) = UpstreamClient::in_memory(
         ClientSettings {
             connect_timeout: Duration::from_secs(2),
@@ -135,8 +131,7 @@ fn bench_request_path(cr: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let store = tempfile::tempdir().expect("temporary directory");
-    let (_server, connections) = rt.block_on(gateway(store.path()));
+    let (_server, connections) = rt.block_on(gateway());
     let mut group = cr.benchmark_group("request_path");
 
     // HTTP/1.1 keep-alive: one GET at a time on one client connection.

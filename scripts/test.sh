@@ -16,8 +16,8 @@
 # or with passwordless sudo), else the script stops and says what to install. A virtual
 # environment made by another Python is made again. The tests then run with its bin/
 # first on PATH, so moto_server, cfn-lint and python3 are the environment's. Then:
-#   cargo test --workspace --all-features --locked --tests
-# and, when traces/ holds the fetched traces (scripts/fetch-traces.sh), the tests that
+#   cargo test --workspace --all-features --locked --tests --benches
+# (the benches run once each, as tests, so that none rots), and, when traces/ holds the fetched traces (scripts/fetch-traces.sh), the tests that
 # read them (marked #[ignore] so that a clone without them passes).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -105,8 +105,8 @@ hash -r
 
 [ "${1:-}" = "--install-only" ] && exit 0
 
-echo "== cargo test --workspace --all-features --locked --tests (Python tools from $venv)"
-cargo test --workspace --all-features --locked --tests
+echo "== cargo test --workspace --all-features --locked --tests --benches (Python tools from $venv)"
+cargo test --workspace --all-features --locked --tests --benches
 
 if [ -f traces/wits_per_second.txt ] && [ -f traces/square_per_second.txt ]; then
   echo "== tests that read traces/ (cargo test ... -- --ignored)"
