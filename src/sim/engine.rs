@@ -1377,6 +1377,32 @@ pub fn run_policy(
     run_policy_with(p, trace, kind, seed, series.then_some(usize::MAX), progress)
 }
 
+/// What arrival `a` asks of the system: its service time (ns; the trace's own, else drawn
+/// from its class's model, else from the default model, with `service_rng`) and its
+/// memory (MB; its class's, else `sim.request.memory_mb`, else
+/// `pricing.function_memory_mb`). One gateway and each replica of
+/// `sim.replicas` resolve arrivals the same way, so they draw the same service times.
+pub(crate) fn demand(
+    p: &SimParams,
+    trace: &Trace,
+    a: &super::trace::Arrival,
+    service_rng: &mut ChaCha8Rng,
+) -> (u64, u32) {
+    let class = trace.classes.get(a.class as usize);
+    let service_ns = if a.service_ns > 0 {
+        a.service_ns
+    } else {
+        class
+            .and_then(|c| c.service.as_ref())
+            .unwrap_or(&p.service)
+            .sample(service_rng)
+    };
+    (
+        service_ns,
+        class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb),
+    )
+}
+
 /// [`run_policy`] recording at most `series_rows` per-epoch rows (`None`: no series);
 /// longer runs merge neighbouring epochs ([`SeriesBuffer`]).
 pub fn run_policy_with(
@@ -1417,16 +1443,7 @@ pub fn run_policy_with(
             continue;
         }
         let a = next.take().expect("an arrival is next");
-        let class = trace.classes.get(a.class as usize);
-        let service_ns = if a.service_ns > 0 {
-            a.service_ns
-        } else {
-            class
-                .and_then(|c| c.service.as_ref())
-                .unwrap_or(&p.service)
-                .sample(&mut service_rng)
-        };
-        let memory_mb = class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb);
+        let (service_ns, memory_mb) = demand(p, trace, &a, &mut service_rng);
         e.arrive(a.at_ns, service_ns, memory_mb, a.class, a.zone);
         arrived += 1;
         if arrived & 0xFFFF == 0 {

@@ -306,16 +306,7 @@ fn run(
             }
         }
         current[pick] -= total_weight;
-        let class = trace.classes.get(a.class as usize);
-        let service_ns = if a.service_ns > 0 {
-            a.service_ns
-        } else {
-            class
-                .and_then(|c| c.service.as_ref())
-                .unwrap_or(&p.service)
-                .sample(&mut service_rng)
-        };
-        let memory_mb = class.and_then(|c| c.memory_mb).unwrap_or(p.memory_mb);
+        let (service_ns, memory_mb) = super::engine::demand(p, trace, &a, &mut service_rng);
         reps[pick]
             .engine
             .arrive_at(a.at_ns, service_ns, memory_mb, a.class, a.zone);
