@@ -138,7 +138,7 @@ async fn process_vm_pool_runs_the_sample_api() {
         slots_per_vm: None,
     };
     let pool = ProcessVmPool::new(&cfg, exe());
-    let name = pool.launch(VmId(1)).await.unwrap();
+    let name = pool.launch(VmId(1), None).await.unwrap();
     let base = pool
         .resolve(&name)
         .await

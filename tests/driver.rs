@@ -234,7 +234,7 @@ impl VmProvider for NeverReady {
         *self.origin.lock() = Some(Instant::now());
         Box::pin(async { Ok(Vec::new()) })
     }
-    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
+    fn launch(&self, vm: VmId, _term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>> {
         Box::pin(async move { Ok(format!("i-{}", vm.0)) })
     }
     fn resolve<'a>(&'a self, _i: &'a str) -> BoxFuture<'a, Result<Option<Uri>, BackendError>> {

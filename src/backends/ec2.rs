@@ -95,7 +95,7 @@
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -110,7 +110,7 @@ use http::Uri;
 use tokio::time::Instant;
 
 use super::provider_errors::{ErrorKind, ProviderErrorStats, ProviderErrors};
-use super::{BackendError, BoxFuture, PoolChanges, VmProvider};
+use super::{BackendError, BoxFuture, PoolChanges, Recovered, VmProvider};
 use crate::config::{EC2_POOL_TAG_KEY, Ec2Address, Ec2ShutdownPolicy, Ec2VmPoolConfig, HttpUrl};
 use crate::net::client::UpstreamClient;
 use crate::policy::VmId;
@@ -244,6 +244,10 @@ struct Pool {
     http: UpstreamClient,
     run_id: u64,
     gateway_id: String,
+    /// [`pool_token_id`] of this pool and gateway id.
+    token_pool: u32,
+    /// The highest leader term seen in the pool's client tokens ([`parse_term_token`]).
+    highest_term: AtomicU64,
     /// Wall-clock start of this run, seconds since the Unix epoch (EC2 launch times are
     /// wall-clock too).
     started_unix: i64,
@@ -337,6 +341,8 @@ impl Ec2VmPool {
             pool: Arc::new(Pool {
                 client: Client::new(&sdk),
                 gateway_id: effective_gateway_id(cfg),
+                token_pool: pool_token_id(&cfg.pool_name, &effective_gateway_id(cfg)),
+                highest_term: AtomicU64::new(0),
                 cfg: cfg.clone(),
                 http,
                 run_id: rand::random(),
@@ -399,9 +405,66 @@ impl Pool {
         self.gone.lock().contains(id)
     }
 
-    /// The client-token prefix of this run's launches.
+    /// The client-token prefix of this run's launches (one gateway, no leader term).
     fn token_prefix(&self) -> String {
         format!("spillway-{:016x}-", self.run_id)
+    }
+
+    /// The client-token stem of a launch of `vm` in leader term `term`
+    /// ([`term_token_stem`]).
+    fn launch_stem(&self, vm: VmId, term: u64) -> String {
+        term_token_stem(self.token_pool, term, vm)
+    }
+
+    /// Raise [`Pool::highest_term`] to the terms the client tokens of `found` carry.
+    fn note_terms(&self, found: &[Instance]) {
+        let top = found
+            .iter()
+            .filter_map(|i| parse_term_token(i.client_token()?))
+            .filter(|(pool, _, _)| *pool == self.token_pool)
+            .map(|(_, term, _)| term)
+            .max()
+            .unwrap_or(0);
+        self.highest_term.fetch_max(top, Ordering::Relaxed);
+    }
+
+    /// The instance of an earlier leader's launch, by its client-token stem (see
+    /// [`VmProvider::recover_launch`]): one listing of the pool's live instances by tag,
+    /// matched on their client tokens (every subnet attempt's, `STEM-N`).
+    /// DescribeInstances' `client-token` filter would take one value per attempt; moto
+    /// does not implement it, and the pool listing is one call whatever the subnets.
+    async fn recover_launch(&self, stem: &str) -> Result<Recovered, BackendError> {
+        let found = self
+            .list_pool(&["pending", "running"])
+            .await
+            .map_err(|()| {
+                BackendError::Provider(format!(
+                    "ec2: cannot list pool {} to find the launch {stem}",
+                    self.cfg.pool_name
+                ))
+            })?;
+        let prefix = format!("{stem}-");
+        let mine: Vec<&Instance> = found
+            .iter()
+            .filter(|i| i.client_token().is_some_and(|t| t.starts_with(&prefix)))
+            .collect();
+        let Some(inst) = mine
+            .iter()
+            .find(|i| state_of(i) == InstanceStateName::Running)
+            .or_else(|| mine.first())
+        else {
+            return Ok(Recovered::Missing);
+        };
+        let id = inst.instance_id().unwrap_or_default().to_owned();
+        if state_of(inst) != InstanceStateName::Running {
+            return Ok(Recovered::Booting(id));
+        }
+        match self.address(inst) {
+            Ok(Some(base)) if self.http.probe(&base, &self.cfg.health_path).await => {
+                Ok(Recovered::Ready(id, base))
+            }
+            _ => Ok(Recovered::Booting(id)),
+        }
     }
 
     fn tag_specifications(&self, vm: VmId) -> Vec<TagSpecification> {
@@ -551,7 +614,7 @@ impl Pool {
         None
     }
 
-    async fn launch_vm(&self, vm: VmId) -> Result<String, BackendError> {
+    async fn launch_vm(&self, vm: VmId, term: Option<u64>) -> Result<String, BackendError> {
         let subnets = &self.cfg.subnet_ids;
         let attempts = subnets.len().max(1);
         let first = self.next_subnet.fetch_add(1, Ordering::Relaxed);
@@ -560,7 +623,10 @@ impl Pool {
             let subnet =
                 (!subnets.is_empty()).then(|| subnets[(first + i) % subnets.len()].as_str());
             // A client token is bound to its parameters: one per subnet attempt.
-            let token = format!("{}{vm}-{i}", self.token_prefix());
+            let token = match term {
+                Some(t) => format!("{}-{i}", self.launch_stem(vm, t)),
+                None => format!("{}{vm}-{i}", self.token_prefix()),
+            };
             self.launches().insert(token.clone(), Launch::InFlight);
             let outcome = self.run_recovering(vm, subnet, &token).await;
             // Tracked by id from here on (tracked first: the audit never sees it
@@ -1014,6 +1080,7 @@ impl Pool {
             );
             return (Vec::new(), Vec::new());
         };
+        self.note_terms(&found);
         let mut others: BTreeMap<String, u64> = BTreeMap::new();
         let mut checks = tokio::task::JoinSet::new();
         for inst in found {
@@ -1129,6 +1196,7 @@ impl Pool {
             return;
         };
         self.errors.clear_condition(COND_ADOPTION);
+        self.note_terms(&found);
         let prefix = self.token_prefix();
         let now = Instant::now();
         let mut others: BTreeMap<String, u64> = BTreeMap::new();
@@ -1529,8 +1597,23 @@ impl VmProvider for Ec2VmPool {
         })
     }
 
-    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
-        Box::pin(self.pool.launch_vm(vm))
+    fn launch(&self, vm: VmId, term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>> {
+        Box::pin(self.pool.launch_vm(vm, term))
+    }
+
+    fn launch_token(&self, vm: VmId, term: u64) -> Option<String> {
+        Some(self.pool.launch_stem(vm, term))
+    }
+
+    fn recover_launch<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Recovered, BackendError>> {
+        Box::pin(self.pool.recover_launch(token))
+    }
+
+    fn highest_term(&self) -> u64 {
+        self.pool.highest_term.load(Ordering::Relaxed)
     }
 
     fn resolve<'a>(
@@ -1572,6 +1655,46 @@ impl VmProvider for Ec2VmPool {
     fn errors(&self) -> ProviderErrorStats {
         self.pool.errors.snapshot()
     }
+}
+
+/// The pool part of a leader-term client token: FNV-1a (64 bits, folded to 32) of
+/// `pool_name`, a NUL byte and the gateway id, so that two pools, or two clusters
+/// sharing a pool under their own ids, never send the same token.
+pub fn pool_token_id(pool_name: &str, gateway_id: &str) -> u32 {
+    use std::hash::Hasher as _;
+    let mut h = fnv::FnvHasher::default();
+    h.write(pool_name.as_bytes());
+    h.write(&[0]);
+    h.write(gateway_id.as_bytes());
+    let x = h.finish();
+    (x ^ (x >> 32)) as u32
+}
+
+/// The client-token stem of a coordinated leader's launch: `spw-POOL-TERM-VM`, POOL
+/// being [`pool_token_id`] as 8 hexadecimal digits, TERM the leader's term (decimal),
+/// VM the controller's VM id (`vm-7`); each subnet attempt sends `STEM-N` (N = 0, 1, …).
+/// At most 4 + 8 + 1 + 20 + 1 + 23 = 57 characters for the stem, under EC2's 64 with
+/// the attempt number.
+pub fn term_token_stem(pool: u32, term: u64, vm: VmId) -> String {
+    format!("spw-{pool:08x}-{term}-{vm}")
+}
+
+/// Read a client token of [`term_token_stem`]'s form (with its attempt number):
+/// `(pool id, term, VM id)`; `None` for any other token.
+pub fn parse_term_token(token: &str) -> Option<(u32, u64, VmId)> {
+    let rest = token.strip_prefix("spw-")?;
+    let (pool, rest) = rest.split_once('-')?;
+    let (term, rest) = rest.split_once('-')?;
+    let rest = rest.strip_prefix("vm-")?;
+    let (vm, attempt) = rest.split_once('-')?;
+    if pool.len() != 8 || attempt.is_empty() || !attempt.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    Some((
+        u32::from_str_radix(pool, 16).ok()?,
+        term.parse().ok()?,
+        VmId(vm.parse().ok()?),
+    ))
 }
 
 fn tag(k: &str, v: &str) -> Tag {
@@ -1957,6 +2080,39 @@ mod tests {
         assert_eq!(check("http://192.0.2.77:8080", &allowed), Ok(()));
         let e = check("http://api.example.com:8080", &allowed).unwrap_err();
         assert!(e.contains("names the host `api.example.com`"), "{e}");
+    }
+
+    /// A coordinated leader's client token names the pool (and gateway id), the term
+    /// and the VM, fits EC2's 64 characters at the extremes, and reads back.
+    #[test]
+    fn leader_term_tokens_carry_the_pool_term_and_vm() {
+        let pool = pool_token_id("api-pool", "cluster-a");
+        assert_ne!(pool, pool_token_id("api-pool", "cluster-b"));
+        assert_ne!(pool, pool_token_id("api-poo", "lcluster-a"));
+        let stem = term_token_stem(pool, 17, VmId(3));
+        assert_eq!(stem, format!("spw-{pool:08x}-17-vm-3"));
+        assert_eq!(
+            parse_term_token(&format!("{stem}-1")),
+            Some((pool, 17, VmId(3)))
+        );
+        let longest = format!(
+            "{}-999",
+            term_token_stem(u32::MAX, u64::MAX, VmId(u64::MAX))
+        );
+        assert!(longest.len() <= 64, "{} characters", longest.len());
+        assert_eq!(
+            parse_term_token(&longest),
+            Some((u32::MAX, u64::MAX, VmId(u64::MAX)))
+        );
+        for other in [
+            "spillway-0123456789abcdef-vm-3-0",
+            &stem,
+            "spw-123-17-vm-3-0",
+            "spw-0000000g-17-vm-3-0",
+            "",
+        ] {
+            assert_eq!(parse_term_token(other), None, "{other}");
+        }
     }
 
     /// The pool's writer id never comes from the host: without `gateway_id` it is the

@@ -144,6 +144,20 @@ impl PoolChanges {
     }
 }
 
+/// Where the instance of an earlier leader's launch stands
+/// ([`VmProvider::recover_launch`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Recovered {
+    /// Running, its address passes the policy and one health probe answered 2xx:
+    /// `(instance, base URL)`.
+    Ready(String, Uri),
+    /// It exists (pending, or running and not healthy yet).
+    Booting(String),
+    /// No live instance carries the token: the launch never reached the provider, or
+    /// its instance is gone.
+    Missing,
+}
+
 /// A VM pool provider. See the [module docs](self).
 pub trait VmProvider: Send + Sync + 'static {
     /// Provider kind for logs and `/status` (`"process"`, `"static"`, `"ec2"`).
@@ -159,8 +173,38 @@ pub trait VmProvider: Send + Sync + 'static {
     fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>>;
 
     /// Start one VM for controller id `vm`; returns the provider's instance name once the
-    /// launch was accepted (not when it is ready).
-    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>>;
+    /// launch was accepted (not when it is ready). `term`: the coordinated leader's term
+    /// the launch is fenced by (`crate::coord`; `None` for one gateway), which its
+    /// client token carries ([`Self::launch_token`]).
+    fn launch(&self, vm: VmId, term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>>;
+
+    /// The client-token stem of a launch of `vm` in leader term `term`, as
+    /// [`Self::launch`] sends it (recorded in the launch's intent, so that a later
+    /// leader finds the instance: [`Self::recover_launch`]). Default: `None`, the
+    /// provider has no client tokens.
+    fn launch_token(&self, vm: VmId, term: u64) -> Option<String> {
+        let _ = (vm, term);
+        None
+    }
+
+    /// Find the instance of an earlier leader's launch by its client-token stem
+    /// ([`Self::launch_token`]). Default: [`Recovered::Missing`].
+    ///
+    /// # Errors
+    /// The provider could not be asked (the caller keeps the intent open).
+    fn recover_launch<'a>(
+        &'a self,
+        token: &'a str,
+    ) -> BoxFuture<'a, Result<Recovered, BackendError>> {
+        let _ = token;
+        Box::pin(async { Ok(Recovered::Missing) })
+    }
+
+    /// The highest leader term seen in the pool's launch tokens so far (0: none): a
+    /// coordinated replica asks for a lease above it.
+    fn highest_term(&self) -> u64 {
+        0
+    }
 
     /// Address resolution: the base URL of `instance`, or `None` while it has none yet.
     fn resolve<'a>(&'a self, instance: &'a str)

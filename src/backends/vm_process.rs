@@ -95,7 +95,7 @@ impl VmProvider for ProcessVmPool {
         Box::pin(async { Ok(Vec::new()) })
     }
 
-    fn launch(&self, vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
+    fn launch(&self, vm: VmId, _term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>> {
         Box::pin(async move {
             let port = free_port()?;
             let child = if self.shared {
@@ -218,7 +218,7 @@ mod tests {
         assert_eq!(pool.readiness().probe_interval, Duration::from_millis(50));
         assert!(pool.adopt().await.unwrap().is_empty());
 
-        let name = pool.launch(VmId(1)).await.unwrap();
+        let name = pool.launch(VmId(1), None).await.unwrap();
         let (pid, port) = name
             .strip_prefix("pid-")
             .and_then(|s| s.split_once("@127.0.0.1:"))
@@ -247,7 +247,7 @@ mod tests {
     #[tokio::test]
     async fn resolve_fails_once_the_child_exited() {
         let pool = ProcessVmPool::new(&cfg(&["sh", "-c", "exit 0 # {port}"]), PathBuf::from("x"));
-        let name = pool.launch(VmId(1)).await.unwrap();
+        let name = pool.launch(VmId(1), None).await.unwrap();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
             match pool.resolve(&name).await {
@@ -269,7 +269,7 @@ mod tests {
     async fn launch_of_a_missing_program_fails_and_shutdown_stops_all() {
         let pool = ProcessVmPool::new(&cfg(&["/nonexistent/vm", "{port}"]), PathBuf::from("x"));
         assert!(matches!(
-            pool.launch(VmId(1)).await,
+            pool.launch(VmId(1), None).await,
             Err(BackendError::Spawn { .. })
         ));
 
@@ -277,8 +277,8 @@ mod tests {
             &cfg(&["sh", "-c", "exec sleep 30 # {port}"]),
             PathBuf::from("x"),
         );
-        let a = pool.launch(VmId(1)).await.unwrap();
-        let b = pool.launch(VmId(2)).await.unwrap();
+        let a = pool.launch(VmId(1), None).await.unwrap();
+        let b = pool.launch(VmId(2), None).await.unwrap();
         assert_ne!(a, b);
         assert_eq!(pool.len(), 2);
         pool.shutdown().await;

@@ -50,7 +50,7 @@ impl VmProvider for StaticVmPool {
         Box::pin(async move { Ok(self.vms.clone()) })
     }
 
-    fn launch(&self, _vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
+    fn launch(&self, _vm: VmId, _term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>> {
         Box::pin(async { Err(BackendError::Provider(NOT_EXECUTED.to_string())) })
     }
 
@@ -104,7 +104,7 @@ mod tests {
             p.resolve("nope").await,
             Err(BackendError::UnknownInstance(_))
         ));
-        let err = p.launch(VmId(7)).await.unwrap_err();
+        let err = p.launch(VmId(7), None).await.unwrap_err();
         assert_eq!(err.to_string(), NOT_EXECUTED);
         assert!(matches!(
             p.terminate("http://127.0.0.1:4001").await,

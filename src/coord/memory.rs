@@ -38,6 +38,7 @@ struct Data {
     addresses: BTreeMap<String, CallAddress>,
     published: Option<Published>,
     intents: Vec<Intent>,
+    open: BTreeMap<String, Intent>,
     refused: u64,
 }
 
@@ -73,6 +74,11 @@ impl MemoryStore {
     /// Pool-write intents accepted so far, in order.
     pub fn intents(&self) -> Vec<Intent> {
         self.data.lock().intents.clone()
+    }
+
+    /// Intents recorded and not settled ([`Store::open_intents`]).
+    pub fn open(&self) -> Vec<Intent> {
+        self.data.lock().open.values().cloned().collect()
     }
 
     /// Fenced writes (publications, intents) refused so far for an old term.
@@ -260,7 +266,22 @@ impl Store for MemoryStore {
                 return false;
             }
             d.intents.push(intent.clone());
+            d.open.insert(intent.id(), intent.clone());
             true
+        })
+    }
+
+    fn settle<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Result<(), StoreError>> {
+        self.op("settle", "", move |d, _| {
+            d.open.remove(&intent.id());
+        })
+    }
+
+    fn open_intents(&self) -> BoxFuture<'_, Result<Vec<Intent>, StoreError>> {
+        self.op("open_intents", "", |d, _| {
+            let mut v: Vec<Intent> = d.open.values().cloned().collect();
+            v.sort_by_key(|i| i.term);
+            v
         })
     }
 }

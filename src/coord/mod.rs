@@ -179,6 +179,30 @@ pub trait Host: Send + Sync + 'static {
 
     /// The last scaling decision this replica's core took or applied: `(epoch, decision)`.
     fn last_decision(&self) -> Option<(u64, ScaleDecision)>;
+
+    /// The client-token stem a launch of `vm` in leader term `term` carries (EC2:
+    /// `crate::backends::ec2`), recorded in its intent; `None`: the pool has no tokens.
+    fn launch_token(&self, vm: VmId, term: u64) -> Option<String> {
+        let _ = (vm, term);
+        None
+    }
+
+    /// This replica just became the leader and `intent` (of an earlier term) has no
+    /// recorded outcome: a launch is looked up by its token and adopted when running
+    /// and healthy, never launched a second time; a terminate is made again (the
+    /// coordinator has recorded it under the new term first). Default: the pool has
+    /// nothing to look up ([`Replayed::Dropped`]).
+    fn replay<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Replayed> {
+        let _ = intent;
+        Box::pin(async { Replayed::Dropped })
+    }
+
+    /// The highest leader term the pool's provider has seen in its instances' launch
+    /// tokens (0: none). A lease is granted above it, so that a cluster whose store
+    /// and replicas all restarted never reuses a term (and so a client token).
+    fn provider_term(&self) -> u64 {
+        0
+    }
 }
 
 /// Where a call id's owner is found (asynchronous calls across replicas): the
@@ -189,17 +213,55 @@ pub trait CallDirectory: Send + Sync + 'static {
     fn call_owner(&self, tag: u32) -> Option<String>;
 }
 
-/// What the driver asks before every pool write (launch, terminate).
+/// What the driver asks before every pool write (launch, terminate), and tells after.
 pub trait PoolFence: Send + Sync + 'static {
     /// Record the intent of `op` (`launch` or `terminate`) on `vm` in the store, fenced
-    /// by this replica's term; `false`: do not make the write (not the leader, the
+    /// by this replica's term (a launch's intent carries its client-token stem,
+    /// [`Host::launch_token`]); `None`: do not make the write (not the leader, the
     /// store refused an old term, or it cannot be reached).
     fn permit<'a>(
         &'a self,
         op: &'static str,
         vm: VmId,
         instance: Option<&'a str>,
-    ) -> BoxFuture<'a, bool>;
+    ) -> BoxFuture<'a, Option<Permit>>;
+
+    /// The write `permit` allowed was made (or failed for good): its intent is settled,
+    /// no later leader replays it. A store that does not answer leaves it open.
+    fn settle<'a>(&'a self, permit: &'a Permit) -> BoxFuture<'a, ()>;
+}
+
+/// A pool write the fence allowed: the intent recorded for it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Permit {
+    /// The recorded intent (its term is the write's: a launch's client token carries it).
+    pub intent: Intent,
+}
+
+impl Permit {
+    /// The leader term the write is fenced by.
+    pub fn term(&self) -> u64 {
+        self.intent.term
+    }
+}
+
+/// What a new leader's host did with an open intent of an earlier term
+/// ([`Host::replay`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Replayed {
+    /// The launch's instance (found by its client token) is running and healthy: it is
+    /// a ready VM of the new leader now (or already was).
+    Adopted(String),
+    /// The launch's instance exists but is not ready yet: the pool audit offers it
+    /// once healthy (`PoolChanges::unclaimed`); nothing is launched for it.
+    Booting(String),
+    /// The provider never saw the launch: it is dropped, not re-issued (the new
+    /// leader's own decision launches if the pool still needs a VM).
+    Dropped,
+    /// The terminate was made again (idempotent) on this instance.
+    Terminated(String),
+    /// The provider could not be asked; the intent stays open for a later leader.
+    Failed(String),
 }
 
 #[derive(Debug)]
@@ -574,7 +636,7 @@ impl Coordinator {
                     self.step_down("another replica holds the lease, or it expired");
                 }
                 if x.leader.is_none() {
-                    let floor = self.lock().max_term;
+                    let floor = self.lock().max_term.max(self.host.provider_term());
                     let got = self
                         .op(
                             "acquire",
@@ -588,7 +650,10 @@ impl Coordinator {
                             term,
                         };
                         self.take_over(&mine, &x);
-                        self.sum_and_lead(&mine, ended).await;
+                        self.replay_open_intents(&mine).await;
+                        if self.lock().key.as_ref() == Some(&mine) {
+                            self.sum_and_lead(&mine, ended).await;
+                        }
                         return;
                     }
                 }
@@ -641,6 +706,55 @@ impl Coordinator {
             "became the scaling leader"
         );
         self.refresh();
+    }
+
+    /// The new leader `key` replays the open intents of earlier terms (writes whose
+    /// outcome no leader recorded) before it leads: launches are looked up by their
+    /// client token and adopted, never launched twice; terminates are recorded under
+    /// `key`'s term and made again. Each one answered is settled; one the provider
+    /// could not answer stays open for a later leader. Bounded by one lease.
+    async fn replay_open_intents(&self, key: &LeaderKey) {
+        let Ok(open) = self.op("open_intents", self.store.open_intents()).await else {
+            return;
+        };
+        let old: Vec<Intent> = open.into_iter().filter(|i| i.term < key.term).collect();
+        if old.is_empty() {
+            return;
+        }
+        let replay = async {
+            for intent in &old {
+                let again = (intent.op == "terminate").then(|| Intent {
+                    term: key.term,
+                    token: None,
+                    ..intent.clone()
+                });
+                if let Some(again) = &again {
+                    match self.op("intent", self.store.intent(key, again)).await {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            self.lock().refused += 1;
+                            self.step_down("the store refused a pool write (an old term)");
+                            return;
+                        }
+                        Err(_) => return,
+                    }
+                }
+                let done = self.host.replay(intent).await;
+                tracing::info!(term = intent.term, op = %intent.op, vm = %intent.vm, token = intent.token.as_deref().unwrap_or("-"), outcome = ?done, "replayed an earlier leader's pool write");
+                if matches!(done, Replayed::Failed(_)) {
+                    continue;
+                }
+                for settled in std::iter::once(intent).chain(again.as_ref()) {
+                    let _ = self.op("settle", self.store.settle(settled)).await;
+                }
+            }
+        };
+        if tokio::time::timeout(self.settings.lease, replay)
+            .await
+            .is_err()
+        {
+            tracing::warn!(lease = ?self.settings.lease, "replaying earlier leaders' pool writes took longer than a lease; the rest stays open");
+        }
     }
 
     fn step_down(&self, why: &'static str) {
@@ -931,13 +1045,13 @@ impl PoolFence for Coordinator {
         op: &'static str,
         vm: VmId,
         instance: Option<&'a str>,
-    ) -> BoxFuture<'a, bool> {
+    ) -> BoxFuture<'a, Option<Permit>> {
         Box::pin(async move {
             let key = {
                 let i = self.lock();
                 match (&i.key, i.role) {
                     (Some(k), Role::Leader) => k.clone(),
-                    _ => return false,
+                    _ => return None,
                 }
             };
             let intent = Intent {
@@ -945,17 +1059,26 @@ impl PoolFence for Coordinator {
                 op: op.to_string(),
                 vm: vm.to_string(),
                 instance: instance.map(str::to_string),
+                token: (op == "launch")
+                    .then(|| self.host.launch_token(vm, key.term))
+                    .flatten(),
             };
             match self.op("intent", self.store.intent(&key, &intent)).await {
-                Ok(true) => true,
+                Ok(true) => Some(Permit { intent }),
                 Ok(false) => {
                     self.lock().refused += 1;
                     self.step_down("the store refused a pool write (an old term)");
                     self.refresh();
-                    false
+                    None
                 }
-                Err(_) => false,
+                Err(_) => None,
             }
+        })
+    }
+
+    fn settle<'a>(&'a self, permit: &'a Permit) -> BoxFuture<'a, ()> {
+        Box::pin(async move {
+            let _ = self.op("settle", self.store.settle(&permit.intent)).await;
         })
     }
 }

@@ -14,6 +14,7 @@
 //! | `addresses` | hash replica → `TAG URL` | replicas with asynchronous calls | where a call id's owner tag is looked up (dropped with the heartbeat) |
 //! | `state` | string (JSON [`Published`]) | the leader, fenced | decision, EWMAs, shares, registry |
 //! | `intents` | list (JSON [`Intent`]), last 1000 | the leader, fenced | pool writes, recorded before they are made |
+//! | `open_intents` | hash `term:op:vm` ([`Intent::id`]) → JSON [`Intent`] | the leader, fenced; `HDEL` once settled | pool writes whose outcome is not recorded yet (a new leader replays those of earlier terms) |
 //! | `refused` | integer | the scripts | fenced writes refused for an old term |
 //!
 //! A fenced write checks in the same script that the `leader` key still holds the
@@ -116,6 +117,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
 end
 redis.call('RPUSH', KEYS[2], ARGV[2])
 redis.call('LTRIM', KEYS[2], -1000, -1)
+redis.call('HSET', KEYS[4], ARGV[3], ARGV[2])
 return 1
 ";
 
@@ -379,12 +381,47 @@ impl Store for RedisStore {
                 .key(self.key("leader"))
                 .key(self.key("intents"))
                 .key(self.key("refused"))
+                .key(self.key("open_intents"))
                 .arg(key.value())
                 .arg(json)
+                .arg(intent.id())
                 .invoke_async(&mut c)
                 .await
                 .map_err(redis_err("intent"))?;
             Ok(ok == 1)
+        })
+    }
+
+    fn settle<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut c = self.conn.clone();
+            let _: i64 = redis::cmd("HDEL")
+                .arg(self.key("open_intents"))
+                .arg(intent.id())
+                .query_async(&mut c)
+                .await
+                .map_err(redis_err("settle"))?;
+            Ok(())
+        })
+    }
+
+    fn open_intents(&self) -> BoxFuture<'_, Result<Vec<Intent>, StoreError>> {
+        Box::pin(async move {
+            const OP: &str = "open_intents";
+            let mut c = self.conn.clone();
+            let values: Vec<String> = redis::cmd("HVALS")
+                .arg(self.key("open_intents"))
+                .query_async(&mut c)
+                .await
+                .map_err(redis_err(OP))?;
+            let mut open = values
+                .iter()
+                .map(|v| {
+                    serde_json::from_str::<Intent>(v).map_err(|e| reply(OP, format!("{v:?}: {e}")))
+                })
+                .collect::<Result<Vec<Intent>, StoreError>>()?;
+            open.sort_by_key(|i| i.term);
+            Ok(open)
         })
     }
 }

@@ -153,17 +153,31 @@ pub struct Published {
     pub replicas: u32,
 }
 
-/// A pool write the leader is about to make, recorded (fenced) before it makes it.
+/// A pool write the leader is about to make, recorded (fenced) before it makes it. It
+/// stays open ([`Store::open_intents`]) until the leader records its outcome
+/// ([`Store::settle`]); a new leader replays the open intents of earlier terms.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Intent {
     /// The leader's term.
     pub term: u64,
     /// `launch` or `terminate`.
     pub op: String,
-    /// The controller's VM id (`vm-7`).
+    /// The controller's VM id (`vm-7`; the leader's own numbering).
     pub vm: String,
     /// The provider's instance, when known.
     pub instance: Option<String>,
+    /// A launch's client token stem, when the provider has one (EC2: the pool, the term
+    /// and the VM id, `crate::backends::ec2`): a later leader finds the instance by it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token: Option<String>,
+}
+
+impl Intent {
+    /// Its key among the open intents: `term:op:vm` (a VM id is launched or
+    /// terminated once per term: a term belongs to one replica).
+    pub fn id(&self) -> String {
+        format!("{}:{}:{}", self.term, self.op, self.vm)
+    }
 }
 
 /// Why a store operation failed. Every one is the store's (or the network's) fault, and
@@ -256,12 +270,20 @@ pub trait Store: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
 
     /// Record a pool write if `key` holds the lease; `false`: refused (an old term),
-    /// and the write must not be made.
+    /// and the write must not be made. The intent is open until [`Self::settle`].
     fn intent<'a>(
         &'a self,
         key: &'a LeaderKey,
         intent: &'a Intent,
     ) -> BoxFuture<'a, Result<bool, StoreError>>;
+
+    /// The write of `intent` was made (or its outcome is known): it is no longer open.
+    /// Not fenced: an old leader that finishes a write may say so.
+    fn settle<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The intents recorded and not settled, oldest term first: writes whose outcome
+    /// was never recorded (their leader stopped, or lost the store, in between).
+    fn open_intents(&self) -> BoxFuture<'_, Result<Vec<Intent>, StoreError>>;
 }
 
 #[cfg(test)]

@@ -73,7 +73,12 @@ struct HostState {
     last_decision: Option<(u64, ScaleDecision)>,
     vm_admissions: u64,
     requests: u64,
+    /// The intents this replica replayed as a new leader ([`Host::replay`]), in order.
+    replayed: Vec<Intent>,
 }
+
+/// The replicas' provider: launch token → instance name of every launch made.
+type Cloud = Arc<Mutex<BTreeMap<String, String>>>;
 
 /// A replica: a core, its VM names, launches that become ready at once once the
 /// fence permits them.
@@ -83,16 +88,18 @@ struct TestHost {
     core: Mutex<Core>,
     state: Mutex<HostState>,
     fence: OnceLock<Arc<Coordinator>>,
+    cloud: Cloud,
 }
 
 impl TestHost {
-    fn new(name: &str, origin: Instant) -> Arc<Self> {
+    fn new(name: &str, origin: Instant, cloud: Cloud) -> Arc<Self> {
         Arc::new(Self {
             name: name.into(),
             origin,
             core: Mutex::new(core()),
             state: Mutex::new(HostState::default()),
             fence: OnceLock::new(),
+            cloud,
         })
     }
 
@@ -107,12 +114,16 @@ impl TestHost {
                 Action::Scaling(controller::Action::Launch { vm }) => {
                     let me = Arc::clone(self);
                     tokio::spawn(async move {
-                        let ok = match me.fence.get() {
+                        let permit = match me.fence.get() {
                             Some(f) => f.permit("launch", vm, None).await,
-                            None => true,
+                            None => None,
                         };
+                        let ok = permit.is_some() || me.fence.get().is_none();
                         let now = me.now();
                         let name = format!("{}-{vm}", me.name);
+                        if let Some(token) = permit.and_then(|p| p.intent.token) {
+                            me.cloud.lock().insert(token, name.clone());
+                        }
                         let mut c = me.core.lock();
                         if ok {
                             let mut st = me.state.lock();
@@ -220,6 +231,37 @@ impl Host for TestHost {
     fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
         self.state.lock().last_decision
     }
+
+    fn launch_token(&self, vm: VmId, term: u64) -> Option<String> {
+        Some(format!("tok-{}-{term}-{vm}", self.name))
+    }
+
+    /// Like the driver over a provider: a launch found by its token is adopted (once),
+    /// one the provider never saw is dropped; a terminate removes the instance.
+    fn replay<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Replayed> {
+        let now = self.now();
+        let mut c = self.core.lock();
+        let mut st = self.state.lock();
+        st.replayed.push(intent.clone());
+        let done = match (intent.op.as_str(), &intent.token, &intent.instance) {
+            ("launch", Some(token), _) => match self.cloud.lock().get(token).cloned() {
+                Some(name) => {
+                    if !st.names.values().any(|(n, _)| *n == name) {
+                        let vm = c.adopt_ready_vm(now);
+                        st.names.insert(vm, (name.clone(), true));
+                    }
+                    Replayed::Adopted(name)
+                }
+                None => Replayed::Dropped,
+            },
+            ("terminate", _, Some(instance)) => {
+                self.cloud.lock().retain(|_, n| n != instance);
+                Replayed::Terminated(instance.clone())
+            }
+            _ => Replayed::Dropped,
+        };
+        Box::pin(async move { done })
+    }
 }
 
 struct Replicas {
@@ -244,11 +286,12 @@ impl Replicas {
     fn start(n: usize) -> Self {
         let store = Arc::new(MemoryStore::new(START_MS));
         let origin = Instant::now();
+        let cloud = Cloud::default();
         let mut hosts = Vec::new();
         let mut coords = Vec::new();
         for i in 0..n {
             let name = format!("r{i}");
-            let host = TestHost::new(&name, origin);
+            let host = TestHost::new(&name, origin, Arc::clone(&cloud));
             let c = Coordinator::new(
                 settings(&name),
                 Arc::clone(&store) as Arc<dyn Store>,
@@ -645,5 +688,111 @@ async fn the_call_directory_lists_the_live_replicas_tags() {
         r.coords[2].call_owner(0x1000_0000).as_deref(),
         Some("http://10.0.0.0:8080"),
         "a cut-off replica keeps its last directory"
+    );
+}
+
+/// A new leader replays the intents of earlier terms that have no recorded outcome: a
+/// launch the provider has (found by the client token its intent recorded) is adopted,
+/// not launched again; one the provider never saw is dropped, not re-issued; a
+/// terminate is recorded under the new term, then made again. Each is settled; the new
+/// leader's own intents are not replayed.
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_replays_the_open_intents_of_earlier_terms() {
+    let r = Replicas::start(2);
+    r.run(6, &[30, 30]).await;
+    let old = r.leader().expect("a leader");
+    let key = r.store.leader().unwrap();
+    assert_eq!(key.term, 1);
+    let launched_before = r.hosts[old].state.lock().launched.len();
+    assert!(launched_before >= 2, "{launched_before} launches");
+    let open = r.store.open();
+    assert!(
+        open.iter()
+            .all(|i| i.token.as_deref() == Some(format!("tok-r{old}-1-{}", i.vm).as_str())),
+        "every launch intent records its token: {open:?}"
+    );
+    // The old leader's writes whose outcome it never recorded: a launch EC2 saw (its
+    // instance got ready after the leader stopped), one it never saw, a terminate.
+    let late = Intent {
+        term: 1,
+        op: "launch".into(),
+        vm: "vm-90".into(),
+        instance: None,
+        token: Some("tok-late".into()),
+    };
+    r.hosts[old]
+        .cloud
+        .lock()
+        .insert("tok-late".into(), "late-instance".into());
+    let unseen = Intent {
+        vm: "vm-91".into(),
+        token: Some("tok-unseen".into()),
+        ..late.clone()
+    };
+    let doomed = r.hosts[old].state.lock().launched[0].1.clone();
+    let terminate = Intent {
+        term: 1,
+        op: "terminate".into(),
+        vm: "vm-1".into(),
+        instance: Some(doomed.clone()),
+        token: None,
+    };
+    for i in [&late, &unseen, &terminate] {
+        assert!(r.store.intent(&key, i).await.unwrap());
+    }
+    let open_before: Vec<Intent> = r.store.open();
+    // The old leader is cut off past its lease: the other one takes over.
+    r.store.set_faults(Faults {
+        cut: BTreeSet::from([format!("r{old}")]),
+        ..Faults::default()
+    });
+    let new = 1 - old;
+    r.run(6, &[30, 30]).await;
+    assert_eq!(r.coords[new].status().role, Role::Leader);
+    let term = r.coords[new].status().term.unwrap();
+    assert!(term > 1, "term {term}");
+
+    let replayed = r.hosts[new].state.lock().replayed.clone();
+    let mut want = open_before.clone();
+    want.sort_by_key(Intent::id);
+    let mut got = replayed.clone();
+    got.sort_by_key(Intent::id);
+    assert_eq!(
+        got, want,
+        "every open intent of term 1, once, and nothing else"
+    );
+    assert!(
+        r.store.open().iter().all(|i| i.term == term),
+        "the earlier terms' intents are settled: {:?}",
+        r.store.open()
+    );
+    let names: Vec<String> = r.hosts[new]
+        .state
+        .lock()
+        .names
+        .values()
+        .map(|(n, _)| n.clone())
+        .collect();
+    assert!(names.contains(&"late-instance".to_string()), "{names:?}");
+    assert_eq!(
+        names.iter().filter(|n| *n == "late-instance").count(),
+        1,
+        "adopted once"
+    );
+    let cloud = r.hosts[new].cloud.lock().clone();
+    assert!(
+        !cloud.contains_key("tok-unseen") && !cloud.values().any(|n| *n == doomed),
+        "the unseen launch is not re-issued, the terminate is made: {cloud:?}"
+    );
+    let again: Vec<Intent> = r
+        .store
+        .intents()
+        .into_iter()
+        .filter(|i| i.op == "terminate" && i.instance.as_deref() == Some(doomed.as_str()))
+        .collect();
+    assert_eq!(
+        again.iter().map(|i| i.term).collect::<Vec<_>>(),
+        [1, term],
+        "the terminate is recorded again under the new term before it is made"
     );
 }

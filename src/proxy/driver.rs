@@ -31,9 +31,10 @@ use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
 use super::error::ProxyError;
+use crate::backends::Recovered;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
-use crate::coord::{Coordinator, Host, PoolFence, RegistryVm};
+use crate::coord::{Coordinator, Host, Intent, Permit, PoolFence, RegistryVm, Replayed};
 use crate::net::body::Body;
 use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
@@ -306,18 +307,32 @@ impl Gateway {
         self.coordinator.get()
     }
 
-    /// Whether the pool write `op` on `vm` may be made: always for one gateway; under
-    /// coordination only when the fenced intent was recorded ([`PoolFence::permit`]).
-    async fn pool_write(&self, op: &'static str, vm: VmId, instance: Option<&str>) -> bool {
+    /// Whether the pool write `op` on `vm` may be made: always for one gateway
+    /// (`Some(None)`); under coordination only when the fenced intent was recorded
+    /// ([`PoolFence::permit`]: `Some(Some(permit))`, to settle once the write is made,
+    /// [`Self::pool_written`]). `None`: do not make it.
+    async fn pool_write(
+        &self,
+        op: &'static str,
+        vm: VmId,
+        instance: Option<&str>,
+    ) -> Option<Option<Permit>> {
         match self.coordinator.get() {
-            None => true,
+            None => Some(None),
             Some(c) => {
-                let ok = c.permit(op, vm, instance).await;
-                if !ok {
+                let permit = c.permit(op, vm, instance).await;
+                if permit.is_none() {
                     tracing::warn!(%vm, instance = instance.unwrap_or("-"), op, "pool write not made: this replica is not the fenced leader");
                 }
-                ok
+                permit.map(Some)
             }
+        }
+    }
+
+    /// The write a [`Self::pool_write`] allowed was made: its intent is settled.
+    async fn pool_written(&self, permit: Option<Permit>) {
+        if let (Some(c), Some(p)) = (self.coordinator.get(), permit) {
+            c.settle(&p).await;
         }
     }
 
@@ -777,9 +792,10 @@ impl Gateway {
         if scales
             && (writer || !record.foreign)
             && let Some(instance) = record.instance
-            && self.pool_write("terminate", vm, Some(&instance)).await
+            && let Some(permit) = self.pool_write("terminate", vm, Some(&instance)).await
         {
             let _ = self.vm_provider.terminate(&instance).await;
+            self.pool_written(permit).await;
         }
     }
 
@@ -1202,12 +1218,13 @@ impl Gateway {
                 if !handoff.is_zero() {
                     tokio::time::sleep(handoff).await;
                 }
-                if !this.pool_write("terminate", vm, Some(&instance)).await {
+                let Some(permit) = this.pool_write("terminate", vm, Some(&instance)).await else {
                     return;
-                }
+                };
                 if let Err(e) = provider.terminate(&instance).await {
                     tracing::warn!(%instance, error = %e, "terminate failed");
                 }
+                this.pool_written(permit).await;
                 this.bill(|m, _, now| m.on_vm_stopped(now, vm));
             });
         }
@@ -1291,14 +1308,18 @@ impl Gateway {
 
     async fn launch(self: Arc<Self>, provider: Arc<dyn VmProvider>, vm: VmId) {
         let started = Instant::now();
-        if !self.pool_write("launch", vm, None).await {
+        let Some(permit) = self.pool_write("launch", vm, None).await else {
             self.with_core_state(|st, now| {
                 st.core.on_vm_failed(now, vm);
                 st.records.remove(&vm);
             });
             return;
-        }
-        let instance = match provider.launch(vm).await {
+        };
+        let launched = provider.launch(vm, permit.as_ref().map(Permit::term)).await;
+        // Its outcome is known now (an instance, or a failure after the provider's own
+        // recovery): no later leader replays it.
+        self.pool_written(permit).await;
+        let instance = match launched {
             Ok(instance) => {
                 // Billed from here (EC2: from `running`) until it is terminated.
                 self.bill(|m, t, now| m.on_vm_running(now, vm, t));
@@ -1330,8 +1351,9 @@ impl Gateway {
         };
         if !known {
             // Stopped by a scale-in or the boot deadline while the launch was in flight.
-            if self.pool_write("terminate", vm, Some(&instance)).await {
+            if let Some(permit) = self.pool_write("terminate", vm, Some(&instance)).await {
                 let _ = provider.terminate(&instance).await;
+                self.pool_written(permit).await;
                 self.bill(|m, _, now| m.on_vm_stopped(now, vm));
             }
             return;
@@ -1371,8 +1393,11 @@ impl Gateway {
                     tracing::warn!(%vm, %instance, error = %e, "VM did not become ready; terminating it");
                     m::vm_failures("not_ready");
                 }
-                if terminate && self.pool_write("terminate", vm, Some(&instance)).await {
+                if terminate
+                    && let Some(permit) = self.pool_write("terminate", vm, Some(&instance)).await
+                {
                     let _ = provider.terminate(&instance).await;
+                    self.pool_written(permit).await;
                     self.bill(|m, _, now| m.on_vm_stopped(now, vm));
                 }
             }
@@ -1524,6 +1549,68 @@ impl Host for Gateway {
 
     fn last_decision(&self) -> Option<(u64, ScaleDecision)> {
         self.lock().last_decision
+    }
+
+    fn launch_token(&self, vm: VmId, term: u64) -> Option<String> {
+        self.vm_provider.launch_token(vm, term)
+    }
+
+    fn provider_term(&self) -> u64 {
+        self.vm_provider.highest_term()
+    }
+
+    fn replay<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Replayed> {
+        Box::pin(async move {
+            match (intent.op.as_str(), &intent.token, &intent.instance) {
+                ("launch", Some(token), _) => match self.vm_provider.recover_launch(token).await {
+                    Ok(Recovered::Ready(instance, base)) => {
+                        let adopted = self.with_core_state(|st, now| {
+                            if st.records.values().any(|r| r.instance.as_deref() == Some(&instance)) {
+                                return false;
+                            }
+                            let vm = st.core.adopt_ready_vm(now);
+                            tracing::info!(%vm, %instance, %base, "adopted VM (an earlier leader's launch, found by its client token)");
+                            st.records.insert(
+                                vm,
+                                VmRecord {
+                                    instance: Some(instance.clone()),
+                                    base: Some(base.clone()),
+                                    foreign: false,
+                                },
+                            );
+                            true
+                        });
+                        if adopted {
+                            self.vm_provider.track(&instance, &base);
+                        }
+                        Replayed::Adopted(instance)
+                    }
+                    Ok(Recovered::Booting(instance)) => Replayed::Booting(instance),
+                    Ok(Recovered::Missing) => Replayed::Dropped,
+                    Err(e) => Replayed::Failed(e.to_string()),
+                },
+                ("terminate", _, Some(instance)) => {
+                    // Out of this replica's table first (a registry VM), so that its
+                    // drain does not terminate it a second time.
+                    self.with_core_state(|st, now| {
+                        let vm = st
+                            .records
+                            .iter()
+                            .find(|(_, r)| r.instance.as_deref() == Some(instance.as_str()))
+                            .map(|(vm, _)| *vm);
+                        if let Some(vm) = vm {
+                            st.records.remove(&vm);
+                            st.core.drain_vm(now, vm);
+                        }
+                    });
+                    match self.vm_provider.terminate(instance).await {
+                        Ok(()) => Replayed::Terminated(instance.clone()),
+                        Err(e) => Replayed::Failed(e.to_string()),
+                    }
+                }
+                _ => Replayed::Dropped,
+            }
+        })
     }
 }
 

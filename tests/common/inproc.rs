@@ -35,7 +35,7 @@ impl VmProvider for NoVms {
     fn adopt(&self) -> BoxFuture<'_, Result<Vec<(String, Uri)>, BackendError>> {
         Box::pin(async { Ok(Vec::new()) })
     }
-    fn launch(&self, _vm: VmId) -> BoxFuture<'_, Result<String, BackendError>> {
+    fn launch(&self, _vm: VmId, _term: Option<u64>) -> BoxFuture<'_, Result<String, BackendError>> {
         Box::pin(async { Err(BackendError::Provider("no VMs here".into())) })
     }
     fn resolve<'a>(
