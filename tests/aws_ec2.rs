@@ -47,6 +47,8 @@ struct Inst {
     id: String,
     state: String,
     tags: BTreeMap<String, String>,
+    /// The RunInstances client token.
+    token: String,
 }
 
 impl Ec2 {
@@ -89,6 +91,7 @@ impl Ec2 {
             .flat_map(|r| r.instances())
             .map(|i| Inst {
                 id: i.instance_id().unwrap_or_default().to_string(),
+                token: i.client_token().unwrap_or_default().to_string(),
                 state: i
                     .state()
                     .and_then(|s| s.name())
@@ -1748,4 +1751,166 @@ fn the_leader_adopts_an_earlier_leaders_late_instance() {
         "{s:#}"
     );
     assert!(fake.calls("TerminateInstances").is_empty());
+}
+
+/// The ready VMs' instances in a `/status`, sorted.
+fn ready_instances(s: &Value) -> Vec<String> {
+    let mut v: Vec<String> = s["vm_pool"]["vms"]
+        .as_array()
+        .map(|vms| {
+            vms.iter()
+                .filter(|v| v["state"] == "ready")
+                .filter_map(|v| v["instance"].as_str().map(str::to_owned))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// Redis restarted empty while a coordinated pool exists (two replicas on moto): a
+/// leader again with a term above every term seen before, the registry rebuilt from
+/// the provider — the leader's and the follower's ready VMs are exactly the pool's
+/// running instances (ids as moto shows them), none orphaned —, no instance launched
+/// twice for one VM (client tokens `spw-POOL-TERM-VM-N`, one per leader term and VM)
+/// and no more running than the leader's target, every request 2xx throughout.
+#[test]
+fn redis_restarted_empty_rebuilds_the_registry_from_the_pool() {
+    let t0 = Instant::now();
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "rebuilt";
+    let _agent = Agent::start(&moto.endpoint, pool, Boot::SampleApi);
+    let redis = replicas::Redis::start();
+    let port = redis.port;
+    // Epochs of 0.5 s, a decision every 1 s; 2 × 10 req/s at r_max 10: 2 or 3 VMs.
+    let yaml = ec2_config(
+        "  epoch_seconds: 0.5\n  decision_epochs: 2\n  alpha: 0.5\n  beta: 0.5\n  phi: 1.0\n  rho: 0.9\n  r_max_rps: 10\n  min_vms: 0\n  max_vms: 3\n  cip_rps: 1",
+        &moto.endpoint,
+        pool,
+        "  boot_timeout_seconds: 30\n  audit_interval_seconds: 0.3",
+    ) + &format!(
+        "coordination:\n  type: redis\n  url: {}\n  cluster: c-rebuilt\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n",
+        redis.url()
+    );
+    let gws = [start(&yaml), start(&yaml)];
+    let refs: Vec<&Gateway> = gws.iter().collect();
+    replicas::wait_one_leader(&refs, LONG);
+    let admins: Vec<std::net::SocketAddr> = gws.iter().map(|g| g.admin).collect();
+    let loads: Vec<Loader> = gws.iter().map(|g| Loader::start(g.proxy)).collect();
+    for l in &loads {
+        l.set_rate(10);
+    }
+    // The pool settled: the leader's ready VMs are moto's running instances, ≥ 2.
+    let settled = |st: &[Option<Value>]| {
+        let Some(leader) = st.iter().flatten().find(|s| replicas::role(s) == "leader") else {
+            return false;
+        };
+        let running: Vec<String> = ec2.running(pool).into_iter().map(|i| i.id).collect();
+        running.len() >= 2
+            && u64_at(leader, "/scaling/booting_vms") == 0
+            && ready_instances(leader) == running
+            && st
+                .iter()
+                .all(|s| s.as_ref().is_some_and(|s| ready_instances(s) == running))
+    };
+    replicas::until(
+        "≥ 2 running instances, ready on both replicas",
+        &admins,
+        LONG,
+        settled,
+    );
+    let before: Vec<String> = ec2.running(pool).into_iter().map(|i| i.id).collect();
+    let seen = gws
+        .iter()
+        .map(|g| replicas::term(&g.status()))
+        .max()
+        .unwrap();
+    assert!(seen >= 1);
+
+    drop(redis); // SIGKILL
+    replicas::until("both replicas miss the store", &admins, LONG, |st| {
+        st.iter().all(|s| {
+            s.as_ref()
+                .is_some_and(|s| u64_at(s, "/coordination/missed_epochs") >= 1)
+        })
+    });
+    let redis = replicas::Redis::start_on(port);
+    assert_eq!(
+        replicas::redis_cli(port, &["DBSIZE"]),
+        ["0"],
+        "the restarted Redis is empty"
+    );
+    let back = Instant::now();
+    replicas::until(
+        "a leader with a higher term, the pool rebuilt",
+        &admins,
+        LONG,
+        |st| {
+            let leaders: Vec<&Value> = st
+                .iter()
+                .flatten()
+                .filter(|s| replicas::role(s) == "leader")
+                .collect();
+            leaders.len() == 1
+                && replicas::term(leaders[0]) > seen
+                && st.iter().flatten().all(|s| replicas::role(s) != "local")
+                && settled(st)
+        },
+    );
+    let rebuilt = back.elapsed();
+    // Hold the load a little longer on the rebuilt pool, then check every request.
+    let more = Instant::now() + Duration::from_secs(2);
+    replicas::until("two more seconds of load", &admins, LONG, |_| {
+        Instant::now() >= more
+    });
+    let statuses: Vec<Value> = gws.iter().map(Gateway::status).collect();
+    let leader = statuses
+        .iter()
+        .find(|s| replicas::role(s) == "leader")
+        .expect("a leader");
+    let term = replicas::term(leader);
+    assert!(term > seen, "term {term} after the restart, {seen} before");
+    let all = ec2.pool(pool);
+    let running: Vec<String> = ec2.running(pool).into_iter().map(|i| i.id).collect();
+    // 0 orphaned: every running instance of the pool is a VM of the replicas.
+    for s in &statuses {
+        assert_eq!(ready_instances(s), running, "{s:#}");
+    }
+    // 0 duplicated: one instance per (term, VM) and no more than the target running.
+    let mut stems: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in &all {
+        assert!(i.token.starts_with("spw-"), "a leader-term token: {i:?}");
+        let stem = i.token.rsplit_once('-').map_or("", |(s, _)| s).to_string();
+        stems.entry(stem).or_default().push(i.id.clone());
+    }
+    assert!(
+        stems.values().all(|ids| ids.len() == 1),
+        "an instance launched twice for one VM: {stems:?}"
+    );
+    let target = u64_at(leader, "/scaling/target_vms");
+    assert!(
+        running.len() as u64 <= target.max(before.len() as u64),
+        "{} running, target {target}: {all:?}",
+        running.len()
+    );
+    let results: Vec<(u16, String)> = loads.into_iter().flat_map(Loader::finish).collect();
+    let failed: Vec<&(u16, String)> = results.iter().filter(|(c, _)| *c != 200).collect();
+    assert!(
+        failed.is_empty(),
+        "{} of {} failed: {failed:?}",
+        failed.len(),
+        results.len()
+    );
+    drop(redis);
+    let took = t0.elapsed();
+    eprintln!(
+        "Redis restarted empty: term {seen} → {term}, pool rebuilt {rebuilt:?} after the restart, \
+         {} running before and {} after ({} launched in all), {} requests 2xx; {took:?} in all",
+        before.len(),
+        running.len(),
+        all.len(),
+        results.len()
+    );
+    assert!(took < LONG, "took {took:?}");
 }
