@@ -5,7 +5,10 @@
 //!   optional endpoint URL come from the config ([`Ec2VmPoolConfig`]).
 //! * **Launch**: one RunInstances call per VM (MinCount = MaxCount = 1) from the launch
 //!   template or image + instance type, with shutdown behaviour `terminate`, a client
-//!   token, and the tags `spillway:pool=<pool_name>`, `spillway:vm=<vm id>`,
+//!   token (one gateway: `spillway-RUN-VM-N`, RUN this process's random id; under
+//!   coordination `spw-POOL-TERM-VM-N`, [`term_token_stem`]: POOL = [`pool_token_id`]
+//!   of `pool_name` and the gateway id, TERM the leader's term, VM the controller's VM
+//!   id; N the subnet attempt; at most 64 ASCII characters), and the tags `spillway:pool=<pool_name>`, `spillway:vm=<vm id>`,
 //!   `spillway:gateway=<gateway id>` ([`SPILLWAY_TAG_KEYS`]) plus the configured extra
 //!   tags on the instance, its volumes and network interfaces. Subnets are used
 //!   round-robin. A **capacity** error (no capacity, instance type not offered in that
@@ -77,7 +80,16 @@
 //!   and no stray termination; a running, healthy instance this replica does not track
 //!   is offered to the driver ([`PoolChanges::unclaimed`]), and the leader adopts it
 //!   unless one of its VMs (its own, or the registry's) is that instance — a launch of
-//!   an earlier leader that got ready after that leader stopped is not lost.
+//!   an earlier leader that got ready after that leader stopped is not lost. Every
+//!   listing notes the highest leader term in the pool's client tokens
+//!   ([`VmProvider::highest_term`]: a lease is asked above it).
+//! * **A new leader's replay** (`crate::coord`): the launch intent of an earlier term
+//!   that has no recorded outcome names its token stem; [`VmProvider::recover_launch`]
+//!   lists the pool's live instances by tag once and matches their client tokens
+//!   (`STEM-N`, any subnet attempt): running, passing the address policy and one health
+//!   probe → adopted; pending or not healthy yet → left to the audit; none → the launch
+//!   is dropped. (DescribeInstances' `client-token` filter would need one value per
+//!   attempt, and moto does not implement it.)
 //! * **Shutdown**: `on_shutdown: keep` (default) leaves the pool's VMs for the next run to
 //!   adopt (instances being terminated are still terminated); `terminate` terminates
 //!   every instance this run launched or adopted.
@@ -1614,6 +1626,10 @@ impl VmProvider for Ec2VmPool {
 
     fn highest_term(&self) -> u64 {
         self.pool.highest_term.load(Ordering::Relaxed)
+    }
+
+    fn audit_now(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.pool.audit())
     }
 
     fn resolve<'a>(

@@ -200,6 +200,12 @@ pub trait VmProvider: Send + Sync + 'static {
         Box::pin(async { Ok(Recovered::Missing) })
     }
 
+    /// Run the pool's audit now (EC2: one listing; what it finds is in the next
+    /// [`Self::take_pool_changes`]). Default: nothing.
+    fn audit_now(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
+    }
+
     /// The highest leader term seen in the pool's launch tokens so far (0: none): a
     /// coordinated replica asks for a lease above it.
     fn highest_term(&self) -> u64 {

@@ -28,7 +28,22 @@
 //! pool-write intent ([`PoolFence`]) with an old term is refused by the store, and a
 //! refused leader steps down at once. Only the leader's core writes the pool
 //! (`Core::set_pool_writer`); before every launch or terminate the driver records the
-//! intent through [`PoolFence::permit`].
+//! intent through [`PoolFence::permit`] (a launch's intent carries its client-token
+//! stem, [`Host::launch_token`]; the launch is made with the intent's term), and once
+//! the write was made or failed for good it settles it ([`PoolFence::settle`]).
+//!
+//! **A new leader** first replays the intents of earlier terms that are still open
+//! ([`Store::open_intents`]: a leader stopped or lost the store between the intent and
+//! its outcome), through [`Host::replay`]: a launch is looked up by its token and
+//! adopted when running and healthy, never launched twice; a launch the provider never
+//! saw is dropped, not re-issued (the new leader's own decision launches if the pool
+//! still needs a VM: fewer surprises than an old decision coming back); a terminate is
+//! recorded again under the new term, then made again (idempotent). Each answered one
+//! is settled; the replay takes at most one lease. A new leader that finds no
+//! publication (a new cluster, or a store restarted empty, intents lost with it)
+//! rebuilds the registry from the provider at once ([`Host::rebuild_pool`]). The lease
+//! is asked above the highest term this replica saw and above the highest one in the
+//! provider's client tokens ([`Host::provider_term`]).
 //!
 //! **Followers** take the decision (`Core::apply_decision`), their share
 //! (`Core::set_budget_share`), the EWMAs (`Core::restore_ewma`) and the registry (the
@@ -202,6 +217,15 @@ pub trait Host: Send + Sync + 'static {
     /// and replicas all restarted never reuses a term (and so a client token).
     fn provider_term(&self) -> u64 {
         0
+    }
+
+    /// This replica just became the leader and the store had no publication (a new
+    /// cluster, or a store restarted empty): list the pool now and adopt its running,
+    /// healthy instances that no VM of this replica stands for (EC2: by tags; the
+    /// client tokens name each one's term and VM), rather than at the next pool audit.
+    /// Default: nothing.
+    fn rebuild_pool(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async {})
     }
 }
 
@@ -651,6 +675,18 @@ impl Coordinator {
                         };
                         self.take_over(&mine, &x);
                         self.replay_open_intents(&mine).await;
+                        if x.state.is_none() {
+                            let lease = self.settings.lease;
+                            if tokio::time::timeout(lease, self.host.rebuild_pool())
+                                .await
+                                .is_err()
+                            {
+                                tracing::warn!(
+                                    ?lease,
+                                    "rebuilding the pool registry from the provider took longer than a lease; the pool audit finishes it"
+                                );
+                            }
+                        }
                         if self.lock().key.as_ref() == Some(&mine) {
                             self.sum_and_lead(&mine, ended).await;
                         }

@@ -1559,6 +1559,13 @@ impl Host for Gateway {
         self.vm_provider.highest_term()
     }
 
+    fn rebuild_pool(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            self.vm_provider.audit_now().await;
+            self.apply_pool_changes().await;
+        })
+    }
+
     fn replay<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Replayed> {
         Box::pin(async move {
             match (intent.op.as_str(), &intent.token, &intent.instance) {
