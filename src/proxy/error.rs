@@ -103,31 +103,33 @@ pub enum ProxyError {
     /// An asynchronous call was refused (ProFaaStinate §3): bad deadline header or an
     /// `Upgrade` request (client's fault, 400).
     #[error("asynchronous call refused: {0}")]
-    AsyncRefused(String),
-    /// The delay queue is at `async.max_queued`, or the store failed: 503 with
-    /// `Retry-After: seconds`; synchronous traffic is unaffected.
-    #[error("asynchronous call not accepted: {reason}")]
+    AsyncRefused(#[source] AsyncRefusal),
+    /// The delay queue is at `async.max_queued`, the store failed, or the replica that
+    /// holds a looked-up call cannot be reached: 503 with `Retry-After: seconds`;
+    /// synchronous traffic is unaffected.
+    #[error("asynchronous call not accepted: {cause}")]
     AsyncUnavailable {
-        /// Why (`queue full`, the store's error).
-        reason: String,
+        /// Why.
+        #[source]
+        cause: AsyncUnavailable,
         /// `Retry-After`, seconds.
         retry_after: u64,
     },
     /// The asynchronous-call store is at `async.max_store_bytes` (the gateway's
     /// capacity): 507 Insufficient Storage with `Retry-After`.
-    #[error("asynchronous call not accepted: {reason}")]
+    #[error("asynchronous call not accepted: {source}")]
     AsyncStoreFull {
-        /// The store's numbers.
-        reason: String,
+        /// The store's refusal, with its numbers (bytes used, limit, needed).
+        source: body::BoxError,
         /// `Retry-After`, seconds.
         retry_after: u64,
     },
     /// The client has `async.max_calls_per_client` calls stored (client's fault): 429
     /// with `Retry-After`.
-    #[error("asynchronous call not accepted: {reason}")]
+    #[error("asynchronous call not accepted: {source}")]
     AsyncClientLimit {
-        /// The limit that bit.
-        reason: String,
+        /// The store's refusal, naming the client and the limit.
+        source: body::BoxError,
         /// `Retry-After`, seconds.
         retry_after: u64,
     },
@@ -160,6 +162,83 @@ pub enum ProxyError {
     /// client's fault): 400, 405 (`CONNECT`, with `Allow`), 414 or 431.
     #[error("invalid request: {0}")]
     Request(#[from] RequestError),
+}
+
+/// Why an asynchronous call was refused ([`ProxyError::AsyncRefused`], 400): the
+/// client's request cannot be an asynchronous call as sent.
+#[derive(Debug, thiserror::Error)]
+pub enum AsyncRefusal {
+    /// The deadline header is not a whole number of milliseconds.
+    #[error("{header}: not a number of milliseconds: {text:?}")]
+    DeadlineNotANumber {
+        /// `async.deadline_header`.
+        header: String,
+        /// The header's value as sent.
+        text: String,
+    },
+    /// The deadline is outside `[1, async.max_deadline_seconds]`.
+    #[error("{header}: must be in [1, {max_ms}] ms, got {got}")]
+    DeadlineOutOfRange {
+        /// `async.deadline_header`.
+        header: String,
+        /// `async.max_deadline_seconds`, ms.
+        max_ms: u64,
+        /// The deadline sent, ms.
+        got: i128,
+    },
+    /// An `Upgrade` request cannot wait in a queue.
+    #[error("an Upgrade request cannot be asynchronous")]
+    Upgrade,
+}
+
+/// Why an asynchronous call cannot be accepted or looked up now
+/// ([`ProxyError::AsyncUnavailable`], 503 with `Retry-After`): the gateway's capacity or
+/// state, never the client's request.
+#[derive(Debug, thiserror::Error)]
+pub enum AsyncUnavailable {
+    /// The delay queue holds `async.max_queued` calls.
+    #[error("queue full")]
+    QueueFull,
+    /// The call store failed to read or write (its source says how).
+    #[error("the call store failed: {0}")]
+    Store(#[source] body::BoxError),
+    /// The blocking task running a store operation failed (panicked or was cancelled).
+    #[error("the call store's task failed: {0}")]
+    StoreTask(#[source] tokio::task::JoinError),
+    /// The replica whose tag the call id carries is not live (coordinated replicas).
+    #[error(
+        "the replica that accepted this call (owner tag {tag:08x}) is not live; its calls answer when it is back"
+    )]
+    OwnerNotLive {
+        /// The owner's tag, from the call id.
+        tag: u32,
+    },
+    /// The owner's advertised URL or the forwarded lookup could not be built.
+    #[error("cannot forward the lookup of call {id} to its owner at {url:?}: {source}")]
+    OwnerRequest {
+        /// The call id.
+        id: String,
+        /// The owner's advertised URL.
+        url: String,
+        /// What was wrong with it.
+        source: http::Error,
+    },
+    /// The owner replica failed to answer the forwarded lookup.
+    #[error("the replica that accepted this call ({url}) did not answer: {source}")]
+    OwnerFailed {
+        /// The owner's URL.
+        url: String,
+        /// The upstream error.
+        source: UpstreamError,
+    },
+    /// The owner replica sent no answer within `gateway.upstream_timeout_seconds`.
+    #[error("the replica that accepted this call ({url}) did not answer within {timeout:?}")]
+    OwnerTimeout {
+        /// The owner's URL.
+        url: String,
+        /// `gateway.upstream_timeout_seconds`.
+        timeout: Duration,
+    },
 }
 
 impl ProxyError {
@@ -452,7 +531,7 @@ mod tests {
     #[test]
     fn a_full_store_is_507_a_client_over_its_limit_429_both_with_retry_after() {
         let full = ProxyError::AsyncStoreFull {
-            reason: "x".into(),
+            source: "x".into(),
             retry_after: 9,
         };
         assert_eq!((full.fault(), full.retryable()), (Fault::Capacity, true));
@@ -460,7 +539,7 @@ mod tests {
         assert_eq!(r.status(), 507);
         assert_eq!(r.headers()[header::RETRY_AFTER], "9");
         let over = ProxyError::AsyncClientLimit {
-            reason: "x".into(),
+            source: "x".into(),
             retry_after: 4,
         };
         assert_eq!((over.fault(), over.retryable()), (Fault::Client, true));
@@ -521,5 +600,41 @@ mod tests {
         // A gateway-side failure keeps the connection.
         let r = ProxyError::Upstream("x".into()).into_response();
         assert!(r.headers().get(header::CONNECTION).is_none());
+    }
+
+    /// The asynchronous front end's errors keep what caused them: a log line or a
+    /// tracing error chain reaches the store's or the owner replica's own error, while
+    /// the client gets the fixed reason (no store path, no owner address).
+    #[test]
+    fn async_errors_keep_their_cause_and_the_client_sees_only_the_reason() {
+        let store = std::io::Error::other("disk /var/lib/spillway/calls.redb: I/O error");
+        let e = ProxyError::AsyncUnavailable {
+            cause: AsyncUnavailable::Store(Box::new(store)),
+            retry_after: 7,
+        };
+        let cause = std::error::Error::source(&e).expect("the cause");
+        let root = cause.source().expect("the store's error");
+        assert!(root.to_string().contains("I/O error"), "{root}");
+        assert_eq!((e.fault(), e.retryable()), (Fault::Capacity, true));
+        assert!(!e.reason().contains("redb"), "{}", e.reason());
+        let r = e.into_response();
+        assert_eq!(r.status(), 503);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "7");
+
+        let refused = ProxyError::AsyncRefused(AsyncRefusal::DeadlineOutOfRange {
+            header: "x-deadline-ms".into(),
+            max_ms: 60_000,
+            got: 0,
+        });
+        assert_eq!(
+            (refused.fault(), refused.retryable()),
+            (Fault::Client, false)
+        );
+        assert_eq!(refused.status(), 400);
+        assert_eq!(
+            refused.reason(),
+            "asynchronous call refused: x-deadline-ms: must be in [1, 60000] ms, got 0"
+        );
+        assert!(std::error::Error::source(&refused).is_some());
     }
 }

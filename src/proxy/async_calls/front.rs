@@ -73,7 +73,7 @@ use crate::policy::attempt::Decision;
 use crate::policy::core::Release;
 use crate::policy::delay::CallId;
 use crate::proxy::driver::{AsyncFrontEnd, Gateway, Intercepted, TicketGuard};
-use crate::proxy::error::ProxyError;
+use crate::proxy::error::{AsyncRefusal, AsyncUnavailable, ProxyError};
 use crate::proxy::service::{self, ServiceSettings};
 
 /// Header carrying the call id to the upstream.
@@ -320,16 +320,17 @@ impl AsyncCalls {
         if let Some(v) = req.headers().get(&self.deadline_header) {
             let text = v.to_str().unwrap_or("").trim();
             let ms: i128 = text.parse().map_err(|_| {
-                ProxyError::AsyncRefused(format!(
-                    "{}: not a number of milliseconds: {text:?}",
-                    self.cfg.deadline_header
-                ))
+                ProxyError::AsyncRefused(AsyncRefusal::DeadlineNotANumber {
+                    header: self.cfg.deadline_header.clone(),
+                    text: text.to_owned(),
+                })
             })?;
             if ms <= 0 || ms > i128::from(max_ms) {
-                return Err(ProxyError::AsyncRefused(format!(
-                    "{}: must be in [1, {max_ms}] ms, got {ms}",
-                    self.cfg.deadline_header
-                )));
+                return Err(ProxyError::AsyncRefused(AsyncRefusal::DeadlineOutOfRange {
+                    header: self.cfg.deadline_header.clone(),
+                    max_ms,
+                    got: ms,
+                }));
             }
             return Ok(ms as u64);
         }
@@ -353,9 +354,7 @@ impl AsyncCalls {
         scheme: &'static str,
     ) -> Result<Response<Body>, ProxyError> {
         if headers::wants_upgrade(req.headers()) {
-            return Err(ProxyError::AsyncRefused(
-                "an Upgrade request cannot be asynchronous".into(),
-            ));
+            return Err(ProxyError::AsyncRefused(AsyncRefusal::Upgrade));
         }
         let deadline_in = self.deadline_ms(&req)?;
         let limit = self.cfg.max_body_bytes;
@@ -368,7 +367,7 @@ impl AsyncCalls {
             return Err(ProxyError::BodyTooLarge { limit: limit.get() });
         }
         if gw.async_queued() >= self.cfg.max_queued.get() {
-            return Err(self.unavailable("queue full".into()));
+            return Err(self.unavailable(AsyncUnavailable::QueueFull));
         }
         let client = client_address(peer, req.headers(), &self.settings.trusted_proxies);
         let (mut parts, incoming) = req.into_parts();
@@ -421,26 +420,26 @@ impl AsyncCalls {
         let r2 = rec.clone();
         let stored = tokio::task::spawn_blocking(move || store.insert(&r2, &body))
             .await
-            .map_err(|e| self.unavailable(e.to_string()))?;
+            .map_err(|e| self.unavailable(AsyncUnavailable::StoreTask(e)))?;
         match stored {
             Ok(()) => {}
             Err(e @ StoreError::Full { .. }) => {
                 tracing::debug!(error = %e, "async call refused");
                 return Err(ProxyError::AsyncStoreFull {
-                    reason: e.to_string(),
+                    source: e.into(),
                     retry_after: self.cfg.retry_after_seconds,
                 });
             }
             Err(e @ StoreError::ClientLimit { .. }) => {
                 tracing::debug!(error = %e, "async call refused");
                 return Err(ProxyError::AsyncClientLimit {
-                    reason: e.to_string(),
+                    source: e.into(),
                     retry_after: self.cfg.retry_after_seconds,
                 });
             }
             Err(e) => {
                 tracing::warn!(error = %e, "async call not stored");
-                return Err(self.unavailable(e.to_string()));
+                return Err(self.unavailable(AsyncUnavailable::Store(e.into())));
             }
         }
         crate::telemetry::async_accepted();
@@ -465,11 +464,19 @@ impl AsyncCalls {
         Ok(resp)
     }
 
-    fn unavailable(&self, reason: String) -> ProxyError {
+    fn unavailable(&self, cause: AsyncUnavailable) -> ProxyError {
         ProxyError::AsyncUnavailable {
-            reason,
+            cause,
             retry_after: self.cfg.retry_after_seconds,
         }
+    }
+
+    fn owner_request(&self, id: &str, url: &str, source: http::Error) -> ProxyError {
+        self.unavailable(AsyncUnavailable::OwnerRequest {
+            id: id.to_owned(),
+            url: url.to_owned(),
+            source,
+        })
     }
 
     fn enqueue(&self, gw: &Arc<Gateway>, rec: &CallRecord) {
@@ -492,7 +499,7 @@ impl AsyncCalls {
         let found = self
             .store
             .recover()
-            .map_err(|e| self.unavailable(e.to_string()))?;
+            .map_err(|e| self.unavailable(AsyncUnavailable::Store(e.into())))?;
         for rec in &found.calls {
             self.enqueue(gw, rec);
         }
@@ -556,8 +563,8 @@ impl AsyncCalls {
             Ok::<_, super::store::StoreError>((rec, res))
         })
         .await
-        .map_err(|e| self.unavailable(e.to_string()))?
-        .map_err(|e| self.unavailable(e.to_string()))?;
+        .map_err(|e| self.unavailable(AsyncUnavailable::StoreTask(e)))?
+        .map_err(|e| self.unavailable(AsyncUnavailable::Store(e.into())))?;
         let (Some(rec), res) = found else {
             if let Some(url) = self.owner_elsewhere(&id, req)? {
                 return self.forward_lookup(gw, &url, &id, req).await;
@@ -623,10 +630,7 @@ impl AsyncCalls {
         }
         match r.directory.call_owner(tag) {
             Some(url) => Ok(Some(url)),
-            None => Err(self.unavailable(format!(
-                "the replica that accepted this call (owner tag {tag:08x}) is not live; \
-                 its calls answer when it is back"
-            ))),
+            None => Err(self.unavailable(AsyncUnavailable::OwnerNotLive { tag })),
         }
     }
 
@@ -643,7 +647,7 @@ impl AsyncCalls {
     ) -> Result<Response<Body>, ProxyError> {
         let base: http::Uri = url
             .parse()
-            .map_err(|e| self.unavailable(format!("owner URL {url:?} of call {id}: {e}")))?;
+            .map_err(|e: http::uri::InvalidUri| self.owner_request(id, url, e.into()))?;
         let own = self.replicas.get().map_or(0, |r| r.tag);
         let target = req.uri().path_and_query().map_or("/", |p| p.as_str());
         let mut out = Request::builder()
@@ -657,7 +661,7 @@ impl AsyncCalls {
         }
         let out = out
             .body(body::empty())
-            .map_err(|e| self.unavailable(e.to_string()))?;
+            .map_err(|e| self.owner_request(id, url, e))?;
         let timeout = self.settings.upstream_timeout;
         match tokio::time::timeout(timeout, gw.client().forward(&base, out)).await {
             Ok(Ok(resp)) => {
@@ -666,12 +670,14 @@ impl AsyncCalls {
                 tracing::debug!(call = %id, owner = %url, status = parts.status.as_u16(), "status lookup answered by the owner");
                 Ok(Response::from_parts(parts, body::boxed(incoming)))
             }
-            Ok(Err(e)) => Err(self.unavailable(format!(
-                "the replica that accepted this call ({url}) did not answer: {e}"
-            ))),
-            Err(_) => Err(self.unavailable(format!(
-                "the replica that accepted this call ({url}) did not answer within {timeout:?}"
-            ))),
+            Ok(Err(source)) => Err(self.unavailable(AsyncUnavailable::OwnerFailed {
+                url: url.to_owned(),
+                source,
+            })),
+            Err(_) => Err(self.unavailable(AsyncUnavailable::OwnerTimeout {
+                url: url.to_owned(),
+                timeout,
+            })),
         }
     }
 
