@@ -670,7 +670,7 @@ impl Pool {
                     ));
                 }
                 Ok(None) => {
-                    return Err(BackendError::Provider(format!(
+                    return Err(BackendError::OutcomeUnknown(format!(
                         "ec2: RunInstances outcome unknown after {RUN_RECOVERY_ATTEMPTS} repetitions (client token {token})"
                     )));
                 }

@@ -115,6 +115,11 @@ pub enum BackendError {
     /// Any other provider failure (API error, throttling, capacity…).
     #[error("{0}")]
     Provider(String),
+    /// A launch whose outcome stayed unknown (EC2: every repetition of RunInstances
+    /// was ambiguous and no instance carries its token yet): an instance may still
+    /// turn up. Under coordination its intent stays open for a later leader's replay.
+    #[error("{0}")]
+    OutcomeUnknown(String),
 }
 
 /// What a provider found about its pool between two health-check ticks

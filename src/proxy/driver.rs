@@ -1316,9 +1316,11 @@ impl Gateway {
             return;
         };
         let launched = provider.launch(vm, permit.as_ref().map(Permit::term)).await;
-        // Its outcome is known now (an instance, or a failure after the provider's own
-        // recovery): no later leader replays it.
-        self.pool_written(permit).await;
+        // Its outcome is known now (an instance, or a definite failure): no later leader
+        // replays it. An unknown outcome stays open: a later leader looks its token up.
+        if !matches!(launched, Err(BackendError::OutcomeUnknown(_))) {
+            self.pool_written(permit).await;
+        }
         let instance = match launched {
             Ok(instance) => {
                 // Billed from here (EC2: from `running`) until it is terminated.
