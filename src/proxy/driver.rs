@@ -1614,6 +1614,9 @@ impl Host for Gateway {
                     });
                     match self.vm_provider.terminate(instance).await {
                         Ok(()) => Replayed::Terminated(instance.clone()),
+                        // Not this replica's provider's to stop (a `process` VM of the
+                        // earlier leader's host): nothing to replay here.
+                        Err(BackendError::UnknownInstance(_)) => Replayed::Dropped,
                         Err(e) => Replayed::Failed(e.to_string()),
                     }
                 }
