@@ -205,6 +205,23 @@ pub struct VmTarget {
     pub base: Uri,
 }
 
+impl State {
+    /// Adopt `instance` at `base` as a ready VM of the core and of the address book
+    /// (`foreign`: another replica's, from the leader's registry). Returns its id.
+    fn adopt_ready(&mut self, now: Time, instance: String, base: Uri, foreign: bool) -> VmId {
+        let vm = self.core.adopt_ready_vm(now);
+        self.records.insert(
+            vm,
+            VmRecord {
+                instance: Some(instance),
+                base: Some(base),
+                foreign,
+            },
+        );
+        vm
+    }
+}
+
 impl Gateway {
     /// A gateway around `core` (not started yet). `zones` are the function backends in
     /// the order of the core's placement zones.
@@ -512,16 +529,8 @@ impl Gateway {
             let mut st = self.lock();
             let now = self.now();
             for (instance, base) in adopted {
-                let vm = st.core.adopt_ready_vm(now);
+                let vm = st.adopt_ready(now, instance.clone(), base.clone(), false);
                 tracing::info!(%vm, %instance, %base, "adopted VM");
-                st.records.insert(
-                    vm,
-                    VmRecord {
-                        instance: Some(instance),
-                        base: Some(base),
-                        foreign: false,
-                    },
-                );
             }
             st.core.start(now);
         }
@@ -896,16 +905,9 @@ impl Gateway {
                 if !known.insert(instance.clone()) {
                     continue;
                 }
-                let vm = st.core.adopt_ready_vm(now);
+                let vm = st.adopt_ready(now, instance.clone(), base.clone(), false);
                 tracing::info!(%vm, %instance, %base, "adopted VM (launched by an earlier leader, found by the pool audit)");
-                st.records.insert(
-                    vm,
-                    VmRecord {
-                        instance: Some(instance.clone()),
-                        base: Some(base.clone()),
-                        foreign: false,
-                    },
-                );
+
                 claimed.push((instance.clone(), base.clone()));
             }
             claimed
@@ -923,16 +925,8 @@ impl Gateway {
                 if !known.insert(instance.clone()) {
                     continue;
                 }
-                let vm = st.core.adopt_ready_vm(now);
+                let vm = st.adopt_ready(now, instance.clone(), base.clone(), false);
                 tracing::info!(%vm, %instance, %base, "adopted VM (found by the pool audit)");
-                st.records.insert(
-                    vm,
-                    VmRecord {
-                        instance: Some(instance),
-                        base: Some(base),
-                        foreign: false,
-                    },
-                );
             }
             let gone: std::collections::HashSet<&str> =
                 changes.gone.iter().map(String::as_str).collect();
@@ -985,15 +979,8 @@ impl Gateway {
             let mut added = 0;
             for (name, base) in members {
                 if !present.contains(name) {
-                    let vm = st.core.adopt_ready_vm(now);
-                    st.records.insert(
-                        vm,
-                        VmRecord {
-                            instance: Some(name.clone()),
-                            base: Some(base.clone()),
-                            foreign: false,
-                        },
-                    );
+                    st.adopt_ready(now, name.clone(), base.clone(), false);
+
                     added += 1;
                 }
             }
@@ -1006,15 +993,8 @@ impl Gateway {
         let vm = self.with_core_state(|st, now| {
             let i = st.parked.iter().position(|p| &p.base == base)?;
             let Parked { instance, base, .. } = st.parked.remove(i);
-            let vm = st.core.adopt_ready_vm(now);
-            st.records.insert(
-                vm,
-                VmRecord {
-                    instance: Some(instance),
-                    base: Some(base),
-                    foreign: false,
-                },
-            );
+            let vm = st.adopt_ready(now, instance, base, false);
+
             Some(vm)
         });
         if let Some(vm) = vm {
@@ -1535,16 +1515,9 @@ impl Host for Gateway {
                     tracing::warn!(instance = %v.instance, base = %v.base, "registry VM with an unreadable address; ignored");
                     continue;
                 };
-                let vm = st.core.adopt_ready_vm(now);
+                let vm = st.adopt_ready(now, v.instance.clone(), base.clone(), true);
                 tracing::info!(%vm, instance = %v.instance, %base, "registry VM adopted");
-                st.records.insert(
-                    vm,
-                    VmRecord {
-                        instance: Some(v.instance.clone()),
-                        base: Some(base),
-                        foreign: true,
-                    },
-                );
+
             }
         });
     }
@@ -1577,16 +1550,9 @@ impl Host for Gateway {
                             if st.records.values().any(|r| r.instance.as_deref() == Some(&instance)) {
                                 return false;
                             }
-                            let vm = st.core.adopt_ready_vm(now);
+                            let vm = st.adopt_ready(now, instance.clone(), base.clone(), false);
                             tracing::info!(%vm, %instance, %base, "adopted VM (an earlier leader's launch, found by its client token)");
-                            st.records.insert(
-                                vm,
-                                VmRecord {
-                                    instance: Some(instance.clone()),
-                                    base: Some(base.clone()),
-                                    foreign: false,
-                                },
-                            );
+
                             true
                         });
                         if adopted {
