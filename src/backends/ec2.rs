@@ -50,8 +50,9 @@
 //! * **One writer per pool's instances**: every instance carries this
 //!   gateway's id ([`effective_gateway_id`]: `gateway_id`, else the coordination cluster
 //!   name, else the `pool_name`; never the host name, so a restarted gateway finds its
-//!   pool). At start — after listing the pool with back-off ([`ADOPT_LIST_ATTEMPTS`]),
-//!   before anything is launched —, instances of the pool
+//!   pool). At start — after listing the pool with back-off for at most
+//!   [`ADOPT_LIST_FOR`] (the gateway listens once adoption ends), before anything is
+//!   launched —, instances of the pool
 //!   with this id (or one of `adopt_gateway_ids`, or no id: launched before the tag
 //!   existed) are this gateway's: those that are `running`, resolve and pass one health
 //!   probe are adopted as ready VMs; the others — booting, unhealthy, `stopping` or
@@ -157,10 +158,12 @@ pub const RUN_RECOVERY_ATTEMPTS: u32 = 4;
 pub const RUN_RECOVERY_BACKOFF: Duration = Duration::from_secs(1);
 /// Longest pause between DescribeInstances calls while the API throttles.
 pub const DESCRIBE_BACKOFF_MAX: Duration = Duration::from_secs(60);
-/// Listings of the pool tried at start before the gateway starts without adopted VMs
-/// (each with the SDK's own retries): nothing is launched before adoption has listed
-/// the pool or given up.
-pub const ADOPT_LIST_ATTEMPTS: u32 = 6;
+/// How long the pool is listed at start, with back-off, before the gateway starts
+/// without adopted VMs (each listing with the SDK's own retries, a listing still
+/// running at the end is dropped): nothing is launched before adoption has listed the
+/// pool or given up, and the gateway does not listen before, so this bounds how long
+/// an unreachable EC2 API delays serving on the function tier.
+pub const ADOPT_LIST_FOR: Duration = Duration::from_secs(12);
 /// First pause between two adoption listings; doubles up to [`ADOPT_LIST_BACKOFF_MAX`].
 pub const ADOPT_LIST_BACKOFF: Duration = Duration::from_millis(500);
 /// Longest pause between two adoption listings.
@@ -1079,13 +1082,13 @@ impl Pool {
     /// ones (this gateway's, not ready) to be terminated.
     async fn adopt_instances(&self) -> (Vec<(String, Uri)>, Vec<String>) {
         let Some(found) = self.list_pool_for_adoption().await else {
-            tracing::error!(pool = %self.cfg.pool_name, attempts = ADOPT_LIST_ATTEMPTS, "cannot list the pool's instances; starting without adopted VMs (the pool audit terminates instances of an earlier run after stray_grace_seconds)");
+            tracing::error!(pool = %self.cfg.pool_name, tried_for = ?ADOPT_LIST_FOR, "cannot list the pool's instances; starting without adopted VMs (the pool audit terminates instances of an earlier run after stray_grace_seconds)");
             self.errors.set_condition(
                 COND_ADOPTION,
                 "listing_failed",
                 true,
                 Some(format!(
-                    "the instances of pool {} could not be listed at start ({ADOPT_LIST_ATTEMPTS} attempts); instances of an earlier run may be running untracked until the pool audit lists the pool",
+                    "the instances of pool {} could not be listed at start (tried for {ADOPT_LIST_FOR:?}); instances of an earlier run may be running untracked until the pool audit lists the pool",
                     self.cfg.pool_name
                 )),
                 serde_json::Map::new(),
@@ -1148,26 +1151,22 @@ impl Pool {
         (adopted, stale)
     }
 
-    /// The pool's live instances for adoption at start: up to [`ADOPT_LIST_ATTEMPTS`]
-    /// listings with back-off ([`ADOPT_LIST_BACKOFF`] doubling up to
-    /// [`ADOPT_LIST_BACKOFF_MAX`], up to a quarter more as jitter); `None` when every one
-    /// failed. The gateway launches nothing before this returns.
+    /// The pool's live instances for adoption at start: listings with back-off
+    /// ([`ADOPT_LIST_BACKOFF`] doubling up to [`ADOPT_LIST_BACKOFF_MAX`], up to a quarter
+    /// more as jitter) for at most [`ADOPT_LIST_FOR`]; `None` when none succeeded in
+    /// time. The gateway launches nothing before this returns.
     async fn list_pool_for_adoption(&self) -> Option<Vec<Instance>> {
-        let mut pause = ADOPT_LIST_BACKOFF;
-        for attempt in 1..=ADOPT_LIST_ATTEMPTS {
-            if let Ok(found) = self
-                .list_pool(&["pending", "running", "stopping", "stopped"])
-                .await
-            {
-                return Some(found);
-            }
-            if attempt < ADOPT_LIST_ATTEMPTS {
-                tracing::warn!(pool = %self.cfg.pool_name, attempt, backoff = ?pause, "cannot list the pool's instances for adoption; trying again before any launch");
-                tokio::time::sleep(pause + rand::random_range(Duration::ZERO..=pause / 4)).await;
-                pause = (pause * 2).min(ADOPT_LIST_BACKOFF_MAX);
-            }
-        }
-        None
+        let pool = &self.cfg.pool_name;
+        retry_for(
+            ADOPT_LIST_FOR,
+            ADOPT_LIST_BACKOFF,
+            ADOPT_LIST_BACKOFF_MAX,
+            || self.list_pool(&["pending", "running", "stopping", "stopped"]),
+            |attempt, pause| {
+                tracing::warn!(%pool, attempt, backoff = ?pause, "cannot list the pool's instances for adoption; trying again before any launch");
+            },
+        )
+        .await
     }
 
     /// `/status`: the pool's instances that belong to other gateway ids, per id.
@@ -1934,9 +1933,101 @@ pub fn classify_code(code: Option<&str>, status: u16) -> ErrorKind {
     }
 }
 
+/// `call` until it succeeds, for at most `total`: after a failure, `on_retry(attempt,
+/// pause)` and a pause (`first`, doubling up to `max`, up to a quarter more as
+/// jitter). A call still running when `total` has passed is dropped. `None`: no call
+/// succeeded in time.
+async fn retry_for<T, E, Fut>(
+    total: Duration,
+    first: Duration,
+    max: Duration,
+    mut call: impl FnMut() -> Fut,
+    mut on_retry: impl FnMut(u32, Duration),
+) -> Option<T>
+where
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    let deadline = tokio::time::Instant::now() + total;
+    let mut pause = first;
+    for attempt in 1.. {
+        match tokio::time::timeout_at(deadline, call()).await {
+            Ok(Ok(found)) => return Some(found),
+            Ok(Err(_)) => {}
+            Err(_) => return None,
+        }
+        let wait = pause + rand::random_range(Duration::ZERO..=pause / 4);
+        if tokio::time::Instant::now() + wait >= deadline {
+            return None;
+        }
+        on_retry(attempt, pause);
+        tokio::time::sleep(wait).await;
+        pause = (pause * 2).min(max);
+    }
+    None
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A listing that keeps failing slowly (as the SDK's own retries against a closed
+    /// port do) gives up when the time is up, not after a number of attempts; one
+    /// that hangs is cut at the deadline; one that succeeds late still counts.
+    #[tokio::test(start_paused = true)]
+    async fn retries_are_bounded_by_time_not_attempts() {
+        let total = Duration::from_secs(12);
+        let start = tokio::time::Instant::now();
+        let mut calls = 0;
+        let mut retries = Vec::new();
+        let got: Option<()> = retry_for(
+            total,
+            Duration::from_millis(500),
+            Duration::from_secs(8),
+            || {
+                calls += 1;
+                async {
+                    tokio::time::sleep(Duration::from_secs(3)).await;
+                    Err::<(), _>("refused")
+                }
+            },
+            |attempt, pause| retries.push((attempt, pause)),
+        )
+        .await;
+        assert_eq!(got, None);
+        assert!(start.elapsed() <= total, "{:?}", start.elapsed());
+        assert_eq!(calls, 3, "3 s calls with 0.5 s and 1 s pauses fit 12 s");
+        assert_eq!(
+            retries,
+            [(1, Duration::from_millis(500)), (2, Duration::from_secs(1))]
+        );
+
+        let start = tokio::time::Instant::now();
+        let hung: Option<()> = retry_for(
+            total,
+            Duration::from_millis(500),
+            Duration::from_secs(8),
+            std::future::pending::<Result<(), ()>>,
+            |_, _| {},
+        )
+        .await;
+        assert_eq!(hung, None);
+        assert_eq!(start.elapsed(), total);
+
+        let mut n = 0;
+        let late = retry_for(
+            total,
+            Duration::from_millis(500),
+            Duration::from_secs(8),
+            || {
+                n += 1;
+                let ok = n == 4;
+                async move { if ok { Ok(n) } else { Err(()) } }
+            },
+            |_, _| {},
+        )
+        .await;
+        assert_eq!(late, Some(4));
+    }
 
     #[test]
     fn error_codes_map_to_fixed_kinds() {
