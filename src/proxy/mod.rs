@@ -18,6 +18,49 @@
 //! HTTP primitives shared with the backends (body, upstream client, header hygiene, TLS)
 //! live in [`crate::net`]; the metrics spec in [`crate::telemetry`].
 
+/// `impl AsyncWrite for $ty<I>` that passes every call to its field `$io` unchanged:
+/// the connection wrappers ([`lifetime::Tracked`], the protocol sniffer's replay of
+/// the first bytes) change only how a connection is read.
+macro_rules! forward_async_write {
+    ($ty:ident, $io:ident) => {
+        impl<I: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for $ty<I> {
+            fn poll_write(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                buf: &[u8],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_write(cx, buf)
+            }
+
+            fn poll_write_vectored(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+                bufs: &[std::io::IoSlice<'_>],
+            ) -> std::task::Poll<std::io::Result<usize>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_write_vectored(cx, bufs)
+            }
+
+            fn is_write_vectored(&self) -> bool {
+                self.$io.is_write_vectored()
+            }
+
+            fn poll_flush(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_flush(cx)
+            }
+
+            fn poll_shutdown(
+                self: std::pin::Pin<&mut Self>,
+                cx: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<std::io::Result<()>> {
+                std::pin::Pin::new(&mut self.get_mut().$io).poll_shutdown(cx)
+            }
+        }
+    };
+}
+
 pub mod access_log;
 pub mod admin;
 pub mod admin_token;
