@@ -22,7 +22,8 @@ use std::sync::Arc;
 use common::{Gateway, SampleApi};
 use replicas::{
     Background, EPOCH, RHO, Reaper, Redis, Sampler, Sent, cluster_vms, config, decisions, drive,
-    intent_terms, percentile, role, term, try_status, until, vm_children, wait_one_leader,
+    drive_on_grid, epoch_origin, intent_terms, next_decision_cycle, percentile, role, term,
+    try_status, until, vm_children, wait_one_leader,
 };
 use serde_json::Value;
 
@@ -64,10 +65,9 @@ struct Run {
 }
 
 /// Wait until the deciding gateway (the leader, or the one gateway) shows a new scaling
-/// decision: a run that starts right after one meets the load steps at the same phase of
-/// the K-epoch decision cycle as every other run, so that runs compare their policies,
-/// not where their start fell in that cycle (up to K·E = 2 s of decision lag at a step).
-fn after_next_decision(gws: &[&Gateway]) {
+/// decision; returns its admin address and the epoch that decision closed (in that
+/// gateway's own epoch numbering).
+fn next_decision(gws: &[&Gateway]) -> (SocketAddr, u64) {
     let deciding = |s: &Value| {
         s.pointer("/coordination/type").and_then(Value::as_str) != Some("redis")
             || role(s) == "leader"
@@ -75,35 +75,47 @@ fn after_next_decision(gws: &[&Gateway]) {
     let last = |gws: &[&Gateway]| {
         gws.iter().find_map(|g| {
             try_status(g.admin).filter(|s| deciding(s)).map(|s| {
-                s.pointer("/scaling/last_decision/epoch")
-                    .and_then(Value::as_u64)
+                (
+                    g.admin,
+                    s.pointer("/scaling/last_decision/epoch")
+                        .and_then(Value::as_u64),
+                )
             })
         })
     };
-    let before = last(gws).flatten();
+    let before = last(gws).and_then(|(_, e)| e);
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        if let Some(now) = last(gws)
-            && now.is_some()
-            && now != before
+        if let Some((admin, Some(now))) = last(gws)
+            && Some(now) != before
         {
-            return;
+            return (admin, now);
         }
         std::thread::sleep(Duration::from_millis(10));
     }
     panic!("no scaling decision within 10 s");
 }
 
+/// Where a run's load starts: on the epoch boundary at which the deciding gateway takes
+/// its next decision but one or two (at least 1 s ahead). Every run meets the load
+/// steps at the same phase of the epoch grid and of the K-epoch decision cycle: with
+/// the load started at an arbitrary instant, one gateway alone moved its spill share
+/// by 2 points between runs (22.8–24.8 %), up to K·E = 2 s of decision lag at a step.
+fn load_start(gws: &[&Gateway]) -> Instant {
+    let (admin, decided) = next_decision(gws);
+    let origin = epoch_origin(admin).expect("the deciding gateway answers /status");
+    next_decision_cycle(origin, decided, Duration::from_secs(1))
+}
+
 fn run(gws: &[&Gateway], weights: &[f64], load: &[(f64, f64)]) -> Run {
-    after_next_decision(gws);
+    let start = load_start(gws);
     let sampler = Sampler::start(gws.iter().map(|g| g.admin).collect());
-    let start = Instant::now();
     let targets: Vec<(SocketAddr, f64)> = gws
         .iter()
         .map(|g| g.proxy)
         .zip(weights.iter().copied())
         .collect();
-    let sent = drive(&targets, load, "/");
+    let sent = drive_on_grid(&targets, load, "/", start);
     let samples = sampler.finish();
     let mut vm_reqs = BTreeMap::new();
     for x in &samples {

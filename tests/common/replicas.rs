@@ -119,6 +119,8 @@ pub(crate) const LIBRA: &str = "  epoch_seconds: 0.5
 
 /// Epoch length of [`LIBRA`].
 pub(crate) const EPOCH: Duration = Duration::from_millis(500);
+/// K of [`LIBRA`]: a scaling decision every this many epochs.
+pub(crate) const DECISION_EPOCHS: u64 = 4;
 /// ρ of [`LIBRA`].
 pub(crate) const RHO: f64 = 0.7;
 
@@ -193,11 +195,21 @@ impl Sent {
 /// request i to the target whose weight share it falls in (a deterministic weighted
 /// round robin); one thread per request (bounded: Σ rate·seconds).
 pub(crate) fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &str) -> Vec<Sent> {
+    drive_on_grid(targets, steps, path, Instant::now())
+}
+
+/// [`drive`] with the first request sent at `start` (a future instant: an epoch
+/// boundary from [`next_decision_cycle`]) and every later one at its offset from it.
+pub(crate) fn drive_on_grid(
+    targets: &[(SocketAddr, f64)],
+    steps: &[(f64, f64)],
+    path: &str,
+    start: Instant,
+) -> Vec<Sent> {
     let total_w: f64 = targets.iter().map(|(_, w)| w).sum();
     let mut credit = vec![0.0; targets.len()];
     let (tx, rx) = mpsc::channel();
     let mut n = 0;
-    let start = Instant::now();
     let mut at = Duration::ZERO;
     for &(rate, seconds) in steps {
         let count = (rate * seconds).round() as usize;
@@ -237,6 +249,33 @@ pub(crate) fn drive(targets: &[(SocketAddr, f64)], steps: &[(f64, f64)], path: &
     }
     drop(tx);
     rx.iter().take(n).collect()
+}
+
+/// Policy time zero of the gateway behind `admin` on this process's clock: the instant
+/// its epoch 0 began (its epochs are `[origin + i·E, origin + (i+1)·E)`). A coordinated
+/// replica's origin lies on the wall-clock grid of multiples of [`EPOCH`]; one gateway's
+/// is its start. Read from `/status`'s `uptime_seconds` (0.1 ms) at the midpoint of the
+/// request; `None` when the gateway does not answer.
+pub(crate) fn epoch_origin(admin: SocketAddr) -> Option<Instant> {
+    let t0 = Instant::now();
+    let s = try_status(admin)?;
+    let t1 = Instant::now();
+    let uptime = Duration::from_secs_f64(s["uptime_seconds"].as_f64()?);
+    (t0 + (t1 - t0) / 2).checked_sub(uptime)
+}
+
+/// The next instant at least `ahead` from now at which a gateway whose policy time zero is
+/// `origin` and whose last decision closed its epoch `decided` takes a scaling decision:
+/// the end of epoch `decided + j·K` for the least such j. A load started there meets
+/// the K-epoch decision cycle at the same phase on every run (one gateway or replicas),
+/// so that runs compare their policies, not where their start fell in the cycle.
+pub(crate) fn next_decision_cycle(origin: Instant, decided: u64, ahead: Duration) -> Instant {
+    let earliest = Instant::now() + ahead;
+    let mut end = decided + 1;
+    while origin + EPOCH * u32::try_from(end).expect("epoch index") < earliest {
+        end += DECISION_EPOCHS;
+    }
+    origin + EPOCH * u32::try_from(end).expect("epoch index")
 }
 
 /// One `/status` sample.
