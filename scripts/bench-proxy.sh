@@ -22,6 +22,9 @@
 #   HYPER_PROXY=path            the reference proxy (default: the release build of
 #                               examples/hyper_proxy.rs there, built when missing)
 #   ROUNDS=3                    rounds of the 64-connection table
+#   SPILLWAY_BEFORE=path        an earlier spillway binary, measured as the row "before"
+#                               right before "spillway" in every table and round (old and
+#                               new side by side in one interleaved run; same config)
 set -euo pipefail
 D=${1:-10}
 C=${2:-64}
@@ -64,9 +67,9 @@ cleanup() {
 trap cleanup EXIT
 
 # Free loopback ports (the kernel picks them; nothing else on the box is disturbed).
-read -r ORIGIN ORIGIN_H2 NGX NGX_H2 HAP HAP_H2 SPW ADMIN HYP < <(python3 - <<'PY'
+read -r ORIGIN ORIGIN_H2 NGX NGX_H2 HAP HAP_H2 SPW ADMIN HYP SPWB ADMINB < <(python3 - <<'PY'
 import socket
-ss = [socket.socket() for _ in range(9)]
+ss = [socket.socket() for _ in range(11)]
 for s in ss:
     s.bind(("127.0.0.1", 0))
 print(*[s.getsockname()[1] for s in ss])
@@ -111,11 +114,12 @@ backend b
 CONF
 # spillway: one static VM (the origin), LIBRA routing on with room for all the traffic on
 # the VM (no spill), metrics on (always), header hygiene on (always), access log off.
-cat >"$W/spillway.yaml" <<CONF
+spillway_config() {
+cat <<CONF
 version: 1
 gateway:
-  listen: 127.0.0.1:$SPW
-  admin_listen: 127.0.0.1:$ADMIN
+  listen: 127.0.0.1:$1
+  admin_listen: 127.0.0.1:$2
   access_log: false
   allow_loopback_upstreams: true
 libra:
@@ -131,6 +135,9 @@ function_tier:
   url: http://127.0.0.1:$ORIGIN/
   max_concurrency: 64
 CONF
+}
+spillway_config "$SPW" "$ADMIN" >"$W/spillway.yaml"
+spillway_config "$SPWB" "$ADMINB" >"$W/before.yaml"
 
 nginx -c "$W/origin.conf" -p "$W" -e "$W/origin.err"
 nginx -c "$W/nginx.conf" -p "$W" -e "$W/nginx.err"
@@ -138,11 +145,19 @@ haproxy -D -f "$W/haproxy.cfg" -p "$W/haproxy.pid"
 "$SPILLWAY" serve --config "$W/spillway.yaml" >"$W/spillway.log" 2>&1 &
 SPID=$!
 PIDS+=("$SPID")
+BPID=
+BEFORE=()
+if [ -n "${SPILLWAY_BEFORE:-}" ]; then
+  "$SPILLWAY_BEFORE" serve --config "$W/before.yaml" >"$W/before.log" 2>&1 &
+  BPID=$!
+  PIDS+=("$BPID")
+  BEFORE=("before:$SPWB")
+fi
 # The reference proxy: HTTP/1.1 and h2c on one port.
 "$HYPER_PROXY" "127.0.0.1:$HYP" "http://127.0.0.1:$ORIGIN" >"$W/hyper.log" 2>&1 &
 HPID=$!
 PIDS+=("$HPID")
-for port in $ORIGIN $NGX $HAP $HYP $SPW; do
+for port in $ORIGIN $NGX $HAP $HYP $SPW ${BPID:+$SPWB}; do
   for _ in $(seq 100); do
     curl -fs -o /dev/null "http://127.0.0.1:$port/" && break
     sleep 0.1
@@ -174,6 +189,7 @@ cpu_ticks() {
     nginx) root=$(cat "$W/nginx.pid") ;;
     haproxy) root=$(cat "$W/haproxy.pid") ;;
     spillway) root=$SPID ;;
+    before) root=$BPID ;;
     hyper) root=$HPID ;;
     *) echo -; return ;;
   esac
@@ -200,7 +216,7 @@ echo "| round | target | req/s | p50 | p99 | × nginx req/s | CPU µs/request | 
 echo "|---|---|---|---|---|---|---|---|---|"
 for round in $(seq "$ROUNDS"); do
   declare -A RPS=() CPU=()
-  for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP spillway:$SPW; do
+  for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP "${BEFORE[@]}" spillway:$SPW; do
     name=${t%%:*}
     read -r rps p50 p99 cpu err <<<"$(run "$name" "${t#*:}" "$C")"
     RPS[$name]=$rps
@@ -216,7 +232,7 @@ echo
 echo "| target | req/s | p50 | p99 | p50 − direct p50 |"
 echo "|---|---|---|---|---|"
 direct_p50=
-for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP spillway:$SPW; do
+for t in direct:$ORIGIN nginx:$NGX haproxy:$HAP hyper:$HYP "${BEFORE[@]}" spillway:$SPW; do
   name=${t%%:*}
   read -r rps p50 p99 _ _ <<<"$(run "$name" "${t#*:}" 1)"
   [ -z "$direct_p50" ] && direct_p50=$(us "$p50")
@@ -229,7 +245,7 @@ echo
 echo "| target | req/s | mean request time | × nginx req/s | CPU µs/request | failed |"
 echo "|---|---|---|---|---|---|"
 nginx_h2=0
-for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 hyper:$HYP spillway:$SPW; do
+for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 hyper:$HYP "${BEFORE[@]}" spillway:$SPW; do
   name=${t%%:*}
   before=$(cpu_ticks "$name")
   out=$(timeout $((D + 30)) h2load -t1 -c4 -m16 -D "$D" "http://127.0.0.1:${t#*:}/" 2>&1) || true
@@ -243,4 +259,5 @@ for t in direct:$ORIGIN_H2 nginx:$NGX_H2 haproxy:$HAP_H2 hyper:$HYP spillway:$SP
 done
 echo
 echo "spillway RSS after the runs: $(awk '/VmRSS/{printf "%.1f MiB", $2 / 1024}' /proc/$SPID/status)"
+[ -n "$BPID" ] && echo "before ($SPILLWAY_BEFORE) RSS after the runs: $(awk '/VmRSS/{printf "%.1f MiB", $2 / 1024}' /proc/$BPID/status)"
 echo "load average after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -291,7 +291,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                     tls = %server.tls_addr().map_or("-".to_string(), |a| a.to_string()),
                     "spillway listening"
                 );
-                server.run(spillway::proxy::server::shutdown_signal()).await;
+                server
+                    .run(spillway::proxy::server::shutdown_signal())
+                    .await
+                    .map_err(bind_hint)?;
                 anyhow::Ok(ExitCode::SUCCESS)
             })
         }

@@ -16,6 +16,7 @@
 //! | `spillway_traffic_mean_abs_deviation_rps` | gauge | — (LIBRA's "std": an EWMA of absolute deviations) |
 //! | `spillway_vm_budget_rps` | gauge | — (`min(vm_reqs, ready·r_max)`, before ρ) |
 //! | `spillway_accept_errors_total` | counter | `listener` = proxy, tls, admin (failed `accept`, e.g. at the file-descriptor limit) |
+//! | `spillway_worker_connections_total` | counter | `worker` = 0 … `gateway.worker_threads` − 1 (client connections the data-plane worker thread accepted, plain and TLS) |
 //! | `spillway_timeouts_total` | counter | `kind` = upstream_head, request_body, response_body, tunnel_idle; first_request, header_read, keepalive_idle (client connections closed by `proxy::lifetime`) |
 //! | `spillway_client_connections` | gauge | `budget` = proxy (plain and TLS listeners), admin |
 //! | `spillway_connections_refused_total` | counter | `listener` = proxy, tls, admin; `limit` = max_connections, max_connections_per_client_ip (closed at accept) |
@@ -274,6 +275,10 @@ fn describe() {
         "spillway_function_cold_start_seconds",
         metrics::Unit::Seconds,
         "Cold starts of function instances for a call (not part of the call's processing time)."
+    );
+    metrics::describe_counter!(
+        "spillway_worker_connections_total",
+        "Client connections accepted by each data-plane worker thread (gateway.worker_threads)."
     );
     metrics::describe_counter!(
         "spillway_queue_calls_total",
@@ -553,6 +558,13 @@ pub fn retry(kind: &'static str) {
 /// `accept` failed on `listener` (proxy, tls, admin).
 pub fn accept_error(listener: &'static str) {
     counter!("spillway_accept_errors_total", "listener" => listener).increment(1);
+}
+
+/// The counter of client connections accepted by data-plane worker `worker`
+/// (`spillway_worker_connections_total{worker}`, 0-based), kept by the worker's accept
+/// loop (one label lookup per worker, not per connection).
+pub fn worker_connections(worker: usize) -> metrics::Counter {
+    counter!("spillway_worker_connections_total", "worker" => worker.to_string())
 }
 
 /// Labels of `spillway_timeouts_total`.

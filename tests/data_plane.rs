@@ -1,7 +1,9 @@
 //! Data-plane behaviour of the real gateway binary: TLS with ALPN h2, h2c, streaming
 //! bodies both ways, the body limit (413), the header-read timeout (hyper's timer is
 //! installed, http-cases C11 (a)), `Upgrade` pinning, the h2 side of the request
-//! and response rules, h2 floods (C12) and trailers (C15).
+//! and response rules, h2 floods (C12) and trailers (C15), and the thread-per-core data
+//! plane (`gateway.worker_threads`: connections spread over the workers, one drain and
+//! one connection cap over all of them).
 
 // Real processes on loopback: deadlines are wall-clock time.
 #![allow(clippy::disallowed_methods)]
@@ -779,4 +781,151 @@ fn c12_empty_data_frame_flood_gets_goaway() {
     stub.wait("upstream call cancelled", LONG, |s| s.in_flight() == 0);
     let grown = rss_kib(pid).saturating_sub(rss_before);
     assert!(grown < 64 * 1024, "gateway RSS grew by {grown} KiB");
+}
+
+// ---------------------------------------------------------------------------------------
+// Thread per core: `gateway.worker_threads` data-plane threads, each with its own
+// SO_REUSEPORT listener; one connection budget and one drain over all of them.
+// ---------------------------------------------------------------------------------------
+
+/// `(worker, connections accepted)` of every `spillway_worker_connections_total` series.
+fn worker_connections(gw: &Gateway) -> Vec<(String, f64)> {
+    let (code, _, body) = http(gw.admin, "GET", "/metrics", &[], b"");
+    assert_eq!(code, 200);
+    String::from_utf8_lossy(&body)
+        .lines()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("spillway_worker_connections_total{worker=\"")?;
+            let (worker, value) = rest.split_once("\"} ")?;
+            Some((worker.to_string(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// Workers that accepted at least one connection.
+fn busy_workers(per_worker: &[(String, f64)]) -> usize {
+    per_worker.iter().filter(|(_, n)| *n > 0.0).count()
+}
+
+#[test]
+fn one_and_three_worker_threads_serve_concurrent_connections() {
+    let stub = Stub::start(ok_reply);
+    for workers in [1, 3] {
+        let gw = Gateway::start(&static_config(
+            &[stub.url()],
+            &format!("  worker_threads: {workers}"),
+        ));
+        let clients: Vec<_> = (0..24)
+            .map(|i| {
+                let proxy = gw.proxy;
+                std::thread::spawn(move || {
+                    http(proxy, "GET", &format!("/w{workers}/{i}"), &[], b"").0
+                })
+            })
+            .collect();
+        let codes: Vec<u16> = clients.into_iter().map(|c| c.join().unwrap()).collect();
+        assert!(
+            codes.iter().all(|c| *c == 200),
+            "{workers} workers: {codes:?}"
+        );
+        let per_worker = worker_connections(&gw);
+        assert_eq!(
+            per_worker.len(),
+            workers,
+            "one series per worker: {per_worker:?}"
+        );
+        let total: f64 = per_worker.iter().map(|(_, n)| n).sum();
+        assert_eq!(total, 24.0, "{per_worker:?}");
+        if workers > 1 {
+            // The kernel spreads connections over the listeners (24 on one of 3 by
+            // chance: 3 · 3⁻²⁴).
+            assert!(busy_workers(&per_worker) >= 2, "{per_worker:?}");
+        }
+    }
+}
+
+/// SIGTERM while requests are in flight on several workers: the drain waits for all of
+/// them (not only the first worker's), then the gateway exits 0.
+#[test]
+fn graceful_drain_waits_for_in_flight_requests_on_every_worker() {
+    let release = Arc::new((parking_lot::Mutex::new(false), parking_lot::Condvar::new()));
+    let held = Arc::clone(&release);
+    let stub = Stub::start(move |req: &StubRequest| {
+        if req.target.starts_with("/slow") {
+            let (lock, cv) = &*held;
+            let mut guard = lock.lock();
+            let _ = cv.wait_while_for(&mut guard, |released| !*released, LONG);
+        }
+        ok_reply(req)
+    });
+    let gw = Gateway::start(&static_config(
+        &[stub.url()],
+        "  worker_threads: 3\n  drain_timeout_seconds: 60",
+    ));
+    let n = 12;
+    let in_flight: Vec<_> = (0..n)
+        .map(|i| {
+            let proxy = gw.proxy;
+            std::thread::spawn(move || http(proxy, "GET", &format!("/slow{i}"), &[], b"").0)
+        })
+        .collect();
+    stub.wait("every slow request upstream", LONG, |s| s.in_flight() == n);
+    let per_worker = worker_connections(&gw);
+    assert!(
+        busy_workers(&per_worker) >= 2,
+        "requests in flight on more than the first worker: {per_worker:?}"
+    );
+    gw.proc.signal("TERM");
+    gw.proc.wait_line("shutting down: draining", LONG);
+    let (lock, cv) = &*release;
+    *lock.lock() = true;
+    cv.notify_all();
+    let codes: Vec<u16> = in_flight.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(codes.iter().all(|c| *c == 200), "{codes:?}");
+    let mut proc = gw.proc;
+    assert_eq!(proc.wait_exit(LONG), Some(0), "{}", proc.log_text());
+}
+
+/// `max_connections` is one budget over all workers: with the held connections spread
+/// over several workers, one more on any worker is closed at accept.
+#[test]
+fn the_connection_cap_counts_the_connections_of_every_worker() {
+    let stub = Stub::start(ok_reply);
+    let gw = Gateway::start(&static_config(
+        &[stub.url()],
+        "  worker_threads: 4\n  max_connections: 8\n  max_connections_per_client_ip: 8\n  keepalive_idle_timeout_seconds: 300",
+    ));
+    let get = |path: &str| format!("GET {path} HTTP/1.1\r\nHost: a\r\n\r\n");
+    let mut held = Vec::new();
+    for i in 0..8 {
+        let mut c = common::stub::Client::connect(gw.proxy);
+        let r = c.send(get(&format!("/held{i}")).as_bytes()).response();
+        assert_eq!(r.map(|r| r.status), Some(200), "connection {i}");
+        held.push(c);
+    }
+    let per_worker = worker_connections(&gw);
+    // 8 on one of 4 workers by chance: 4 · 4⁻⁸.
+    assert!(busy_workers(&per_worker) >= 2, "{per_worker:?}");
+    for i in 0..3 {
+        let mut c = common::stub::Client::connect(gw.proxy);
+        let r = c.send(get(&format!("/over{i}")).as_bytes()).response();
+        assert!(r.is_none(), "connection {i} over the cap was served");
+    }
+    assert!(
+        stub.requests()
+            .iter()
+            .all(|r| !r.target.starts_with("/over"))
+    );
+    let (_, _, body) = http(gw.admin, "GET", "/metrics", &[], b"");
+    let text = String::from_utf8_lossy(&body);
+    let refused = text
+        .lines()
+        .find(|l| {
+            l.starts_with("spillway_connections_refused_total")
+                && l.contains(r#"limit="max_connections""#)
+                && l.contains(r#"listener="proxy""#)
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok());
+    assert_eq!(refused, Some(3.0), "{text}");
+    drop(held);
 }

@@ -96,8 +96,8 @@ pub use schema::{
     DEFAULT_EC2_PROBE_INTERVAL_SECONDS, DEFAULT_EC2_STRAY_GRACE_SECONDS, DEFAULT_EC2_UPSTREAM_PORT,
     DEFAULT_EC2_UPSTREAM_TAG_KEY, EC2_MAX_USER_DATA_BYTES, EC2_POOL_TAG_KEY, Ec2Address,
     Ec2LaunchTemplate, Ec2ShutdownPolicy, Ec2VmPoolConfig, GatewayConfig, LibraConfig,
-    PricingConfig, ProcessVmPoolConfig, RMaxAdaptiveConfig, StaticVmPoolConfig, TlsConfig,
-    UpstreamTlsConfig, VmPoolConfig, VmPoolSection, open_files_limit, resolve_listen,
+    MAX_WORKER_THREADS, PricingConfig, ProcessVmPoolConfig, RMaxAdaptiveConfig, StaticVmPoolConfig,
+    TlsConfig, UpstreamTlsConfig, VmPoolConfig, VmPoolSection, open_files_limit, resolve_listen,
 };
 pub use url::{HttpUrl, HttpUrlError};
 pub use yaml::{Loc, MAX_DEPTH, MAX_DOCUMENT_BYTES, MAX_NODES, MAX_TEXT_BYTES};

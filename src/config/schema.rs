@@ -220,9 +220,26 @@ pub struct GatewayConfig {
     /// Trust and identity towards `https://` upstreams (absent: the system's root
     /// certificates, no client certificate).
     pub upstream_tls: Option<UpstreamTlsConfig>,
+    /// Data-plane threads: each runs its own accept loop on its own `SO_REUSEPORT`
+    /// listener (Linux; elsewhere one listener shared by all) with a current-thread
+    /// runtime and its own upstream connection pool. Absent: one per core
+    /// ([`GatewayConfig::worker_threads`]). At most [`MAX_WORKER_THREADS`].
+    pub worker_threads: Option<NonZeroUsize>,
 }
 
+/// The most data-plane threads `gateway.worker_threads` may ask for.
+pub const MAX_WORKER_THREADS: usize = 1024;
+
 impl GatewayConfig {
+    /// Data-plane threads in force: `worker_threads`, or the number of cores the
+    /// process may run on (`std::thread::available_parallelism`; 1 when unknown).
+    pub fn worker_threads(&self) -> usize {
+        self.worker_threads.map_or_else(
+            || std::thread::available_parallelism().map_or(1, NonZeroUsize::get),
+            NonZeroUsize::get,
+        )
+    }
+
     /// The TLS configuration of `https://` upstreams: `None` when `upstream_tls` is
     /// absent (the upstream client then trusts the system roots, loaded on the first
     /// HTTPS connection).
@@ -368,6 +385,7 @@ impl Default for GatewayConfig {
             request_id_trust: crate::net::request_id::RequestIdTrust::Any,
             allow_loopback_upstreams: false,
             upstream_tls: None,
+            worker_threads: None,
         }
     }
 }
@@ -1066,6 +1084,12 @@ impl Config {
             is.push(
                 "gateway.max_header_count",
                 format!("must be in [1, 10000], got {}", g.max_header_count),
+            );
+        }
+        if let Some(n) = g.worker_threads.filter(|n| n.get() > MAX_WORKER_THREADS) {
+            is.push(
+                "gateway.worker_threads",
+                format!("must be in [1, {MAX_WORKER_THREADS}], got {n}"),
             );
         }
         if !(1..=10_000).contains(&g.max_response_header_count) {

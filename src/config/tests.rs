@@ -642,3 +642,24 @@ fn old_spellings_of_the_function_model_read_with_located_deprecation_warnings() 
         "{p:?}"
     );
 }
+
+#[test]
+fn worker_threads_zero_or_beyond_the_maximum_is_an_error_at_its_place() {
+    for (yaml, says) in [
+        ("gateway: {worker_threads: 0}\n", "≥ 1"),
+        ("gateway: {worker_threads: 5000}\n", "[1, 1024]"),
+    ] {
+        let err = Config::from_yaml(yaml, "w.yaml").unwrap_err();
+        let found = problems(&err);
+        assert_eq!(found.len(), 1, "{err}");
+        let (at, path, message) = &found[0];
+        assert_eq!(path, "gateway.worker_threads", "{err}");
+        assert!(message.contains(says) && at != "-", "{err}");
+    }
+    let g = Config::from_yaml("gateway: {worker_threads: 3}\n", "w.yaml")
+        .unwrap()
+        .gateway;
+    assert_eq!(g.worker_threads(), 3);
+    let cores = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
+    assert_eq!(Config::default().gateway.worker_threads(), cores);
+}

@@ -18,6 +18,13 @@
 //! A connection refused by the policy or a failed handshake is an
 //! [`UpstreamError::Connect`] (nothing was sent) whose message says why.
 //!
+//! **Pool shards.** The pool is split in shards, one per core plus one (shard 0) for
+//! the control threads (driver, probes, admin). A data-plane worker thread picks its
+//! shard once with [`set_pool_shard`]; its requests then reuse only connections that
+//! its own thread opened and drives (hyper-util spawns a connection's task on the
+//! runtime that opened it), so a request never wakes another thread for its upstream
+//! I/O. hyper-util's one pool behind a mutex has no such affinity, hence the shards.
+//!
 //! [`forward`]: UpstreamClient::forward
 
 use std::future::Future;
@@ -49,11 +56,29 @@ pub struct ClientSettings {
     pub idle_timeout: Duration,
 }
 
+thread_local! {
+    /// The pool shard of this thread ([`set_pool_shard`]); 0: a control thread.
+    static POOL_SHARD: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
+
+/// Make this thread use pool shard `worker + 1` of every [`UpstreamClient`] (shard 0
+/// stays the control threads'): called once by data-plane worker `worker` (0-based)
+/// when its thread starts. With more workers than cores, workers share shards.
+pub fn set_pool_shard(worker: usize) {
+    POOL_SHARD.with(|s| s.set(worker.saturating_add(1)));
+}
+
+/// Pool shards of a client: one per core, plus shard 0 for the control threads.
+fn pool_shards() -> usize {
+    std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get) + 1
+}
+
 /// Pooled HTTP/1.1 client towards upstreams (VMs, function instances, HTTP function
 /// endpoints); h2 towards HTTPS upstreams that choose it by ALPN. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    inner: Client<Connector, Body>,
+    /// One pooled client per shard (see the [module docs](self)).
+    inner: Arc<[Client<Connector, Body>]>,
     /// No pool: every request on a new connection (retries).
     fresh: Client<Connector, Body>,
     /// The connect-time address policy (absent for in-memory connections).
@@ -588,13 +613,17 @@ impl UpstreamClient {
         let head_bytes = limits.max_head_bytes.max(MIN_RESPONSE_HEAD_BYTES);
         // A request hyper never wrote because its pooled connection closed first goes
         // out again on a new connection (nothing of it was sent).
-        let inner = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(settings.idle_timeout)
-            .pool_timer(TokioTimer::new())
-            .retry_canceled_requests(true)
-            .http1_max_headers(limits.max_headers)
-            .http1_max_buf_size(head_bytes)
-            .build(connector.clone());
+        let inner = (0..pool_shards())
+            .map(|_| {
+                Client::builder(TokioExecutor::new())
+                    .pool_idle_timeout(settings.idle_timeout)
+                    .pool_timer(TokioTimer::new())
+                    .retry_canceled_requests(true)
+                    .http1_max_headers(limits.max_headers)
+                    .http1_max_buf_size(head_bytes)
+                    .build(connector.clone())
+            })
+            .collect();
         let fresh = Client::builder(TokioExecutor::new())
             .pool_max_idle_per_host(0)
             .retry_canceled_requests(false)
@@ -619,7 +648,20 @@ impl UpstreamClient {
         base: &Uri,
         req: Request<Body>,
     ) -> Result<Response<Incoming>, UpstreamError> {
-        Self::send(&self.inner, base, req).await
+        Self::send(self.pooled(), base, req).await
+    }
+
+    /// The pool shard of the calling thread.
+    fn pooled(&self) -> &Client<Connector, Body> {
+        let shard = POOL_SHARD.with(std::cell::Cell::get);
+        let workers = self.inner.len() - 1;
+        // Workers beyond the cores share shards 1..; never the control threads' 0.
+        let i = if shard == 0 || workers == 0 {
+            0
+        } else {
+            1 + (shard - 1) % workers
+        };
+        &self.inner[i]
     }
 
     /// [`Self::forward`] on a new connection that is closed afterwards: a retry must not
@@ -709,7 +751,7 @@ impl UpstreamClient {
         let req = Request::get(uri)
             .body(super::body::empty())
             .expect("static request parts are valid");
-        matches!(self.inner.request(req).await, Ok(r) if r.status().is_success())
+        matches!(self.pooled().request(req).await, Ok(r) if r.status().is_success())
     }
 }
 

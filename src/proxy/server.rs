@@ -5,6 +5,25 @@
 //! shuts down gracefully: stop accepting, close idle connections (h2: GOAWAY), let
 //! in-flight requests and `Upgrade` tunnels finish within `drain_timeout_seconds`, stop
 //! every child process.
+//!
+//! # Thread per core
+//!
+//! The data plane runs on `gateway.worker_threads` OS threads (default: one per core),
+//! each a [`DataPlane`]: a current-thread tokio runtime with its own accept loops on
+//! its own listeners — [`bind_shared`] binds one `SO_REUSEPORT` socket per worker on
+//! the proxy (and TLS) address, so the kernel spreads new connections over the workers
+//! — and its own shard of the upstream connection pool
+//! ([`crate::net::client::set_pool_shard`]). A connection lives on the thread that
+//! accepted it, with its requests, their upstream connections and their timers: no
+//! thread wakes another on the request path (on one multi-thread runtime, threads
+//! waking each other cost a fifth of the CPU). What the workers share: one connection
+//! budget ([`ConnLimits`]: `max_connections` counts all of them), the request-path
+//! settings (a reload replaces them for all), the drain signal (a graceful shutdown
+//! waits for the connections of every worker) and the gateway state. The admin
+//! listener, the driver, reloads and the backends stay on the control runtime, the one
+//! [`Server::run`] is called on. A worker that cannot start fails [`Server::run`]
+//! ([`ServeError::Worker`]). Without `SO_REUSEPORT` (other systems than Linux) one
+//! worker serves.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -16,7 +35,8 @@ use std::time::Duration;
 use arc_swap::ArcSwap;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 
@@ -136,6 +156,14 @@ pub enum ServeError {
     /// Span export (`telemetry.otlp`) could not be set up.
     #[error(transparent)]
     TraceExport(#[from] crate::trace_export::ExportError),
+    /// A data-plane worker thread could not start (its thread, runtime or listeners).
+    #[error("data-plane worker {index} (gateway.worker_threads) cannot start: {source}")]
+    Worker {
+        /// The worker, 0-based.
+        index: usize,
+        /// Cause.
+        source: std::io::Error,
+    },
     /// `coordination.url` cannot be used by the Redis client.
     #[error("config: coordination.url: {source}")]
     Coordination {
@@ -200,10 +228,56 @@ fn open_store(
 }
 
 /// The bound address of `listener` (its configured one when it cannot say).
-fn proxy_addr_of(listener: &TcpListener) -> SocketAddr {
+fn proxy_addr_of(listener: &std::net::TcpListener) -> SocketAddr {
     listener
         .local_addr()
         .unwrap_or_else(|_| SocketAddr::from(([127, 0, 0, 1], 0)))
+}
+
+/// Pending connections per listener (as `tokio::net::TcpListener::bind`).
+const LISTEN_BACKLOG: u32 = 1024;
+
+/// Bind `n` listeners (`what`: proxy, tls) on `addr`, one per data-plane worker, for
+/// the worker runtimes to register (not registered with any runtime yet).
+///
+/// First a plain bind, which fails as with one listener when the address is in use —
+/// also by another spillway's `SO_REUSEPORT` listeners, which would otherwise share
+/// the port with this one — or not allowed. It resolves port 0. With `n` > 1 on Linux
+/// it is closed and `n` sockets with `SO_REUSEADDR` and `SO_REUSEPORT` are bound to
+/// the address it got; elsewhere, or with `n` = 1, it is the one listener.
+///
+/// # Errors
+/// [`ServeError::Bind`] naming the listener and the address.
+async fn bind_shared(
+    what: &'static str,
+    addr: SocketAddr,
+    n: usize,
+) -> Result<Vec<std::net::TcpListener>, ServeError> {
+    let fail = |source| ServeError::Bind { what, addr, source };
+    let probe = TcpListener::bind(addr).await.map_err(fail)?;
+    if n <= 1 || !cfg!(target_os = "linux") {
+        return Ok(vec![probe.into_std().map_err(fail)?]);
+    }
+    let bound = probe.local_addr().map_err(fail)?;
+    drop(probe);
+    (0..n)
+        .map(|_| {
+            let socket = if bound.is_ipv4() {
+                TcpSocket::new_v4()
+            } else {
+                TcpSocket::new_v6()
+            }
+            .map_err(fail)?;
+            socket.set_reuseaddr(true).map_err(fail)?;
+            #[cfg(target_os = "linux")]
+            socket.set_reuseport(true).map_err(fail)?;
+            socket.bind(bound).map_err(fail)?;
+            socket
+                .listen(LISTEN_BACKLOG)
+                .and_then(TcpListener::into_std)
+                .map_err(fail)
+        })
+        .collect()
 }
 
 /// A gateway whose listeners are bound; [`Server::run`] serves until shutdown.
@@ -211,9 +285,11 @@ pub struct Server {
     config: Config,
     gateway: Arc<Gateway>,
     prometheus: metrics_exporter_prometheus::PrometheusHandle,
-    proxy: TcpListener,
+    /// One per data-plane worker ([`bind_shared`]).
+    proxy: Vec<std::net::TcpListener>,
     admin: TcpListener,
-    tls: Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
+    /// One per data-plane worker, as `proxy`.
+    tls: Option<(Vec<std::net::TcpListener>, Arc<ArcSwap<TlsAcceptor>>)>,
     /// The admin bearer token in force (reloadable).
     admin_token: super::admin_token::AdminToken,
     /// Where a reload re-reads the configuration, and the CLI listen overrides.
@@ -407,26 +483,28 @@ impl Server {
             c.start();
         }
 
-        let bind = |what, addr| async move {
-            TcpListener::bind(addr)
-                .await
-                .map_err(|source| ServeError::Bind { what, addr, source })
-        };
-        let proxy = bind("proxy", g.listen).await?;
-        let admin = bind("admin", g.admin_listen).await?;
+        let workers = g.worker_threads();
+        let proxy = bind_shared("proxy", g.listen, workers).await?;
+        let admin = TcpListener::bind(g.admin_listen)
+            .await
+            .map_err(|source| ServeError::Bind {
+                what: "admin",
+                addr: g.admin_listen,
+                source,
+            })?;
         let tls = match &g.tls {
             Some(t) => {
                 let acceptor =
                     TlsAcceptor::from(tls::load_server_config(&t.cert_file, &t.key_file)?);
                 Some((
-                    bind("tls", t.listen).await?,
+                    bind_shared("tls", t.listen, workers).await?,
                     Arc::new(ArcSwap::from_pointee(acceptor)),
                 ))
             }
             None => None,
         };
-        let mut listeners = vec![proxy.local_addr(), admin.local_addr()];
-        listeners.extend(tls.as_ref().map(|(l, _)| l.local_addr()));
+        let mut listeners = vec![proxy[0].local_addr(), admin.local_addr()];
+        listeners.extend(tls.as_ref().map(|(l, _)| l[0].local_addr()));
         let listeners: Vec<SocketAddr> = listeners.into_iter().filter_map(Result::ok).collect();
         for c in [&client, &own_client] {
             if let Some(policy) = c.address_policy() {
@@ -453,7 +531,7 @@ impl Server {
                 // Calls across replicas: ids carry this replica's tag, the others forward
                 // their lookups to this address.
                 let url = r.advertise_url.as_ref().map_or_else(
-                    || format!("http://{}", proxy_addr_of(&proxy)),
+                    || format!("http://{}", proxy_addr_of(&proxy[0])),
                     |u| u.as_str().to_owned(),
                 );
                 tracing::info!(owner_tag = %format!("{tag:08x}"), %url, "asynchronous calls looked up across replicas");
@@ -501,7 +579,7 @@ impl Server {
 
     /// The bound proxy address (useful with port 0).
     pub fn proxy_addr(&self) -> SocketAddr {
-        self.proxy
+        self.proxy[0]
             .local_addr()
             .expect("bound listener has an address")
     }
@@ -515,7 +593,7 @@ impl Server {
 
     /// The bound TLS address, if any.
     pub fn tls_addr(&self) -> Option<SocketAddr> {
-        self.tls.as_ref().and_then(|(l, _)| l.local_addr().ok())
+        self.tls.as_ref().and_then(|(l, _)| l[0].local_addr().ok())
     }
 
     /// The shared gateway state.
@@ -532,8 +610,14 @@ impl Server {
         Connections::new(&self.config, Arc::clone(&self.gateway), settings)
     }
 
-    /// Serve until `shutdown` resolves, then drain and stop the backends.
-    pub async fn run(self, shutdown: impl Future<Output = ()>) {
+    /// Serve until `shutdown` resolves, then drain and stop the backends: the data plane
+    /// on `gateway.worker_threads` threads of their own (see the [module docs](self)),
+    /// the admin listener on the caller's runtime.
+    ///
+    /// # Errors
+    /// [`ServeError::Worker`] when a data-plane worker cannot start (the workers
+    /// already started are stopped and the backends shut down first).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<(), ServeError> {
         let g = &self.config.gateway;
         let settings = Arc::new(ArcSwap::from_pointee(ServiceSettings::from_config(
             &self.config,
@@ -551,14 +635,47 @@ impl Server {
             Arc::new(r)
         };
         let draining = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
         let connections = Connections::new(&self.config, Arc::clone(&self.gateway), settings);
         let (max_total, max_per_ip) = g.connection_limits();
         warn_if_over_fd_limit(max_total);
+        // One budget over every worker's listeners.
         let limits = ConnLimits::new("proxy", max_total, max_per_ip);
         // Turned true at shutdown: every connection closes gracefully once idle.
-        let (drain_tx, drain_rx) = tokio::sync::watch::channel(false);
-        let first_request = connections.deadlines.header_read;
+        let (drain_tx, drain_rx) = watch::channel(false);
+        let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
+        let (exit_tx, exit_rx) = watch::channel(false);
+
+        let mut tls = self.tls.map(|(l, a)| (l.into_iter(), a));
+        let mut workers = Vec::with_capacity(self.proxy.len());
+        for (index, proxy) in self.proxy.into_iter().enumerate() {
+            let plane = DataPlane {
+                index,
+                proxy,
+                tls: tls
+                    .as_mut()
+                    .and_then(|(l, a)| Some((l.next()?, Arc::clone(a)))),
+                connections: connections.clone(),
+                limits: limits.clone(),
+                drain: drain_rx.clone(),
+                stop_accept: stop_accept_rx.clone(),
+                exit: exit_rx.clone(),
+            };
+            match plane.start().await {
+                Ok(w) => workers.push(w),
+                Err(e) => {
+                    let _ = stop_accept_tx.send(true);
+                    let _ = exit_tx.send(true);
+                    join_workers(workers).await;
+                    self.gateway.shutdown_backends().await;
+                    return Err(e);
+                }
+            }
+        }
+        tracing::info!(
+            worker_threads = workers.len(),
+            "data plane: one thread per worker, each with its own listener and upstream pool"
+        );
+        let sighup_task = tokio::spawn(reload_on_sighup(Arc::clone(&reloader)));
 
         let admin_task = {
             let gw = Arc::clone(&self.gateway);
@@ -635,80 +752,12 @@ impl Server {
             })
         };
 
-        tokio::pin!(shutdown);
-        let mut backoff = AcceptBackoff::new("proxy");
-        let mut tls_backoff = AcceptBackoff::new("tls");
-        loop {
-            tokio::select! {
-                () = &mut shutdown => break,
-                accepted = self.proxy.accept() => {
-                    let (stream, peer) = match accepted {
-                        Ok(accepted) => {
-                            backoff.succeeded();
-                            accepted
-                        }
-                        Err(e) => {
-                            backoff.failed(&e).await;
-                            continue;
-                        }
-                    };
-                    let accepted_at = Instant::now();
-                    let Some(permit) = connections.admit(&limits, "proxy", peer) else {
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let connections = connections.clone();
-                    let drain = drain_rx.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = connections
-                            .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
-                            .await
-                        {
-                            tracing::debug!(error = %e, "client connection ended with an error");
-                        }
-                    });
-                }
-                accepted = accept_tls(&self.tls) => {
-                    let (stream, peer, acceptor) = match accepted {
-                        Some(Ok(accepted)) => {
-                            tls_backoff.succeeded();
-                            accepted
-                        }
-                        Some(Err(e)) => {
-                            tls_backoff.failed(&e).await;
-                            continue;
-                        }
-                        None => continue,
-                    };
-                    let accepted_at = Instant::now();
-                    let Some(permit) = connections.admit(&limits, "tls", peer) else {
-                        continue;
-                    };
-                    let connections = connections.clone();
-                    let drain = drain_rx.clone();
-                    tokio::spawn(async move {
-                        // The handshake counts against the first-request deadline.
-                        let tls = match tokio::time::timeout_at(accepted_at + first_request, acceptor.accept(stream)).await {
-                            Ok(Ok(tls)) => tls,
-                            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
-                            Err(_) => {
-                                crate::telemetry::timeout(lifetime::Expiry::FirstRequest.as_str());
-                                return tracing::debug!(%peer, "TLS handshake timed out");
-                            }
-                        };
-                        let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
-                        if let Err(e) = connections
-                            .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
-                            .await
-                        {
-                            tracing::debug!(error = %e, "TLS client connection ended with an error");
-                        }
-                    });
-                }
-            }
+        shutdown.await;
+        // Every worker closes its listeners before the drain starts.
+        let _ = stop_accept_tx.send(true);
+        for w in &mut workers {
+            let _ = (&mut w.stopped_accepting).await;
         }
-        drop(self.proxy);
-        drop(self.tls);
         sighup_task.abort();
         draining.store(true, Ordering::Release);
         if let Some(c) = self.gateway.coordinator() {
@@ -738,6 +787,10 @@ impl Server {
                 tracing::warn!("second signal: closing the remaining connections now");
             }
         }
+        // The worker runtimes end; what is left on them (connections past the drain) is
+        // dropped.
+        let _ = exit_tx.send(true);
+        join_workers(workers).await;
         admin_task.abort();
         self.gateway.shutdown_backends().await;
         if let Some(e) = self.gateway.trace_exporter() {
@@ -746,6 +799,219 @@ impl Server {
             let _ = tokio::task::spawn_blocking(move || e.shutdown()).await;
         }
         tracing::info!("stopped");
+        Ok(())
+    }
+}
+
+/// Longest wait, when a worker runtime ends, for its blocking tasks.
+const WORKER_SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// One data-plane worker (see the [module docs](self)): its listeners, registered with
+/// its own runtime once its thread runs, and what it shares with the other workers.
+struct DataPlane {
+    /// 0-based; its upstream pool shard is `index + 1`.
+    index: usize,
+    /// Its proxy listener.
+    proxy: std::net::TcpListener,
+    /// Its TLS listener and the certificate in force (shared, reloadable).
+    tls: Option<(std::net::TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
+    /// Serves the connections (settings shared by all workers).
+    connections: Connections,
+    /// The connection budget of all workers together.
+    limits: ConnLimits,
+    /// Turned true at shutdown: connections close gracefully once idle.
+    drain: watch::Receiver<bool>,
+    /// Turned true at shutdown: stop accepting, close the listeners.
+    stop_accept: watch::Receiver<bool>,
+    /// Turned true once the drain is over: the worker's runtime ends.
+    exit: watch::Receiver<bool>,
+}
+
+/// A started data-plane worker.
+struct Worker {
+    /// Resolves once the worker has closed its listeners (or its thread ended).
+    stopped_accepting: oneshot::Receiver<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl DataPlane {
+    /// Start the worker's thread and runtime; returns once its listeners accept.
+    ///
+    /// # Errors
+    /// [`ServeError::Worker`]: the thread, the runtime or a listener's registration
+    /// failed, or the thread ended before it accepted.
+    async fn start(self) -> Result<Worker, ServeError> {
+        let index = self.index;
+        let fail = move |source| ServeError::Worker { index, source };
+        let (ready_tx, ready_rx) = oneshot::channel();
+        let (stopped_tx, stopped_rx) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("spillway-data-{index}"))
+            .spawn(move || self.thread_main(ready_tx, stopped_tx))
+            .map_err(fail)?;
+        match ready_rx.await {
+            Ok(Ok(())) => Ok(Worker {
+                stopped_accepting: stopped_rx,
+                thread,
+            }),
+            // The thread ends right after reporting its error (not joined here: this
+            // runtime must not block).
+            Ok(Err(e)) => Err(fail(e)),
+            Err(_) => Err(fail(std::io::Error::other(
+                "its thread ended before it accepted connections",
+            ))),
+        }
+    }
+
+    /// The worker thread: pool shard, runtime, accept loops until the exit signal.
+    fn thread_main(
+        self,
+        ready: oneshot::Sender<std::io::Result<()>>,
+        stopped: oneshot::Sender<()>,
+    ) {
+        crate::net::client::set_pool_shard(self.index);
+        let rt = match tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            Ok(rt) => rt,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        rt.block_on(self.serve(ready, stopped));
+        rt.shutdown_timeout(WORKER_SHUTDOWN_TIMEOUT);
+    }
+
+    /// Accept on this worker's listeners until `stop_accept`, then keep its connections
+    /// running until `exit`.
+    async fn serve(
+        self,
+        ready: oneshot::Sender<std::io::Result<()>>,
+        stopped: oneshot::Sender<()>,
+    ) {
+        let DataPlane {
+            index,
+            proxy,
+            tls,
+            connections,
+            limits,
+            drain,
+            mut stop_accept,
+            mut exit,
+        } = self;
+        let registered = TcpListener::from_std(proxy).and_then(|proxy| {
+            let tls = tls
+                .map(|(l, a)| TcpListener::from_std(l).map(|l| (l, a)))
+                .transpose()?;
+            Ok((proxy, tls))
+        });
+        let (proxy, tls) = match registered {
+            Ok(listeners) => listeners,
+            Err(e) => {
+                let _ = ready.send(Err(e));
+                return;
+            }
+        };
+        let _ = ready.send(Ok(()));
+        let accepted_here = crate::telemetry::worker_connections(index);
+        let first_request = connections.deadlines.header_read;
+        let mut backoff = AcceptBackoff::new("proxy");
+        let mut tls_backoff = AcceptBackoff::new("tls");
+        loop {
+            tokio::select! {
+                _ = stop_accept.wait_for(|stop| *stop) => break,
+                accepted = proxy.accept() => {
+                    let (stream, peer) = match accepted {
+                        Ok(accepted) => {
+                            backoff.succeeded();
+                            accepted
+                        }
+                        Err(e) => {
+                            backoff.failed(&e).await;
+                            continue;
+                        }
+                    };
+                    let accepted_at = Instant::now();
+                    accepted_here.increment(1);
+                    let Some(permit) = connections.admit(&limits, "proxy", peer) else {
+                        continue;
+                    };
+                    let _ = stream.set_nodelay(true);
+                    let connections = connections.clone();
+                    let drain = drain.clone();
+                    tokio::spawn(async move {
+                        if let Err(e) = connections
+                            .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
+                            .await
+                        {
+                            tracing::debug!(error = %e, "client connection ended with an error");
+                        }
+                    });
+                }
+                accepted = accept_tls(&tls) => {
+                    let (stream, peer, acceptor) = match accepted {
+                        Some(Ok(accepted)) => {
+                            tls_backoff.succeeded();
+                            accepted
+                        }
+                        Some(Err(e)) => {
+                            tls_backoff.failed(&e).await;
+                            continue;
+                        }
+                        None => continue,
+                    };
+                    let accepted_at = Instant::now();
+                    accepted_here.increment(1);
+                    let Some(permit) = connections.admit(&limits, "tls", peer) else {
+                        continue;
+                    };
+                    let connections = connections.clone();
+                    let drain = drain.clone();
+                    tokio::spawn(async move {
+                        // The handshake counts against the first-request deadline.
+                        let tls = match tokio::time::timeout_at(accepted_at + first_request, acceptor.accept(stream)).await {
+                            Ok(Ok(tls)) => tls,
+                            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                            Err(_) => {
+                                crate::telemetry::timeout(lifetime::Expiry::FirstRequest.as_str());
+                                return tracing::debug!(%peer, "TLS handshake timed out");
+                            }
+                        };
+                        let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
+                        if let Err(e) = connections
+                            .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
+                            .await
+                        {
+                            tracing::debug!(error = %e, "TLS client connection ended with an error");
+                        }
+                    });
+                }
+            }
+        }
+        drop(proxy);
+        drop(tls);
+        let _ = stopped.send(());
+        let _ = exit.wait_for(|exit| *exit).await;
+    }
+}
+
+/// Wait (off the async threads) for the worker threads to end; a worker that panicked
+/// is logged.
+async fn join_workers(workers: Vec<Worker>) {
+    let joined = tokio::task::spawn_blocking(move || {
+        workers
+            .into_iter()
+            .enumerate()
+            .filter_map(|(index, w)| w.thread.join().err().map(|_| index))
+            .collect::<Vec<_>>()
+    })
+    .await;
+    match joined {
+        Ok(panicked) if panicked.is_empty() => {}
+        Ok(panicked) => tracing::warn!(?panicked, "data-plane workers ended in a panic"),
+        Err(e) => tracing::warn!(error = %e, "cannot wait for the data-plane workers"),
     }
 }
 
