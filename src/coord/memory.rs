@@ -240,6 +240,13 @@ impl Store for MemoryStore {
         })
     }
 
+    fn publication<'a>(
+        &'a self,
+        replica: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Published>, StoreError>> {
+        self.op("publication", replica, |d, _| d.published.clone())
+    }
+
     fn publish<'a>(
         &'a self,
         key: &'a LeaderKey,

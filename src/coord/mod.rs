@@ -6,7 +6,7 @@
 //!
 //! | file | what |
 //! |---|---|
-//! | `mod.rs` | the [`Coordinator`]: one task per replica, one round trip per epoch; roles, lease, shares, outages |
+//! | `mod.rs` | the [`Coordinator`]: per replica an epoch round (one round trip per epoch) and a publication watch between rounds; roles, lease, shares, outages |
 //! | `store.rs` | the [`Store`] trait, what is written and read, [`StoreError`] |
 //! | `redis.rs` | [`redis::RedisStore`]: Lua scripts over the `redis` crate's reconnecting connection manager |
 //! | `memory.rs` | [`memory::MemoryStore`]: the same semantics in memory, on tokio's clock, with injected faults (tests) |
@@ -19,8 +19,9 @@
 //! every replica's count of the epoch before.
 //!
 //! **The leader** holds a lease with a term (the fencing token). Each epoch it renews
-//! the lease and, half an epoch after the epoch ended (a second round trip: every
-//! replica has written its count by then), sums the replicas' counts ([`aggregate`]: a replica
+//! the lease and, as soon as every live replica has written its count of the epoch that
+//! ended (it reads them again every [`SUM_POLLS_PER_EPOCH`]th of an epoch, half an epoch
+//! after the end at the latest), sums the replicas' counts ([`aggregate`]: a replica
 //! that missed it is imputed from its last count), hands the sum to its core (the
 //! monitor closes that epoch, Algorithm 1 runs every K epochs), computes every replica's
 //! budget share ([`budget_shares`] of each one's mean count over the last 4 epochs,
@@ -49,6 +50,16 @@
 //! (`Core::set_budget_share`), the EWMAs (`Core::restore_ewma`) and the registry (the
 //! leader's ready VMs, adopted as ready VMs of their own table).
 //!
+//! **Between rounds** a watch runs every [`WATCHES_PER_EPOCH`]th of an epoch: the leader
+//! publishes again as soon as its ready VMs changed (the next `revision` of its last
+//! publication), and each follower reads the publication ([`Store::publication`]) and
+//! takes one newer than the last it took (`(term, epoch, revision)`). So a follower
+//! has the leader's decision and a newly ready VM within a tenth of an epoch, where
+//! before it waited for its next round (up to an epoch, spilling meanwhile what one
+//! gateway would send to the new VM). Polling rather than Redis pub/sub: one small
+//! `GET` per follower and period, on the same reconnecting connection and deadline as
+//! every other operation, and no second connection to keep subscribed.
+//!
 //! **Store down or cut off**: the request path never waits on the store (it reads the
 //! core under the driver's lock; the coordinator writes it between round trips, and
 //! `/status` reads an `arc-swap` snapshot). Every operation has its own deadline. A
@@ -58,10 +69,11 @@
 //! Counts are buffered and sent when the store answers again.
 //!
 //! A new leader that finds EWMAs resumes them; one that finds none makes no scale-in for
-//! K epochs (`Core::hold_scale_in`). The leader's monitor closes epoch `e` half an epoch
-//! after it ended and the followers take the decision at their next round, so shared
-//! decisions lag a single gateway's by half an epoch (leader) to one epoch
-//! (followers).
+//! K epochs (`Core::hold_scale_in`). The leader's monitor closes epoch `e` once every
+//! count of it is in (a few round trips after its end; half an epoch when a replica's
+//! count is late) and the followers take the decision within a watch period after,
+//! so shared decisions lag a single gateway's by a few round trips (leader) to a
+//! tenth of an epoch more (followers).
 
 pub mod memory;
 pub mod redis;
@@ -95,6 +107,16 @@ use crate::policy::{Time, VmId};
 /// Counts kept for the store while it cannot be reached, at most (older ones are
 /// dropped: the leader imputes them).
 pub const MAX_BUFFERED_COUNTS: usize = 600;
+
+/// The publication watch runs this many times per epoch ([`Coordinator::watch`]): a
+/// follower takes a new decision or newly ready VMs within a tenth of an epoch (50 ms
+/// at 0.5 s epochs), at one small read per follower and period.
+pub const WATCHES_PER_EPOCH: u32 = 10;
+
+/// The leader reads the replicas' counts of the epoch that ended this many times per
+/// epoch until every live replica has written its count (at most until half an epoch
+/// after its end).
+pub const SUM_POLLS_PER_EPOCH: u32 = 20;
 
 /// A replica's part in the shared decision.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -302,6 +324,9 @@ struct Inner {
     replicas: u32,
     /// The last decision applied from a publication: (term, epoch).
     applied: Option<(u64, u64)>,
+    /// The last publication taken: `(term, epoch, revision)`; an older one is ignored
+    /// (the epoch round and the publication watch read concurrently).
+    followed: Option<(u64, u64, u64)>,
     epoch: Option<u64>,
     last_error: Option<String>,
     errors: u64,
@@ -316,6 +341,15 @@ pub struct Coordinator {
     inner: Mutex<Inner>,
     status: ArcSwap<CoordStatus>,
     stop: Notify,
+    /// Stops the publication watch ([`Self::watch`]).
+    stop_watch: Notify,
+    /// Held by each epoch round ([`Self::tick`]); a follower's publication watch takes a
+    /// publication only while no round runs (a round may change the role).
+    round: tokio::sync::Mutex<()>,
+    /// The leader's last publication of its term, held while it publishes: the
+    /// per-epoch publication and the watch's registry updates go out one at a time, in
+    /// revision order.
+    publishing: tokio::sync::Mutex<Option<Published>>,
     /// This replica's asynchronous-call address, written with every heartbeat.
     address: Mutex<Option<CallAddress>>,
     /// The live replicas' call addresses: owner tag → base URL (as of the last
@@ -408,6 +442,7 @@ impl Coordinator {
             share: 1.0,
             replicas: 1,
             applied: None,
+            followed: None,
             epoch: None,
             last_error: None,
             errors: 0,
@@ -421,6 +456,9 @@ impl Coordinator {
             inner: Mutex::new(inner),
             status,
             stop: Notify::new(),
+            stop_watch: Notify::new(),
+            round: tokio::sync::Mutex::new(()),
+            publishing: tokio::sync::Mutex::new(None),
             address: Mutex::new(None),
             directory: ArcSwap::from_pointee(BTreeMap::new()),
             share_demands: Mutex::new(ShareDemands::new(SHARE_WINDOW_EPOCHS)),
@@ -469,13 +507,16 @@ impl Coordinator {
         });
         let me = Arc::clone(self);
         tokio::spawn(async move { me.run().await });
+        let me = Arc::clone(self);
+        tokio::spawn(async move { me.watch().await });
     }
 
     /// How long the leader keeps a scaled-in VM running after it left the registry:
-    /// two epochs and one store deadline. Followers route to a registry VM until their
-    /// next round reads the publication without it (at most one epoch and a deadline
-    /// after it); the second epoch lets their requests on it finish. Stopping it at
-    /// once would fail the followers' requests still sent to it.
+    /// two epochs and one store deadline. Followers route to a registry VM until they
+    /// read the publication without it (the watch: a tenth of an epoch; their next
+    /// round when the watch's reads fail: at most one epoch and a deadline after it);
+    /// the second epoch lets their requests on it finish. Stopping it at once would
+    /// fail the followers' requests still sent to it.
     pub fn scale_in_handoff(&self) -> Duration {
         self.settings.epoch * 2 + self.settings.op_timeout
     }
@@ -489,6 +530,7 @@ impl Coordinator {
     /// over within one epoch instead of a lease).
     pub async fn shutdown(&self) {
         self.stop.notify_one();
+        self.stop_watch.notify_one();
         let key = {
             let mut i = self.lock();
             i.role = Role::Follower;
@@ -588,6 +630,7 @@ impl Coordinator {
 
     /// One epoch's round: report, then lead, follow or run locally.
     pub async fn tick(&self) {
+        let _round = self.round.lock().await;
         let base = self.settings.base_epoch;
         let mut fresh = Vec::new();
         let mut open = 0;
@@ -623,6 +666,9 @@ impl Coordinator {
                     if i.role == Role::Local {
                         tracing::info!("store reachable again; back to shared decisions");
                         i.role = Role::Follower;
+                        // Take the publication again even if it did not change: the
+                        // local decisions replaced its share and EWMAs.
+                        i.followed = None;
                     }
                     i.misses = 0;
                     let seen = [
@@ -694,9 +740,6 @@ impl Coordinator {
                     }
                 }
                 self.follow(&x);
-                if x.leader.is_some() {
-                    self.follow_publication(ended).await;
-                }
             }
         }
     }
@@ -812,18 +855,26 @@ impl Coordinator {
             .with_core(&mut |core, now| core.set_pool_writer(now, false));
     }
 
-    /// The leader, half an epoch after `ended` ended (every replica has written its
-    /// count by then): read every count of `ended` and lead on their sum. A second
-    /// round trip for the leader only; the decision lags a single gateway's by half an
-    /// epoch.
+    /// The leader, once every live replica has written its count of `ended` (read
+    /// again every [`SUM_POLLS_PER_EPOCH`]th of an epoch from now on; half an epoch
+    /// after `ended` ended at the latest, when a missing count is imputed): lead on
+    /// their sum. The replicas write their counts just after the epoch's end, so the
+    /// decision usually follows one gateway's by a few store round trips.
     async fn sum_and_lead(&self, key: &LeaderKey, ended: u64) {
-        let at = self.half_epoch_after(ended);
-        tokio::time::sleep(at.saturating_sub(self.host.now())).await;
-        let report = self.read_report(ended, None);
-        match self.op("exchange", self.store.exchange(&report)).await {
-            Ok(x) if x.leader.as_ref() == Some(key) => self.lead(key, ended, &x).await,
-            Ok(_) => self.step_down("the lease moved before the sum was read"),
-            Err(_) => self.freeze(),
+        let latest = self.half_epoch_after(ended);
+        let poll = self.settings.epoch / SUM_POLLS_PER_EPOCH;
+        loop {
+            let report = self.read_report(ended, None);
+            let x = match self.op("exchange", self.store.exchange(&report)).await {
+                Ok(x) if x.leader.as_ref() == Some(key) => x,
+                Ok(_) => return self.step_down("the lease moved before the sum was read"),
+                Err(_) => return self.freeze(),
+            };
+            let now = self.host.now();
+            if now >= latest || x.live.keys().all(|r| x.counts.contains_key(r)) {
+                return self.lead(key, ended, &x).await;
+            }
+            tokio::time::sleep(poll.min(latest.saturating_sub(now))).await;
         }
     }
 
@@ -846,39 +897,6 @@ impl Coordinator {
             live_window: e * (self.settings.grace_epochs + 1),
             counts_ttl: e * 100,
             address,
-        }
-    }
-
-    /// A follower, just after the leader published `ended`'s sum (half an epoch after
-    /// it ended, [`Self::sum_and_lead`], plus a margin): read the publication again and
-    /// take it at once. Without this second read a follower takes the leader's EWMAs,
-    /// share, decision and registry at its next round, half an epoch after the leader's
-    /// own core, and under a rising load it admits less than its share (its spill share
-    /// above one gateway's). A read that fails or comes before the publication changes
-    /// nothing: the next round reads again.
-    async fn follow_publication(&self, ended: u64) {
-        let margin = (self.settings.epoch / 10).min(Duration::from_millis(50));
-        let at = self.half_epoch_after(ended) + margin;
-        tokio::select! {
-            () = tokio::time::sleep(at.saturating_sub(self.host.now())) => {}
-            () = self.stop.notified() => {
-                // Leave the stop for the round loop.
-                self.stop.notify_one();
-                return;
-            }
-        }
-        let report = self.read_report(ended, self.address.lock().clone());
-        let Ok(x) = self.op("exchange", self.store.exchange(&report)).await else {
-            return;
-        };
-        let mine = self.lock().key.clone();
-        let other_leads = match (&x.leader, &mine) {
-            (Some(holder), Some(mine)) => holder != mine,
-            (Some(_), None) => true,
-            (None, _) => false,
-        };
-        if other_leads {
-            self.follow(&x);
         }
     }
 
@@ -948,6 +966,11 @@ impl Coordinator {
                 vm_reqs_rps: d.vm_reqs_rps.is_finite().then_some(d.vm_reqs_rps),
                 reason: d.reason.as_str().to_string(),
             });
+        {
+            let mut i = self.lock();
+            i.share = own;
+        }
+        let mut last = self.publishing.lock().await;
         let p = Published {
             term: key.term,
             leader: key.replica.clone(),
@@ -956,42 +979,134 @@ impl Coordinator {
             decision,
             replicas: u32::try_from(live.len()).unwrap_or(u32::MAX),
             shares,
-            registry: self.host.registry(),
+            registry: sorted(self.host.registry()),
+            revision: next_revision(last.as_ref(), key.term),
         };
-        {
-            let mut i = self.lock();
-            i.share = own;
-        }
         match self.op("publish", self.store.publish(key, &p)).await {
-            Ok(true) => {}
+            Ok(true) => *last = Some(p),
             Ok(false) => {
+                drop(last);
                 self.lock().refused += 1;
                 self.step_down("the store refused the publication (an old term)");
             }
-            Err(_) => self.freeze(),
+            Err(_) => {
+                drop(last);
+                self.freeze();
+            }
+        }
+    }
+
+    /// Between epoch rounds, every [`WATCHES_PER_EPOCH`]th of an epoch: the leader
+    /// publishes its ready VMs again as soon as they changed (a launched VM got ready,
+    /// one was scaled in), and a follower reads the publication and takes a newer one at
+    /// once. Without it a follower learns of a new leader decision or a newly ready VM
+    /// only at its next epoch round, and for up to an epoch it spills what one gateway
+    /// would send to the new VM. Nothing here runs while the epoch rounds miss the store
+    /// (the round handles the outage) or on local decisions.
+    async fn watch(self: Arc<Self>) {
+        let mut every = tokio::time::interval(self.settings.epoch / WATCHES_PER_EPOCH);
+        every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                _ = every.tick() => {}
+                () = self.stop_watch.notified() => return,
+            }
+            let (role, misses, key, led) = {
+                let i = self.lock();
+                (i.role, i.misses, i.key.clone(), i.leader.is_some())
+            };
+            if misses > 0 {
+                continue;
+            }
+            match (role, key) {
+                (Role::Leader, Some(key)) => self.publish_registry(&key).await,
+                (Role::Follower, None) if led => self.take_publication().await,
+                _ => {}
+            }
+        }
+    }
+
+    /// The leader `key`: publish its last publication again with its ready VMs now,
+    /// if they changed since (the next revision).
+    async fn publish_registry(&self, key: &LeaderKey) {
+        let mut last = self.publishing.lock().await;
+        let registry = sorted(self.host.registry());
+        let Some(p) = last
+            .as_ref()
+            .filter(|p| p.term == key.term && p.registry != registry)
+            .map(|p| Published {
+                registry,
+                revision: p.revision + 1,
+                ..p.clone()
+            })
+        else {
+            return;
+        };
+        match self.op("publish", self.store.publish(key, &p)).await {
+            Ok(true) => *last = Some(p),
+            Ok(false) => {
+                drop(last);
+                self.lock().refused += 1;
+                self.step_down("the store refused the publication (an old term)");
+                self.refresh();
+            }
+            // The next epoch round finds out whether the store is down.
+            Err(_) => {}
+        }
+    }
+
+    /// A follower between its epoch rounds: read the publication and take it when it
+    /// is newer than the last one taken. Skipped while a round runs (it may change the
+    /// role and takes the publication itself).
+    async fn take_publication(&self) {
+        let Ok(_round) = self.round.try_lock() else {
+            return;
+        };
+        let read = self.store.publication(&self.settings.replica);
+        let Ok(Some(p)) = self.op("publication", read).await else {
+            return;
+        };
+        let (role, key, replicas) = {
+            let i = self.lock();
+            (i.role, i.key.clone(), i.replicas)
+        };
+        if role == Role::Follower && key.is_none() {
+            self.follow_published(Some(&p), replicas as usize);
+            self.refresh();
         }
     }
 
     fn follow(&self, x: &Exchange) {
+        self.follow_published(x.state.as_ref(), x.live.len());
+    }
+
+    /// Take the leader's publication `p` (`live` replicas counted live), unless it is
+    /// not newer than the last one taken.
+    fn follow_published(&self, p: Option<&Published>, live: usize) {
         let base = self.settings.base_epoch;
         let me = &self.settings.replica;
         {
             let mut i = self.lock();
             i.role = Role::Follower;
         }
-        let Some(p) = &x.state else {
+        let Some(p) = p else {
             self.host
                 .with_core(&mut |core, now| core.set_pool_writer(now, false));
             return;
         };
         let fresh = {
-            let i = self.lock();
+            let mut i = self.lock();
+            let order = (p.term, p.epoch, p.revision);
+            if i.followed.is_some_and(|taken| taken >= order) {
+                return;
+            }
+            i.followed = Some(order);
             p.decision
                 .as_ref()
                 .map(|d| (p.term, d.epoch))
                 .filter(|k| i.applied != Some(*k))
         };
-        let replicas = x.live.len().max(1);
+        let replicas = live.max(1);
         let share = p.shares.get(me).copied().unwrap_or(1.0 / replicas as f64);
         let ewma = p.ewma.filter(|e| e.epoch >= base).map(|e| EwmaState {
             epoch: e.epoch - base,
@@ -1059,6 +1174,19 @@ impl Coordinator {
             }
         });
     }
+}
+
+/// The registry in instance order (the host lists its table's order): equal sets
+/// compare equal.
+fn sorted(mut registry: Vec<RegistryVm>) -> Vec<RegistryVm> {
+    registry.sort();
+    registry
+}
+
+/// The revision of a leader's next publication in `term` after `last`.
+fn next_revision(last: Option<&Published>, term: u64) -> u64 {
+    last.filter(|p| p.term == term)
+        .map_or(0, |p| p.revision + 1)
 }
 
 fn to_decision(d: &PublishedDecision) -> ScaleDecision {

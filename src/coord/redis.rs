@@ -12,7 +12,7 @@
 //! | `last` | hash replica → `epoch:requests` | every replica | its latest count (imputation) |
 //! | `heartbeats` | sorted set replica → ms | every replica | live replicas |
 //! | `addresses` | hash replica → `TAG URL` | replicas with asynchronous calls | where a call id's owner tag is looked up (dropped with the heartbeat) |
-//! | `state` | string (JSON [`Published`]) | the leader, fenced | decision, EWMAs, shares, registry |
+//! | `state` | string (JSON [`Published`]) | the leader, fenced | decision, EWMAs, shares, registry; followers `GET` it between rounds |
 //! | `intents` | list (JSON [`Intent`]), last 1000 | the leader, fenced | pool writes, recorded before they are made |
 //! | `open_intents` | hash `term:op:vm` ([`Intent::id`]) → JSON [`Intent`] | the leader, fenced; `HDEL` once settled | pool writes whose outcome is not recorded yet (a new leader replays those of earlier terms) |
 //! | `refused` | integer | the scripts | fenced writes refused for an old term |
@@ -341,6 +341,29 @@ impl Store for RedisStore {
                 .await
                 .map_err(redis_err("release"))?;
             Ok(ok == 1)
+        })
+    }
+
+    fn publication<'a>(
+        &'a self,
+        replica: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Published>, StoreError>> {
+        let _ = replica;
+        Box::pin(async move {
+            const OP: &str = "publication";
+            let mut c = self.conn.clone();
+            let state: Option<String> = redis::cmd("GET")
+                .arg(self.key("state"))
+                .query_async(&mut c)
+                .await
+                .map_err(redis_err(OP))?;
+            state
+                .filter(|s| !s.is_empty())
+                .map(|s| {
+                    serde_json::from_str::<Published>(&s)
+                        .map_err(|e| reply(OP, format!("state: {e}")))
+                })
+                .transpose()
         })
     }
 

@@ -151,6 +151,12 @@ pub struct Published {
     pub registry: Vec<RegistryVm>,
     /// Replicas counted live.
     pub replicas: u32,
+    /// The leader's publication counter: it grows with every publication of its term,
+    /// the per-epoch one and those made between epochs when its ready VMs changed.
+    /// `(term, epoch, revision)` orders publications: a replica never takes one older
+    /// than the last it took. 0 from a leader that does not count them.
+    #[serde(default)]
+    pub revision: u64,
 }
 
 /// A pool write the leader is about to make, recorded (fenced) before it makes it. It
@@ -261,6 +267,13 @@ pub trait Store: Send + Sync + 'static {
     /// Give the lease up if `key` holds it (compare-and-delete).
     fn release<'a>(&'a self, key: &'a LeaderKey) -> BoxFuture<'a, Result<bool, StoreError>>;
 
+    /// The leader's last publication (`None`: none yet), read by `replica` between its
+    /// epoch rounds to take a new one, or new ready VMs, at once.
+    fn publication<'a>(
+        &'a self,
+        replica: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Published>, StoreError>>;
+
     /// Write the leader's publication if `key` holds the lease; `false`: refused (an old
     /// term).
     fn publish<'a>(
@@ -339,8 +352,14 @@ mod tests {
                 base: "http://127.0.0.1:4000/".into(),
             }],
             replicas: 2,
+            revision: 7,
         };
         let json = serde_json::to_string(&p).unwrap();
         assert_eq!(serde_json::from_str::<Published>(&json).unwrap(), p);
+        // A leader that does not count its publications writes no revision: 0.
+        let old = json.replace(",\"revision\":7", "");
+        assert_ne!(old, json);
+        let read = serde_json::from_str::<Published>(&old).unwrap();
+        assert_eq!(read.revision, 0);
     }
 }

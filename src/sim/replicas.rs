@@ -33,6 +33,11 @@
 //!   lease not renewed expires after `lease`; after the outage the first replica back
 //!   takes it again and resumes the last published EWMAs.
 //!
+//! This is the coordinator's earlier schedule: the live leader now sums as soon as every
+//! live replica's count is in, and the live followers take a publication (and the ready
+//! VMs the leader publishes between rounds) within a tenth of an epoch
+//! (`crate::coord::WATCHES_PER_EPOCH`), so the model's lag is an upper bound.
+//!
 //! The leader bills a scaled-in VM two epochs and a quarter epoch (the live store
 //! deadline's default) after its stop: the live leader keeps it that long for the
 //! followers' requests still sent to it.
