@@ -314,6 +314,59 @@ proptest! {
         }
     }
 
+    /// A run paused at any times and resumed gives the report of an uninterrupted run,
+    /// byte for byte; what it had accrued at each pause never decreases and never
+    /// exceeds the final report (the bound `spillway tune` stops runs on).
+    #[test]
+    fn a_paused_run_resumes_to_the_same_report_and_its_partials_only_grow(
+        counts_in in prop::collection::vec(0u32..60, 1..90),
+        service in service_strategy(),
+        policy in policy_strategy(),
+        minimum in 0u32..120,
+        pauses in prop::collection::vec(0u64..100_000_000_000, 0..12),
+        seed in any::<u64>(),
+    ) {
+        let sim = format!(r#"
+  sla_ms: 1000
+  request: {{service_time: {service}}}
+  vm: {{slots: 4, boot_seconds: 5, minimum_billed_seconds: {minimum}}}
+  function: {{cold_start_ms: 100, warm_start_ms: 5, keep_alive_seconds: 3, max_instances: 30, shutdown_ms: 50}}
+  auto: {{min_vms: 1, max_vms: 6, step_vms: 2, window_seconds: 3, grace_seconds: 4}}
+"#);
+        let c = config(5, 4.0, &sim);
+        let text: String = counts_in.iter().map(|c| format!("{c}\n")).collect();
+        let t = counts(&text);
+        let p = SimParams::from_config(&c).unwrap();
+        let whole = run_policy(&p, &t, policy, seed, false, &mut |_| {});
+        let mut pauses = pauses;
+        pauses.sort_unstable();
+        let mut paused = spillway::sim::engine::Run::new(&p, &t, policy, seed, None);
+        let mut last: Option<spillway::sim::engine::Partial> = None;
+        for at in pauses {
+            paused.run_until(at, &mut |_| {});
+            let now = paused.partial();
+            prop_assert!(now.time_s <= at as f64 / 1e9 + 1e-9);
+            if let Some(before) = last {
+                prop_assert!(now.cost_usd >= before.cost_usd, "{:?} then {:?}", before, now);
+                prop_assert!(now.sla_violations >= before.sla_violations);
+                prop_assert!(now.requests >= before.requests);
+            }
+            last = Some(now);
+        }
+        let resumed = paused.finish(&mut |_| {});
+        prop_assert_eq!(
+            serde_json::to_string(&resumed.report).unwrap(),
+            serde_json::to_string(&whole.report).unwrap()
+        );
+        prop_assert_eq!(&resumed.stats, &whole.stats);
+        if let Some(l) = last {
+            prop_assert!(l.cost_usd <= whole.report.cost_usd.total, "{:?} > {:?}", l, whole.report.cost_usd);
+            prop_assert!(l.vm_usd <= whole.report.cost_usd.vm);
+            prop_assert!(l.function_usd <= whole.report.cost_usd.function);
+            prop_assert!(l.sla_violations <= whole.report.sla_violations);
+        }
+    }
+
     #[test]
     fn max_with_capacity_above_the_peak_never_violates(
         counts_in in prop::collection::vec(0u32..200, 1..60),

@@ -62,7 +62,13 @@ const GRID: [&str; 6] = [
     "decision_epochs=60,300",
 ];
 
-fn tuned(dir: &Path, trace: &Path, target: &str, threads: &str) -> (ExitCode, TuneResult) {
+fn tuned(
+    dir: &Path,
+    trace: &Path,
+    target: &str,
+    threads: &str,
+    extra: &[&str],
+) -> (ExitCode, TuneResult) {
     let json = dir.join(format!("tune-{threads}.json"));
     let cfg = root("config/sim/libra-paper.yaml");
     let mut args = vec![
@@ -81,6 +87,7 @@ fn tuned(dir: &Path, trace: &Path, target: &str, threads: &str) -> (ExitCode, Tu
     let out = dir.join("tuned.yaml");
     args.push(out.to_str().unwrap());
     args.push("--quiet");
+    args.extend(extra);
     args.extend(BASE);
     args.extend(GRID);
     let code = run_tune(&tune_args(&args)).unwrap_or_else(|e| panic!("{e}"));
@@ -102,6 +109,7 @@ fn tuned(dir: &Path, trace: &Path, target: &str, threads: &str) -> (ExitCode, Tu
             sla_violations: c["sla_violations"].as_u64().unwrap(),
             sla_violation_pct: c["sla_violation_pct"].as_f64().unwrap(),
             function_share: c["function_share"].as_f64().unwrap(),
+            stopped_at_s: c["stopped_at_s"].as_f64(),
         })
         .collect();
     let result = TuneResult {
@@ -190,7 +198,7 @@ fn the_recommendation_is_the_enumerated_optimum_and_the_front_is_pareto() {
     );
 
     let target_s = format!("{target}");
-    let (code, r) = tuned(dir.path(), &t, &target_s, "3");
+    let (code, r) = tuned(dir.path(), &t, &target_s, "3", &["--no-prune"]);
     assert_eq!(code, ExitCode::SUCCESS);
     assert_eq!(r.candidates.len(), 12);
     let best = &r.candidates[r.recommended.unwrap()];
@@ -217,8 +225,9 @@ fn the_recommendation_is_the_enumerated_optimum_and_the_front_is_pareto() {
     }
     assert_eq!(pareto_front(&r.candidates), r.front);
     // One thread gives the same result.
-    let (_, one) = tuned(dir.path(), &t, &target_s, "1");
+    let (_, one) = tuned(dir.path(), &t, &target_s, "1", &["--no-prune"]);
     assert_eq!(one.candidates, r.candidates);
+    assert!(r.candidates.iter().all(|c| c.stopped_at_s.is_none()));
 
     // The fragment is a valid simulator config (`spillway check --sim`) holding the
     // recommended values, and its `--set` line reproduces the result.
@@ -241,6 +250,50 @@ fn the_recommendation_is_the_enumerated_optimum_and_the_front_is_pareto() {
         .output()
         .unwrap();
     assert!(status.status.success(), "{status:?}");
+}
+
+#[test]
+fn stopping_dominated_runs_early_keeps_the_exhaustive_front_and_recommendation() {
+    let dir = tempfile::tempdir().unwrap();
+    let t = trace(dir.path());
+    for target in ["0", "1", "5", "100"] {
+        let (code_all, all) = tuned(dir.path(), &t, target, "2", &["--no-prune"]);
+        // One thread: the schedule, and so where runs stop, is deterministic.
+        for threads in ["1", "3"] {
+            let (code, pruned) = tuned(dir.path(), &t, target, threads, &[]);
+            let ctx = format!("target {target} %, {threads} threads");
+            assert_eq!(code, code_all, "{ctx}");
+            assert_eq!(pruned.front, all.front, "{ctx}");
+            assert_eq!(pruned.recommended, all.recommended, "{ctx}");
+            let mut stopped = 0;
+            for (p, a) in pruned.candidates.iter().zip(&all.candidates) {
+                assert_eq!(p.values, a.values, "{ctx}");
+                let Some(at) = p.stopped_at_s else {
+                    assert_eq!(p, a, "{ctx}: a run to the end is the exhaustive one");
+                    continue;
+                };
+                stopped += 1;
+                // What a stopped run had accrued is a lower bound of its full run, and a
+                // finished run beats it: cheaper, with no more violations.
+                assert!(at > 0.0 && at <= 1800.0, "{ctx}: {p:?}");
+                assert!(p.cost_usd <= a.cost_usd, "{ctx}: {p:?} against {a:?}");
+                assert!(p.sla_violations <= a.sla_violations, "{ctx}: {p:?}");
+                assert!(
+                    pruned.candidates.iter().any(|f| f.stopped_at_s.is_none()
+                        && f.cost_usd < p.cost_usd
+                        && f.sla_violations <= p.sla_violations),
+                    "{ctx}: {p:?} is stopped without a finished run that dominates it"
+                );
+            }
+            if threads == "1" {
+                assert!(stopped > 0, "{ctx}: nothing was stopped early");
+            }
+        }
+    }
+    // `--plot` shows every point: nothing stops early.
+    let svg = dir.path().join("front.svg");
+    let (_, plotted) = tuned(dir.path(), &t, "1", "1", &["--plot", svg.to_str().unwrap()]);
+    assert!(plotted.candidates.iter().all(|c| c.stopped_at_s.is_none()));
 }
 
 #[test]

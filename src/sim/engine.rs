@@ -1404,7 +1404,8 @@ pub(crate) fn demand(
 }
 
 /// [`run_policy`] recording at most `series_rows` per-epoch rows (`None`: no series);
-/// longer runs merge neighbouring epochs ([`SeriesBuffer`]).
+/// longer runs merge neighbouring epochs ([`SeriesBuffer`]). The same as a [`Run`] run
+/// until the end: `Run::new`, [`Run::run_until`]`(u64::MAX)`, [`Run::finish`].
 pub fn run_policy_with(
     p: &SimParams,
     trace: &Trace,
@@ -1413,58 +1414,195 @@ pub fn run_policy_with(
     series_rows: Option<usize>,
     progress: &mut dyn FnMut(u64),
 ) -> PolicyRun {
-    let mut e = Engine::new(p, trace, kind, seed, series_rows);
-    e.begin();
-    // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
-    let mut service_rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
-    arrival_rng.set_stream(1);
-
-    let mut stream = trace.stream(arrival_rng);
-
-    let mut next = stream.next_arrival();
-    let mut arrived = 0u64;
-    loop {
-        let heap_t = e.heap.peek_time();
-        let t = match (heap_t, next.as_ref()) {
-            (None, None) => break,
-            (Some(h), None) => h,
-            (None, Some(a)) => a.at_ns,
-            (Some(h), Some(a)) => h.min(a.at_ns),
-        };
-        // At equal times: deadlines (epoch ends first), then scheduled events, then
-        // arrivals.
-        e.fire_timers(t);
-        if heap_t == Some(t) {
-            let Some((t, seq, kind)) = e.heap.pop() else {
-                unreachable!()
-            };
-            e.handle(t, seq, kind);
-            continue;
-        }
-        let a = next.take().expect("an arrival is next");
-        let (service_ns, memory_mb) = demand(p, trace, &a, &mut service_rng);
-        e.arrive(a.at_ns, service_ns, memory_mb, a.class, a.zone);
-        arrived += 1;
-        if arrived & 0xFFFF == 0 {
-            progress(arrived);
-        }
-        next = stream.next_arrival();
-    }
-    // Close the epochs up to the trace end (quiet tail).
-    e.fire_timers(e.trace_end_ns);
-    progress(arrived);
-    let end_ns = e.trace_end_ns.max(e.last_done_ns);
-    e.core.finish_functions(dur(end_ns));
-    finish(e, kind, arrived, end_ns)
+    let mut run = Run::new(p, trace, kind, seed, series_rows);
+    run.run_until(u64::MAX, progress);
+    run.finish(progress)
 }
 
-fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> PolicyRun {
+/// One policy's run over a trace (one gateway), pausable: [`Run::run_until`] replays the
+/// trace up to a simulated time and returns; [`Run::partial`] says what the run has
+/// billed and violated so far; a later `run_until` resumes where it stopped, and
+/// [`Run::finish`] completes the run and gives its report. Pausing changes nothing: the
+/// report is the one [`run_policy_with`] gives, byte for byte, wherever the run was
+/// paused.
+///
+/// What [`Run::partial`] gives never decreases as the run advances (cost: VMs billed up
+/// to the run's clock, function calls started so far, with the report's arithmetic;
+/// violations: a counter), so a partial cost above another run's final cost is proof
+/// that this run ends dearer (`spillway tune` stops such runs early). `sim.replicas` with
+/// more than one replica is not run by this type
+/// ([`super::replicas::run_policy_with`]).
+pub struct Run<'a> {
+    engine: Engine<'a>,
+    kind: PolicyKind,
+    trace: &'a Trace,
+    service_rng: ChaCha8Rng,
+    stream: super::trace::ArrivalStream<'a>,
+    next: Option<super::trace::Arrival>,
+    arrived: u64,
+    /// The time of the last event or deadline handled, ns.
+    clock_ns: u64,
+    /// Every arrival and scheduled event is handled.
+    done: bool,
+}
+
+/// What a paused [`Run`] has accrued up to its clock.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Partial {
+    /// The run's clock: the time of the last event or deadline handled, s.
+    pub time_s: f64,
+    /// Cost so far, USD: the VMs billed as if stopped at `time_s` (the ones already
+    /// stopped as stopped), the function calls started so far (`vm_usd +
+    /// function_usd`). Never more than the final report's `cost_usd.total`.
+    pub cost_usd: f64,
+    /// The VMs' part of `cost_usd`, USD.
+    pub vm_usd: f64,
+    /// The function calls' part of `cost_usd`, USD.
+    pub function_usd: f64,
+    /// SLA violations so far (never more than the final report's).
+    pub sla_violations: u64,
+    /// Arrivals so far.
+    pub requests: u64,
+    /// Requests served so far (VMs and functions).
+    pub served: u64,
+    /// Requests served by functions so far.
+    pub function_served: u64,
+}
+
+impl<'a> Run<'a> {
+    /// A run of `kind` over `trace` with `seed`, started at time zero (the initial pool
+    /// booted) and paused before the first event. `series_rows` as in
+    /// [`run_policy_with`].
+    pub fn new(
+        p: &'a SimParams,
+        trace: &'a Trace,
+        kind: PolicyKind,
+        seed: u64,
+        series_rows: Option<usize>,
+    ) -> Self {
+        let mut engine = Engine::new(p, trace, kind, seed, series_rows);
+        engine.begin();
+        // Service times and per-minute arrivals draw from two streams of one seeded ChaCha.
+        let service_rng = ChaCha8Rng::seed_from_u64(seed);
+        let mut arrival_rng = ChaCha8Rng::seed_from_u64(seed);
+        arrival_rng.set_stream(1);
+        let mut stream = trace.stream(arrival_rng);
+        let next = stream.next_arrival();
+        Self {
+            engine,
+            kind,
+            trace,
+            service_rng,
+            stream,
+            next,
+            arrived: 0,
+            clock_ns: 0,
+            done: false,
+        }
+    }
+
+    /// Handle every arrival, scheduled event and deadline up to `until_ns` (ns since the
+    /// trace window's start, inclusive; `u64::MAX`: to the end). `progress` is called
+    /// with the arrivals so far every 2¹⁶ arrivals. Returns `true` once nothing is left
+    /// to handle (then only [`Self::finish`] remains).
+    pub fn run_until(&mut self, until_ns: u64, progress: &mut dyn FnMut(u64)) -> bool {
+        let e = &mut self.engine;
+        let p = e.p;
+        while !self.done {
+            let heap_t = e.heap.peek_time();
+            let t = match (heap_t, self.next.as_ref()) {
+                (None, None) => {
+                    self.done = true;
+                    break;
+                }
+                (Some(h), None) => h,
+                (None, Some(a)) => a.at_ns,
+                (Some(h), Some(a)) => h.min(a.at_ns),
+            };
+            if t > until_ns {
+                break;
+            }
+            self.clock_ns = t;
+            // At equal times: deadlines (epoch ends first), then scheduled events, then
+            // arrivals.
+            e.fire_timers(t);
+            if heap_t == Some(t) {
+                let Some((t, seq, kind)) = e.heap.pop() else {
+                    unreachable!()
+                };
+                e.handle(t, seq, kind);
+                continue;
+            }
+            let a = self.next.take().expect("an arrival is next");
+            let (service_ns, memory_mb) = demand(p, self.trace, &a, &mut self.service_rng);
+            e.arrive(a.at_ns, service_ns, memory_mb, a.class, a.zone);
+            self.arrived += 1;
+            if self.arrived & 0xFFFF == 0 {
+                progress(self.arrived);
+            }
+            self.next = self.stream.next_arrival();
+        }
+        self.done
+    }
+
+    /// The run's clock: the time of the last event or deadline handled, ns.
+    pub fn clock_ns(&self) -> u64 {
+        self.clock_ns
+    }
+
+    /// The trace window's end, ns (a run's events may go on after it until the last
+    /// request finishes).
+    pub fn trace_end_ns(&self) -> u64 {
+        self.engine.trace_end_ns
+    }
+
+    /// What the run has billed and violated up to its clock.
+    pub fn partial(&self) -> Partial {
+        let e = &self.engine;
+        // Billed up to the clock, but never past the end the report bills to (the trace
+        // end or the last completion so far, which only grows).
+        let now = self.clock_ns.min(e.trace_end_ns.max(e.last_done_ns));
+        let (_, vm, function) = bill(e, now, true);
+        Partial {
+            time_s: self.clock_ns as f64 / NS as f64,
+            cost_usd: vm + function,
+            vm_usd: vm,
+            function_usd: function,
+            sla_violations: e.violations,
+            requests: self.arrived,
+            served: e.served,
+            function_served: e.stats.function_served,
+        }
+    }
+
+    /// Run to the end (as [`Self::run_until`]`(u64::MAX)`), close the epochs up to the
+    /// trace end, end the function instances and bill: the run's report.
+    pub fn finish(mut self, progress: &mut dyn FnMut(u64)) -> PolicyRun {
+        self.run_until(u64::MAX, progress);
+        let mut e = self.engine;
+        // Close the epochs up to the trace end (quiet tail).
+        e.fire_timers(e.trace_end_ns);
+        progress(self.arrived);
+        let end_ns = e.trace_end_ns.max(e.last_done_ns);
+        e.core.finish_functions(dur(end_ns));
+        finish(e, self.kind, self.arrived, end_ns)
+    }
+}
+
+/// The VM seconds billed, the VM cost and the function cost (USD) of `e`'s run up to
+/// `end_ns`: every VM launched so far (not adopted) as if stopped at `end_ns` unless
+/// stopped before (with `clamp`, a stop is also billed at most to `end_ns`), every
+/// function call started so far. The report ([`finish`]) and a paused run's
+/// [`Run::partial`] share this arithmetic: each VM's term only grows with `end_ns`, VMs
+/// launched later add terms after the earlier ones, and rounding is monotone, so the
+/// partial cost never exceeds the final one.
+fn bill(e: &Engine<'_>, end_ns: u64, clamp: bool) -> (f64, f64, f64) {
     let p = e.p;
     let mut billed = 0.0;
     for v in e.vms.iter().filter(|v| !v.adopted) {
         let stop = match v.stop_ns {
             Some(s) if e.stop_handoff_ns > 0 => (s + e.stop_handoff_ns).min(end_ns),
+            Some(s) if clamp => s.min(end_ns),
             Some(s) => s,
             None => end_ns,
         };
@@ -1481,6 +1619,13 @@ fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> Pol
     let fn_cost = gb_s * p.pricing.gb_second_usd
         + e.stats.function_served as f64
             * (p.pricing.request_usd + p.pricing.api_gateway_request_usd);
+    (billed, vm_cost, fn_cost)
+}
+
+fn finish(mut e: Engine<'_>, kind: PolicyKind, arrived: u64, end_ns: u64) -> PolicyRun {
+    let (billed, vm_cost, fn_cost) = bill(&e, end_ns, false);
+    let vm_hours = billed / 3600.0;
+    let gb_s = (e.mb_ms as f64) / 1024.0 / 1000.0;
     let zones = e.core.placement().status();
     let end_s = end_ns as f64 / NS as f64;
     let zone_reports: Vec<ZoneReport> = zones.iter().map(|z| zone_report(z, end_s)).collect();

@@ -6,8 +6,8 @@
 //! list (`0.5,1,2`) or an inclusive range (`0.5:2:0.25`, `LO:HI:STEP`). Every point of
 //! the grid (their Cartesian product, at most `--max-configs`) is one LIBRA run of the
 //! discrete-event engine on the same trace and seed (common random numbers), spread over
-//! every core with std threads (the runs share nothing; the results do not depend on the
-//! thread count). The output:
+//! every core with std threads (the runs share nothing but the parsed trace; the front
+//! and the recommendation do not depend on the thread count). The output:
 //! * the Pareto front of cost against SLA violations (no other point is both cheaper and
 //!   better on violations), as a table and optionally an SVG with every point;
 //! * the recommended point: the cheapest with violations ≤ `--max-violation-pct`;
@@ -17,20 +17,28 @@
 //!   the function platform's (Lambda's cannot be set), a simulated per-VM cap needs
 //!   `vm_pool.slots_per_vm` live, and so on.
 //!
-//! A grid is searched exhaustively (no sampling or hill-climbing): with at most a few
-//! hundred points on a trace the engine replays in a fraction of a second, an exhaustive
-//! search is both fast enough and exact, and its optimum is the enumeration's.
+//! A grid is searched exhaustively (no sampling or hill-climbing): its optimum is the
+//! enumeration's. What is saved is only provably wasted work: the runs are pausable
+//! ([`Run`]), at most `min(2 × threads, 16)` are alive, the cheapest so far advances
+//! first, and a run stops once it is exactly dominated — its cost so far already
+//! exceeds the final cost of a finished run with no more SLA violations than it has so
+//! far. Both only grow as a run advances, so a stopped run would have ended off the
+//! Pareto front: the front and the recommendation are the exhaustive search's
+//! (`--no-prune` runs everything to the end; `--plot`, which shows every point, too).
+//! Home-made rather than a search library's because the bound is the engine's own
+//! (partial cost and violations) and the schedule is a few lines over `std` threads.
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use parking_lot::{Condvar, Mutex};
 use plotters::prelude::*;
 use serde::Serialize;
 
 use super::cli::{TraceArgs, invalid, load_config, load_trace, split_assignment, write_file};
-use super::engine::{PolicyKind, SimParams};
+use super::engine::{Partial, PolicyKind, Run, SimParams};
 use super::error::SimError;
 use super::replicas::run_policy_with;
 use super::trace::Trace;
@@ -100,6 +108,12 @@ pub struct TuneArgs {
     /// No tables (the fragment still goes to `--out`).
     #[arg(long)]
     pub quiet: bool,
+    /// Run every configuration to the end. By default a run stops early once a
+    /// finished one is cheaper than its cost so far with no more SLA violations than it
+    /// has so far (the front and the recommendation are the same either way; `--json`
+    /// gives a stopped run's `stopped_at_s`). `--plot` implies it.
+    #[arg(long)]
+    pub no_prune: bool,
 }
 
 /// One dimension of the grid: a config path and its values.
@@ -215,6 +229,10 @@ pub struct Candidate {
     pub sla_violation_pct: f64,
     /// Fraction of served requests on functions, 0–1.
     pub function_share: f64,
+    /// Simulated time (s) at which the search stopped this configuration's run because
+    /// a finished one was cheaper with no more violations (its numbers are then what
+    /// it had accrued by this time: lower bounds); `None` when it ran to the end.
+    pub stopped_at_s: Option<f64>,
 }
 
 /// The search's result.
@@ -290,10 +308,20 @@ pub struct SearchOptions {
     pub max_configs: usize,
     /// SLA violations allowed, % of requests.
     pub max_violation_pct: f64,
+    /// Stop a run early once it is exactly dominated (see [`search`]); `false`: every
+    /// configuration runs to the end.
+    pub prune: bool,
 }
 
 /// Run LIBRA on `trace` once per grid point of `dims` over `base`, on `o.threads`
 /// threads. `progress` is called on this thread with the number of configurations done.
+///
+/// With `o.prune` (and one gateway: not with `sim.replicas`), a run is stopped once it
+/// is exactly dominated — its cost so far exceeds the final cost of a finished run
+/// with no more violations than it has so far. Cost and violations never decrease as a
+/// run advances ([`Run::partial`]), so a stopped run would have ended off the Pareto
+/// front: the front and the recommendation are the exhaustive search's, and a stopped
+/// configuration's candidate holds what it had accrued ([`Candidate::stopped_at_s`]).
 ///
 /// # Errors
 /// [`SimError::Invalid`] when a grid point is not a valid configuration (checked for
@@ -310,6 +338,7 @@ pub fn search(
         threads,
         max_configs,
         max_violation_pct,
+        ..
     } = o;
     let total = dims
         .iter()
@@ -341,44 +370,15 @@ pub fn search(
         params.push(SimParams::from_config(&c)?);
         values.push(v);
     }
-    let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Candidate>> = vec![None; total];
-    std::thread::scope(|scope| {
-        let (tx, rx) = std::sync::mpsc::channel::<(usize, Candidate)>();
-        for _ in 0..threads.clamp(1, total.max(1)) {
-            let (tx, params, values, next) = (tx.clone(), &params, &values, &next);
-            scope.spawn(move || {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(p) = params.get(i) else { break };
-                    let run = run_policy_with(p, trace, PolicyKind::Libra, seed, None, &mut |_| {});
-                    let r = &run.report;
-                    let c = Candidate {
-                        values: values[i].clone(),
-                        cost_usd: r.cost_usd.total,
-                        vm_usd: r.cost_usd.vm,
-                        function_usd: r.cost_usd.function,
-                        sla_violations: r.sla_violations,
-                        sla_violation_pct: r.sla_violation_pct,
-                        function_share: r.function_share,
-                    };
-                    if tx.send((i, c)).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-        drop(tx);
-        let mut done = 0;
-        for (i, c) in rx {
-            results[i] = Some(c);
-            done += 1;
-            progress(done);
-        }
-    });
+    let prune = o.prune && params.iter().all(|p| p.replicas.is_none());
+    let results = if prune {
+        search_pruned(trace, &params, &values, seed, threads, progress)
+    } else {
+        search_all(trace, &params, &values, seed, threads, progress)
+    };
     let candidates: Vec<Candidate> = results
         .into_iter()
-        .map(|c| c.expect("every configuration ran (a worker panic propagates)"))
+        .map(|c| c.expect("every configuration ran or was stopped (a worker panic propagates)"))
         .collect();
     let front = pareto_front(&candidates);
     let recommended = front
@@ -392,6 +392,276 @@ pub fn search(
         max_violation_pct,
         recommended,
     })
+}
+
+/// A finished run's candidate.
+fn candidate(values: &[String], r: &super::report::PolicyReport) -> Candidate {
+    Candidate {
+        values: values.to_vec(),
+        cost_usd: r.cost_usd.total,
+        vm_usd: r.cost_usd.vm,
+        function_usd: r.cost_usd.function,
+        sla_violations: r.sla_violations,
+        sla_violation_pct: r.sla_violation_pct,
+        function_share: r.function_share,
+        stopped_at_s: None,
+    }
+}
+
+/// A run stopped at `p.time_s`: what it had accrued by then.
+fn stopped(values: &[String], p: &Partial) -> Candidate {
+    let share = |n: u64, d: u64| if d == 0 { 0.0 } else { n as f64 / d as f64 };
+    Candidate {
+        values: values.to_vec(),
+        cost_usd: p.cost_usd,
+        vm_usd: p.vm_usd,
+        function_usd: p.function_usd,
+        sla_violations: p.sla_violations,
+        sla_violation_pct: 100.0 * share(p.sla_violations, p.requests),
+        function_share: share(p.function_served, p.served),
+        stopped_at_s: Some(p.time_s),
+    }
+}
+
+/// Every configuration run to the end, `threads` at a time (each worker takes the next).
+fn search_all(
+    trace: &Trace,
+    params: &[SimParams],
+    values: &[Vec<String>],
+    seed: u64,
+    threads: usize,
+    progress: &mut dyn FnMut(usize),
+) -> Vec<Option<Candidate>> {
+    let total = params.len();
+    let next = AtomicUsize::new(0);
+    let mut results: Vec<Option<Candidate>> = vec![None; total];
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<(usize, Candidate)>();
+        for _ in 0..threads.clamp(1, total.max(1)) {
+            let (tx, next) = (tx.clone(), &next);
+            scope.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = params.get(i) else { break };
+                    let run = run_policy_with(p, trace, PolicyKind::Libra, seed, None, &mut |_| {});
+                    if tx.send((i, candidate(&values[i], &run.report))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let mut done = 0;
+        for (i, c) in rx {
+            results[i] = Some(c);
+            done += 1;
+            progress(done);
+        }
+    });
+    results
+}
+
+/// Simulated time a run advances between two checks, as a share of the trace window.
+const SLICES: u64 = 128;
+
+/// At most this many runs alive at once per worker thread (and [`MAX_LIVE`] in all):
+/// every live run holds its engine's state (VM table, histograms, event queue), and
+/// more of them than the caches hold made each run slower than the stops saved.
+const LIVE_PER_THREAD: usize = 2;
+
+/// The most runs alive at once.
+const MAX_LIVE: usize = 16;
+
+/// One configuration's run between two slices: `None` while a worker advances it.
+struct Live<'a> {
+    index: usize,
+    run: Option<Run<'a>>,
+    partial: Option<Partial>,
+    /// Simulated time the run has been advanced to, ns.
+    until_ns: u64,
+}
+
+/// The pruned search's shared state.
+struct Pool<'a> {
+    live: Vec<Live<'a>>,
+    /// The next configuration to start.
+    next: usize,
+    /// `(cost, violations)` of every finished run.
+    finished: Vec<(f64, u64)>,
+    results: Vec<Option<Candidate>>,
+    done: usize,
+    /// A worker panicked: the others stop (the scope then propagates the panic).
+    failed: bool,
+}
+
+/// Marks the pool failed and wakes the other workers when a worker unwinds, so that
+/// none waits for the run the panicking one held.
+struct FailOnUnwind<'p, 'a>(&'p Mutex<Pool<'a>>, &'p Condvar);
+
+impl Drop for FailOnUnwind<'_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.lock().failed = true;
+            self.1.notify_all();
+        }
+    }
+}
+
+impl Pool<'_> {
+    /// Whether a run with `p` accrued is exactly dominated: its partial cost already
+    /// exceeds the final cost of a finished run with no more violations than it has now.
+    /// Partial cost and violations never decrease ([`Run::partial`]), so it ends dearer
+    /// with at least as many violations: off the Pareto front, never the recommendation.
+    fn dominated(&self, p: &Partial) -> bool {
+        self.finished
+            .iter()
+            .any(|&(cost, v)| p.cost_usd > cost && v <= p.sla_violations)
+    }
+}
+
+/// The search with early stops: at most `min(2 × threads, 16)` runs alive; a worker
+/// advances the live run with the lowest partial cost (a configuration not yet started
+/// costs 0) by 1/128 of the trace window, and stops a run once it is exactly dominated
+/// ([`Pool::dominated`]), so the front and the recommendation are the exhaustive
+/// search's. A stopped configuration's candidate is what it had accrued
+/// ([`Candidate::stopped_at_s`]); where runs stop depends on the threads' timing, the
+/// front and the recommendation do not.
+fn search_pruned(
+    trace: &Trace,
+    params: &[SimParams],
+    values: &[Vec<String>],
+    seed: u64,
+    threads: usize,
+    progress: &mut dyn FnMut(usize),
+) -> Vec<Option<Candidate>> {
+    let total = params.len();
+    let threads = threads.clamp(1, total.max(1));
+    let max_live = (LIVE_PER_THREAD * threads).clamp(1, MAX_LIVE.max(threads));
+    let end_ns = (trace.duration_s * 1e9).round() as u64;
+    // At least a simulated second: a run goes on after a short trace ends.
+    let slice = (end_ns / SLICES).max(1_000_000_000);
+    let pool = Mutex::new(Pool {
+        live: Vec::new(),
+        next: 0,
+        finished: Vec::new(),
+        results: vec![None; total],
+        done: 0,
+        failed: false,
+    });
+    let wake = Condvar::new();
+    std::thread::scope(|scope| {
+        let (tx, rx) = std::sync::mpsc::channel::<usize>();
+        for _ in 0..threads {
+            let (tx, pool, wake) = (tx.clone(), &pool, &wake);
+            scope.spawn(move || {
+                let _unwind = FailOnUnwind(pool, wake);
+                loop {
+                    // Take the cheapest idle run, or start the next configuration.
+                    let (index, run, at_ns) = {
+                        let mut g = pool.lock();
+                        loop {
+                            if g.failed {
+                                return;
+                            }
+                            if g.live.len() < max_live && g.next < total {
+                                let index = g.next;
+                                g.next += 1;
+                                g.live.push(Live {
+                                    index,
+                                    run: None,
+                                    partial: None,
+                                    until_ns: 0,
+                                });
+                                break (index, None, 0);
+                            }
+                            let cheapest = g
+                                .live
+                                .iter()
+                                .enumerate()
+                                .filter(|(_, l)| l.run.is_some())
+                                .min_by(|(_, a), (_, b)| {
+                                    let cost = |l: &Live| l.partial.map_or(0.0, |p| p.cost_usd);
+                                    cost(a).total_cmp(&cost(b)).then(a.index.cmp(&b.index))
+                                })
+                                .map(|(j, _)| j);
+                            if let Some(j) = cheapest {
+                                let l = &mut g.live[j];
+                                break (l.index, l.run.take(), l.until_ns);
+                            }
+                            if g.live.is_empty() && g.next >= total {
+                                return;
+                            }
+                            wake.wait(&mut g);
+                        }
+                    };
+                    let mut run = run.unwrap_or_else(|| {
+                        Run::new(&params[index], trace, PolicyKind::Libra, seed, None)
+                    });
+                    let until = at_ns.saturating_add(slice);
+                    let ended = run.run_until(until, &mut |_| {});
+                    let outcome = if ended {
+                        Ok(run.finish(&mut |_| {}))
+                    } else {
+                        Err((run.partial(), run))
+                    };
+                    let mut g = pool.lock();
+                    let j = g
+                        .live
+                        .iter()
+                        .position(|l| l.index == index)
+                        .expect("a taken run keeps its place");
+                    let mut newly_done = 0;
+                    match outcome {
+                        Ok(r) => {
+                            g.live.swap_remove(j);
+                            let c = candidate(&values[index], &r.report);
+                            g.finished.push((c.cost_usd, c.sla_violations));
+                            g.results[index] = Some(c);
+                            newly_done += 1;
+                            // Every idle run the new result dominates stops now.
+                            let mut k = 0;
+                            while k < g.live.len() {
+                                let l = &g.live[k];
+                                match l.partial {
+                                    Some(p) if l.run.is_some() && g.dominated(&p) => {
+                                        let i = l.index;
+                                        g.live.swap_remove(k);
+                                        g.results[i] = Some(stopped(&values[i], &p));
+                                        newly_done += 1;
+                                    }
+                                    _ => k += 1,
+                                }
+                            }
+                        }
+                        Err((p, run)) => {
+                            if g.dominated(&p) {
+                                g.live.swap_remove(j);
+                                g.results[index] = Some(stopped(&values[index], &p));
+                                newly_done += 1;
+                            } else {
+                                let l = &mut g.live[j];
+                                l.run = Some(run);
+                                l.partial = Some(p);
+                                l.until_ns = until;
+                            }
+                        }
+                    }
+                    g.done += newly_done;
+                    let done = g.done;
+                    drop(g);
+                    wake.notify_all();
+                    if newly_done > 0 && tx.send(done).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        for done in rx {
+            progress(done);
+        }
+    });
+    pool.into_inner().results
 }
 
 /// What the live gateway makes of a recommended setting, and what the base config
@@ -728,6 +998,8 @@ pub fn run_tune(args: &TuneArgs) -> Result<ExitCode, SimError> {
             threads,
             max_configs: args.max_configs,
             max_violation_pct: args.max_violation_pct,
+            // The plot shows every point: each runs to the end.
+            prune: !args.no_prune && args.plot.is_none(),
         },
         &mut |done| {
             let s = wall.elapsed().as_secs();
