@@ -220,8 +220,10 @@ fn assert_no_request_met_a_stopped_vm(gws: &[Gateway], what: &str) {
 }
 
 /// How far (percentage points) three replicas' spill share may lie from one gateway's
-/// on the same load: the run-to-run spread of one gateway (≈ 2 points) plus one.
-const SPILL_SHARE_POINTS: f64 = 3.0;
+/// on the same load: the goal. With every run's load on the same phase of the epoch
+/// grid and the decision cycle ([`load_start`]) one gateway's share repeats within a few
+/// tenths of a point, so the bound measures the replicas' policy, not the start.
+const SPILL_SHARE_POINTS: f64 = 2.0;
 
 fn assert_all_ok(r: &Run, what: &str) {
     let bad: Vec<&Sent> = r.sent.iter().filter(|s| s.status != 200).collect();
@@ -235,10 +237,9 @@ fn assert_all_ok(r: &Run, what: &str) {
 
 /// Done when 1: the same step load and WITS slice through one gateway and through three
 /// replicas (spread evenly, then 70/20/10) give VM targets within ±1 at every decision,
-/// per-epoch VM admissions within ρ·vm_reqs·E + 3, and spill shares within 3 points.
-/// The goal is 2 points, but one gateway alone moves by about 2 points between runs of
-/// this load (22.8–24.8 % measured), so a 2-point bound fails runs of identical
-/// deciders; the per-replica shares are printed to show where a gap comes from.
+/// per-epoch VM admissions within ρ·vm_reqs·E + 3, and spill shares within 2 points
+/// ([`SPILL_SHARE_POINTS`]); the per-replica shares are printed to show where a gap
+/// comes from.
 #[test]
 fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let _serial = serial();
