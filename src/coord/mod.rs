@@ -108,7 +108,7 @@ use crate::policy::{Time, VmId};
 /// dropped: the leader imputes them).
 pub const MAX_BUFFERED_COUNTS: usize = 600;
 
-/// The publication watch runs this many times per epoch ([`Coordinator::watch`]): a
+/// The publication watch runs this many times per epoch (`Coordinator::watch`): a
 /// follower takes a new decision or newly ready VMs within a tenth of an epoch (50 ms
 /// at 0.5 s epochs), at one small read per follower and period.
 pub const WATCHES_PER_EPOCH: u32 = 10;

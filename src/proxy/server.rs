@@ -9,8 +9,8 @@
 //! # Thread per core
 //!
 //! The data plane runs on `gateway.worker_threads` OS threads (default: one per core),
-//! each a [`DataPlane`]: a current-thread tokio runtime with its own accept loops on
-//! its own listeners — [`bind_shared`] binds one `SO_REUSEPORT` socket per worker on
+//! each a `DataPlane`: a current-thread tokio runtime with its own accept loops on
+//! its own listeners — `bind_shared` binds one `SO_REUSEPORT` socket per worker on
 //! the proxy (and TLS) address, so the kernel spreads new connections over the workers
 //! — and its own shard of the upstream connection pool
 //! ([`crate::net::client::set_pool_shard`]). A connection lives on the thread that
