@@ -801,10 +801,15 @@ fn accept_at_the_descriptor_limit_backs_off() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("g.yaml");
     // A connection cap above what 64 descriptors allow (the derived default stays
-    // below the limit, so accept would never fail).
+    // below the limit, so accept would never fail); two data-plane workers on any
+    // machine: the first must not take the descriptors the second needs to start.
     std::fs::write(
         &path,
-        static_config(&[stub.url()], "  max_connections: 1000"),
+        static_config(
+            &[stub.url()],
+            "  max_connections: 1000
+  worker_threads: 2",
+        ),
     )
     .unwrap();
     let mut cmd = std::process::Command::new("sh");

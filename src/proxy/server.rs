@@ -644,6 +644,10 @@ impl Server {
         let (drain_tx, drain_rx) = watch::channel(false);
         let (stop_accept_tx, stop_accept_rx) = watch::channel(false);
         let (exit_tx, exit_rx) = watch::channel(false);
+        // Turned true once every worker runs: no worker accepts before all have their
+        // runtime, so one worker's connections cannot take the descriptors that the
+        // next one needs to start (at the file-descriptor limit it would fail `serve`).
+        let (start_tx, start_rx) = watch::channel(false);
 
         let mut tls = self.tls.map(|(l, a)| (l.into_iter(), a));
         let mut workers = Vec::with_capacity(self.proxy.len());
@@ -657,6 +661,7 @@ impl Server {
                 connections: connections.clone(),
                 limits: limits.clone(),
                 drain: drain_rx.clone(),
+                start: start_rx.clone(),
                 stop_accept: stop_accept_rx.clone(),
                 exit: exit_rx.clone(),
             };
@@ -671,6 +676,7 @@ impl Server {
                 }
             }
         }
+        let _ = start_tx.send(true);
         tracing::info!(
             worker_threads = workers.len(),
             "data plane: one thread per worker, each with its own listener and upstream pool"
@@ -821,6 +827,8 @@ struct DataPlane {
     limits: ConnLimits,
     /// Turned true at shutdown: connections close gracefully once idle.
     drain: watch::Receiver<bool>,
+    /// Turned true once every worker has started: only then does any accept.
+    start: watch::Receiver<bool>,
     /// Turned true at shutdown: stop accepting, close the listeners.
     stop_accept: watch::Receiver<bool>,
     /// Turned true once the drain is over: the worker's runtime ends.
@@ -898,6 +906,7 @@ impl DataPlane {
             connections,
             limits,
             drain,
+            mut start,
             mut stop_accept,
             mut exit,
         } = self;
@@ -919,74 +928,82 @@ impl DataPlane {
         let first_request = connections.deadlines.header_read;
         let mut backoff = AcceptBackoff::new("proxy");
         let mut tls_backoff = AcceptBackoff::new("tls");
-        loop {
-            tokio::select! {
-                _ = stop_accept.wait_for(|stop| *stop) => break,
-                accepted = proxy.accept() => {
-                    let (stream, peer) = match accepted {
-                        Ok(accepted) => {
-                            backoff.succeeded();
-                            accepted
-                        }
-                        Err(e) => {
-                            backoff.failed(&e).await;
-                            continue;
-                        }
-                    };
-                    let accepted_at = Instant::now();
-                    accepted_here.increment(1);
-                    let Some(permit) = connections.admit(&limits, "proxy", peer) else {
-                        continue;
-                    };
-                    let _ = stream.set_nodelay(true);
-                    let connections = connections.clone();
-                    let drain = drain.clone();
-                    tokio::spawn(async move {
-                        if let Err(e) = connections
-                            .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
-                            .await
-                        {
-                            tracing::debug!(error = %e, "client connection ended with an error");
-                        }
-                    });
-                }
-                accepted = accept_tls(&tls) => {
-                    let (stream, peer, acceptor) = match accepted {
-                        Some(Ok(accepted)) => {
-                            tls_backoff.succeeded();
-                            accepted
-                        }
-                        Some(Err(e)) => {
-                            tls_backoff.failed(&e).await;
-                            continue;
-                        }
-                        None => continue,
-                    };
-                    let accepted_at = Instant::now();
-                    accepted_here.increment(1);
-                    let Some(permit) = connections.admit(&limits, "tls", peer) else {
-                        continue;
-                    };
-                    let connections = connections.clone();
-                    let drain = drain.clone();
-                    tokio::spawn(async move {
-                        // The handshake counts against the first-request deadline.
-                        let tls = match tokio::time::timeout_at(accepted_at + first_request, acceptor.accept(stream)).await {
-                            Ok(Ok(tls)) => tls,
-                            Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
-                            Err(_) => {
-                                crate::telemetry::timeout(lifetime::Expiry::FirstRequest.as_str());
-                                return tracing::debug!(%peer, "TLS handshake timed out");
+        // Accept only once every worker has its runtime (`Server::run` flips `start`);
+        // a shutdown before that closes the listeners unused.
+        let go = tokio::select! {
+            started = start.wait_for(|go| *go) => started.is_ok(),
+            _ = stop_accept.wait_for(|stop| *stop) => false,
+        };
+        if go {
+            loop {
+                tokio::select! {
+                    _ = stop_accept.wait_for(|stop| *stop) => break,
+                    accepted = proxy.accept() => {
+                        let (stream, peer) = match accepted {
+                            Ok(accepted) => {
+                                backoff.succeeded();
+                                accepted
+                            }
+                            Err(e) => {
+                                backoff.failed(&e).await;
+                                continue;
                             }
                         };
-                        let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
-                        if let Err(e) = connections
-                            .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
-                            .await
-                        {
-                            tracing::debug!(error = %e, "TLS client connection ended with an error");
-                        }
-                    });
+                        let accepted_at = Instant::now();
+                        accepted_here.increment(1);
+                        let Some(permit) = connections.admit(&limits, "proxy", peer) else {
+                            continue;
+                        };
+                        let _ = stream.set_nodelay(true);
+                        let connections = connections.clone();
+                        let drain = drain.clone();
+                        tokio::spawn(async move {
+                            if let Err(e) = connections
+                                .serve_accepted(stream, peer, "http", None, accepted_at, Some(permit), Some(drain))
+                                .await
+                            {
+                                tracing::debug!(error = %e, "client connection ended with an error");
+                            }
+                        });
+                    }
+                    accepted = accept_tls(&tls) => {
+                        let (stream, peer, acceptor) = match accepted {
+                            Some(Ok(accepted)) => {
+                                tls_backoff.succeeded();
+                                accepted
+                            }
+                            Some(Err(e)) => {
+                                tls_backoff.failed(&e).await;
+                                continue;
+                            }
+                            None => continue,
+                        };
+                        let accepted_at = Instant::now();
+                        accepted_here.increment(1);
+                        let Some(permit) = connections.admit(&limits, "tls", peer) else {
+                            continue;
+                        };
+                        let connections = connections.clone();
+                        let drain = drain.clone();
+                        tokio::spawn(async move {
+                            // The handshake counts against the first-request deadline.
+                            let tls = match tokio::time::timeout_at(accepted_at + first_request, acceptor.accept(stream)).await {
+                                Ok(Ok(tls)) => tls,
+                                Ok(Err(e)) => return tracing::debug!(error = %e, %peer, "TLS handshake failed"),
+                                Err(_) => {
+                                    crate::telemetry::timeout(lifetime::Expiry::FirstRequest.as_str());
+                                    return tracing::debug!(%peer, "TLS handshake timed out");
+                                }
+                            };
+                            let alpn = Protocol::from_alpn(tls.get_ref().1.alpn_protocol());
+                            if let Err(e) = connections
+                                .serve_accepted(tls, peer, "https", alpn, accepted_at, Some(permit), Some(drain))
+                                .await
+                            {
+                                tracing::debug!(error = %e, "TLS client connection ended with an error");
+                            }
+                        });
+                    }
                 }
             }
         }
