@@ -261,6 +261,12 @@ wait_for() {
   done
 }
 
+# first_lines_have N TEXT STRING: TEXT occurs in the first N lines of STRING (one
+# process reads all of it: no early exit to break a pipe under pipefail).
+first_lines_have() {
+  awk -v n="$1" -v t="$2" 'NR <= n && index($0, t) { found = 1 } END { exit !found }' <<<"$3"
+}
+
 stop_gateway() {
   kill -TERM "$GATEWAY_PID"
   local code=0
@@ -279,7 +285,10 @@ if start_quickstart quickstart --access-log; then
   else
     fail "curl -i 127.0.0.1:8080/  (expected 200 from vm-…):"$'\n'"$headers"
   fi
-  if curl -s "http://$ADMIN/status" | head -40 | grep -q '"routed"'; then
+  # One read into a variable, then one awk over its first lines: `curl | head | grep -q`
+  # under pipefail fails whenever grep or head exits before the writer is done (SIGPIPE;
+  # curl: write error), which a longer /status made likely in a CI run.
+  if first_lines_have 40 '"routed"' "$(curl -s "http://$ADMIN/status")"; then
     pass "curl -s 127.0.0.1:9901/status | head -40"
   else
     fail "curl -s 127.0.0.1:9901/status | head -40"
@@ -318,7 +327,7 @@ PY
       fail "the square-wave replay:"$'\n'"$(cat "$work/square.txt")"
     fi
   fi
-  if curl -s "http://$ADMIN/status" | head -30 | grep -q '"scaling"'; then
+  if first_lines_have 30 '"scaling"' "$(curl -s "http://$ADMIN/status")"; then
     pass "watch -n1 'curl -s 127.0.0.1:9901/status | head -30' (one round)"
   else
     fail "curl -s 127.0.0.1:9901/status | head -30"
