@@ -846,13 +846,15 @@ fn fake_without_boot() -> FakeEc2 {
 }
 
 /// A fake EC2 whose instances run a loopback sample API each (tagged at creation).
+/// The sample APIs live as long as the returned list: the fake's server thread never
+/// ends, so it holds the list weakly, or they would outlive the test process.
 fn fake_with_apis() -> (FakeEc2, Arc<Mutex<Vec<SampleApi>>>) {
     let apis: Arc<Mutex<Vec<SampleApi>>> = Arc::default();
-    let keep = Arc::clone(&apis);
+    let keep = Arc::downgrade(&apis);
     let fake = FakeEc2::start(move |id| {
         let api = SampleApi::start(&format!("vm-{id}"));
         let url = format!("http://{}", api.addr);
-        keep.lock().push(api);
+        keep.upgrade()?.lock().push(api);
         Some(url)
     });
     (fake, apis)
