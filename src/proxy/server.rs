@@ -701,16 +701,7 @@ impl Server {
             tokio::spawn(async move {
                 let mut backoff = AcceptBackoff::new("admin");
                 loop {
-                    let (stream, peer) = match admin.accept().await {
-                        Ok(accepted) => {
-                            backoff.succeeded();
-                            accepted
-                        }
-                        Err(e) => {
-                            backoff.failed(&e).await;
-                            continue;
-                        }
-                    };
+                    let (stream, peer) = backoff.accept(|| admin.accept()).await;
                     let accepted_at = Instant::now();
                     let Ok(permit) = admin_limits.admit("admin", peer.ip(), false) else {
                         continue;
@@ -938,17 +929,7 @@ impl DataPlane {
             loop {
                 tokio::select! {
                     _ = stop_accept.wait_for(|stop| *stop) => break,
-                    accepted = proxy.accept() => {
-                        let (stream, peer) = match accepted {
-                            Ok(accepted) => {
-                                backoff.succeeded();
-                                accepted
-                            }
-                            Err(e) => {
-                                backoff.failed(&e).await;
-                                continue;
-                            }
-                        };
+                    (stream, peer) = backoff.accept(|| proxy.accept()) => {
                         let accepted_at = Instant::now();
                         accepted_here.increment(1);
                         let Some(permit) = connections.admit(&limits, "proxy", peer) else {
@@ -966,18 +947,7 @@ impl DataPlane {
                             }
                         });
                     }
-                    accepted = accept_tls(&tls) => {
-                        let (stream, peer, acceptor) = match accepted {
-                            Some(Ok(accepted)) => {
-                                tls_backoff.succeeded();
-                                accepted
-                            }
-                            Some(Err(e)) => {
-                                tls_backoff.failed(&e).await;
-                                continue;
-                            }
-                            None => continue,
-                        };
+                    (stream, peer, acceptor) = tls_backoff.accept(|| accept_tls(&tls)) => {
                         let accepted_at = Instant::now();
                         accepted_here.increment(1);
                         let Some(permit) = connections.admit(&limits, "tls", peer) else {
@@ -1213,19 +1183,18 @@ impl Connections {
     }
 }
 
+/// One `accept` on the TLS listener with the certificate in force now; never ready
+/// without a TLS listener.
 async fn accept_tls(
     tls: &Option<(TcpListener, Arc<ArcSwap<TlsAcceptor>>)>,
-) -> Option<std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)>> {
+) -> std::io::Result<(TcpStream, SocketAddr, TlsAcceptor)> {
     match tls {
         Some((listener, acceptor)) => {
-            let (stream, peer) = match listener.accept().await {
-                Ok(accepted) => accepted,
-                Err(e) => return Some(Err(e)),
-            };
+            let (stream, peer) = listener.accept().await?;
             let _ = stream.set_nodelay(true);
             // The certificate in force now (a reload may have replaced it).
             let acceptor = TlsAcceptor::clone(&acceptor.load());
-            Some(Ok((stream, peer, acceptor)))
+            Ok((stream, peer, acceptor))
         }
         None => std::future::pending().await,
     }
@@ -1238,8 +1207,8 @@ pub const ACCEPT_BACKOFF_MAX: Duration = Duration::from_secs(1);
 /// At most one log line per listener per this interval while `accept` keeps failing.
 pub const ACCEPT_LOG_INTERVAL: Duration = Duration::from_secs(5);
 
-/// Back-off of an accept loop: at the file-descriptor limit `accept`
-/// fails at once (EMFILE), and retrying at once spins a core. Each failure in a row
+/// Back-off of an accept loop ([`AcceptBackoff::accept`]): at the file-descriptor limit
+/// `accept` fails at once (EMFILE), and retrying at once spins a core. Each failure in a row
 /// doubles the pause from [`ACCEPT_BACKOFF_MIN`] to [`ACCEPT_BACKOFF_MAX`]; failures
 /// are counted in `spillway_accept_errors_total{listener}` and logged once per
 /// [`ACCEPT_LOG_INTERVAL`] with the number suppressed.
@@ -1257,6 +1226,25 @@ impl AcceptBackoff {
             pause: Duration::ZERO,
             last_log: None,
             unlogged: 0,
+        }
+    }
+
+    /// Run `accept` until it succeeds, pausing after each failure ([`Self::failed`]):
+    /// the one accept loop of the proxy, TLS and admin listeners. Cancel-safe when
+    /// `accept` is (a listener's `accept` is): the accept loops `select!` it against
+    /// their stop signal.
+    async fn accept<T, F: Future<Output = std::io::Result<T>>>(
+        &mut self,
+        mut accept: impl FnMut() -> F,
+    ) -> T {
+        loop {
+            match accept().await {
+                Ok(accepted) => {
+                    self.succeeded();
+                    return accepted;
+                }
+                Err(e) => self.failed(&e).await,
+            }
         }
     }
 
@@ -1325,5 +1313,70 @@ pub async fn shutdown_signal() {
 impl From<super::async_calls::store::StoreError> for ServeError {
     fn from(e: super::async_calls::store::StoreError) -> Self {
         ServeError::AsyncStore(e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An `accept` that fails with EMFILE `fails` times, then yields `n`; counts calls.
+    fn flaky(
+        fails: u32,
+        calls: &std::cell::Cell<u32>,
+    ) -> impl Future<Output = std::io::Result<u32>> {
+        let n = calls.get();
+        calls.set(n + 1);
+        std::future::ready(if n < fails {
+            // EMFILE (24 on Linux, macOS and the BSDs).
+            Err(std::io::Error::from_raw_os_error(24))
+        } else {
+            Ok(n)
+        })
+    }
+
+    /// At the descriptor limit an accept loop pauses 5, 10, 20 … ms (at most 1 s)
+    /// between retries instead of spinning, and a success starts again at 5 ms: the
+    /// back-off every listener (proxy, TLS, admin) uses.
+    #[tokio::test(start_paused = true)]
+    async fn accept_at_the_descriptor_limit_backs_off_doubling_up_to_its_cap() {
+        let mut backoff = AcceptBackoff::new("admin");
+        let calls = std::cell::Cell::new(0);
+        let t0 = Instant::now();
+        assert_eq!(backoff.accept(|| flaky(4, &calls)).await, 4);
+        assert_eq!(calls.get(), 5);
+        assert_eq!(t0.elapsed(), Duration::from_millis(5 + 10 + 20 + 40));
+
+        calls.set(0);
+        let t1 = Instant::now();
+        assert_eq!(backoff.accept(|| flaky(1, &calls)).await, 1);
+        assert_eq!(
+            t1.elapsed(),
+            ACCEPT_BACKOFF_MIN,
+            "a success resets the pause"
+        );
+
+        calls.set(0);
+        let t2 = Instant::now();
+        backoff.accept(|| flaky(12, &calls)).await;
+        let doubling: Duration = (0..8).map(|i| ACCEPT_BACKOFF_MIN * (1 << i)).sum();
+        assert_eq!(
+            t2.elapsed(),
+            doubling + ACCEPT_BACKOFF_MAX * 4,
+            "capped at 1 s"
+        );
+    }
+
+    /// A stop signal ends an accept loop while it backs off.
+    #[tokio::test(start_paused = true)]
+    async fn a_stop_during_the_back_off_ends_the_accept_loop() {
+        let mut backoff = AcceptBackoff::new("admin");
+        let calls = std::cell::Cell::new(0);
+        let stopped = tokio::select! {
+            _ = backoff.accept(|| flaky(u32::MAX, &calls)) => false,
+            _ = tokio::time::sleep(Duration::from_millis(100)) => true,
+        };
+        assert!(stopped);
+        assert!((2..10).contains(&calls.get()), "{} accepts", calls.get());
     }
 }
