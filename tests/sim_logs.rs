@@ -398,3 +398,100 @@ fn logged_durations_are_what_the_function_tier_bills() {
     assert_eq!(p["sla_violations"], 1);
     assert_eq!(v["log"]["route_keys"], serde_json::json!(["a", "b"]));
 }
+
+/// A stray timestamp or duration is a bad line at its place, never a request moved to
+/// the trace's time 0 or a wrapped clock: API Gateway milliseconds past the year 9999,
+/// durations above a year, and a request more than 2^64 ns (~584 years) after the first.
+#[test]
+fn out_of_range_times_and_durations_are_bad_lines_at_their_place() {
+    let apigw = |ms: &str, latency: &str| {
+        format!(
+            "{{\"requestTimeEpoch\": {ms}, \"routeKey\": \"GET /x\", \"integrationLatency\": {latency}}}\n"
+        )
+    };
+    let fails = |text: &str, format: LogFormat| {
+        parse(
+            &[(Path::new("access.log"), text)],
+            format,
+            &TraceOptions::default(),
+            &LogOptions::default(),
+        )
+        .unwrap_err()
+        .to_string()
+    };
+    // Past the calendar: refused at the line, both as an integer and as a float.
+    for ms in ["18446744073709551615", "1e30", "253402300800000"] {
+        let log = [apigw("1700000000000", "5"), apigw(ms, "5")].concat();
+        let err = fails(&log, LogFormat::Apigw);
+        assert!(
+            err.starts_with("access.log:2: requestTimeEpoch: expected Unix milliseconds"),
+            "{ms}: {err}"
+        );
+    }
+    // The last millisecond of 9999 still reads, but spans more than 2^64 ns from 2023:
+    // a bad line at its own place (line 1 is the later one: logs need not be in order).
+    let log = [apigw("253402300799999", "5"), apigw("1700000000000", "5")].concat();
+    let err = fails(&log, LogFormat::Apigw);
+    assert!(
+        err.starts_with("access.log:1: arrives ") && err.contains("584 years"),
+        "{err}"
+    );
+    let (t, s) = read(
+        &log,
+        LogFormat::Apigw,
+        &LogOptions {
+            skip_bad_lines: true,
+            ..LogOptions::default()
+        },
+    );
+    assert_eq!(arrivals(&t).len(), 1);
+    assert_eq!((s.requests, s.with_duration, s.bad_lines), (1, 1, 1));
+    assert!(t.duration_s < 1.0, "{}", t.duration_s);
+    // 2^33 s apart is a long trace, not an error.
+    let log = [apigw("1000", "5"), apigw("8589934593000", "5")].concat();
+    let (t, _) = read(&log, LogFormat::Apigw, &LogOptions::default());
+    assert_eq!(t.duration_s, 8_589_934_592.0);
+    // Durations above a year, in each format's unit.
+    let err = fails(&apigw("1700000000000", "1e300"), LogFormat::Apigw);
+    assert!(
+        err.starts_with("access.log:1: integrationLatency: expected a duration from 0 to"),
+        "{err}"
+    );
+    let line = nginx(
+        "02/Dec/2026:06:00:10 +0000",
+        "GET /a HTTP/1.1",
+        200,
+        " 1e300",
+    );
+    let err = fails(&line, LogFormat::Nginx);
+    assert!(
+        err.starts_with("access.log:1: $request_time: expected a duration from 0 to 31536000 s"),
+        "{err}"
+    );
+    let line = nginx(
+        "02/Dec/2026:06:00:10 +0000",
+        "GET /a HTTP/1.1",
+        200,
+        " 31536000",
+    );
+    let (t, _) = read(&line, LogFormat::Nginx, &LogOptions::default());
+    assert_eq!(arrivals(&t)[0].service_ns, 31_536_000 * 1_000_000_000);
+    let json = "{\"timestamp\":\"2026-12-02T06:00:10Z\",\"target\":\"spillway::access\",\
+                \"method\":\"GET\",\"path\":\"/a\",\"total_ms\":1e13}\n";
+    let err = fails(json, LogFormat::Spillway);
+    assert!(
+        err.starts_with("access.log:1: access log line without a number total_ms"),
+        "{err}"
+    );
+    // A request whose duration reaches back before 1970 names its line.
+    let log = [
+        nginx("01/Jan/1970:00:00:09 +0000", "GET /a HTTP/1.1", 200, " 1"),
+        nginx("01/Jan/1970:00:00:01 +0000", "GET /a HTTP/1.1", 200, " 5"),
+    ]
+    .concat();
+    let err = fails(&log, LogFormat::Nginx);
+    assert!(
+        err.starts_with("access.log:2: the request arrives before 1970-01-01"),
+        "{err}"
+    );
+}

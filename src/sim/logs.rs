@@ -40,6 +40,19 @@ use crate::policy::routes::{RouteDef, RouteKeys};
 
 const NS: u64 = 1_000_000_000;
 
+/// The longest logged duration read, in seconds (one year, as the configuration's
+/// `*_seconds` options): a larger one is a bad line, not a request that runs for ages.
+const MAX_DURATION_S: f64 = 31_536_000.0;
+
+/// `requestTimeEpoch` values from this one on (Unix ms of 10000-01-01) are bad lines: the
+/// other formats' times cannot be later either (their calendar ends with the year 9999).
+const MAX_EPOCH_MS: u64 = 253_402_300_800_000;
+
+/// Whether `v_s` is a logged duration this reader takes: finite, from 0 to one year.
+fn plausible_duration(v_s: f64) -> bool {
+    v_s.is_finite() && (0.0..=MAX_DURATION_S).contains(&v_s)
+}
+
 /// The access-log formats (`--format`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
@@ -115,6 +128,9 @@ struct Entry {
     back_ns: i128,
     class: u32,
     duration_ns: Option<u64>,
+    /// Where the request was logged: an index into the inputs and the 1-based line.
+    file: usize,
+    line: usize,
 }
 
 /// What one line is: a request stamped `at_ns` (Unix ns) that arrived `back_ns` before
@@ -231,7 +247,7 @@ pub fn parse(
         ..LogSummary::default()
     };
     let mut entries: Vec<Entry> = Vec::new();
-    for &(file, text) in inputs {
+    for (file_index, &(file, text)) in inputs.iter().enumerate() {
         for (i, raw) in text.lines().enumerate() {
             summary.lines += 1;
             let line = raw.trim();
@@ -278,6 +294,8 @@ pub fn parse(
                         back_ns,
                         class,
                         duration_ns,
+                        file: file_index,
+                        line: i + 1,
                     });
                 }
                 Err(message) => {
@@ -306,9 +324,12 @@ pub fn parse(
     if let Some(e) = entries.first()
         && e.at_ns < 0
     {
-        return Err(SimError::Invalid {
-            field: "--trace".into(),
-            message: "a request arrives before 1970-01-01 (Unix time 0)".into(),
+        return Err(SimError::Parse {
+            file: inputs[e.file].0.display().to_string(),
+            line: e.line,
+            message: "the request arrives before 1970-01-01 (Unix time 0): its logged time \
+                      minus its duration"
+                .into(),
         });
     }
     let secs = |ns: i128| ns as f64 / NS as f64;
@@ -324,10 +345,34 @@ pub fn parse(
     let d = opts.rate_divisor;
     let mut arrivals = Vec::with_capacity(entries.len());
     for e in entries.iter().filter(|e| in_window(secs(e.at_ns))) {
+        // The engine's clock is u64 nanoseconds from the origin: a request more than
+        // ~584 years after it is a bad line (a stray timestamp), never one at time 0.
+        let Ok(at_ns) = u64::try_from(e.at_ns - origin_ns) else {
+            let err = SimError::Parse {
+                file: inputs[e.file].0.display().to_string(),
+                line: e.line,
+                message: format!(
+                    "arrives {:.0} s after the trace's first second (Unix {:.0}); a trace \
+                     spans at most 2^64 ns (about 584 years)",
+                    secs(e.at_ns - origin_ns),
+                    secs(origin_ns)
+                ),
+            };
+            if !log.skip_bad_lines {
+                return Err(err);
+            }
+            summary.requests -= 1;
+            summary.with_duration -= u64::from(e.duration_ns.is_some());
+            summary.bad_lines += 1;
+            summary
+                .first_bad_line
+                .get_or_insert_with(|| err.to_string());
+            continue;
+        };
         k += 1;
         let copies = ((k as f64 / d).round() - ((k - 1) as f64 / d).round()) as usize;
         let a = Arrival {
-            at_ns: u64::try_from(e.at_ns - origin_ns).unwrap_or(0),
+            at_ns,
             class: e.class,
             zone: 0,
             service_ns: e.duration_ns.unwrap_or(0),
@@ -399,9 +444,14 @@ fn duration(s: &str, unit_s: f64, what: &str) -> Result<Option<f64>, String> {
     }
     s.parse::<f64>()
         .ok()
-        .filter(|v| v.is_finite() && *v >= 0.0)
-        .map(|v| Some(v * unit_s))
-        .ok_or_else(|| format!("{what}: expected a duration >= 0, got {s:?}"))
+        .map(|v| v * unit_s)
+        .filter(|&v| plausible_duration(v))
+        .map(Some)
+        .ok_or_else(|| {
+            format!(
+                "{what}: expected a duration from 0 to {MAX_DURATION_S} s (one year), got {s:?}"
+            )
+        })
 }
 
 /// The path of a request target: absolute-form URLs lose scheme and authority, every
@@ -471,8 +521,8 @@ fn spillway_line(line: &str) -> Result<Line, String> {
         let total_ms = fields
             .get("total_ms")
             .and_then(serde_json::Value::as_f64)
-            .filter(|v| v.is_finite() && *v >= 0.0)
-            .ok_or("access log line without a number total_ms >= 0")?;
+            .filter(|v| plausible_duration(v / 1e3))
+            .ok_or("access log line without a number total_ms from 0 to one year")?;
         return Ok(Line::Request {
             at_ns: end,
             back_ns: seconds_to_ns(total_ms / 1e3),
@@ -507,8 +557,10 @@ fn spillway_line(line: &str) -> Result<Line, String> {
                 total_ms = Some(
                     t.parse::<f64>()
                         .ok()
-                        .filter(|v| v.is_finite() && *v >= 0.0)
-                        .ok_or_else(|| format!("total_ms: expected milliseconds, got {t:?}"))?,
+                        .filter(|v| plausible_duration(v / 1e3))
+                        .ok_or_else(|| {
+                            format!("total_ms: expected milliseconds from 0 to one year, got {t:?}")
+                        })?,
                 );
             }
             _ => {}
@@ -683,16 +735,21 @@ fn apigw_line(line: &str) -> Result<Line, String> {
     let (at_ns, whole_second) = match (get("requestTimeEpoch"), get("requestTime")) {
         (Some(ms), _) => {
             // Whole milliseconds exactly; a fraction through f64.
+            let bad = || {
+                format!(
+                    "requestTimeEpoch: expected Unix milliseconds before the year 10000 \
+                     (below {MAX_EPOCH_MS}), got {ms:?}"
+                )
+            };
             let ns = match ms.parse::<u64>() {
-                Ok(whole) => i128::from(whole) * 1_000_000,
+                Ok(whole) if whole < MAX_EPOCH_MS => i128::from(whole) * 1_000_000,
+                Ok(_) => return Err(bad()),
                 Err(_) => ms
                     .parse::<f64>()
                     .ok()
-                    .filter(|v| v.is_finite() && *v >= 0.0)
+                    .filter(|v| v.is_finite() && (0.0..MAX_EPOCH_MS as f64).contains(v))
                     .map(|v| (v * 1e6).round() as i128)
-                    .ok_or_else(|| {
-                        format!("requestTimeEpoch: expected Unix milliseconds, got {ms:?}")
-                    })?,
+                    .ok_or_else(bad)?,
             };
             (ns, false)
         }
