@@ -23,7 +23,7 @@ use common::{Gateway, SampleApi};
 use replicas::{
     Background, EPOCH, RHO, Reaper, Redis, Sampler, Sent, cluster_vms, config, decisions, drive,
     drive_on_grid, epoch_origin, intent_terms, next_decision_cycle, percentile, role, term,
-    try_status, until, vm_children, wait_one_leader,
+    try_status, unique_cluster, until, vm_children, wait_one_leader,
 };
 use serde_json::Value;
 
@@ -247,13 +247,14 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     let redis = Redis::start();
     let load: Vec<(f64, f64)> = step_load().into_iter().chain(wits_slice()).collect();
 
-    let single = Gateway::start(&config(functions.addr, None, "", ""));
+    let single = Gateway::start(&config(functions.addr, None, &unique_cluster("one"), ""));
     let one = run(&[&single], &[1.0], &load);
     drop(single);
     assert_all_ok(&one, "one gateway");
 
-    let reaper = Reaper("even".into());
-    let yaml = config(functions.addr, Some(&redis.url()), "even", "");
+    let cluster = unique_cluster("even");
+    let reaper = Reaper(cluster.clone());
+    let yaml = config(functions.addr, Some(&redis.url()), &cluster, "");
     let gws = replicas::start(3, &yaml);
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
@@ -265,8 +266,9 @@ fn three_replicas_decide_like_one_gateway_under_a_step_load_and_a_wits_slice() {
     assert_targets_agree(&one, &even, "1/3 each");
     assert_admissions_bounded(&even, "1/3 each");
 
-    let reaper = Reaper("uneven".into());
-    let yaml = config(functions.addr, Some(&redis.url()), "uneven", "");
+    let cluster = unique_cluster("uneven");
+    let reaper = Reaper(cluster.clone());
+    let yaml = config(functions.addr, Some(&redis.url()), &cluster, "");
     let gws = replicas::start(3, &yaml);
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
@@ -350,8 +352,9 @@ fn a_killed_leader_is_replaced_with_the_next_term_and_no_request_fails() {
     let _serial = serial();
     let functions = SampleApi::start("fn-shared");
     let redis = Redis::start();
-    let _reaper = Reaper("kill".into());
-    let gws = replicas::start(3, &config(functions.addr, Some(&redis.url()), "kill", ""));
+    let cluster = unique_cluster("kill");
+    let _reaper = Reaper(cluster.clone());
+    let gws = replicas::start(3, &config(functions.addr, Some(&redis.url()), &cluster, ""));
     let refs: Vec<&Gateway> = gws.iter().collect();
     let leader = wait_one_leader(&refs, Duration::from_secs(10));
     // Clients reach the followers only (the balancer in front would drop the dead one).
@@ -398,7 +401,7 @@ fn a_killed_leader_is_replaced_with_the_next_term_and_no_request_fails() {
     while rebuild.elapsed() < Duration::from_secs(6) {
         if let Some(s) = try_status(admins[new]) {
             let target = s["scaling"]["target_vms"].as_i64().unwrap_or(0);
-            let vms = cluster_vms("kill").len() as i64;
+            let vms = cluster_vms(&cluster).len() as i64;
             max_over = max_over.max(vms - target);
         }
         std::thread::sleep(Duration::from_millis(100));
@@ -443,8 +446,8 @@ fn a_paused_leader_steps_down_when_it_resumes_and_a_terminated_one_hands_over() 
     let _serial = serial();
     let functions = SampleApi::start("fn-shared");
     let redis = Redis::start();
-    let cluster = "pause";
-    let _reaper = Reaper(cluster.into());
+    let cluster = &unique_cluster("pause");
+    let _reaper = Reaper(cluster.clone());
     let gws = replicas::start(3, &config(functions.addr, Some(&redis.url()), cluster, ""));
     let refs: Vec<&Gateway> = gws.iter().collect();
     let leader = wait_one_leader(&refs, Duration::from_secs(10));
@@ -567,8 +570,8 @@ fn redis_down_then_back_and_hung_costs_no_request() {
     let functions = SampleApi::start("fn-shared");
     let redis = Redis::start();
     let port = redis.port;
-    let cluster = "outage";
-    let _reaper = Reaper(cluster.into());
+    let cluster = &unique_cluster("outage");
+    let _reaper = Reaper(cluster.clone());
     let gws = replicas::start(3, &config(functions.addr, Some(&redis.url()), cluster, ""));
     let refs: Vec<&Gateway> = gws.iter().collect();
     wait_one_leader(&refs, Duration::from_secs(10));
@@ -698,8 +701,8 @@ fn a_follower_cut_off_goes_local_and_its_share_moves_only_after_the_grace_epochs
     let functions = SampleApi::start("fn-shared");
     let redis = Redis::start();
     let proxy = replicas::FaultProxy::start(format!("127.0.0.1:{}", redis.port).parse().unwrap());
-    let cluster = "cut";
-    let _reaper = Reaper(cluster.into());
+    let cluster = &unique_cluster("cut");
+    let _reaper = Reaper(cluster.clone());
     let direct = config(functions.addr, Some(&redis.url()), cluster, "");
     let proxied = config(functions.addr, Some(&proxy.url()), cluster, "");
     let mut gws = replicas::start(2, &direct);
@@ -715,11 +718,11 @@ fn a_follower_cut_off_goes_local_and_its_share_moves_only_after_the_grace_epochs
     let sampler = Sampler::start(gws.iter().map(|g| g.admin).collect());
     // Shares as the leader publishes them, every 100 ms.
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let (stop2, port) = (Arc::clone(&stop), redis.port);
+    let (stop2, port, cut_cluster) = (Arc::clone(&stop), redis.port, cluster.clone());
     let shares = std::thread::spawn(move || {
         let mut out = Vec::new();
         while !stop2.load(std::sync::atomic::Ordering::Relaxed) {
-            if let Some(s) = published_shares(port, "cut") {
+            if let Some(s) = published_shares(port, &cut_cluster) {
                 out.push((std::time::Instant::now(), s));
             }
             std::thread::sleep(Duration::from_millis(100));
@@ -838,8 +841,8 @@ fn a_soak_with_the_leader_killed_every_twenty_seconds() {
     let (lo, hi) = (*steady.iter().min().unwrap(), *steady.iter().max().unwrap());
 
     let redis = Redis::start();
-    let cluster = "soak";
-    let _reaper = Reaper(cluster.into());
+    let cluster = &unique_cluster("soak");
+    let _reaper = Reaper(cluster.clone());
     let yaml = config(functions.addr, Some(&redis.url()), cluster, "");
     let mut gws: Vec<Option<Gateway>> = replicas::start(3, &yaml).into_iter().map(Some).collect();
     let refs: Vec<&Gateway> = gws.iter().flatten().collect();
@@ -962,8 +965,8 @@ fn an_async_call_accepted_by_one_replica_is_fetched_through_another() {
     let _serial = serial();
     let functions = SampleApi::start("fn-shared");
     let redis = Redis::start();
-    let cluster = "calls";
-    let _reaper = Reaper(cluster.into());
+    let cluster = &unique_cluster("calls");
+    let _reaper = Reaper(cluster.clone());
     let routes = "routes:\n  - {name: api, path_prefix: /, async: prefer}\n";
     let gws = replicas::start(
         3,

@@ -8,7 +8,7 @@ use parking_lot::Mutex;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -625,6 +625,16 @@ impl Background {
         self.stop.store(true, Ordering::Relaxed);
         self.thread.take().unwrap().join().unwrap()
     }
+}
+
+/// A cluster name for one test of this process: `base` with the test process's id and
+/// a counter (`even-4711-0`). [`Reaper`] and [`cluster_vms`] find VM processes
+/// machine-wide by cluster name, so two runs of a test file on one machine must not
+/// share one: each would kill the other's VMs.
+pub(crate) fn unique_cluster(base: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    format!("{base}-{}-{n}", std::process::id())
 }
 
 /// Pids of the VM processes of `cluster` (named `vm-CLUSTER-PORT` by [`config`]),
