@@ -30,6 +30,7 @@ use hyper::body::Incoming;
 use tokio::sync::{Notify, oneshot};
 use tokio::time::Instant;
 
+use super::boots::{self, BootWaits};
 use super::error::ProxyError;
 use crate::backends::Recovered;
 use crate::backends::function_process::COLD_STARTS_METRIC;
@@ -88,21 +89,11 @@ struct State {
     /// Members of a pool the gateway does not scale (`static`) that died: probed by the
     /// health loop, shown in `/status` as `dead`, and adopted again once healthy.
     parked: Vec<Parked>,
-    /// Calls waiting for a booting pre-warmed instance they claimed
-    /// ([`Start::Booting`](crate::policy::placement::Start)), or the failure of that boot
-    /// when it came first; registered in the same lock as the core's state.
-    boot_waits: HashMap<(ZoneId, InstanceId), BootWait>,
+    /// Calls waiting for a booting pre-warmed instance they claimed; registered in the
+    /// same lock as the core's state.
+    boots: BootWaits,
     /// VMs marked suspect whose probe is running (one probe per VM at a time).
     suspects: std::collections::HashSet<VmId>,
-}
-
-/// A claimed pre-warmed instance's boot, seen by the call that waits for it.
-#[derive(Debug)]
-enum BootWait {
-    /// The call waits: `true` once the instance is ready, `false` if its boot failed.
-    Waiting(oneshot::Sender<bool>),
-    /// The boot failed before the call started waiting.
-    Failed,
 }
 
 /// How a wait in the gateway queue ended.
@@ -264,7 +255,7 @@ impl Gateway {
                 r_max_logged: None,
                 waiters: HashMap::new(),
                 parked: Vec::new(),
-                boot_waits: HashMap::new(),
+                boots: BootWaits::default(),
                 suspects: std::collections::HashSet::new(),
             }),
             origin,
@@ -1219,30 +1210,13 @@ impl Gateway {
                     "pre-warmed function instance ready"
                 );
                 self.with_core_state(|st, now| {
-                    st.core.on_instance_started(now, zone, instance);
-                    if let Some(BootWait::Waiting(tx)) = st.boot_waits.remove(&(zone, instance)) {
-                        let _ = tx.send(true);
-                    }
+                    st.boots.started(&mut st.core, now, zone, instance);
                 });
             }
             Err(e) => {
                 tracing::warn!(zone = zone.0, error = %e, "pre-warmed function instance failed to start");
                 self.with_core_state(|st, now| {
-                    // A call that claimed it fails its attempt (the core forgets the
-                    // instance then, once); otherwise it is forgotten now.
-                    if st.core.placement().is_claimed_booting(zone, instance) {
-                        match st.boot_waits.remove(&(zone, instance)) {
-                            Some(BootWait::Waiting(tx)) => {
-                                let _ = tx.send(false);
-                            }
-                            _ => {
-                                st.boot_waits.insert((zone, instance), BootWait::Failed);
-                            }
-                        }
-                    } else {
-                        st.boot_waits.remove(&(zone, instance));
-                        st.core.on_instance_failed(now, zone, instance);
-                    }
+                    st.boots.failed(&mut st.core, now, zone, instance);
                 });
             }
         }
@@ -1253,20 +1227,12 @@ impl Gateway {
     /// instance is busy with the call; `false` when its boot failed (report
     /// [`NotSentReason::ColdStartFailed`](crate::policy::attempt::NotSentReason)).
     pub async fn await_booting(&self, zone: ZoneId, instance: InstanceId) -> bool {
-        let rx = {
+        let boot = {
             let mut st = self.lock();
-            if let Some(BootWait::Failed) = st.boot_waits.remove(&(zone, instance)) {
-                return false;
-            }
-            if !st.core.placement().is_starting(zone, instance) {
-                return true;
-            }
-            let (tx, rx) = oneshot::channel();
-            st.boot_waits
-                .insert((zone, instance), BootWait::Waiting(tx));
-            rx
+            let st = &mut *st;
+            st.boots.wait(&st.core, zone, instance)
         };
-        rx.await.unwrap_or(false)
+        boot.outcome().await
     }
 
     fn self_arc(&self) -> Arc<Self> {
@@ -1274,16 +1240,6 @@ impl Gateway {
         self.me
             .upgrade()
             .expect("the gateway is alive while its methods run")
-    }
-
-    /// Whether the core still counts `vm` as booting (not given up, not stopped).
-    fn still_booting(&self, vm: VmId) -> bool {
-        self.lock()
-            .core
-            .controller()
-            .vms()
-            .get(vm)
-            .is_some_and(|r| r.state == VmState::Booting)
     }
 
     async fn launch(self: Arc<Self>, provider: Arc<dyn VmProvider>, vm: VmId) {
@@ -1340,14 +1296,13 @@ impl Gateway {
             }
             return;
         }
-        let outcome = self.await_ready(&*provider, &instance, vm).await;
+        let outcome =
+            boots::await_vm_ready(&*provider, &self.client, &self.readiness, &instance, || {
+                boots::still_booting(&self.lock().core, vm)
+            })
+            .await;
         let ours = self.with_core_state(|st, now| {
-            let booting = st
-                .core
-                .controller()
-                .vms()
-                .get(vm)
-                .is_some_and(|r| r.state == VmState::Booting);
+            let booting = boots::still_booting(&st.core, vm);
             match &outcome {
                 Ok(base) if booting => {
                     if let Some(r) = st.records.get_mut(&vm) {
@@ -1384,40 +1339,6 @@ impl Gateway {
                 }
             }
             (Err(_), None) => unreachable!("a failed boot is never reported ready"),
-        }
-    }
-
-    /// Resolve the address and probe until ready. Gives up when the core no longer counts
-    /// the VM as booting (its boot deadline passed, or a scale-in cancelled it).
-    async fn await_ready(
-        &self,
-        provider: &dyn VmProvider,
-        instance: &str,
-        vm: VmId,
-    ) -> Result<Uri, String> {
-        let cancelled = || "given up by the policy core (boot deadline or scale-in)".to_string();
-        let base = loop {
-            match provider.resolve(instance).await {
-                Ok(Some(base)) => break base,
-                Ok(None) => {}
-                Err(e) => return Err(e.to_string()),
-            }
-            if !self.still_booting(vm) {
-                return Err(cancelled());
-            }
-            tokio::time::sleep(self.readiness.probe_interval).await;
-        };
-        loop {
-            if self.client.probe(&base, &self.readiness.health_path).await {
-                return Ok(base);
-            }
-            if let Ok(None) | Err(_) = provider.resolve(instance).await.map(|b| b.map(|_| ())) {
-                return Err("instance went away during boot".into());
-            }
-            if !self.still_booting(vm) {
-                return Err(cancelled());
-            }
-            tokio::time::sleep(self.readiness.probe_interval).await;
         }
     }
 

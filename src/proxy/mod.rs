@@ -8,6 +8,7 @@
 //! | [`lifetime`] | client connection budgets and deadlines (first request, header read, keep-alive idle) |
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
+//! | [`boots`] | instance boots: calls waiting for a booting pre-warmed function instance, a launched VM's resolution and readiness probe |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
 //! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
 //! | [`access_log`] | the in-flight gauge and the per-request access log |
@@ -65,6 +66,7 @@ pub mod access_log;
 pub mod admin;
 pub mod admin_token;
 pub mod async_calls;
+pub mod boots;
 pub mod driver;
 pub mod error;
 pub mod lifetime;
