@@ -982,18 +982,31 @@ impl Coordinator {
             registry: sorted(self.host.registry()),
             revision: next_revision(last.as_ref(), key.term),
         };
-        match self.op("publish", self.store.publish(key, &p)).await {
-            Ok(true) => *last = Some(p),
-            Ok(false) => {
-                drop(last);
-                self.lock().refused += 1;
-                self.step_down("the store refused the publication (an old term)");
-            }
-            Err(_) => {
-                drop(last);
-                self.freeze();
-            }
+        if self.publish_fenced(key, p, &mut last).await.is_err() {
+            drop(last);
+            self.freeze();
         }
+    }
+
+    /// Publish `p` as the leader `key`, fenced by its term, and keep it in `last` (the
+    /// last publication, behind `publishing`) once the store took it. A store that
+    /// refuses it (an old term) counts a refused write and steps this replica down
+    /// (`Ok` too: the store answered). `Err`: the store did not answer; what to do is
+    /// the caller's (the epoch round stops writing the pool, the watch leaves it to the
+    /// next round).
+    async fn publish_fenced(
+        &self,
+        key: &LeaderKey,
+        p: Published,
+        last: &mut Option<Published>,
+    ) -> Result<(), StoreError> {
+        if self.op("publish", self.store.publish(key, &p)).await? {
+            *last = Some(p);
+        } else {
+            self.lock().refused += 1;
+            self.step_down("the store refused the publication (an old term)");
+        }
+        Ok(())
     }
 
     /// Between epoch rounds, every [`WATCHES_PER_EPOCH`]th of an epoch: the leader
@@ -1042,16 +1055,10 @@ impl Coordinator {
         else {
             return;
         };
-        match self.op("publish", self.store.publish(key, &p)).await {
-            Ok(true) => *last = Some(p),
-            Ok(false) => {
-                drop(last);
-                self.lock().refused += 1;
-                self.step_down("the store refused the publication (an old term)");
-                self.refresh();
-            }
-            // The next epoch round finds out whether the store is down.
-            Err(_) => {}
+        // The status shows a step-down at once; a store that does not answer is the next
+        // epoch round's to find out.
+        if self.publish_fenced(key, p, &mut last).await.is_ok() {
+            self.refresh();
         }
     }
 
