@@ -1755,19 +1755,80 @@ fn the_leader_adopts_an_earlier_leaders_late_instance() {
     assert!(fake.calls("TerminateInstances").is_empty());
 }
 
-/// The ready VMs' instances in a `/status`, sorted.
-fn ready_instances(s: &Value) -> Vec<String> {
+/// A take-over while the earlier leader's launch still boots (two replicas on the
+/// fake EC2, whose instances stay `pending` until the test moves them on): the launch's
+/// intent is still open (it is settled once the VM is ready), so the new leader finds
+/// the instance by its client token and adopts it as a booting VM at once — no second
+/// RunInstances beside it, as the next pool audit would have let happen — and the VM
+/// becomes ready once EC2 shows it running and it answers its health probe.
+#[test]
+fn a_new_leader_adopts_the_earlier_leaders_booting_launch_at_once() {
+    let redis = replicas::Redis::start();
+    let (fake, _apis) = fake_with_apis();
+    fake.set(|f| f.launch_pending = true);
+    let cluster = replicas::unique_cluster("c-boot");
+    let yaml = ec2_config(
+        "  epoch_seconds: 0.5\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 1\n  max_vms: 2\n  cip_rps: 0",
+        &fake.endpoint(),
+        "shared-boot",
+        "  audit_interval_seconds: 0.3\n  boot_timeout_seconds: 60",
+    ) + &format!(
+        "coordination:\n  type: redis\n  url: {}\n  cluster: {cluster}\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n",
+        redis.url()
+    );
+    let gws = [start(&yaml), start(&yaml)];
+    let old = replicas::wait_one_leader(&gws.iter().collect::<Vec<_>>(), LONG);
+    let new = 1 - old;
+    let id = poll("the leader's launch, pending", LONG, || {
+        let pending = fake.in_state("pending");
+        (fake.calls("RunInstances").len() == 1 && pending.len() == 1).then(|| pending[0].clone())
+    });
+    gws[old].wait_status("the launch booting on the leader", LONG, |s| {
+        vm_instances(s, "booting") == [id.as_str()]
+    });
+    gws[old].proc.signal("KILL");
+    gws[new].wait_status(
+        "the new leader has the earlier launch as a booting VM",
+        LONG,
+        |s| replicas::role(s) == "leader" && vm_instances(s, "booting") == [id.as_str()],
+    );
+    // The audit runs every 0.3 s: a few of them pass with the VM booting.
+    let audits = Instant::now() + Duration::from_secs(2);
+    gws[new].wait_status("two seconds more, still booting", LONG, |s| {
+        assert_eq!(vm_instances(s, "booting"), [id.as_str()], "{s:#}");
+        Instant::now() >= audits
+    });
+    assert_eq!(
+        fake.calls("RunInstances").len(),
+        1,
+        "nothing launched beside the booting VM"
+    );
+    fake.set_state(&id, "running");
+    gws[new].wait_status("the adopted VM ready", LONG, |s| {
+        ready_instances(s) == [id.as_str()] && u64_at(s, "/scaling/booting_vms") == 0
+    });
+    assert_eq!(fake.calls("RunInstances").len(), 1);
+    assert!(fake.calls("TerminateInstances").is_empty());
+}
+
+/// The instances of the VMs in `state` (`booting`, `ready`, …) in a `/status`, sorted.
+fn vm_instances(s: &Value, state: &str) -> Vec<String> {
     let mut v: Vec<String> = s["vm_pool"]["vms"]
         .as_array()
         .map(|vms| {
             vms.iter()
-                .filter(|v| v["state"] == "ready")
+                .filter(|v| v["state"] == state)
                 .filter_map(|v| v["instance"].as_str().map(str::to_owned))
                 .collect()
         })
         .unwrap_or_default();
     v.sort();
     v
+}
+
+/// The ready VMs' instances in a `/status`, sorted.
+fn ready_instances(s: &Value) -> Vec<String> {
+    vm_instances(s, "ready")
 }
 
 /// Redis restarted empty while a coordinated pool exists (two replicas on moto): a

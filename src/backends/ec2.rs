@@ -88,8 +88,10 @@
 //!   that has no recorded outcome names its token stem; [`VmProvider::recover_launch`]
 //!   lists the pool's live instances by tag once and matches their client tokens
 //!   (`STEM-N`, any subnet attempt): running, passing the address policy and one health
-//!   probe → adopted; pending or not healthy yet → left to the audit; none → the launch
-//!   is dropped. (DescribeInstances' `client-token` filter would need one value per
+//!   probe → adopted as ready; pending or not healthy yet → adopted as a booting VM the
+//!   driver waits for (resolution and probes, as for its own launch); none → the launch
+//!   is dropped. A launch's intent stays open until its VM is ready or given up, so a
+//!   launch still booting when its leader stopped is replayed this way. (DescribeInstances' `client-token` filter would need one value per
 //!   attempt, and moto does not implement it.)
 //! * **Shutdown**: `on_shutdown: keep` (default) leaves the pool's VMs for the next run to
 //!   adopt (instances being terminated are still terminated); `terminate` terminates

@@ -156,7 +156,8 @@ pub enum Recovered {
     /// Running, its address passes the policy and one health probe answered 2xx:
     /// `(instance, base URL)`.
     Ready(String, Uri),
-    /// It exists (pending, or running and not healthy yet).
+    /// It exists (pending, or running and not healthy yet): the new leader adopts it
+    /// as a booting VM and waits for it ([`VmProvider::resolve`], health probes).
     Booting(String),
     /// No live instance carries the token: the launch never reached the provider, or
     /// its instance is gone.

@@ -35,12 +35,16 @@
 //!
 //! **A new leader** first replays the intents of earlier terms that are still open
 //! ([`Store::open_intents`]: a leader stopped or lost the store between the intent and
-//! its outcome), through [`Host::replay`]: a launch is looked up by its token and
-//! adopted when running and healthy, never launched twice; a launch the provider never
+//! its outcome; a launch's intent is settled once its VM is ready or given up, so a
+//! launch still booting is open), through [`Host::replay`]: a launch is looked up by
+//! its token and adopted, as a ready VM when running and healthy, as a booting VM the
+//! new leader waits for otherwise, never launched twice; a launch the provider never
 //! saw is dropped, not re-issued (the new leader's own decision launches if the pool
 //! still needs a VM: fewer surprises than an old decision coming back); a terminate is
 //! recorded again under the new term, then made again (idempotent). Each answered one
-//! is settled; the replay takes at most one lease. A new leader that finds no
+//! is settled; the replay takes at most one lease, and only then the new leader brings
+//! the pool to the target (`Core::set_pool_writer`), counting what it adopted, so it
+//! launches nothing beside an earlier leader's booting launch. A new leader that finds no
 //! publication (a new cluster, or a store restarted empty, intents lost with it)
 //! rebuilds the registry from the provider at once ([`Host::rebuild_pool`]). The lease
 //! is asked above the highest term this replica saw and above the highest one in the
@@ -225,8 +229,9 @@ pub trait Host: Send + Sync + 'static {
     }
 
     /// This replica just became the leader and `intent` (of an earlier term) has no
-    /// recorded outcome: a launch is looked up by its token and adopted when running
-    /// and healthy, never launched a second time; a terminate is made again (the
+    /// recorded outcome: a launch is looked up by its token and adopted (a ready VM
+    /// when running and healthy, a booting VM counted toward the pool otherwise), never
+    /// launched a second time; a terminate is made again (the
     /// coordinator has recorded it under the new term first). Default: the pool has
     /// nothing to look up ([`Replayed::Dropped`]).
     fn replay<'a>(&'a self, intent: &'a Intent) -> BoxFuture<'a, Replayed> {
@@ -298,8 +303,9 @@ pub enum Replayed {
     /// The launch's instance (found by its client token) is running and healthy: it is
     /// a ready VM of the new leader now (or already was).
     Adopted(String),
-    /// The launch's instance exists but is not ready yet: the pool audit offers it
-    /// once healthy (`PoolChanges::unclaimed`); nothing is launched for it.
+    /// The launch's instance exists but is not ready yet: it is a booting VM of the new
+    /// leader now (counted toward the pool, so nothing is launched beside it), ready
+    /// once its health probe answers, given up and terminated at its boot deadline.
     Booting(String),
     /// The provider never saw the launch: it is dropped, not re-issued (the new
     /// leader's own decision launches if the pool still needs a VM).
@@ -721,6 +727,12 @@ impl Coordinator {
                         };
                         self.take_over(&mine, &x);
                         self.replay_open_intents(&mine).await;
+                        // Only now the pool is brought to the target: an earlier
+                        // leader's launch still booting, adopted by the replay, counts.
+                        if self.lock().key.as_ref() == Some(&mine) {
+                            self.host
+                                .with_core(&mut |core, now| core.set_pool_writer(now, true));
+                        }
                         if x.state.is_none() {
                             let lease = self.settings.lease;
                             if tokio::time::timeout(lease, self.host.rebuild_pool())
@@ -745,7 +757,8 @@ impl Coordinator {
     }
 
     /// The lease was granted with `key`: resume the published state, adopt the
-    /// registry, write the pool from now on.
+    /// registry. The caller turns pool writing on once the earlier terms' open intents
+    /// are replayed ([`Self::replay_open_intents`]).
     fn take_over(&self, key: &LeaderKey, x: &Exchange) {
         {
             let mut i = self.lock();
@@ -776,7 +789,6 @@ impl Coordinator {
             if let Some(d) = &decision {
                 core.apply_decision(now, d.epoch.saturating_sub(base), to_decision(d));
             }
-            core.set_pool_writer(now, true);
         });
         tracing::info!(
             term = key.term,

@@ -75,10 +75,15 @@ struct HostState {
     requests: u64,
     /// The intents this replica replayed as a new leader ([`Host::replay`]), in order.
     replayed: Vec<Intent>,
+    /// Launches made from now on stay booting (their instance exists, never ready).
+    hold_boot: bool,
 }
 
 /// The replicas' provider: launch token → instance name of every launch made.
 type Cloud = Arc<Mutex<BTreeMap<String, String>>>;
+
+/// The instances of [`Cloud`] that are still booting.
+type Booting = Arc<Mutex<BTreeSet<String>>>;
 
 /// A replica: a core, its VM names, launches that become ready at once once the
 /// fence permits them.
@@ -89,10 +94,11 @@ struct TestHost {
     state: Mutex<HostState>,
     fence: OnceLock<Arc<Coordinator>>,
     cloud: Cloud,
+    booting: Booting,
 }
 
 impl TestHost {
-    fn new(name: &str, origin: Instant, cloud: Cloud) -> Arc<Self> {
+    fn new(name: &str, origin: Instant, cloud: Cloud, booting: Booting) -> Arc<Self> {
         Arc::new(Self {
             name: name.into(),
             origin,
@@ -100,6 +106,7 @@ impl TestHost {
             state: Mutex::new(HostState::default()),
             fence: OnceLock::new(),
             cloud,
+            booting,
         })
     }
 
@@ -128,8 +135,12 @@ impl TestHost {
                         if ok {
                             let mut st = me.state.lock();
                             st.names.insert(vm, (name.clone(), true));
-                            st.launched.push((Instant::now(), name));
-                            c.on_vm_ready(now, vm);
+                            st.launched.push((Instant::now(), name.clone()));
+                            if st.hold_boot {
+                                me.booting.lock().insert(name);
+                            } else {
+                                c.on_vm_ready(now, vm);
+                            }
                         } else {
                             c.on_vm_failed(now, vm);
                         }
@@ -245,6 +256,13 @@ impl Host for TestHost {
         st.replayed.push(intent.clone());
         let done = match (intent.op.as_str(), &intent.token, &intent.instance) {
             ("launch", Some(token), _) => match self.cloud.lock().get(token).cloned() {
+                Some(name) if self.booting.lock().contains(&name) => {
+                    if !st.names.values().any(|(n, _)| *n == name) {
+                        let vm = c.adopt_booting_vm(now);
+                        st.names.insert(vm, (name.clone(), true));
+                    }
+                    Replayed::Booting(name)
+                }
                 Some(name) => {
                     if !st.names.values().any(|(n, _)| *n == name) {
                         let vm = c.adopt_ready_vm(now);
@@ -287,11 +305,12 @@ impl Replicas {
         let store = Arc::new(MemoryStore::new(START_MS));
         let origin = Instant::now();
         let cloud = Cloud::default();
+        let booting = Booting::default();
         let mut hosts = Vec::new();
         let mut coords = Vec::new();
         for i in 0..n {
             let name = format!("r{i}");
-            let host = TestHost::new(&name, origin, Arc::clone(&cloud));
+            let host = TestHost::new(&name, origin, Arc::clone(&cloud), Arc::clone(&booting));
             let c = Coordinator::new(
                 settings(&name),
                 Arc::clone(&store) as Arc<dyn Store>,
@@ -803,6 +822,60 @@ async fn a_new_leader_replays_the_open_intents_of_earlier_terms() {
         [1, term],
         "the terminate is recorded again under the new term before it is made"
     );
+}
+
+/// A take-over while the earlier leader's launches still boot: their intents are still
+/// open (a launch's intent is settled once its VM is ready), so the new leader finds
+/// each instance by its token and adopts it as a booting VM before it writes the pool:
+/// the pool is at the published target with them, and nothing is launched beside them.
+#[tokio::test(start_paused = true)]
+async fn a_new_leader_adopts_the_earlier_leaders_booting_launches_and_launches_none_beside_them() {
+    let r = Replicas::start(2);
+    for h in &r.hosts {
+        h.state.lock().hold_boot = true;
+    }
+    // A steady load: the target settles (the EWMAs converge), every launch stays booting.
+    r.run(16, &[30, 30]).await;
+    let old = r.leader().expect("a leader");
+    let new = 1 - old;
+    let held = r.hosts[old].booting.lock().clone();
+    let old_pool = r.hosts[old].core.lock().controller().pool();
+    assert!(held.len() >= 6, "60 req/s at r_max 10: {held:?}");
+    assert_eq!(
+        (
+            old_pool.booting as usize,
+            old_pool.ready,
+            old_pool.target as usize
+        ),
+        (held.len(), 0, held.len())
+    );
+    assert!(r.hosts[new].state.lock().launched.is_empty());
+    r.store.set_faults(Faults {
+        cut: BTreeSet::from([format!("r{old}")]),
+        ..Faults::default()
+    });
+    for _ in 0..10 {
+        r.run(1, &[30, 30]).await;
+        if r.coords[new].status().role == Role::Leader {
+            break;
+        }
+    }
+    assert_eq!(r.coords[new].status().role, Role::Leader);
+    let pool = r.hosts[new].core.lock().controller().pool();
+    assert_eq!(
+        (pool.booting as usize, pool.target as usize),
+        (held.len(), held.len()),
+        "every booting launch adopted, counted toward the target"
+    );
+    let st = r.hosts[new].state.lock();
+    assert!(
+        st.launched.is_empty(),
+        "nothing launched beside them: {:?}",
+        st.launched
+    );
+    let mut adopted: Vec<&String> = st.names.values().map(|(n, _)| n).collect();
+    adopted.sort();
+    assert_eq!(adopted, held.iter().collect::<Vec<_>>());
 }
 
 /// The instant `secs` seconds after the replicas' policy time zero.

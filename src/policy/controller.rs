@@ -244,6 +244,22 @@ impl Controller {
         vm
     }
 
+    /// Register a VM that is already booting and that this controller did not launch (a
+    /// new leader of several replicas found an earlier leader's launch still booting).
+    /// It counts toward the pool like a launch of its own, so that no VM is launched
+    /// beside it; when this controller writes the pool the target is raised to the
+    /// active VMs (as for [`Self::adopt_ready_vm`]). [`Self::on_vm_ready`] or
+    /// [`Self::on_vm_failed`] follows as for a launch. Returns its id.
+    pub fn adopt_booting_vm(&mut self, now: Time) -> VmId {
+        self.advance(now);
+        let vm = self.alloc();
+        self.vms.insert(vm, VmState::Booting);
+        if self.writes_pool() {
+            self.target = self.target.max(self.active());
+        }
+        vm
+    }
+
     /// Route one attempt of a request. First attempts are counted by the traffic monitor.
     /// A [`Route::Vm`] counts as outstanding on that VM until
     /// [`Self::on_vm_request_finished`].

@@ -400,6 +400,21 @@ impl Core {
         vm
     }
 
+    /// Register a VM that is already booting and that this core did not launch (a new
+    /// leader of several replicas found an earlier leader's launch still booting, see
+    /// [`Controller::adopt_booting_vm`]): it counts toward the pool, and is given up
+    /// ([`Action::VmBootTimedOut`]) unless [`Self::on_vm_ready`] comes within the boot
+    /// timeout from now. Returns its id.
+    pub fn adopt_booting_vm(&mut self, now: Time) -> VmId {
+        let vm = self.controller.adopt_booting_vm(now);
+        if let Some(t) = self.boot_timeout {
+            self.booting.push((vm, now + t));
+        }
+        self.pump(now);
+        self.refresh();
+        vm
+    }
+
     /// The first decision for a request (counted by the traffic monitor).
     pub fn route(&mut self, now: Time, ticket: &mut Ticket) -> Decision {
         self.advance(now);
@@ -1933,5 +1948,57 @@ mod tests {
         };
         core2.on_vm_ready(secs(3.0), vm);
         assert_eq!(core2.next_timer(), (Timer::EpochEnd, secs(60.0)));
+    }
+
+    /// A new leader adopts an earlier leader's launch that is still booting before it
+    /// writes the pool: the VM counts toward `min_vms`, so no VM is launched beside it;
+    /// it gets the boot timeout from its adoption, and becomes ready like a launch.
+    #[test]
+    fn an_adopted_booting_vm_counts_toward_the_pool_and_has_a_boot_deadline() {
+        let new = || {
+            let mut core = Core::new(
+                CoreParams {
+                    controller: controller_params(60),
+                    placement: PlacementParams::single(
+                        "fn",
+                        ZoneCapacity::Concurrency {
+                            max_concurrency: None,
+                        },
+                    ),
+                    vm_boot_timeout: Some(Duration::from_secs(7)),
+                },
+                libra(1),
+                Box::new(VmFirst::new(0.8)),
+            );
+            core.set_pool_writer(Time::ZERO, false);
+            core.start(Time::ZERO);
+            while core.poll_action().is_some() {}
+            core
+        };
+        let mut core = new();
+        let vm = core.adopt_booting_vm(secs(2.0));
+        core.set_pool_writer(secs(2.0), true);
+        assert_eq!(core.poll_action(), None, "no launch beside the adopted VM");
+        let pool = core.controller().pool();
+        assert_eq!((pool.booting, pool.ready, pool.target), (1, 0, 1));
+        assert_eq!(core.next_timer(), (Timer::VmBoot, secs(9.0)));
+        core.handle_timeout(secs(9.0));
+        assert_eq!(core.poll_action(), Some(Action::VmBootTimedOut { vm }));
+        assert_eq!(core.controller().pool().booting, 0);
+
+        let mut core = new();
+        let vm = core.adopt_booting_vm(secs(2.0));
+        core.set_pool_writer(secs(2.0), true);
+        core.on_vm_ready(secs(4.0), vm);
+        assert_eq!(core.poll_action(), None);
+        assert_eq!(core.controller().pool().ready, 1);
+        assert_eq!(core.next_timer(), (Timer::EpochEnd, secs(60.0)));
+        // Without it, the same core launches one VM as it starts writing the pool.
+        let mut core = new();
+        core.set_pool_writer(secs(2.0), true);
+        assert!(matches!(
+            core.poll_action(),
+            Some(Action::Scaling(controller::Action::Launch { .. }))
+        ));
     }
 }

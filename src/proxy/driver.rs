@@ -1252,11 +1252,6 @@ impl Gateway {
             return;
         };
         let launched = provider.launch(vm, permit.as_ref().map(Permit::term)).await;
-        // Its outcome is known now (an instance, or a definite failure): no later leader
-        // replays it. An unknown outcome stays open: a later leader looks its token up.
-        if !matches!(launched, Err(BackendError::OutcomeUnknown(_))) {
-            self.pool_written(permit).await;
-        }
         let instance = match launched {
             Ok(instance) => {
                 // Billed from here (EC2: from `running`) until it is terminated.
@@ -1264,6 +1259,11 @@ impl Gateway {
                 instance
             }
             Err(e) => {
+                // A definite failure is settled; an unknown outcome stays open: a later
+                // leader looks its token up.
+                if !matches!(e, BackendError::OutcomeUnknown(_)) {
+                    self.pool_written(permit).await;
+                }
                 tracing::warn!(%vm, error = %e, "VM launch failed");
                 m::vm_failures("launch");
                 self.with_core_state(|st, now| {
@@ -1273,6 +1273,26 @@ impl Gateway {
                 return;
             }
         };
+        self.boot(provider, vm, instance, started, permit, false)
+            .await;
+    }
+
+    /// The launch of `vm` gave `instance` (its launch intent `permit`, when
+    /// coordinated; `adopted`: an earlier leader's launch, which the provider tracks
+    /// once ready): wait until it is ready, or terminate it when the core gave it up.
+    /// The intent is settled only then, not when the launch was accepted: a leader that
+    /// stops while its launch boots leaves it open, and the next leader finds the
+    /// instance by its token and adopts it as booting ([`Host::replay`]) instead of
+    /// launching beside it.
+    async fn boot(
+        self: Arc<Self>,
+        provider: Arc<dyn VmProvider>,
+        vm: VmId,
+        instance: String,
+        started: Instant,
+        permit: Option<Permit>,
+        adopted: bool,
+    ) {
         let known = {
             let mut st = self.lock();
             let st = &mut *st;
@@ -1288,6 +1308,7 @@ impl Gateway {
             }
         };
         if !known {
+            self.pool_written(permit).await;
             // Stopped by a scale-in or the boot deadline while the launch was in flight.
             if let Some(permit) = self.pool_write("terminate", vm, Some(&instance)).await {
                 let _ = provider.terminate(&instance).await;
@@ -1320,8 +1341,12 @@ impl Gateway {
                 }
             }
         });
+        self.pool_written(permit).await;
         match (&outcome, ours) {
             (Ok(base), None) => {
+                if adopted {
+                    self.vm_provider.track(&instance, base);
+                }
                 m::vm_boot_seconds(started.elapsed());
                 tracing::info!(%vm, %instance, %base, boot_ms = started.elapsed().as_millis() as u64, "VM ready");
             }
@@ -1481,7 +1506,36 @@ impl Host for Gateway {
                         }
                         Replayed::Adopted(instance)
                     }
-                    Ok(Recovered::Booting(instance)) => Replayed::Booting(instance),
+                    Ok(Recovered::Booting(instance)) => {
+                        // Counted toward the pool at once (the coordinator turns pool
+                        // writing on after the replay), so no VM is launched beside it.
+                        let vm = self.with_core_state(|st, now| {
+                            if st.records.values().any(|r| r.instance.as_deref() == Some(&instance)) {
+                                return None;
+                            }
+                            let vm = st.core.adopt_booting_vm(now);
+                            st.records.insert(
+                                vm,
+                                VmRecord {
+                                    instance: Some(instance.clone()),
+                                    base: None,
+                                    foreign: false,
+                                },
+                            );
+                            tracing::info!(%vm, %instance, "adopted booting VM (an earlier leader's launch, found by its client token)");
+                            Some(vm)
+                        });
+                        if let Some(vm) = vm {
+                            let this = self.self_arc();
+                            let provider = Arc::clone(&self.vm_provider);
+                            let booting = instance.clone();
+                            tokio::spawn(async move {
+                                this.boot(provider, vm, booting, Instant::now(), None, true)
+                                    .await
+                            });
+                        }
+                        Replayed::Booting(instance)
+                    }
                     Ok(Recovered::Missing) => Replayed::Dropped,
                     Err(e) => Replayed::Failed(e.to_string()),
                 },

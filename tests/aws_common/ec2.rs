@@ -7,7 +7,8 @@
 //!
 //! It knows RunInstances, DescribeInstances (filters `instance-id`, `client-token`,
 //! `instance-state-name`, `tag:<key>`) and TerminateInstances; any other action is an
-//! `InvalidAction` error. Instances are `running` from their creation; their upstream tag
+//! `InvalidAction` error. Instances are `running` from their creation (`pending` under
+//! [`Faults::launch_pending`]); their upstream tag
 //! (`spillway:upstream`) is written at creation by the `boot` callback, standing in for
 //! the instance's boot script. Loopback only.
 
@@ -155,6 +156,9 @@ pub(crate) struct Faults {
     /// DescribeInstances with a `client-token` filter finds nothing (EC2 not showing a
     /// new instance to that lookup yet).
     pub token_lookup_blind: bool,
+    /// RunInstances creates its instance `pending` (still booting until
+    /// [`FakeEc2::set_state`] moves it on), not `running`.
+    pub launch_pending: bool,
 }
 
 #[derive(Default)]
@@ -374,7 +378,12 @@ fn run_instances(
                 id.clone(),
                 FakeInstance {
                     id: id.clone(),
-                    state: "running".into(),
+                    state: if st.faults.launch_pending {
+                        "pending"
+                    } else {
+                        "running"
+                    }
+                    .into(),
                     subnet: subnet.clone(),
                     token: token.clone(),
                     tags,
