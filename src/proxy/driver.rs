@@ -32,6 +32,7 @@ use tokio::time::Instant;
 
 use super::boots::{self, BootWaits};
 use super::error::ProxyError;
+use super::vm_book::{HealthMarks, VmBook, VmTarget};
 use crate::backends::Recovered;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
@@ -52,48 +53,19 @@ use crate::policy::sched::QueueId;
 use crate::policy::{Time, VmId};
 use crate::telemetry as m;
 
-/// Where a VM lives, once known.
-#[derive(Clone, Debug, Default)]
-struct VmRecord {
-    instance: Option<String>,
-    base: Option<Uri>,
-    /// Another replica launched it (a registry VM, `crate::coord`): this replica
-    /// terminates it only as the pool writer (the leader); otherwise it only stops
-    /// routing to it.
-    foreign: bool,
-}
-
-/// A dead member of a `static` pool (see `State::parked`).
-#[derive(Clone, Debug)]
-struct Parked {
-    /// Its name (the configured URL).
-    instance: String,
-    base: Uri,
-    /// The controller id it had while it served (`vm-2`), for `/status`.
-    id: String,
-    /// When it died, seconds since the Unix epoch.
-    since_unix_seconds: u64,
-    /// Why it died.
-    last_error: &'static str,
-}
-
 struct State {
     core: Core,
-    records: HashMap<VmId, VmRecord>,
+    /// Where each VM lives, the parked `static` members, the suspect probes.
+    book: VmBook,
     last_decision: Option<(u64, ScaleDecision)>,
     /// End of the last adaptive r_max period logged.
     r_max_logged: Option<Time>,
     /// Requests waiting in the gateway queue (call scheduling §4), registered in the
     /// same lock as the decision that queued them.
     waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
-    /// Members of a pool the gateway does not scale (`static`) that died: probed by the
-    /// health loop, shown in `/status` as `dead`, and adopted again once healthy.
-    parked: Vec<Parked>,
     /// Calls waiting for a booting pre-warmed instance they claimed; registered in the
     /// same lock as the core's state.
     boots: BootWaits,
-    /// VMs marked suspect whose probe is running (one probe per VM at a time).
-    suspects: std::collections::HashSet<VmId>,
 }
 
 /// How a wait in the gateway queue ended.
@@ -105,9 +77,6 @@ pub enum QueueOutcome {
     /// The call waited `max_queue_wait_seconds`: 503 with `Retry-After`.
     TimedOut,
 }
-
-/// Consecutive failed health probes after which a ready VM counts as dead.
-pub const UNHEALTHY_AFTER: u32 = 2;
 
 /// How often the driver takes the provider's pool changes
 /// ([`VmProvider::take_pool_changes`]: instances the EC2 audit adopted or found gone).
@@ -187,29 +156,12 @@ pub struct Gateway {
     cost: Mutex<Option<(CostMeter, String)>>,
 }
 
-/// A VM chosen for a request: its id and base URL.
-#[derive(Clone, Debug)]
-pub struct VmTarget {
-    /// Controller id.
-    pub vm: VmId,
-    /// Base URL.
-    pub base: Uri,
-}
-
 impl State {
     /// Adopt `instance` at `base` as a ready VM of the core and of the address book
     /// (`foreign`: another replica's, from the leader's registry). Returns its id.
     fn adopt_ready(&mut self, now: Time, instance: String, base: Uri, foreign: bool) -> VmId {
-        let vm = self.core.adopt_ready_vm(now);
-        self.records.insert(
-            vm,
-            VmRecord {
-                instance: Some(instance),
-                base: Some(base),
-                foreign,
-            },
-        );
-        vm
+        self.book
+            .adopt_ready(&mut self.core, now, instance, base, foreign)
     }
 }
 
@@ -250,13 +202,11 @@ impl Gateway {
             me: me.clone(),
             state: Mutex::new(State {
                 core,
-                records: HashMap::new(),
+                book: VmBook::default(),
                 last_decision: None,
                 r_max_logged: None,
                 waiters: HashMap::new(),
-                parked: Vec::new(),
                 boots: BootWaits::default(),
-                suspects: std::collections::HashSet::new(),
             }),
             origin,
             wake: Notify::new(),
@@ -405,23 +355,16 @@ impl Gateway {
     /// host's node_exporter).
     pub fn ready_vm_bases(&self) -> Vec<Uri> {
         let st = self.lock();
-        st.core
-            .controller()
-            .vms()
-            .rows()
-            .iter()
-            .filter(|r| r.state == VmState::Ready)
-            .filter_map(|r| st.records.get(&r.id)?.base.clone())
+        st.book
+            .ready_targets(&st.core)
+            .into_iter()
+            .map(|t| t.base)
             .collect()
     }
 
     /// The VM address of a released call's VM decision.
     pub fn vm_target(&self, vm: VmId) -> Option<VmTarget> {
-        self.lock()
-            .records
-            .get(&vm)
-            .and_then(|r| r.base.clone())
-            .map(|base| VmTarget { vm, base })
+        self.lock().book.target(vm)
     }
 
     /// [`Action::SampleCpu`]: measure and report the delay queue's CPU signal.
@@ -630,12 +573,7 @@ impl Gateway {
         let Decision::Vm { vm, .. } = d else {
             return (d, None);
         };
-        let target = self
-            .lock()
-            .records
-            .get(&vm)
-            .and_then(|r| r.base.clone())
-            .map(|base| VmTarget { vm, base });
+        let target = self.lock().book.target(vm);
         if target.is_none() {
             // Ready in the core but without an address: cannot happen (ready is reported
             // only after resolution); release the slot defensively.
@@ -711,7 +649,7 @@ impl Gateway {
     pub fn suspect_vm(self: &Arc<Self>, target: &VmTarget) {
         let vm = target.vm;
         let first = self.with_core_state(|st, now| {
-            let first = st.suspects.insert(vm);
+            let first = st.book.mark_suspect(vm);
             if first {
                 st.core.on_vm_suspect(now, vm);
             }
@@ -725,7 +663,7 @@ impl Gateway {
         tokio::spawn(async move {
             let alive = me.probe(&target.base).await;
             me.with_core_state(|st, now| {
-                st.suspects.remove(&vm);
+                st.book.probe_ended(vm);
                 if alive {
                     st.core.on_vm_cleared(now, vm);
                 }
@@ -765,21 +703,9 @@ impl Gateway {
         let scales = self.vm_provider.executes_scaling();
         let record = self.with_core_state(|st, now| {
             st.core.on_vm_died(now, vm);
-            let record = st.records.remove(&vm);
-            if !scales
-                && let Some(VmRecord {
-                    instance: Some(instance),
-                    base: Some(base),
-                    ..
-                }) = &record
-            {
-                st.parked.push(Parked {
-                    instance: instance.clone(),
-                    base: base.clone(),
-                    id: vm.to_string(),
-                    since_unix_seconds: unix_seconds(),
-                    last_error: why,
-                });
+            let record = st.book.remove(vm);
+            if !scales && let Some(r) = &record {
+                st.book.park(vm, r, why);
             }
             record
         });
@@ -800,12 +726,12 @@ impl Gateway {
     }
 
     /// Probe every ready VM and every parked static member each `interval`: a ready VM
-    /// that fails [`UNHEALTHY_AFTER`] probes in a row dies (`vm_died`); a parked
-    /// member that answers is adopted again.
+    /// that fails [`UNHEALTHY_AFTER`](super::vm_book::UNHEALTHY_AFTER) probes in a row
+    /// dies (`vm_died`); a parked member that answers is adopted again.
     pub fn start_health_checks(self: &Arc<Self>, interval: Duration) {
         let me = Arc::clone(self);
         tokio::spawn(async move {
-            let mut failures: HashMap<VmId, u32> = HashMap::new();
+            let mut marks = HealthMarks::default();
             let mut tick = tokio::time::interval(interval);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await; // the first tick is immediate; the VMs were just probed
@@ -813,39 +739,23 @@ impl Gateway {
                 tick.tick().await;
                 let (ready, parked) = {
                     let st = me.lock();
-                    let ready: Vec<(VmId, Uri)> = st
-                        .core
-                        .controller()
-                        .vms()
-                        .rows()
-                        .iter()
-                        .filter(|r| r.state == VmState::Ready)
-                        .filter_map(|r| {
-                            let base = st.records.get(&r.id)?.base.clone()?;
-                            Some((r.id, base))
-                        })
-                        .collect();
-                    (ready, st.parked.clone())
+                    let parked: Vec<Uri> =
+                        st.book.parked().iter().map(|p| p.base.clone()).collect();
+                    (st.book.ready_targets(&st.core), parked)
                 };
                 let mut probes = tokio::task::JoinSet::new();
-                for (vm, base) in ready {
+                for VmTarget { vm, base } in ready {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (Some(vm), base.clone(), me.probe(&base).await) });
                 }
-                for Parked { base, .. } in parked {
+                for base in parked {
                     let me = Arc::clone(&me);
                     probes.spawn(async move { (None, base.clone(), me.probe(&base).await) });
                 }
                 while let Some(Ok((vm, base, healthy))) = probes.join_next().await {
                     match (vm, healthy) {
-                        (Some(vm), true) => {
-                            failures.remove(&vm);
-                        }
-                        (Some(vm), false) => {
-                            let n = failures.entry(vm).or_default();
-                            *n += 1;
-                            if *n >= UNHEALTHY_AFTER {
-                                failures.remove(&vm);
+                        (Some(vm), healthy) => {
+                            if marks.probed(vm, healthy) {
                                 me.vm_died(vm, "VM failed its health probes", "unreachable")
                                     .await;
                             }
@@ -889,8 +799,7 @@ impl Gateway {
             if changes.unclaimed.is_empty() || !st.core.controller().is_pool_writer() {
                 return Vec::new();
             }
-            let mut known: std::collections::HashSet<String> =
-                st.records.values().filter_map(|r| r.instance.clone()).collect();
+            let mut known = st.book.instances();
             let mut claimed = Vec::new();
             for (instance, base) in &changes.unclaimed {
                 if !known.insert(instance.clone()) {
@@ -907,11 +816,7 @@ impl Gateway {
             self.vm_provider.track(instance, base);
         }
         let dead: Vec<VmId> = self.with_core_state(|st, now| {
-            let mut known: std::collections::HashSet<String> = st
-                .records
-                .values()
-                .filter_map(|r| r.instance.clone())
-                .collect();
+            let mut known = st.book.instances();
             for (instance, base) in changes.adopted {
                 if !known.insert(instance.clone()) {
                     continue;
@@ -922,15 +827,9 @@ impl Gateway {
             let gone: std::collections::HashSet<&str> =
                 changes.gone.iter().map(String::as_str).collect();
             // A booting VM's instance fails its address resolution instead.
-            let vms = st.core.controller().vms();
-            st.records
-                .iter()
-                .filter(|(vm, r)| {
-                    r.instance.as_deref().is_some_and(|i| gone.contains(i))
-                        && vms.get(**vm).is_some_and(|row| row.state == VmState::Ready)
-                })
-                .map(|(vm, _)| *vm)
-                .collect()
+            st.book.ready_where(&st.core, |r| {
+                r.instance.as_deref().is_some_and(|i| gone.contains(i))
+            })
         });
         for vm in dead {
             self.vm_died(
@@ -946,48 +845,12 @@ impl Gateway {
     /// longer listed leave the pool (their in-flight requests
     /// finish), new ones are adopted as ready VMs. Returns (added, removed).
     pub fn set_static_members(&self, members: &[(String, Uri)]) -> (usize, usize) {
-        let keep: std::collections::HashSet<&str> =
-            members.iter().map(|(name, _)| name.as_str()).collect();
-        self.with_core_state(|st, now| {
-            let gone: Vec<VmId> = st
-                .records
-                .iter()
-                .filter(|(_, r)| r.instance.as_deref().is_some_and(|i| !keep.contains(i)))
-                .map(|(vm, _)| *vm)
-                .collect();
-            let parked_before = st.parked.len();
-            st.parked.retain(|p| keep.contains(p.instance.as_str()));
-            for vm in &gone {
-                st.core.on_vm_failed(now, *vm);
-                st.records.remove(vm);
-            }
-            let present: std::collections::HashSet<String> = st
-                .records
-                .values()
-                .filter_map(|r| r.instance.clone())
-                .chain(st.parked.iter().map(|p| p.instance.clone()))
-                .collect();
-            let mut added = 0;
-            for (name, base) in members {
-                if !present.contains(name) {
-                    st.adopt_ready(now, name.clone(), base.clone(), false);
-
-                    added += 1;
-                }
-            }
-            (added, gone.len() + parked_before - st.parked.len())
-        })
+        self.with_core_state(|st, now| st.book.set_static_members(&mut st.core, now, members))
     }
 
     /// A parked static member at `base` is healthy again: adopt it as a ready VM.
     fn readopt(&self, base: &Uri) {
-        let vm = self.with_core_state(|st, now| {
-            let i = st.parked.iter().position(|p| &p.base == base)?;
-            let Parked { instance, base, .. } = st.parked.remove(i);
-            let vm = st.adopt_ready(now, instance, base, false);
-
-            Some(vm)
-        });
+        let vm = self.with_core_state(|st, now| st.book.unpark(&mut st.core, now, base));
         if let Some(vm) = vm {
             tracing::info!(%vm, %base, "static VM healthy again; back in the pool");
         }
@@ -1023,15 +886,15 @@ impl Gateway {
                     VmState::Draining => "draining",
                 },
                 outstanding: r.outstanding,
-                instance: st.records.get(&r.id).and_then(|x| x.instance.clone()),
+                instance: st.book.record(r.id).and_then(|x| x.instance.clone()),
                 url: st
-                    .records
-                    .get(&r.id)
+                    .book
+                    .record(r.id)
                     .and_then(|x| x.base.as_ref().map(redact_userinfo)),
                 dead_since_unix_seconds: None,
                 last_error: None,
             })
-            .chain(st.parked.iter().map(|p| VmView {
+            .chain(st.book.parked().iter().map(|p| VmView {
                 id: p.id.clone(),
                 state: "dead",
                 outstanding: 0,
@@ -1090,7 +953,7 @@ impl Gateway {
             }
             Action::Scaling(controller::Action::Launch { vm }) => {
                 tracing::info!(%vm, "launching VM");
-                self.lock().records.insert(vm, VmRecord::default());
+                self.lock().book.launching(vm);
                 let provider = Arc::clone(&self.vm_provider);
                 let this = self.self_arc();
                 tokio::spawn(async move { this.launch(provider, vm).await });
@@ -1117,11 +980,7 @@ impl Gateway {
             }
             Action::Dequeued { id, decision } => {
                 let target = match decision {
-                    Decision::Vm { vm, .. } => self
-                        .lock()
-                        .records
-                        .get(&vm)
-                        .and_then(|r| r.base.clone().map(|base| VmTarget { vm, base })),
+                    Decision::Vm { vm, .. } => self.lock().book.target(vm),
                     _ => None,
                 };
                 let waiter = self.lock().waiters.remove(&id);
@@ -1171,10 +1030,7 @@ impl Gateway {
     fn terminate_after(&self, vm: VmId, why: &'static str, handoff: Duration) {
         let (record, writer) = {
             let mut st = self.lock();
-            (
-                st.records.remove(&vm),
-                st.core.controller().is_pool_writer(),
-            )
+            (st.book.remove(vm), st.core.controller().is_pool_writer())
         };
         if record.as_ref().is_some_and(|r| r.foreign) && !writer {
             tracing::info!(%vm, "registry VM left this replica's table");
@@ -1247,7 +1103,7 @@ impl Gateway {
         let Some(permit) = self.pool_write("launch", vm, None).await else {
             self.with_core_state(|st, now| {
                 st.core.on_vm_failed(now, vm);
-                st.records.remove(&vm);
+                st.book.remove(vm);
             });
             return;
         };
@@ -1268,7 +1124,7 @@ impl Gateway {
                 m::vm_failures("launch");
                 self.with_core_state(|st, now| {
                     st.core.on_vm_failed(now, vm);
-                    st.records.remove(&vm);
+                    st.book.remove(vm);
                 });
                 return;
             }
@@ -1296,16 +1152,7 @@ impl Gateway {
         let known = {
             let mut st = self.lock();
             let st = &mut *st;
-            match st.records.get_mut(&vm) {
-                Some(r) if st.core.controller().vms().get(vm).is_some() => {
-                    r.instance = Some(instance.clone());
-                    true
-                }
-                _ => {
-                    st.records.remove(&vm);
-                    false
-                }
-            }
+            st.book.launched(&st.core, vm, &instance)
         };
         if !known {
             self.pool_written(permit).await;
@@ -1326,9 +1173,7 @@ impl Gateway {
             let booting = boots::still_booting(&st.core, vm);
             match &outcome {
                 Ok(base) if booting => {
-                    if let Some(r) = st.records.get_mut(&vm) {
-                        r.base = Some(base.clone());
-                    }
+                    st.book.resolved(vm, base.clone());
                     st.core.on_vm_ready(now, vm);
                     None
                 }
@@ -1337,7 +1182,7 @@ impl Gateway {
                         st.core.on_vm_failed(now, vm);
                     }
                     // Whoever removes the record terminates the instance.
-                    Some(st.records.remove(&vm).is_some())
+                    Some(st.book.remove(vm).is_some())
                 }
             }
         });
@@ -1414,20 +1259,7 @@ impl Host for Gateway {
 
     fn registry(&self) -> Vec<RegistryVm> {
         let st = self.lock();
-        st.core
-            .controller()
-            .vms()
-            .rows()
-            .iter()
-            .filter(|r| r.state == VmState::Ready)
-            .filter_map(|r| {
-                let rec = st.records.get(&r.id)?;
-                Some(RegistryVm {
-                    instance: rec.instance.clone()?,
-                    base: rec.base.as_ref()?.to_string(),
-                })
-            })
-            .collect()
+        st.book.registry(&st.core)
     }
 
     fn sync_registry(&self, vms: &[RegistryVm]) {
@@ -1437,22 +1269,14 @@ impl Host for Gateway {
             // A follower's own ready VMs (launched while it led) belong to the leader's
             // registry too: one the leader no longer lists was scaled in.
             let writer = st.core.controller().is_pool_writer();
-            let vms_table = st.core.controller().vms();
-            let gone: Vec<VmId> = st
-                .records
-                .iter()
-                .filter(|(vm, r)| {
-                    (r.foreign || !writer)
-                        && vms_table.get(**vm).is_some_and(|row| row.state == VmState::Ready)
-                        && r.instance.as_deref().is_some_and(|i| !listed.contains(i))
-                })
-                .map(|(vm, _)| *vm)
-                .collect();
+            let gone = st.book.ready_where(&st.core, |r| {
+                (r.foreign || !writer)
+                    && r.instance.as_deref().is_some_and(|i| !listed.contains(i))
+            });
             for vm in gone {
                 st.core.drain_vm(now, vm);
             }
-            let known: std::collections::HashSet<String> =
-                st.records.values().filter_map(|r| r.instance.clone()).collect();
+            let known = st.book.instances();
             for v in vms {
                 if known.contains(&v.instance) {
                     continue;
@@ -1493,7 +1317,7 @@ impl Host for Gateway {
                 ("launch", Some(token), _) => match self.vm_provider.recover_launch(token).await {
                     Ok(Recovered::Ready(instance, base)) => {
                         let adopted = self.with_core_state(|st, now| {
-                            if st.records.values().any(|r| r.instance.as_deref() == Some(&instance)) {
+                            if st.book.vm_of(&instance).is_some() {
                                 return false;
                             }
                             let vm = st.adopt_ready(now, instance.clone(), base.clone(), false);
@@ -1510,18 +1334,10 @@ impl Host for Gateway {
                         // Counted toward the pool at once (the coordinator turns pool
                         // writing on after the replay), so no VM is launched beside it.
                         let vm = self.with_core_state(|st, now| {
-                            if st.records.values().any(|r| r.instance.as_deref() == Some(&instance)) {
+                            if st.book.vm_of(&instance).is_some() {
                                 return None;
                             }
-                            let vm = st.core.adopt_booting_vm(now);
-                            st.records.insert(
-                                vm,
-                                VmRecord {
-                                    instance: Some(instance.clone()),
-                                    base: None,
-                                    foreign: false,
-                                },
-                            );
+                            let vm = st.book.adopt_booting(&mut st.core, now, instance.clone());
                             tracing::info!(%vm, %instance, "adopted booting VM (an earlier leader's launch, found by its client token)");
                             Some(vm)
                         });
@@ -1543,13 +1359,8 @@ impl Host for Gateway {
                     // Out of this replica's table first (a registry VM), so that its
                     // drain does not terminate it a second time.
                     self.with_core_state(|st, now| {
-                        let vm = st
-                            .records
-                            .iter()
-                            .find(|(_, r)| r.instance.as_deref() == Some(instance.as_str()))
-                            .map(|(vm, _)| *vm);
-                        if let Some(vm) = vm {
-                            st.records.remove(&vm);
+                        if let Some(vm) = st.book.vm_of(instance) {
+                            st.book.remove(vm);
                             st.core.drain_vm(now, vm);
                         }
                     });
@@ -1565,14 +1376,6 @@ impl Host for Gateway {
             }
         })
     }
-}
-
-/// Wall-clock seconds since the Unix epoch, for `/status` readers (not a timer).
-fn unix_seconds() -> u64 {
-    #[allow(clippy::disallowed_methods)]
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):

@@ -8,6 +8,7 @@
 //! | [`lifetime`] | client connection budgets and deadlines (first request, header read, keep-alive idle) |
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
+//! | [`vm_book`] | the VM address book: instances, base URLs, parked `static` members, suspect probes and health marks |
 //! | [`boots`] | instance boots: calls waiting for a booting pre-warmed function instance, a launched VM's resolution and readiness probe |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
 //! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
@@ -74,3 +75,4 @@ pub mod protocol;
 pub mod reload;
 pub mod server;
 pub mod service;
+pub mod vm_book;

@@ -31,8 +31,9 @@ use crate::policy::balancer::{RequestMeta, RouteReason};
 use crate::policy::placement::{Lease, Start, ZoneId, ZoneKind};
 use crate::policy::routes::KeyId;
 
-use super::driver::{Gateway, Intercepted, TicketGuard, VmTarget};
+use super::driver::{Gateway, Intercepted, TicketGuard};
 use super::error::ProxyError;
+use super::vm_book::VmTarget;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
 use crate::net::headers::{self, TrustedProxies};
