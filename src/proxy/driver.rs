@@ -20,19 +20,19 @@
 //!   and stop at keep-alive expiry ([`Action::StopInstance`]) or when they died.
 
 use parking_lot::{Mutex, MutexGuard};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
 use hyper::body::Incoming;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use super::boots::{self, BootWaits};
 use super::error::ProxyError;
 use super::vm_book::{HealthMarks, VmBook, VmTarget};
+use super::waiters::{QueueOutcome, QueueWait, Waiters};
 use crate::backends::Recovered;
 use crate::backends::function_process::COLD_STARTS_METRIC;
 use crate::backends::{BackendError, BoxFuture, FunctionTier, ReadinessSettings, VmProvider};
@@ -49,7 +49,6 @@ use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
 use crate::policy::routes::KeyId;
 use crate::policy::scaling::ScaleDecision;
-use crate::policy::sched::QueueId;
 use crate::policy::{Time, VmId};
 use crate::telemetry as m;
 
@@ -62,20 +61,10 @@ struct State {
     r_max_logged: Option<Time>,
     /// Requests waiting in the gateway queue (call scheduling §4), registered in the
     /// same lock as the decision that queued them.
-    waiters: HashMap<QueueId, oneshot::Sender<QueueOutcome>>,
+    waiters: Waiters,
     /// Calls waiting for a booting pre-warmed instance they claimed; registered in the
     /// same lock as the core's state.
     boots: BootWaits,
-}
-
-/// How a wait in the gateway queue ended.
-#[derive(Debug)]
-pub enum QueueOutcome {
-    /// Capacity freed: the call's attempt (holding its slot or lease) and, for a VM, its
-    /// address.
-    Served(Decision, Option<VmTarget>),
-    /// The call waited `max_queue_wait_seconds`: 503 with `Retry-After`.
-    TimedOut,
 }
 
 /// How often the driver takes the provider's pool changes
@@ -205,7 +194,7 @@ impl Gateway {
                 book: VmBook::default(),
                 last_decision: None,
                 r_max_logged: None,
-                waiters: HashMap::new(),
+                waiters: Waiters::default(),
                 boots: BootWaits::default(),
             }),
             origin,
@@ -511,15 +500,13 @@ impl Gateway {
         &self,
         ticket: &mut Ticket,
         f: impl FnOnce(&mut Core, Time, &mut Ticket) -> Option<Decision>,
-    ) -> Option<(Decision, Option<oneshot::Receiver<QueueOutcome>>)> {
+    ) -> Option<(Decision, Option<QueueWait>)> {
         self.with_core_state(|st, now| {
             let d = f(&mut st.core, now, ticket)?;
             let rx = match (d, ticket.queued()) {
                 (Decision::Queue { .. }, Some(id)) => {
                     m::queue_call("queued");
-                    let (tx, rx) = oneshot::channel();
-                    st.waiters.insert(id, tx);
-                    Some(rx)
+                    Some(st.waiters.register(id))
                 }
                 (
                     Decision::Reject {
@@ -979,13 +966,14 @@ impl Gateway {
                 tokio::spawn(async move { this.prewarm(zone, instance).await });
             }
             Action::Dequeued { id, decision } => {
-                let target = match decision {
-                    Decision::Vm { vm, .. } => self.lock().book.target(vm),
-                    _ => None,
+                let sent = {
+                    let mut st = self.lock();
+                    let target = match decision {
+                        Decision::Vm { vm, .. } => st.book.target(vm),
+                        _ => None,
+                    };
+                    st.waiters.serve(id, decision, target)
                 };
-                let waiter = self.lock().waiters.remove(&id);
-                let sent = waiter
-                    .is_some_and(|tx| tx.send(QueueOutcome::Served(decision, target)).is_ok());
                 if sent {
                     m::queue_call("served");
                 } else {
@@ -996,9 +984,7 @@ impl Gateway {
             }
             Action::QueueTimedOut { id } => {
                 m::queue_call("timeout");
-                if let Some(tx) = self.lock().waiters.remove(&id) {
-                    let _ = tx.send(QueueOutcome::TimedOut);
-                }
+                self.lock().waiters.time_out(id);
             }
             Action::SampleCpu => self.sample_cpu(),
             Action::StopInstance { zone, instance } => {
@@ -1416,7 +1402,7 @@ pub struct TicketGuard {
     ticket: Ticket,
     starting: Option<(ZoneId, InstanceId)>,
     /// The call waits in the gateway queue.
-    waiting: Option<oneshot::Receiver<QueueOutcome>>,
+    waiting: Option<QueueWait>,
 }
 
 impl TicketGuard {
@@ -1460,15 +1446,14 @@ impl TicketGuard {
     /// Wait in the gateway queue: the attempt once capacity frees (the ticket then holds
     /// its slot or lease), or `None` when the call waited its longest.
     pub async fn wait_queued(&mut self) -> Option<(Decision, Option<VmTarget>)> {
-        let rx = self.waiting.as_mut()?;
-        let outcome = rx.await;
+        let outcome = self.waiting.as_mut()?.outcome().await;
         self.waiting = None;
         match outcome {
-            Ok(QueueOutcome::Served(d, target)) => {
+            QueueOutcome::Served(d, target) => {
                 self.ticket.on_dequeued(d);
                 Some((d, target))
             }
-            Ok(QueueOutcome::TimedOut) | Err(_) => None,
+            QueueOutcome::TimedOut => None,
         }
     }
 
@@ -1518,21 +1503,20 @@ impl Drop for TicketGuard {
             self.ticket.hand_over();
             self.gw.instance_lost(zone, instance);
         }
-        if let Some(mut rx) = self.waiting.take() {
+        if let Some(wait) = self.waiting.take() {
             // Gone while queued: leave the queue; a call served meanwhile gives its slot
             // back (a send after `close` fails and the sender gives it back).
             let ticket = &mut self.ticket;
             let left = self.gw.with_core_state(|st, now| {
                 if let Some(id) = ticket.queued() {
-                    st.waiters.remove(&id);
+                    st.waiters.leave(id);
                 }
                 st.core.cancel_queued(now, ticket)
             });
             if left {
                 m::queue_call("cancelled");
             }
-            rx.close();
-            if let Ok(QueueOutcome::Served(d, _)) = rx.try_recv() {
+            if let Some(d) = wait.close() {
                 self.gw.with_core(|core, now| core.abandon_dequeued(now, d));
             }
         }

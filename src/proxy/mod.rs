@@ -9,6 +9,7 @@
 //! | [`service`] | the per-request path: hygiene, routing, dispatch, retry, spill-back |
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`vm_book`] | the VM address book: instances, base URLs, parked `static` members, suspect probes and health marks |
+//! | [`waiters`] | the calls waiting in the gateway queue (call scheduling §4) until dequeued or timed out |
 //! | [`boots`] | instance boots: calls waiting for a booting pre-warmed function instance, a launched VM's resolution and readiness probe |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
 //! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
@@ -76,3 +77,4 @@ pub mod reload;
 pub mod server;
 pub mod service;
 pub mod vm_book;
+pub mod waiters;
