@@ -18,12 +18,20 @@
 //! A connection refused by the policy or a failed handshake is an
 //! [`UpstreamError::Connect`] (nothing was sent) whose message says why.
 //!
-//! **Pool shards.** The pool is split in shards, one per core plus one (shard 0) for
-//! the control threads (driver, probes, admin). A data-plane worker thread picks its
-//! shard once with [`set_pool_shard`]; its requests then reuse only connections that
-//! its own thread opened and drives (hyper-util spawns a connection's task on the
-//! runtime that opened it), so a request never wakes another thread for its upstream
-//! I/O. hyper-util's one pool behind a mutex has no such affinity, hence the shards.
+//! **The pool** is spillway's own ([`super::pool`], which says why), on hyper's
+//! connection API: HTTP/1.1 connections one request at a time, returned when their
+//! response body ends, and one shared h2 connection per upstream when the upstream picks
+//! h2 by ALPN. It is split in shards, one per core plus one (shard 0) for the control
+//! threads (driver, probes, admin). A data-plane worker thread picks its shard once with
+//! [`set_pool_shard`]; its requests then reuse only connections that its own thread
+//! opened and drives (a connection's task is spawned on the runtime that opened it), so
+//! a request never wakes another thread for its upstream I/O.
+//!
+//! A pooled connection the upstream closed while idle is dropped at checkout; one that
+//! closes as the request goes out, before hyper wrote any of it, sends the request once
+//! more on a new connection (hyper hands the request back). A bodiless request whose h2
+//! stream the upstream refused unprocessed is sent once more too (see
+//! [`UpstreamClient::forward`]).
 //!
 //! [`forward`]: UpstreamClient::forward
 
@@ -35,16 +43,17 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
-use hyper::body::Incoming;
-use hyper_util::client::legacy::Client;
+use hyper::client::conn::{http1, http2};
+// hyper-util's connector (not its client): connect timeout, happy eyeballs, resolver.
+use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::client::legacy::connect::dns::Name;
-use hyper_util::client::legacy::connect::{Connected, Connection, HttpConnector};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::DuplexStream;
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
 use super::body::Body;
+use super::pool::{Conn, Key, Pool, Return, UpstreamBody};
 use super::upstream::{AddressError, AddressPolicy};
 
 /// Client settings.
@@ -77,10 +86,14 @@ fn pool_shards() -> usize {
 /// endpoints); h2 towards HTTPS upstreams that choose it by ALPN. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    /// One pooled client per shard (see the [module docs](self)).
-    inner: Arc<[Client<Connector, Body>]>,
-    /// No pool: every request on a new connection (retries).
-    fresh: Client<Connector, Body>,
+    /// The pool, one shard per core plus the control threads' (see the [module
+    /// docs](self)).
+    pub(super) pool: Arc<Pool>,
+    connector: Connector,
+    /// HTTP/1.1 handshakes (the response head limits).
+    h1: http1::Builder,
+    /// h2 handshakes (upstreams that pick h2 by ALPN).
+    h2: http2::Builder<TokioExecutor>,
     /// The connect-time address policy (absent for in-memory connections).
     policy: Option<AddressPolicy>,
 }
@@ -305,20 +318,12 @@ impl tower_service::Service<Uri> for Connector {
     }
 }
 
-impl Connection for UpstreamIo {
-    fn connected(&self) -> Connected {
+impl UpstreamIo {
+    /// Whether the upstream picked h2 by ALPN (TLS only).
+    fn negotiated_h2(&self) -> bool {
         match self {
-            UpstreamIo::Tcp(t) => t.connected(),
-            UpstreamIo::Tls(t) => {
-                let (tcp, session) = t.inner().get_ref();
-                let connected = tcp.connected();
-                if session.alpn_protocol() == Some(b"h2") {
-                    connected.negotiated_h2()
-                } else {
-                    connected
-                }
-            }
-            UpstreamIo::Memory(_) => Connected::new(),
+            UpstreamIo::Tls(t) => t.inner().get_ref().1.alpn_protocol() == Some(b"h2"),
+            UpstreamIo::Tcp(_) | UpstreamIo::Memory(_) => false,
         }
     }
 }
@@ -404,8 +409,8 @@ pub enum UpstreamError {
     Request {
         /// Upstream URL.
         uri: String,
-        /// Cause.
-        source: Box<hyper_util::client::legacy::Error>,
+        /// Cause: hyper's error (its sources say more).
+        source: hyper::Error,
     },
     /// The target URL could not be built from the base and the request path.
     #[error("bad upstream URL {0}")]
@@ -421,7 +426,7 @@ impl UpstreamError {
         let UpstreamError::Request { source, .. } = self else {
             return false;
         };
-        std::iter::successors(Some(&**source as &(dyn std::error::Error + 'static)), |e| {
+        std::iter::successors(Some(source as &(dyn std::error::Error + 'static)), |e| {
             e.source()
         })
         .filter_map(|e| e.downcast_ref::<hyper::Error>())
@@ -453,18 +458,19 @@ impl Default for ResponseLimits {
     }
 }
 
-/// A failed connection attempt: hyper-util's error, and why in words (the address
-/// policy's rule, the TLS failure, or the TCP error) as its `Display`.
+/// A failed connection attempt: the connector's (or the h2 handshake's) error, and why
+/// in words (the address policy's rule, the TLS failure, or the TCP error) as its
+/// `Display`.
 #[derive(Debug)]
 pub struct ConnectError {
     reason: String,
-    source: Box<hyper_util::client::legacy::Error>,
+    source: BoxError,
 }
 
 impl ConnectError {
-    fn new(source: Box<hyper_util::client::legacy::Error>) -> Self {
+    fn new(source: BoxError) -> Self {
         Self {
-            reason: describe_chain(&source),
+            reason: describe_chain(&*source),
             source,
         }
     }
@@ -509,7 +515,7 @@ fn find_in_chain<'a, E: std::error::Error + 'static>(
 /// again is safe whatever its method (RFC 9113 §8.7): a graceful `GOAWAY` (`NO_ERROR`)
 /// whose last stream id is below it — nginx sends one after `keepalive_requests`
 /// (1000) requests on a connection — or a `RST_STREAM` with `REFUSED_STREAM`.
-fn unprocessed_h2_stream(e: &hyper_util::client::legacy::Error) -> bool {
+fn unprocessed_h2_stream(e: &hyper::Error) -> bool {
     find_in_chain::<h2::Error>(e).is_some_and(|h2e| {
         h2e.is_remote()
             && ((h2e.is_go_away() && h2e.reason() == Some(h2::Reason::NO_ERROR))
@@ -518,15 +524,15 @@ fn unprocessed_h2_stream(e: &hyper_util::client::legacy::Error) -> bool {
 }
 
 /// `e` in words: the connector's [`ConnectRefusal`] when there is one, otherwise the
-/// messages of its chain of sources after hyper-util's generic top level (`client
-/// error (Connect)`), joined with `: `.
-fn describe_chain(e: &hyper_util::client::legacy::Error) -> String {
+/// messages of `e` and its chain of sources, joined with `: ` (a message its
+/// predecessor already holds is left out).
+fn describe_chain(e: &(dyn std::error::Error + 'static)) -> String {
     if let Some(refusal) = find_in_chain::<ConnectRefusal>(e) {
         return refusal.to_string();
     }
     // A TLS alert after the handshake (TLS 1.3 servers refuse a missing client
     // certificate only then).
-    if let Some(io) = std::iter::successors(std::error::Error::source(e), |err| err.source())
+    if let Some(io) = std::iter::successors(Some(e), |err| err.source())
         .filter_map(|err| err.downcast_ref::<std::io::Error>())
         .find(|io| {
             io.get_ref()
@@ -536,14 +542,11 @@ fn describe_chain(e: &hyper_util::client::legacy::Error) -> String {
         return format!("TLS: {}", super::tls::describe_tls_failure(io));
     }
     let mut parts: Vec<String> = Vec::new();
-    for err in std::iter::successors(std::error::Error::source(e), |err| err.source()) {
+    for err in std::iter::successors(Some(e), |err| err.source()) {
         let text = err.to_string();
         if !parts.iter().any(|p| p.contains(&text)) {
             parts.push(text);
         }
-    }
-    if parts.is_empty() {
-        return e.to_string();
     }
     let text = parts.join(": ");
     // Over h2 the alert reaches here as text only (h2 keeps an I/O error's message).
@@ -610,35 +613,29 @@ impl UpstreamClient {
         limits: ResponseLimits,
         connector: Connector,
     ) -> Self {
-        let head_bytes = limits.max_head_bytes.max(MIN_RESPONSE_HEAD_BYTES);
-        // A request hyper never wrote because its pooled connection closed first goes
-        // out again on a new connection (nothing of it was sent).
-        let inner = (0..pool_shards())
-            .map(|_| {
-                Client::builder(TokioExecutor::new())
-                    .pool_idle_timeout(settings.idle_timeout)
-                    .pool_timer(TokioTimer::new())
-                    .retry_canceled_requests(true)
-                    .http1_max_headers(limits.max_headers)
-                    .http1_max_buf_size(head_bytes)
-                    .build(connector.clone())
-            })
-            .collect();
-        let fresh = Client::builder(TokioExecutor::new())
-            .pool_max_idle_per_host(0)
-            .retry_canceled_requests(false)
-            .http1_max_headers(limits.max_headers)
-            .http1_max_buf_size(head_bytes)
-            .build(connector);
+        let mut h1 = http1::Builder::new();
+        h1.max_headers(limits.max_headers)
+            .max_buf_size(limits.max_head_bytes.max(MIN_RESPONSE_HEAD_BYTES));
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new());
         Self {
-            inner,
-            fresh,
+            pool: Pool::new(pool_shards(), settings.idle_timeout),
+            connector,
+            h1,
+            h2,
             policy: None,
         }
     }
 
     /// Send `req` to `base` (scheme + authority, optional path prefix), keeping the
-    /// request's path and query. The caller has already applied header hygiene.
+    /// request's path and query, on a pooled connection of the calling thread's shard
+    /// (a new one when none is idle). The caller has already applied header hygiene.
+    ///
+    /// A pooled connection that turns out closed before any of the request was written
+    /// sends it once more on a new connection; a bodiless request whose h2 stream the
+    /// upstream refused unprocessed (`REFUSED_STREAM`, a graceful `GOAWAY` below it) is
+    /// sent once more. The response body gives an HTTP/1.1 connection back to the pool
+    /// when it ends.
     ///
     /// # Errors
     /// [`UpstreamError::Connect`] when nothing was sent, [`UpstreamError::Request`]
@@ -647,21 +644,20 @@ impl UpstreamClient {
         &self,
         base: &Uri,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        Self::send(self.pooled(), base, req).await
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.send(Some(self.shard()), base, req).await
     }
 
     /// The pool shard of the calling thread.
-    fn pooled(&self) -> &Client<Connector, Body> {
+    fn shard(&self) -> usize {
         let shard = POOL_SHARD.with(std::cell::Cell::get);
-        let workers = self.inner.len() - 1;
+        let workers = self.pool.shards() - 1;
         // Workers beyond the cores share shards 1..; never the control threads' 0.
-        let i = if shard == 0 || workers == 0 {
+        if shard == 0 || workers == 0 {
             0
         } else {
             1 + (shard - 1) % workers
-        };
-        &self.inner[i]
+        }
     }
 
     /// [`Self::forward`] on a new connection that is closed afterwards: a retry must not
@@ -673,16 +669,20 @@ impl UpstreamClient {
         &self,
         base: &Uri,
         req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        Self::send(&self.fresh, base, req).await
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
+        self.send(None, base, req).await
     }
 
+    /// One request on shard `shard`'s pool (`None`: a new connection, not pooled).
     async fn send(
-        client: &Client<Connector, Body>,
+        &self,
+        shard: Option<usize>,
         base: &Uri,
         mut req: Request<Body>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
+    ) -> Result<Response<UpstreamBody>, UpstreamError> {
         let uri = join(base, req.uri())?;
+        let key = Key::of(&uri)
+            .ok_or_else(|| UpstreamError::BadUrl(format!("{uri} has no scheme or host")))?;
         // An HTTPS upstream is addressed by its own name: the `Host` (h1) or
         // `:authority` (h2) it gets is the URL's authority, which its certificate and
         // SNI name (servers answer 421 or 400 to another, and an h2 request must not
@@ -703,56 +703,170 @@ impl UpstreamClient {
             *copy.headers_mut() = req.headers().clone();
             copy
         });
-        let sent = match (client.request(req).await, again) {
-            (Err(e), Some(again)) if unprocessed_h2_stream(&e) => {
+        let sent = match (self.exchange(shard, &key, &uri, req).await, again) {
+            (Err(Failure::Request(e)), Some(again)) if unprocessed_h2_stream(&e) => {
                 tracing::debug!(%uri, error = %describe_chain(&e), "the upstream refused an h2 stream unprocessed; sending it again");
-                client.request(again).await
+                self.exchange(shard, &key, &uri, again).await
             }
             (sent, _) => sent,
         };
-        sent.map_err(|source| {
-            let (uri, source) = (uri.to_string(), Box::new(source));
-            if source.is_connect() {
-                UpstreamError::Connect {
+        sent.map_err(|failure| {
+            let uri = uri.to_string();
+            match failure {
+                Failure::Connect(source) => UpstreamError::Connect {
                     uri,
                     source: ConnectError::new(source),
-                }
-            } else {
-                UpstreamError::Request { uri, source }
+                },
+                Failure::Request(source) => UpstreamError::Request { uri, source },
             }
         })
     }
 
+    /// `req` (its URI absolute: `uri`) on a pooled connection of `shard` or a new one;
+    /// once more on a new connection when a pooled one handed it back unsent.
+    async fn exchange(
+        &self,
+        shard: Option<usize>,
+        key: &Key,
+        uri: &Uri,
+        mut req: Request<Body>,
+    ) -> Result<Response<UpstreamBody>, Failure> {
+        let mut reuse = true;
+        loop {
+            let pooled = match shard {
+                Some(s) if reuse => self.pool.checkout(s, key),
+                _ => None,
+            };
+            let reused = pooled.is_some();
+            let conn = match pooled {
+                Some(conn) => conn,
+                None => self
+                    .connect(uri, shard, key)
+                    .await
+                    .map_err(Failure::Connect)?,
+            };
+            let mut unsent = match conn {
+                Conn::H1(mut tx) => {
+                    h1_request_form(&mut req, uri);
+                    match tx.try_send_request(req).await {
+                        Ok(resp) => {
+                            // A 101's connection is the tunnel's now: never pooled.
+                            let back = shard
+                                .filter(|_| resp.status() != http::StatusCode::SWITCHING_PROTOCOLS)
+                                .map(|shard| Return {
+                                    pool: Arc::clone(&self.pool),
+                                    shard,
+                                    key: key.clone(),
+                                    tx,
+                                });
+                            return Ok(resp.map(|b| UpstreamBody::new(b, back)));
+                        }
+                        Err(e) => e,
+                    }
+                }
+                Conn::H2(mut tx) => match tx.try_send_request(req).await {
+                    Ok(resp) => return Ok(resp.map(|b| UpstreamBody::new(b, None))),
+                    Err(e) => e,
+                },
+            };
+            match unsent.take_message() {
+                Some(back) if reused => {
+                    tracing::debug!(%uri, error = %unsent.error(), "a pooled upstream connection closed before the request went out; sending it on a new connection");
+                    req = back;
+                    *req.uri_mut() = uri.clone();
+                    reuse = false;
+                }
+                _ => return Err(Failure::Request(unsent.into_error())),
+            }
+        }
+    }
+
+    /// A new connection to `uri` (the connector, then the h1 or h2 handshake); its task
+    /// runs on the calling thread's runtime. An h2 connection becomes `key`'s shared one
+    /// in `shard`.
+    async fn connect(&self, uri: &Uri, shard: Option<usize>, key: &Key) -> Result<Conn, BoxError> {
+        let io = tower_service::Service::call(&mut self.connector.clone(), uri.clone()).await?;
+        if io.negotiated_h2() {
+            let (tx, conn) = self.h2.handshake(io).await?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.await {
+                    tracing::debug!(error = %e, "upstream h2 connection failed");
+                }
+            });
+            if let Some(shard) = shard {
+                self.pool.put_h2(shard, key.clone(), tx.clone());
+            }
+            Ok(Conn::H2(tx))
+        } else {
+            let (tx, conn) = self.h1.handshake(io).await?;
+            tokio::spawn(async move {
+                if let Err(e) = conn.with_upgrades().await {
+                    tracing::debug!(error = %e, "upstream connection failed");
+                }
+            });
+            Ok(Conn::H1(tx))
+        }
+    }
+
     /// `GET base+path`; `true` on any HTTP answer (a `static` upstream has no health
-    /// path of its own: any status shows it is up).
+    /// path of its own: any status shows it is up). On a new connection.
     pub async fn answers(&self, base: &Uri, path: &str) -> bool {
-        let Ok(uri) = path
-            .parse::<Uri>()
-            .map_err(|e| UpstreamError::BadUrl(e.to_string()))
-            .and_then(|p| join(base, &p))
-        else {
-            return false;
-        };
-        let req = Request::get(uri)
-            .body(super::body::empty())
-            .expect("static request parts are valid");
-        self.fresh.request(req).await.is_ok()
+        match Self::get(path) {
+            Some(req) => self.send(None, base, req).await.is_ok(),
+            None => false,
+        }
     }
 
     /// `GET base+path`; `true` on a 2xx answer. Used by readiness probes.
     pub async fn probe(&self, base: &Uri, path: &str) -> bool {
-        let Ok(uri) = path
-            .parse::<Uri>()
-            .map_err(|e| UpstreamError::BadUrl(e.to_string()))
-            .and_then(|p| join(base, &p))
-        else {
+        let Some(req) = Self::get(path) else {
             return false;
         };
-        let req = Request::get(uri)
-            .body(super::body::empty())
-            .expect("static request parts are valid");
-        matches!(self.pooled().request(req).await, Ok(r) if r.status().is_success())
+        matches!(self.send(Some(self.shard()), base, req).await, Ok(r) if r.status().is_success())
     }
+
+    /// A bodiless `GET path`; `None` when `path` is no valid request target.
+    fn get(path: &str) -> Option<Request<Body>> {
+        let uri = path.parse::<Uri>().ok()?;
+        Request::get(uri).body(super::body::empty()).ok()
+    }
+}
+
+/// Why [`UpstreamClient::exchange`] failed.
+enum Failure {
+    /// No connection (nothing sent).
+    Connect(BoxError),
+    /// The request was (possibly partly) sent.
+    Request(hyper::Error),
+}
+
+/// `req` as an HTTP/1.1 request line and `Host` expect it (hyper-util's client did the
+/// same): a `Host` from the URL when there is none (its port unless the scheme's
+/// default), and the origin form of the target (`authority` form for `CONNECT`).
+fn h1_request_form(req: &mut Request<Body>, uri: &Uri) {
+    if !req.headers().contains_key(http::header::HOST)
+        && let Some(host) = uri.host()
+    {
+        let default_port = if uri.scheme() == Some(&http::uri::Scheme::HTTPS) {
+            443
+        } else {
+            80
+        };
+        let value = match uri.port_u16() {
+            Some(port) if port != default_port => format!("{host}:{port}"),
+            _ => host.to_string(),
+        };
+        if let Ok(value) = http::HeaderValue::from_str(&value) {
+            req.headers_mut().insert(http::header::HOST, value);
+        }
+    }
+    let mut parts = http::uri::Parts::default();
+    if req.method() == http::Method::CONNECT {
+        parts.authority = uri.authority().cloned();
+    } else {
+        parts.path_and_query = uri.path_and_query().cloned();
+    }
+    *req.uri_mut() = Uri::from_parts(parts).unwrap_or_else(|_| Uri::from_static("/"));
 }
 
 /// `base` (e.g. `http://127.0.0.1:4000/prefix`) joined with the path and query of `uri`.

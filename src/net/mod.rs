@@ -9,6 +9,7 @@
 //! | [`body`] | the boxed body type and the end-of-body hook |
 //! | [`client`] | pooled upstream client; its connector enforces the address policy and speaks TLS to `https://` upstreams |
 //! | [`headers`] | hop-by-hop stripping, forwarding headers, response framing |
+//! | [`pool`] | the upstream connection pool (per-thread shards on hyper's connection API) and the response body that returns a connection |
 //! | [`request_id`] | the `x-request-id` of every request: kept or made |
 //! | [`tls`] | rustls configuration: the TLS listener, and HTTPS upstreams (roots, CA bundle, client certificate) |
 //! | [`upstream`] | the upstream address policy, at parse time and at connect time |
@@ -17,6 +18,7 @@
 pub mod body;
 pub mod client;
 pub mod headers;
+pub mod pool;
 pub mod request_id;
 pub mod tls;
 pub mod upstream;
