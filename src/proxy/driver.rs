@@ -31,6 +31,7 @@ use tokio::time::Instant;
 
 use super::boots::{self, BootWaits};
 use super::error::ProxyError;
+use super::status::GatewayStatus;
 use super::vm_book::{HealthMarks, VmBook, VmTarget};
 use super::waiters::{QueueOutcome, QueueWait, Waiters};
 use crate::backends::Recovered;
@@ -42,7 +43,7 @@ use crate::net::client::UpstreamClient;
 use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
-use crate::policy::core::{Action, Core, CoreStatus, Release};
+use crate::policy::core::{Action, Core, Release};
 use crate::policy::cost::{Bill, CostMeter, MeterPricing};
 use crate::policy::delay::CallId;
 use crate::policy::functions::InstanceId;
@@ -859,43 +860,7 @@ impl Gateway {
     /// A snapshot for `/status`.
     pub fn status(&self) -> GatewayStatus {
         let st = self.lock();
-        let vms = st
-            .core
-            .controller()
-            .vms()
-            .rows()
-            .iter()
-            .map(|r| VmView {
-                id: r.id.to_string(),
-                state: match r.state {
-                    VmState::Booting => "booting",
-                    VmState::Ready => "ready",
-                    VmState::Draining => "draining",
-                },
-                outstanding: r.outstanding,
-                instance: st.book.record(r.id).and_then(|x| x.instance.clone()),
-                url: st
-                    .book
-                    .record(r.id)
-                    .and_then(|x| x.base.as_ref().map(redact_userinfo)),
-                dead_since_unix_seconds: None,
-                last_error: None,
-            })
-            .chain(st.book.parked().iter().map(|p| VmView {
-                id: p.id.clone(),
-                state: "dead",
-                outstanding: 0,
-                instance: Some(p.instance.clone()),
-                url: Some(redact_userinfo(&p.base)),
-                dead_since_unix_seconds: Some(p.since_unix_seconds),
-                last_error: Some(p.last_error),
-            }))
-            .collect();
-        GatewayStatus {
-            core: st.core.status(),
-            last_decision: st.last_decision,
-            vms,
-        }
+        GatewayStatus::of(&st.core, &st.book, st.last_decision)
     }
 
     /// Drain the core's actions and execute them.
@@ -1364,19 +1329,6 @@ impl Host for Gateway {
     }
 }
 
-/// `uri` as text without its userinfo (`http://user:pass@host` → `http://***@host`):
-/// `/status` never shows credentials.
-fn redact_userinfo(uri: &Uri) -> String {
-    let text = uri.to_string();
-    match uri.authority().map(|a| a.as_str()) {
-        Some(auth) if auth.contains('@') => {
-            let host = auth.rsplit_once('@').map_or(auth, |(_, h)| h);
-            text.replacen(auth, &format!("***@{host}"), 1)
-        }
-        _ => text,
-    }
-}
-
 /// One log line per closed adaptive r_max period (LIBRA §III-B).
 fn log_r_max_period(p: &crate::policy::rmax::PeriodReport) {
     tracing::info!(
@@ -1525,37 +1477,4 @@ impl Drop for TicketGuard {
             self.gw.with_core(|core, now| core.finish(now, ticket));
         }
     }
-}
-
-/// One VM in `/status`.
-#[derive(Clone, Debug, serde::Serialize)]
-pub struct VmView {
-    /// Controller id (`vm-3`).
-    pub id: String,
-    /// `booting`, `ready`, `draining`, or `dead`: a member of a `static` pool that failed
-    /// its probes, probed on and back in the pool once it answers.
-    pub state: &'static str,
-    /// Requests in flight on it.
-    pub outstanding: u32,
-    /// Provider-side name.
-    pub instance: Option<String>,
-    /// Base URL once resolved.
-    pub url: Option<String>,
-    /// A `dead` member: since when, seconds since the Unix epoch.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub dead_since_unix_seconds: Option<u64>,
-    /// A `dead` member: why it left the pool.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub last_error: Option<&'static str>,
-}
-
-/// What `/status` shows.
-#[derive(Clone, Debug)]
-pub struct GatewayStatus {
-    /// The policy core's snapshot (controller and zones).
-    pub core: CoreStatus,
-    /// The last scaling decision and the epoch that triggered it.
-    pub last_decision: Option<(u64, ScaleDecision)>,
-    /// Every VM.
-    pub vms: Vec<VmView>,
 }

@@ -10,6 +10,7 @@
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`vm_book`] | the VM address book: instances, base URLs, parked `static` members, suspect probes and health marks |
 //! | [`waiters`] | the calls waiting in the gateway queue (call scheduling §4) until dequeued or timed out |
+//! | [`status`] | the status snapshot `/status` renders: the core's, the last decision, every VM with its address |
 //! | [`boots`] | instance boots: calls waiting for a booting pre-warmed function instance, a launched VM's resolution and readiness probe |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
 //! | [`admin_token`] | the admin listener's bearer token, replaced on reload |
@@ -76,5 +77,6 @@ pub mod protocol;
 pub mod reload;
 pub mod server;
 pub mod service;
+pub mod status;
 pub mod vm_book;
 pub mod waiters;
