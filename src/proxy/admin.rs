@@ -160,7 +160,7 @@ pub async fn handle(
         (&Method::GET, "/metrics") => {
             scrape_gauges(&gw);
             let mut out = prometheus.render();
-            if let Some((since_start, _)) = gw.cost_bills() {
+            if let Some((since_start, _)) = gw.billing().bills(gw.now()) {
                 if !out.is_empty() && !out.ends_with('\n') {
                     out.push('\n');
                 }
@@ -245,7 +245,7 @@ fn text(status: StatusCode, s: String, content_type: &'static str) -> Response<B
 /// at zero on the first scrape.
 fn scrape_gauges(gw: &Gateway) {
     m::cip_gauge(gw.cip_rps());
-    if let Some((_, hour)) = gw.cost_bills() {
+    if let Some((_, hour)) = gw.billing().bills(gw.now()) {
         m::cost_last_hour(&hour);
     }
     let st = gw.status();
@@ -494,7 +494,7 @@ fn status_document(gw: &Gateway) -> Value {
 ///  "last_hour": {…}}
 /// ```
 fn cost_json(gw: &Gateway) -> Value {
-    match gw.cost_bills() {
+    match gw.billing().bills(gw.now()) {
         Some((since_start, last_hour)) => json!({
             "since_start": since_start,
             "last_hour": last_hour,

@@ -29,6 +29,7 @@ use hyper::body::Incoming;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
+use super::billing::Billing;
 use super::boots::{self, BootWaits};
 use super::error::ProxyError;
 use super::status::GatewayStatus;
@@ -44,7 +45,6 @@ use crate::policy::attempt::{Decision, Failure, Ticket};
 use crate::policy::balancer::{RouteReason, VmState};
 use crate::policy::controller;
 use crate::policy::core::{Action, Core, Release};
-use crate::policy::cost::{Bill, CostMeter, MeterPricing};
 use crate::policy::delay::CallId;
 use crate::policy::functions::InstanceId;
 use crate::policy::placement::{Lease, ZoneId};
@@ -141,9 +141,8 @@ pub struct Gateway {
     coordinator: std::sync::OnceLock<Arc<Coordinator>>,
     /// Span export (`telemetry.otlp`), when on.
     trace_exporter: std::sync::OnceLock<Arc<crate::trace_export::Exporter>>,
-    /// The running bill ([`CostMeter`]) and the instance type of this pool's VMs, once
-    /// set ([`Self::set_cost_meter`]).
-    cost: Mutex<Option<(CostMeter, String)>>,
+    /// The running bill, once a meter is set.
+    billing: Billing,
 }
 
 impl State {
@@ -209,39 +208,14 @@ impl Gateway {
             async_calls: std::sync::OnceLock::new(),
             coordinator: std::sync::OnceLock::new(),
             trace_exporter: std::sync::OnceLock::new(),
-            cost: Mutex::new(None),
+            billing: Billing::default(),
         })
     }
 
-    /// Bill this gateway with `meter` from now on, pricing its VMs as `instance_type`
-    /// (`/status` `cost`, `spillway_cost_*` metrics). Replaces a meter set before.
-    pub fn set_cost_meter(&self, meter: CostMeter, instance_type: String) {
-        *self.cost.lock() = Some((meter, instance_type));
-    }
-
-    /// New prices for the running bill (a configuration reload); nothing without a meter.
-    pub fn set_cost_pricing(&self, pricing: MeterPricing) {
-        if let Some((m, _)) = self.cost.lock().as_mut() {
-            m.set_pricing(pricing);
-        }
-    }
-
-    /// Feed the meter (when set) with `now`.
-    fn bill(&self, f: impl FnOnce(&mut CostMeter, &str, Time)) {
-        let now = self.now();
-        if let Some((m, t)) = self.cost.lock().as_mut() {
-            f(m, t, now);
-        }
-    }
-
-    /// The bills since start and of the last hour, and the time they were read at;
-    /// `None` without a meter.
-    pub fn cost_bills(&self) -> Option<(Bill, Bill)> {
-        let now = self.now();
-        self.cost
-            .lock()
-            .as_ref()
-            .map(|(m, _)| (m.since_start(now), m.last_hour(now)))
+    /// The running bill (`/status` `cost`, `spillway_cost_*` metrics); set its meter
+    /// with [`Billing::set_meter`].
+    pub fn billing(&self) -> &Billing {
+        &self.billing
     }
 
     /// Run under `c` (set once, after [`Self::start`]): every pool write asks its
@@ -488,7 +462,7 @@ impl Gateway {
     /// The first decision for a request; a VM decision comes with the VM's base URL.
     /// A [`Decision::Queue`] here is never served: use [`TicketGuard::route`].
     pub fn route(&self, ticket: &mut Ticket) -> (Decision, Option<VmTarget>) {
-        self.bill(|m, _, now| m.on_arrival(now));
+        self.billing.bill(self.now(), |m, _, now| m.on_arrival(now));
         let (d, _) = self
             .decide(ticket, |core, now, t| Some(core.route(now, t)))
             .expect("route always decides");
@@ -582,7 +556,8 @@ impl Gateway {
     /// the same lock.
     pub fn finish_vm_request_sent_at(&self, vm: VmId, sent: Instant) {
         let latency = sent.elapsed();
-        self.bill(|m, _, now| m.on_vm_call(now, latency));
+        self.billing
+            .bill(self.now(), |m, _, now| m.on_vm_call(now, latency));
         self.with_core(|core, now| {
             core.on_vm_response_time(now, latency);
             core.on_vm_request_finished(now, vm);
@@ -598,7 +573,9 @@ impl Gateway {
     /// billed to the zone (GB-seconds at 1 ms granularity and a request fee).
     pub fn finish_function_sent_at(&self, lease: Lease, sent: Instant) {
         let duration = sent.elapsed();
-        self.bill(|m, _, now| m.on_function_call(now, usize::from(lease.zone.0), duration));
+        self.billing.bill(self.now(), |m, _, now| {
+            m.on_function_call(now, usize::from(lease.zone.0), duration)
+        });
         self.finish_function(lease);
     }
 
@@ -1003,7 +980,8 @@ impl Gateway {
                     tracing::warn!(%instance, error = %e, "terminate failed");
                 }
                 this.pool_written(permit).await;
-                this.bill(|m, _, now| m.on_vm_stopped(now, vm));
+                this.billing
+                    .bill(this.now(), |m, _, now| m.on_vm_stopped(now, vm));
             });
         }
     }
@@ -1062,7 +1040,8 @@ impl Gateway {
         let instance = match launched {
             Ok(instance) => {
                 // Billed from here (EC2: from `running`) until it is terminated.
-                self.bill(|m, t, now| m.on_vm_running(now, vm, t));
+                self.billing
+                    .bill(self.now(), |m, t, now| m.on_vm_running(now, vm, t));
                 instance
             }
             Err(e) => {
@@ -1111,7 +1090,8 @@ impl Gateway {
             if let Some(permit) = self.pool_write("terminate", vm, Some(&instance)).await {
                 let _ = provider.terminate(&instance).await;
                 self.pool_written(permit).await;
-                self.bill(|m, _, now| m.on_vm_stopped(now, vm));
+                self.billing
+                    .bill(self.now(), |m, _, now| m.on_vm_stopped(now, vm));
             }
             return;
         }
@@ -1156,7 +1136,8 @@ impl Gateway {
                 {
                     let _ = provider.terminate(&instance).await;
                     self.pool_written(permit).await;
-                    self.bill(|m, _, now| m.on_vm_stopped(now, vm));
+                    self.billing
+                        .bill(self.now(), |m, _, now| m.on_vm_stopped(now, vm));
                 }
             }
             (Err(_), None) => unreachable!("a failed boot is never reported ready"),
@@ -1376,7 +1357,9 @@ impl TicketGuard {
     /// The first decision ([`Gateway::route`]); after a [`Decision::Queue`], await
     /// [`Self::wait_queued`].
     pub fn route(&mut self) -> (Decision, Option<VmTarget>) {
-        self.gw.bill(|m, _, now| m.on_arrival(now));
+        self.gw
+            .billing
+            .bill(self.gw.now(), |m, _, now| m.on_arrival(now));
         let (d, rx) = self
             .gw
             .decide(&mut self.ticket, |core, now, t| Some(core.route(now, t)))

@@ -10,6 +10,7 @@
 //! | [`driver`] | runs the [`Controller`](crate::policy::controller::Controller) on tokio's clock, executes its actions |
 //! | [`vm_book`] | the VM address book: instances, base URLs, parked `static` members, suspect probes and health marks |
 //! | [`waiters`] | the calls waiting in the gateway queue (call scheduling §4) until dequeued or timed out |
+//! | [`billing`] | the running bill (LIBRA §II cost model) behind `/status` `cost` and `spillway_cost_*` |
 //! | [`status`] | the status snapshot `/status` renders: the core's, the last decision, every VM with its address |
 //! | [`boots`] | instance boots: calls waiting for a booting pre-warmed function instance, a launched VM's resolution and readiness probe |
 //! | [`admin`] | `/livez`, `/readyz`, `/healthz`, `/metrics`, `/status`, `/reload` |
@@ -69,6 +70,7 @@ pub mod access_log;
 pub mod admin;
 pub mod admin_token;
 pub mod async_calls;
+pub mod billing;
 pub mod boots;
 pub mod driver;
 pub mod error;

@@ -187,7 +187,8 @@ impl Reloader {
                 tracing::info!(added, removed, "static VM pool changed");
             }
             if running.pricing != old.pricing || running.libra.r_max_rps != old.libra.r_max_rps {
-                gw.set_cost_pricing(running.pricing.meter_pricing(running.libra.r_max_rps));
+                gw.billing()
+                    .set_pricing(running.pricing.meter_pricing(running.libra.r_max_rps));
             }
             if retune && !gw.retune(&tuning) {
                 // Not reachable with the gateway's LIBRA policies; said, not hidden.

@@ -469,7 +469,9 @@ impl Server {
                 .as_ref()
                 .map_or_else(tokio::time::Instant::now, |(_, origin, _)| *origin),
         );
-        gateway.set_cost_meter(config.cost_meter(), config.vm_instance_type());
+        gateway
+            .billing()
+            .set_meter(config.cost_meter(), config.vm_instance_type());
         if let Some(otlp) = &config.telemetry.otlp {
             let e = crate::trace_export::Exporter::start(otlp)?;
             tracing::info!(endpoint = %otlp.endpoint, sample_ratio = otlp.sample_ratio, "exporting spans over OTLP/HTTP");
