@@ -20,7 +20,7 @@
 //! lock rather than a thread-local so that a response body ending on another thread
 //! still finds its way back.
 //!
-//! * **Checkout** ([`Pool::checkout`]): the shared h2 connection if it is still open;
+//! * **Checkout** (`Pool::checkout`): the shared h2 connection if it is still open;
 //!   else the most recently idle h1 connection that is open and ready. Entries idle for
 //!   longer than the idle timeout are dropped on the way (closing them), as are
 //!   connections the upstream closed.
