@@ -1903,8 +1903,8 @@ mod tests {
         assert_eq!(core.status().r_max.unwrap().next_adjustment, secs(10.0));
     }
 
-    #[test]
-    fn a_vm_past_its_boot_deadline_is_given_up() {
+    /// A core with `min_vms` 1, 60 s epochs and a 7 s boot timeout (not started).
+    fn boot_timeout_core() -> Core {
         let params = CoreParams {
             controller: controller_params(60),
             placement: PlacementParams::single(
@@ -1915,7 +1915,12 @@ mod tests {
             ),
             vm_boot_timeout: Some(Duration::from_secs(7)),
         };
-        let mut core = Core::new(params, libra(1), Box::new(VmFirst::new(0.8)));
+        Core::new(params, libra(1), Box::new(VmFirst::new(0.8)))
+    }
+
+    #[test]
+    fn a_vm_past_its_boot_deadline_is_given_up() {
+        let mut core = boot_timeout_core();
         core.start(secs(1.0));
         let Some(Action::Scaling(controller::Action::Launch { vm })) = core.poll_action() else {
             panic!("min_vms launches one VM")
@@ -1928,20 +1933,7 @@ mod tests {
         assert_eq!(core.controller().pool().booting, 0);
         assert_eq!(core.next_timer().0, Timer::EpochEnd);
         // A VM that becomes ready in time clears its deadline.
-        let mut core2 = Core::new(
-            CoreParams {
-                controller: controller_params(60),
-                placement: PlacementParams::single(
-                    "fn",
-                    ZoneCapacity::Concurrency {
-                        max_concurrency: None,
-                    },
-                ),
-                vm_boot_timeout: Some(Duration::from_secs(7)),
-            },
-            libra(1),
-            Box::new(VmFirst::new(0.8)),
-        );
+        let mut core2 = boot_timeout_core();
         core2.start(Time::ZERO);
         let Some(Action::Scaling(controller::Action::Launch { vm })) = core2.poll_action() else {
             panic!()
@@ -1956,20 +1948,7 @@ mod tests {
     #[test]
     fn an_adopted_booting_vm_counts_toward_the_pool_and_has_a_boot_deadline() {
         let new = || {
-            let mut core = Core::new(
-                CoreParams {
-                    controller: controller_params(60),
-                    placement: PlacementParams::single(
-                        "fn",
-                        ZoneCapacity::Concurrency {
-                            max_concurrency: None,
-                        },
-                    ),
-                    vm_boot_timeout: Some(Duration::from_secs(7)),
-                },
-                libra(1),
-                Box::new(VmFirst::new(0.8)),
-            );
+            let mut core = boot_timeout_core();
             core.set_pool_writer(Time::ZERO, false);
             core.start(Time::ZERO);
             while core.poll_action().is_some() {}
