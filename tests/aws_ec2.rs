@@ -1977,3 +1977,106 @@ fn redis_restarted_empty_rebuilds_the_registry_from_the_pool() {
     );
     assert!(took < LONG, "took {took:?}");
 }
+
+/// The leader term a coordinated launch's client token carries (`spw-POOL-TERM-VM-N`).
+fn token_term(token: &str) -> Option<u64> {
+    token.strip_prefix("spw-")?.split('-').nth(1)?.parse().ok()
+}
+
+/// Redis restarted empty and every replica restarted too (two replicas on moto): no
+/// replica remembers a term, so only the pool's client tokens carry the earlier
+/// leader's. The new leader lists the pool (tags and client tokens), adopts its running
+/// instances — both replicas' ready VMs are exactly moto's running instances, the
+/// earlier ones among them — and takes a term above every token's term, so that no
+/// token is sent again (one instance per leader term and VM). Both times the two
+/// replicas start together: the one that starts while the leader's launches boot
+/// leaves them alone (it used to terminate them as not ready at start).
+#[test]
+fn redis_and_every_replica_restarted_take_a_term_above_every_token_in_the_pool() {
+    let moto = Moto::start();
+    let ec2 = Ec2::new(&moto.endpoint);
+    let pool = "reborn";
+    let _agent = Agent::start(&moto.endpoint, pool, Boot::SampleApi);
+    let cluster = replicas::unique_cluster("c-reborn");
+    let redis = replicas::Redis::start();
+    let port = redis.port;
+    let yaml = ec2_config(
+        "  epoch_seconds: 0.5\n  decision_epochs: 1000\n  r_max_rps: 10\n  min_vms: 2\n  max_vms: 2\n  cip_rps: 0",
+        &moto.endpoint,
+        pool,
+        "  boot_timeout_seconds: 30\n  audit_interval_seconds: 0.3",
+    ) + &format!(
+        "coordination:\n  type: redis\n  url: {}\n  cluster: {cluster}\n  lease_ms: 1500\n  op_timeout_ms: 200\n  grace_epochs: 3\n",
+        redis.url()
+    );
+    let settled = |admins: &[std::net::SocketAddr], what: &str| {
+        replicas::until(what, admins, LONG, |st| {
+            let running: Vec<String> = ec2.running(pool).into_iter().map(|i| i.id).collect();
+            running.len() == 2
+                && st.iter().flatten().any(|s| replicas::role(s) == "leader")
+                && st
+                    .iter()
+                    .all(|s| s.as_ref().is_some_and(|s| ready_instances(s) == running))
+        });
+    };
+    let gws = [start(&yaml), start(&yaml)];
+    let admins: Vec<std::net::SocketAddr> = gws.iter().map(|g| g.admin).collect();
+    settled(&admins, "two running instances, ready on both replicas");
+    let before = ec2.running(pool);
+    let token_terms: Vec<u64> = before
+        .iter()
+        .map(|i| token_term(&i.token).unwrap_or_else(|| panic!("a leader-term token: {i:?}")))
+        .collect();
+    let top = *token_terms.iter().max().unwrap();
+    assert!(top >= 1, "{before:?}");
+
+    for g in &gws {
+        g.proc.signal("KILL");
+    }
+    drop(gws);
+    drop(redis);
+    let redis = replicas::Redis::start_on(port);
+    assert_eq!(
+        replicas::redis_cli(port, &["DBSIZE"]),
+        ["0"],
+        "an empty Redis"
+    );
+    let gws = [start(&yaml), start(&yaml)];
+    let admins: Vec<std::net::SocketAddr> = gws.iter().map(|g| g.admin).collect();
+    settled(
+        &admins,
+        "the restarted replicas adopt the running instances",
+    );
+    let statuses: Vec<Value> = gws.iter().map(Gateway::status).collect();
+    let leader = statuses
+        .iter()
+        .find(|s| replicas::role(s) == "leader")
+        .expect("a leader");
+    let term = replicas::term(leader);
+    assert!(
+        term > top,
+        "term {term} after the restart; the pool's tokens carry terms {token_terms:?}"
+    );
+    let running: Vec<String> = ec2.running(pool).into_iter().map(|i| i.id).collect();
+    for i in &before {
+        assert!(
+            running.contains(&i.id),
+            "{} adopted, not replaced: {running:?}",
+            i.id
+        );
+    }
+    let mut stems: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for i in ec2.pool(pool) {
+        let stem = i.token.rsplit_once('-').map_or("", |(s, _)| s).to_string();
+        stems.entry(stem).or_default().push(i.id);
+    }
+    assert!(
+        stems.values().all(|ids| ids.len() == 1),
+        "a token sent again: {stems:?}"
+    );
+    drop(redis);
+    eprintln!(
+        "Redis and replicas restarted: token terms {token_terms:?}, term {term} after; {} running",
+        running.len()
+    );
+}

@@ -56,7 +56,9 @@
 //!   with this id (or one of `adopt_gateway_ids`, or no id: launched before the tag
 //!   existed) are this gateway's: those that are `running`, resolve and pass one health
 //!   probe are adopted as ready VMs; the others — booting, unhealthy, `stopping` or
-//!   `stopped` — are terminated. Instances of other gateway ids are never adopted or
+//!   `stopped` — are terminated, except, in a pool shared by coordinated replicas, a
+//!   `pending` or `running` one: it may be a replica's launch still booting, which the
+//!   leader adopts (replay or audit). Instances of other gateway ids are never adopted or
 //!   terminated; `/status` lists them per id (`vm_pool.errors.conditions.other_gateways`).
 //! * **Pool audit**, every `audit_interval_seconds` (one listing of the pool in every
 //!   state): terminates this gateway's `stopped` instances, retries unconfirmed
@@ -1110,6 +1112,14 @@ impl Pool {
                 continue;
             }
             let running = state_of(&inst) == InstanceStateName::Running;
+            // A shared pool's live instance that is not ready may be a replica's launch
+            // still booting: the leader's, or an earlier leader's (its replay or the audit
+            // adopts it); never terminated by a replica that starts.
+            let spare = self.shared
+                && matches!(
+                    state_of(&inst),
+                    InstanceStateName::Pending | InstanceStateName::Running
+                );
             let base = if running {
                 self.address(&inst).ok().flatten()
             } else {
@@ -1122,7 +1132,7 @@ impl Pool {
                     Some(b) => http.probe(b, &path).await,
                     None => false,
                 };
-                (id, base.filter(|_| ready))
+                (id, base.filter(|_| ready), spare)
             });
         }
         self.note_other_gateways(&others);
@@ -1130,8 +1140,11 @@ impl Pool {
         let mut stale = Vec::new();
         while let Some(joined) = checks.join_next().await {
             match joined {
-                Ok((id, Some(base))) => adopted.push((id, base)),
-                Ok((id, None)) => stale.push(id),
+                Ok((id, Some(base), _)) => adopted.push((id, base)),
+                Ok((id, None, true)) => {
+                    tracing::info!(instance = %id, "a shared pool's instance not ready at start: left to the leader (a replica's launch may still boot)");
+                }
+                Ok((id, None, false)) => stale.push(id),
                 Err(e) => tracing::error!(error = %e, "adoption probe task failed"),
             }
         }
