@@ -436,8 +436,16 @@ fn reason_named(name: &str) -> ScaleReason {
 }
 
 impl Coordinator {
-    /// A coordinator for `host` over `store`. Call [`Self::start`] next.
+    /// A coordinator for `host` over `store`; it puts the host's core under shared
+    /// inputs at once (aggregate counts, not the pool writer), so that the host's own
+    /// start launches nothing. Call [`Self::start`] once the host has started (its
+    /// provider has listed the pool: [`Host::provider_term`] knows the terms of the
+    /// pool's client tokens).
     pub fn new(settings: Settings, store: Arc<dyn Store>, host: Arc<dyn Host>) -> Arc<Self> {
+        host.with_core(&mut |core, now| {
+            core.set_count_source(now, CountSource::Aggregate);
+            core.set_pool_writer(now, false);
+        });
         let inner = Inner {
             role: Role::Follower,
             key: None,
@@ -504,13 +512,11 @@ impl Coordinator {
         newest.into_iter().map(|(t, (_, url))| (t, url)).collect()
     }
 
-    /// Put the core under shared inputs (aggregate counts, not the pool writer) and
-    /// start the per-epoch task.
+    /// Start the per-epoch task and the publication watch. The first lease is asked
+    /// above [`Host::provider_term`], so the host's provider must have listed its pool
+    /// by now: a replica that leads before that could take a term the pool's client
+    /// tokens already carry (Redis and every replica restarted) and send a token again.
     pub fn start(self: &Arc<Self>) {
-        self.host.with_core(&mut |core, now| {
-            core.set_count_source(now, CountSource::Aggregate);
-            core.set_pool_writer(now, false);
-        });
         let me = Arc::clone(self);
         tokio::spawn(async move { me.run().await });
         let me = Arc::clone(self);

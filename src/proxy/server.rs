@@ -482,7 +482,6 @@ impl Server {
             tracing::info!(replica = %settings.replica, base_epoch = settings.base_epoch, "coordinated replica");
             let c = Coordinator::new(settings, store, Arc::clone(&gateway) as Arc<dyn Host>);
             gateway.set_coordinator(Arc::clone(&c));
-            c.start();
         }
 
         let workers = g.worker_threads();
@@ -551,6 +550,11 @@ impl Server {
             }
         } else {
             gateway.start().await?;
+        }
+        // Only now: the pool is listed (adoption at start), so the first lease is asked
+        // above every term in its client tokens.
+        if let Some(c) = gateway.coordinator() {
+            c.start();
         }
         if !config.gateway.health_check_interval_seconds.is_zero() {
             gateway.start_health_checks(config.gateway.health_check_interval_seconds.get());
