@@ -786,6 +786,9 @@ impl UpstreamClient {
     /// in `shard`.
     async fn connect(&self, uri: &Uri, shard: Option<usize>, key: &Key) -> Result<Conn, BoxError> {
         let io = tower_service::Service::call(&mut self.connector.clone(), uri.clone()).await?;
+        if let Some(shard) = shard {
+            self.pool.ensure_sweep(shard);
+        }
         if io.negotiated_h2() {
             let (tx, conn) = self.h2.handshake(io).await?;
             tokio::spawn(async move {

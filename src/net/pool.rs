@@ -31,10 +31,18 @@
 //! * **Bound**: at most [`MAX_IDLE_PER_UPSTREAM`] idle h1 connections per upstream and
 //!   shard; past it the oldest is closed, so a burst cannot hold thousands open. Expired
 //!   entries are also dropped when a connection comes back.
+//! * **Sweep**: a shard's first connection starts one task on that thread's runtime that
+//!   every half idle timeout (at least 50 ms) closes the shard's expired h1 connections,
+//!   its h2 connections unused for the idle timeout, and forgets connections the
+//!   upstream closed — so a connection to an upstream that gets no more requests (a VM
+//!   scaled in, a function endpoint no longer used) is closed within 1.5 idle timeouts
+//!   rather than held until the upstream closes it. The task ends with the pool (it holds
+//!   it weakly) or its runtime (the next connection starts another).
 
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -84,7 +92,8 @@ pub(crate) enum Conn {
 struct Idle {
     /// Oldest first: (sender, idle since).
     h1: VecDeque<(http1::SendRequest<Body>, Instant)>,
-    h2: Option<http2::SendRequest<Body>>,
+    /// The shared h2 connection and when a request last checked it out.
+    h2: Option<(http2::SendRequest<Body>, Instant)>,
 }
 
 impl Idle {
@@ -98,11 +107,26 @@ impl Idle {
             self.h1.pop_front();
         }
     }
+
+    /// [`Self::expire`], then drop what the upstream closed and an h2 connection unused
+    /// for `timeout`; whether nothing is left.
+    fn sweep(&mut self, now: Instant, timeout: Duration) -> bool {
+        self.expire(now, timeout);
+        self.h1.retain(|(tx, _)| !tx.is_closed());
+        if self.h2.as_ref().is_some_and(|(tx, used)| {
+            tx.is_closed() || now.saturating_duration_since(*used) >= timeout
+        }) {
+            self.h2 = None;
+        }
+        self.h1.is_empty() && self.h2.is_none()
+    }
 }
 
 /// The pool: see the [module docs](self).
 pub struct Pool {
     shards: Box<[Mutex<HashMap<Key, Idle>>]>,
+    /// Per shard: whether its sweep task runs.
+    sweeping: Box<[AtomicBool]>,
     idle_timeout: Duration,
 }
 
@@ -121,6 +145,7 @@ impl Pool {
     pub fn new(shards: usize, idle_timeout: Duration) -> Arc<Self> {
         Arc::new(Self {
             shards: (0..shards.max(1)).map(|_| Mutex::default()).collect(),
+            sweeping: (0..shards.max(1)).map(|_| AtomicBool::new(false)).collect(),
             idle_timeout,
         })
     }
@@ -137,8 +162,9 @@ impl Pool {
     pub(crate) fn checkout(&self, shard: usize, key: &Key) -> Option<Conn> {
         let mut upstreams = self.shards[shard].lock();
         let idle = upstreams.get_mut(key)?;
-        if let Some(h2) = &idle.h2 {
+        if let Some((h2, used)) = &mut idle.h2 {
             if !h2.is_closed() {
+                *used = Instant::now();
                 return Some(Conn::H2(h2.clone()));
             }
             idle.h2 = None;
@@ -159,7 +185,46 @@ impl Pool {
 
     /// Make `tx` the shared h2 connection of `key` in shard `shard`.
     pub(crate) fn put_h2(&self, shard: usize, key: Key, tx: http2::SendRequest<Body>) {
-        self.shards[shard].lock().entry(key).or_default().h2 = Some(tx);
+        self.shards[shard].lock().entry(key).or_default().h2 = Some((tx, Instant::now()));
+    }
+
+    /// Start shard `shard`'s sweep task on the calling thread's runtime unless it runs
+    /// (see the [module docs](self)); called where a connection's task is spawned.
+    pub(crate) fn ensure_sweep(self: &Arc<Self>, shard: usize) {
+        if self.sweeping[shard].swap(true, Ordering::AcqRel) {
+            return;
+        }
+        /// Marks the shard's sweep as stopped when its task ends or is dropped with its
+        /// runtime, so that the next connection starts one again.
+        struct Running(Weak<Pool>, usize);
+        impl Drop for Running {
+            fn drop(&mut self) {
+                if let Some(pool) = self.0.upgrade() {
+                    pool.sweeping[self.1].store(false, Ordering::Release);
+                }
+            }
+        }
+        let running = Running(Arc::downgrade(self), shard);
+        let period = (self.idle_timeout / 2).max(Duration::from_millis(50));
+        tokio::spawn(async move {
+            let running = running;
+            let mut tick = tokio::time::interval_at(Instant::now() + period, period);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(pool) = running.0.upgrade() else {
+                    return;
+                };
+                pool.sweep(shard, Instant::now());
+            }
+        });
+    }
+
+    /// Close shard `shard`'s expired connections and forget closed ones at `now`.
+    fn sweep(&self, shard: usize, now: Instant) {
+        self.shards[shard]
+            .lock()
+            .retain(|_, idle| !idle.sweep(now, self.idle_timeout));
     }
 
     /// An h1 connection back, idle from now.
@@ -533,6 +598,53 @@ mod tests {
             1,
             "the expired one was dropped"
         );
+    }
+
+    /// A connection to an upstream that gets no more requests is closed by the shard's
+    /// sweep within 1.5 idle timeouts, not held until the upstream closes it.
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_connection_no_request_comes_for_is_closed_by_the_sweep() {
+        let idle = Duration::from_secs(10);
+        let (client, mut accepted) = UpstreamClient::in_memory(settings(idle), 64 * 1024);
+        let closed = Arc::new(AtomicUsize::new(0));
+        let c = closed.clone();
+        tokio::spawn(async move {
+            while let Some(io) = accepted.recv().await {
+                let c = c.clone();
+                tokio::spawn(async move {
+                    serve_one(io, "served").await;
+                    c.fetch_add(1, Ordering::SeqCst);
+                });
+            }
+        });
+        let base: Uri = "http://upstream.test".parse().unwrap();
+        let key = Key::of(&base).unwrap();
+        read_all(&client, &base, "/1", "t").await;
+        tokio::time::sleep(idle - Duration::from_millis(1)).await;
+        assert_eq!(
+            client.pool.idle_h1(0, &key),
+            1,
+            "still pooled before the timeout"
+        );
+        assert_eq!(closed.load(Ordering::SeqCst), 0);
+        tokio::time::sleep(idle / 2 + Duration::from_millis(2)).await;
+        assert_eq!(client.pool.idle_h1(0, &key), 0, "swept");
+        // The upstream sees the connection end (its serving task returns).
+        for _ in 0..100 {
+            if closed.load(Ordering::SeqCst) == 1 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(
+            closed.load(Ordering::SeqCst),
+            1,
+            "the upstream saw it closed"
+        );
+        // The sweep goes on: a later connection is swept too.
+        read_all(&client, &base, "/2", "t").await;
+        tokio::time::sleep(idle * 2).await;
+        assert_eq!(client.pool.idle_h1(0, &key), 0);
     }
 
     /// The upstream closes an idle pooled connection just as a request checks it out:
