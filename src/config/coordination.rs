@@ -319,6 +319,20 @@ mod tests {
     }
 
     #[test]
+    fn an_ec2_pool_under_coordination_is_never_terminated_by_a_stopping_replica() {
+        let pool = "vm_pool:\n  type: ec2\n  pool_name: api\n  image_id: ami-1\n  instance_type: t3.micro\n";
+        let redis = "coordination:\n  type: redis\n  url: redis://127.0.0.1:6379/\n";
+        let text = check(&format!("{pool}  on_shutdown: terminate\n{redis}"));
+        assert!(
+            text.contains("vm_pool.on_shutdown") && text.contains("refused with coordination"),
+            "{text}"
+        );
+        assert_eq!(check(&format!("{pool}  on_shutdown: keep\n{redis}")), "");
+        // One gateway alone may terminate its own pool.
+        assert_eq!(check(&format!("{pool}  on_shutdown: terminate\n")), "");
+    }
+
+    #[test]
     fn advertise_url_forms() {
         let problem = |text: &str| advertise_url_problem(&text.parse().unwrap());
         assert_eq!(problem("http://10.0.0.5:8080"), None);

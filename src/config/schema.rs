@@ -1311,6 +1311,18 @@ impl Config {
                 ),
             );
         }
+        // The shared pool outlives every replica: one replica stopping (a rolling
+        // deploy, a crash restart) must not terminate the VMs the others serve on.
+        if let Some(VmPoolConfig::Ec2(e)) = &self.vm_pool
+            && e.on_shutdown == Ec2ShutdownPolicy::Terminate
+        {
+            is.push(
+                "vm_pool.on_shutdown",
+                "`terminate` is refused with coordination: the pool is shared by every \
+                 replica, and one replica stopping would terminate the VMs the others \
+                 serve on; use `keep` (the next leader adopts the pool, and scales it in)",
+            );
+        }
     }
 
     /// The VM pool's one name, the same on every replica: `vm_pool.gateway_id` (EC2),
