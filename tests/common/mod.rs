@@ -258,10 +258,27 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-/// An `http://` URL on a closed loopback port (nothing listens there), with `userinfo`
-/// (`""`, or `user:password@`) before the host.
+/// An `http://` URL on a closed loopback port, with `userinfo` (`""`, or `user:password@`)
+/// before the host: a connection there is refused for as long as the test process runs.
+///
+/// The port stays bound (without `SO_REUSEADDR`, never listening) until the process exits,
+/// so no server another test starts on port 0 (a moto server, a sample API) can be given
+/// it: a port that was merely free a moment ago was once handed to a concurrent test's
+/// moto server, and the "unreachable" EC2 API launched instances there.
 pub(crate) fn closed_url(userinfo: &str) -> String {
-    format!("http://{userinfo}127.0.0.1:{}", free_port())
+    static HELD: parking_lot::Mutex<Vec<socket2::Socket>> = parking_lot::Mutex::new(Vec::new());
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("a TCP socket");
+    let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+    socket.bind(&any.into()).expect("bind 127.0.0.1:0");
+    let port = socket
+        .local_addr()
+        .ok()
+        .and_then(|a| a.as_socket())
+        .expect("a bound IPv4 address")
+        .port();
+    HELD.lock().push(socket);
+    format!("http://{userinfo}127.0.0.1:{port}")
 }
 
 /// Poll `f` every 50 ms until it returns `Some`, or panic after `within` naming `what`.
