@@ -307,6 +307,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
                 let listener = tokio::net::TcpListener::bind(listen)
                     .await
                     .with_context(|| format!("cannot listen on {listen}"))?;
+                // With `--listen 127.0.0.1:0` this line is how a caller learns the port.
+                if let Ok(addr) = listener.local_addr() {
+                    tracing::info!(listen = %addr, "sample API listening");
+                }
                 spillway::sample_api::serve(
                     listener,
                     spillway::sample_api::SampleApiOptions { name },

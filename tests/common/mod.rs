@@ -294,18 +294,18 @@ pub(crate) fn poll<T>(what: &str, within: Duration, mut f: impl FnMut() -> Optio
 }
 
 impl SampleApi {
+    /// Start `spillway sample-api` on port 0 and learn its address from its listening
+    /// line: a port chosen before the spawn could be taken by a concurrent test's server
+    /// meanwhile, and a connection check would then find that other server.
     pub(crate) fn start(name: &str) -> SampleApi {
-        let port = free_port();
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
-        let proc = Proc::spawn(&["sample-api", "--listen", &addr.to_string(), "--name", name]);
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while TcpStream::connect(addr).is_err() {
-            assert!(
-                Instant::now() < deadline,
-                "sample API {name} did not listen"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let proc = Proc::spawn(&["sample-api", "--listen", "127.0.0.1:0", "--name", name]);
+        let line = proc.wait_line("sample API listening", Duration::from_secs(20));
+        let addr: SocketAddr = line
+            .split("listen=")
+            .nth(1)
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|a| a.parse().ok())
+            .unwrap_or_else(|| panic!("no address in the sample API's line {line:?}"));
         SampleApi { proc, addr }
     }
 
