@@ -693,22 +693,12 @@ impl UpstreamClient {
         }
         *req.uri_mut() = uri.clone();
         *req.version_mut() = http::Version::HTTP_11;
-        // A bodiless request can be sent again as it is: kept for an h2 stream the
-        // upstream did not process.
-        let again = http_body::Body::is_end_stream(req.body()).then(|| {
-            let mut copy = Request::new(super::body::empty());
-            *copy.method_mut() = req.method().clone();
-            *copy.uri_mut() = req.uri().clone();
-            *copy.version_mut() = req.version();
-            *copy.headers_mut() = req.headers().clone();
-            copy
-        });
-        let sent = match (self.exchange(shard, &key, &uri, req).await, again) {
-            (Err(Failure::Request(e)), Some(again)) if unprocessed_h2_stream(&e) => {
+        let sent = match self.exchange(shard, &key, &uri, req).await {
+            Err(Failure::Request(e, Some(again))) if unprocessed_h2_stream(&e) => {
                 tracing::debug!(%uri, error = %describe_chain(&e), "the upstream refused an h2 stream unprocessed; sending it again");
-                self.exchange(shard, &key, &uri, again).await
+                self.exchange(shard, &key, &uri, *again).await
             }
-            (sent, _) => sent,
+            sent => sent,
         };
         sent.map_err(|failure| {
             let uri = uri.to_string();
@@ -717,7 +707,7 @@ impl UpstreamClient {
                     uri,
                     source: ConnectError::new(source),
                 },
-                Failure::Request(source) => UpstreamError::Request { uri, source },
+                Failure::Request(source, _) => UpstreamError::Request { uri, source },
             }
         })
     }
@@ -745,6 +735,9 @@ impl UpstreamClient {
                     .await
                     .map_err(Failure::Connect)?,
             };
+            // A bodiless request sent on h2 is kept, to be sent again if the upstream
+            // refuses its stream unprocessed (h1 hands an unsent request back itself).
+            let mut again = None;
             let mut unsent = match conn {
                 Conn::H1(mut tx) => {
                     h1_request_form(&mut req, uri);
@@ -764,10 +757,20 @@ impl UpstreamClient {
                         Err(e) => e,
                     }
                 }
-                Conn::H2(mut tx) => match tx.try_send_request(req).await {
-                    Ok(resp) => return Ok(resp.map(|b| UpstreamBody::new(b, None))),
-                    Err(e) => e,
-                },
+                Conn::H2(mut tx) => {
+                    if http_body::Body::is_end_stream(req.body()) {
+                        let mut copy = Request::new(super::body::empty());
+                        *copy.method_mut() = req.method().clone();
+                        *copy.uri_mut() = req.uri().clone();
+                        *copy.version_mut() = req.version();
+                        *copy.headers_mut() = req.headers().clone();
+                        again = Some(Box::new(copy));
+                    }
+                    match tx.try_send_request(req).await {
+                        Ok(resp) => return Ok(resp.map(|b| UpstreamBody::new(b, None))),
+                        Err(e) => e,
+                    }
+                }
             };
             match unsent.take_message() {
                 Some(back) if reused => {
@@ -776,7 +779,7 @@ impl UpstreamClient {
                     *req.uri_mut() = uri.clone();
                     reuse = false;
                 }
-                _ => return Err(Failure::Request(unsent.into_error())),
+                _ => return Err(Failure::Request(unsent.into_error(), again)),
             }
         }
     }
@@ -839,8 +842,8 @@ impl UpstreamClient {
 enum Failure {
     /// No connection (nothing sent).
     Connect(BoxError),
-    /// The request was (possibly partly) sent.
-    Request(hyper::Error),
+    /// The request was (possibly partly) sent; on h2, a copy of a bodiless one.
+    Request(hyper::Error, Option<Box<Request<Body>>>),
 }
 
 /// `req` as an HTTP/1.1 request line and `Host` expect it (hyper-util's client did the

@@ -101,7 +101,7 @@ impl TraceParent {
 
     /// The trace id as logged and sent: 32 lower-case hex digits.
     pub fn trace_id_hex(&self) -> String {
-        format!("{:032x}", self.trace_id)
+        TraceId(self.trace_id).to_string()
     }
 
     /// Whether the sampled flag is set.
@@ -111,11 +111,36 @@ impl TraceParent {
 
     /// The header value, version `00`: `00-<trace id>-<parent id>-<flags>`.
     pub fn header_value(&self) -> HeaderValue {
-        HeaderValue::from_str(&format!(
-            "00-{:032x}-{:016x}-{:02x}",
-            self.trace_id, self.parent_id, self.flags
-        ))
-        .expect("hex digits and dashes are a valid header value")
+        let mut out = *b"00-________________________________-________________-__";
+        write_hex(&mut out[3..35], self.trace_id);
+        write_hex(&mut out[36..52], u128::from(self.parent_id));
+        write_hex(&mut out[53..55], u128::from(self.flags));
+        HeaderValue::from_bytes(&out).expect("hex digits and dashes are a valid header value")
+    }
+}
+
+/// A trace id that shows as its 32 lower-case hex digits (`Display`), written only when
+/// shown: a request's log span and access log line name it, and with logging off
+/// nothing formats it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TraceId(pub u128);
+
+impl std::fmt::Display for TraceId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut out = [0u8; 32];
+        write_hex(&mut out, self.0);
+        f.write_str(std::str::from_utf8(&out).expect("hex digits are ASCII"))
+    }
+}
+
+/// `out` filled with the last `out.len()` lower-case hex digits of `n`, zero-padded
+/// (`{:0width$x}` without the formatting machinery, which costs several times more on
+/// every request).
+fn write_hex(out: &mut [u8], mut n: u128) {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    for b in out.iter_mut().rev() {
+        *b = DIGITS[(n & 0xf) as usize];
+        n >>= 4;
     }
 }
 
@@ -147,7 +172,14 @@ pub fn is_valid(v: &[u8]) -> bool {
 
 /// A new request id: 32 lower-case hex digits.
 pub fn generate() -> String {
-    format!("{:032x}", rand::random::<u128>())
+    TraceId(rand::random::<u128>()).to_string()
+}
+
+/// [`generate`] as a header value.
+fn generate_value() -> HeaderValue {
+    let mut out = [0u8; 32];
+    write_hex(&mut out, rand::random::<u128>());
+    HeaderValue::from_bytes(&out).expect("hex digits are a valid header value")
 }
 
 /// [`choose`], and the header set to it (replacing every value the client sent).
@@ -180,9 +212,7 @@ pub fn choose(
         (Some(v), None) if trusted_peer && is_valid(v.as_bytes()) => Some(v.clone()),
         _ => None,
     };
-    kept.unwrap_or_else(|| {
-        HeaderValue::from_str(&generate()).expect("hex digits are a valid header value")
-    })
+    kept.unwrap_or_else(generate_value)
 }
 
 #[cfg(test)]
@@ -261,6 +291,40 @@ mod tests {
         );
         assert!(trace_context(&mut h).is_some());
         assert!(trace_context(&mut HeaderMap::new()).is_none());
+    }
+
+    #[test]
+    fn hex_is_written_as_the_formatter_writes_it() {
+        for n in [
+            0u128,
+            1,
+            0xabc,
+            u128::from(u64::MAX),
+            u128::MAX,
+            0x4bf9_2f35_77b3_4da6,
+        ] {
+            assert_eq!(TraceId(n).to_string(), format!("{n:032x}"));
+            let tp = TraceParent {
+                trace_id: n.max(1),
+                parent_id: (n as u64).max(1),
+                flags: n as u8,
+            };
+            assert_eq!(
+                tp.header_value(),
+                format!(
+                    "00-{:032x}-{:016x}-{:02x}",
+                    tp.trace_id, tp.parent_id, tp.flags
+                )
+                .as_str()
+            );
+        }
+        let id = generate_value();
+        assert_eq!(id.len(), 32);
+        assert!(
+            id.as_bytes()
+                .iter()
+                .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        );
     }
 
     #[test]

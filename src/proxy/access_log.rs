@@ -57,6 +57,12 @@ struct RequestInfo {
     log: bool,
 }
 
+/// Whether the access log is on (the log filter enables target `spillway::access` at
+/// INFO): what only its line reads is gathered only then.
+pub fn logging() -> bool {
+    tracing::enabled!(target: "spillway::access", tracing::Level::INFO)
+}
+
 /// A request being served. Leaves the in-flight gauge when its response finishes (or
 /// when dropped without one).
 #[derive(Debug)]
@@ -68,10 +74,10 @@ pub fn begin<B>(
     req: &Request<B>,
     client: SocketAddr,
     request_id: &str,
-    trace_id: &str,
+    trace_id: impl std::fmt::Display,
 ) -> Observation {
     m::in_flight(1);
-    let log = tracing::enabled!(target: "spillway::access", tracing::Level::INFO);
+    let log = logging();
     Observation(Some(RequestInfo {
         start: Instant::now(),
         client,
@@ -81,7 +87,7 @@ pub fn begin<B>(
             String::new()
         },
         trace_id: if log {
-            trace_id.to_owned()
+            trace_id.to_string()
         } else {
             String::new()
         },

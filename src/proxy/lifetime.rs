@@ -276,7 +276,8 @@ pub struct Lifetime {
     accepted_at: Instant,
     deadlines: Deadlines,
     state: Mutex<LifeState>,
-    /// A request ended or a next head started: the deadline moved.
+    /// The last request in flight ended (watched while a closing connection waits to
+    /// be idle).
     changed: Notify,
     /// The client's side of the stream ended (half-close or gone).
     closed: tokio::sync::watch::Sender<bool>,
@@ -332,10 +333,10 @@ impl Lifetime {
     /// Bytes arrived from the client.
     fn bytes_read(&self) {
         let mut s = self.state();
+        // No wake-up: `expired` checks at `now + soonest` at the latest, which is no later
+        // than this head's deadline.
         if s.in_flight == 0 && s.requests > 0 && !s.http2 && s.head_started.is_none() {
             s.head_started = Some(Instant::now());
-            drop(s);
-            self.changed.notify_one();
         }
     }
 
@@ -378,23 +379,28 @@ impl Lifetime {
     }
 
     /// Resolves when the deadline in force passes.
+    ///
+    /// Checked lazily, so that a request costs no timer and no wake-up of the
+    /// connection's task: a deadline only ever moves to at least `now + soonest` (the
+    /// shorter of the two timeouts) — a request ending moves the keep-alive deadline to
+    /// `now + keepalive_idle`, a next head starting sets `now + header_read` — so a
+    /// timer set to `min(deadline in force, now + soonest)` never fires after the
+    /// deadline that will be in force then. When it fires, the deadline is read again.
+    /// A busy connection's task wakes once per `soonest` for this, not twice per request.
     pub async fn expired(&self) -> Expiry {
+        let soonest = self
+            .deadlines
+            .header_read
+            .min(self.deadlines.keepalive_idle)
+            .max(Duration::from_millis(1));
         loop {
-            let changed = self.changed.notified();
-            tokio::pin!(changed);
-            changed.as_mut().enable();
-            match self.deadline() {
-                None => changed.await,
-                Some((at, why)) => {
-                    if at <= Instant::now() {
-                        return why;
-                    }
-                    tokio::select! {
-                        () = changed => {}
-                        () = tokio::time::sleep_until(at) => {}
-                    }
-                }
-            }
+            let now = Instant::now();
+            let check = match self.deadline() {
+                Some((at, why)) if at <= now => return why,
+                Some((at, _)) => at.min(now + soonest),
+                None => now + soonest,
+            };
+            tokio::time::sleep_until(check).await;
         }
     }
 }

@@ -37,7 +37,7 @@ use super::vm_book::VmTarget;
 use crate::net::body::{self, Body, GuardedBody, OnDrop};
 use crate::net::client::UpstreamError;
 use crate::net::headers::{self, TrustedProxies};
-use crate::net::request_id::{self, REQUEST_ID, RequestIdTrust, TRACEPARENT, TraceParent};
+use crate::net::request_id::{self, REQUEST_ID, RequestIdTrust, TRACEPARENT, TraceId, TraceParent};
 use crate::net::validate::{self, Checked, RequestRules};
 use crate::telemetry as m;
 
@@ -197,11 +197,11 @@ pub async fn handle(
         settings.request_id_trust,
         &settings.trusted_proxies,
     );
-    let id_text = id.to_str().unwrap_or("-").to_owned();
-    let trace = RequestTrace::begin(&gw, &mut req, &id_text);
+    let id_text = id.to_str().unwrap_or("-");
+    let trace = RequestTrace::begin(&gw, &mut req, id_text);
     let span = tracing::error_span!("request", request_id = %id_text, trace_id = %trace.trace_id);
     tracing::Instrument::instrument(
-        handle_with_id(gw, settings, req, (peer, scheme), id, id_text, trace),
+        handle_with_id(gw, settings, req, (peer, scheme), id, trace),
         span,
     )
     .await
@@ -211,8 +211,8 @@ pub async fn handle(
 /// export on, the `request` span ([`crate::trace_export`]).
 #[derive(Clone, Debug)]
 struct RequestTrace {
-    /// 32 hex digits, for the logs.
-    trace_id: String,
+    /// For the logs (32 hex digits when shown).
+    trace_id: TraceId,
     /// The `traceparent` set on the request after its checks: the gateway's when it
     /// started the trace or exports spans; `None`: the client's goes on unchanged.
     header: Option<HeaderValue>,
@@ -231,21 +231,21 @@ impl RequestTrace {
                 let span = e.request(client.as_ref(), req.method().as_str(), request_id);
                 let own = span.traceparent();
                 Self {
-                    trace_id: own.trace_id_hex(),
+                    trace_id: TraceId(own.trace_id),
                     header: Some(own.header_value()),
                     span: Some(span),
                 }
             }
             None => match client {
                 Some(tp) => Self {
-                    trace_id: tp.trace_id_hex(),
+                    trace_id: TraceId(tp.trace_id),
                     header: None,
                     span: None,
                 },
                 None => {
                     let tp = TraceParent::generate(false);
                     Self {
-                        trace_id: tp.trace_id_hex(),
+                        trace_id: TraceId(tp.trace_id),
                         header: Some(tp.header_value()),
                         span: None,
                     }
@@ -261,11 +261,11 @@ async fn handle_with_id(
     req: Request<Incoming>,
     (peer, scheme): (SocketAddr, &'static str),
     id: HeaderValue,
-    id_text: String,
     trace: RequestTrace,
 ) -> Response<Body> {
     let started = Instant::now();
-    let mut observed = super::access_log::begin(&req, peer, &id_text, &trace.trace_id);
+    let id_text = id.to_str().unwrap_or("-");
+    let mut observed = super::access_log::begin(&req, peer, id_text, trace.trace_id);
     if let Some(a) = gw.async_calls() {
         observed.hide_call_id(a.status_prefix());
     }
@@ -289,7 +289,7 @@ async fn handle_with_id(
             } else {
                 tracing::debug!(error = %e, "local reply");
             }
-            (tier, e.into_reply(problem_json, Some(&id_text)))
+            (tier, e.into_reply(problem_json, Some(id_text)))
         }
     };
     resp.headers_mut().insert(REQUEST_ID, id);
@@ -812,7 +812,7 @@ async fn try_vm(
                 });
                 let (parts, _) = resp.into_parts();
                 let mut resp = Response::from_parts(parts, body::empty());
-                resp.extensions_mut().insert(served_by_vm(vm));
+                note_served_by_vm(&mut resp, vm);
                 return Step::Done(Ok(("vm", resp)));
             }
             let gw2 = Arc::clone(gw);
@@ -828,7 +828,7 @@ async fn try_vm(
             let idle = settings.response_body_idle_timeout;
             let mut resp =
                 resp.map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
-            resp.extensions_mut().insert(served_by_vm(vm));
+            note_served_by_vm(&mut resp, vm);
             Step::Done(Ok(("vm", clean_response(resp))))
         }
     }
@@ -936,12 +936,12 @@ pub async fn try_function(
             )))
         }
         Ok(Ok(resp)) => {
-            let served = crate::net::ServedBy {
+            let served = super::access_log::logging().then(|| crate::net::ServedBy {
                 instance: lease
                     .instance()
                     .map_or_else(|| "-".to_string(), |i| format!("fn-{}", i.0)),
                 zone: Some(gw.zone_name(lease.zone)),
-            };
+            });
             let gw2 = Arc::clone(gw);
             ticket.hand_over();
             let done = OnDrop::new(move || {
@@ -953,7 +953,9 @@ pub async fn try_function(
             let idle = settings.response_body_idle_timeout;
             let mut resp =
                 resp.map(|b| body::boxed(GuardedBody::new(response_idle(idle, b), done)));
-            resp.extensions_mut().insert(served);
+            if let Some(served) = served {
+                resp.extensions_mut().insert(served);
+            }
             Step::Done(Ok(("function", clean_response(resp))))
         }
         Ok(Err(FunctionError::NotSent { reason, request })) => {
@@ -1122,10 +1124,14 @@ impl<T: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for Touch<T> {
 }
 
 /// The access log's instance name of a VM response.
-fn served_by_vm(vm: crate::policy::VmId) -> crate::net::ServedBy {
-    crate::net::ServedBy {
-        instance: vm.to_string(),
-        zone: None,
+/// Name `vm` on `resp` for the access log line (only when it is logged: an extension
+/// costs an allocation).
+fn note_served_by_vm<B>(resp: &mut Response<B>, vm: crate::policy::VmId) {
+    if super::access_log::logging() {
+        resp.extensions_mut().insert(crate::net::ServedBy {
+            instance: vm.to_string(),
+            zone: None,
+        });
     }
 }
 
