@@ -112,32 +112,9 @@ backend b
   http-reuse always
   server o 127.0.0.1:$ORIGIN
 CONF
-# spillway: one static VM (the origin), LIBRA routing on with room for all the traffic on
-# the VM (no spill), metrics on (always), header hygiene on (always), access log off.
-spillway_config() {
-cat <<CONF
-version: 1
-gateway:
-  listen: 127.0.0.1:$1
-  admin_listen: 127.0.0.1:$2
-  access_log: false
-  allow_loopback_upstreams: true
-libra:
-  decision_epochs: 100000
-  r_max_rps: 100000000
-  min_vms: 1
-  max_vms: 1
-vm_pool:
-  type: static
-  urls: ["http://127.0.0.1:$ORIGIN"]
-function_tier:
-  type: http
-  url: http://127.0.0.1:$ORIGIN/
-  max_concurrency: 64
-CONF
-}
-spillway_config "$SPW" "$ADMIN" >"$W/spillway.yaml"
-spillway_config "$SPWB" "$ADMINB" >"$W/before.yaml"
+. scripts/bench-common.sh
+spillway_config "$SPW" "$ADMIN" "$ORIGIN" >"$W/spillway.yaml"
+spillway_config "$SPWB" "$ADMINB" "$ORIGIN" >"$W/before.yaml"
 
 nginx -c "$W/origin.conf" -p "$W" -e "$W/origin.err"
 nginx -c "$W/nginx.conf" -p "$W" -e "$W/nginx.err"

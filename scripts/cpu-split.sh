@@ -8,6 +8,7 @@
 #
 # Usage: [SPILLWAY=bin] [SPILLWAY_B=bin] [HYPER_PROXY=bin] [D=5] scripts/cpu-split.sh
 set -euo pipefail
+cd "$(dirname "$0")/.."
 S=${SPILLWAY:-${CARGO_TARGET_DIR:-target}/release/spillway}
 SB=${SPILLWAY_B:-}
 H=${HYPER_PROXY:-${CARGO_TARGET_DIR:-target}/release/examples/hyper_proxy}
@@ -25,28 +26,8 @@ http { access_log off;
   server { listen 127.0.0.1:$ORIGIN; keepalive_requests 1000000;
     location / { return 200 "hello from origin\n"; } } }
 CONF
-mk() { cat <<CONF
-version: 1
-gateway:
-  listen: 127.0.0.1:$1
-  admin_listen: 127.0.0.1:$2
-  access_log: false
-  allow_loopback_upstreams: true
-libra:
-  decision_epochs: 100000
-  r_max_rps: 100000000
-  min_vms: 1
-  max_vms: 1
-vm_pool:
-  type: static
-  urls: ["http://127.0.0.1:$ORIGIN"]
-function_tier:
-  type: http
-  url: http://127.0.0.1:$ORIGIN/
-  max_concurrency: 64
-CONF
-}
-mk $SPW $ADMIN > "$W/s.yaml"; mk $SPWB $ADMINB > "$W/sb.yaml"
+. scripts/bench-common.sh
+spillway_config $SPW $ADMIN $ORIGIN > "$W/s.yaml"; spillway_config $SPWB $ADMINB $ORIGIN > "$W/sb.yaml"
 nginx -c "$W/origin.conf" -p "$W" -e "$W/origin.err"
 PIDS=()
 "$S" serve --config "$W/s.yaml" >"$W/s.log" 2>&1 & SP=$!; PIDS+=($SP)
