@@ -235,6 +235,21 @@ fn assert_all_ok(r: &Run, what: &str) {
     );
 }
 
+/// The Redis fixture never hands a test another test's server: a server started on a
+/// port another one holds is refused (it exits, or the one answering is not it), and the
+/// holder keeps serving.
+#[test]
+fn the_redis_fixture_refuses_a_port_another_server_holds() {
+    let holder = Redis::start();
+    let second = Redis::try_start_on(holder.port);
+    assert!(
+        second.is_err(),
+        "a second redis-server on {} was taken for the holder",
+        holder.port
+    );
+    assert!(holder.ping(), "the holder stopped answering");
+}
+
 /// Done when 1: the same step load and WITS slice through one gateway and through three
 /// replicas (spread evenly, then 70/20/10) give VM targets within ±1 at every decision,
 /// per-epoch VM admissions within ρ·vm_reqs·E + 3, and spill shares within 2 points

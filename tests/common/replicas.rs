@@ -24,13 +24,27 @@ pub(crate) struct Redis {
 
 impl Redis {
     /// Start one. Fails with how to install it when `redis-server` is missing (CI
-    /// installs it: `.ci/run`).
+    /// installs it: `.ci/run`). The port is picked free and can be taken by a concurrent
+    /// test's server before this one binds it: then another port is tried.
     pub(crate) fn start() -> Redis {
-        Redis::start_on(free_port())
+        let mut last = String::new();
+        for _ in 0..5 {
+            match Redis::try_start_on(free_port()) {
+                Ok(r) => return r,
+                Err(e) => last = e,
+            }
+        }
+        panic!("redis-server did not start on a free port in 5 tries: {last}");
     }
 
     /// Start one on `port` (a restart keeps the replicas' URL).
     pub(crate) fn start_on(port: u16) -> Redis {
+        Redis::try_start_on(port).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Start one on `port`; an error when it exits (the port is taken) or when the
+    /// server answering there is not this child (another test's server).
+    pub(crate) fn try_start_on(port: u16) -> Result<Redis, String> {
         let child = Command::new("redis-server")
             .args([
                 "--port",
@@ -53,16 +67,54 @@ impl Redis {
                      apt-get install redis-server (.ci/run installs it)"
                 )
             });
-        let r = Redis { child, port };
+        let mut r = Redis { child, port };
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !r.ping() {
-            assert!(
-                Instant::now() < deadline,
-                "redis-server did not answer on {port}"
-            );
+        loop {
+            if let Ok(Some(status)) = r.child.try_wait() {
+                return Err(format!(
+                    "redis-server on {port} exited ({status}): port taken?"
+                ));
+            }
+            if r.ping() {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!("redis-server did not answer on {port}"));
+            }
             std::thread::sleep(Duration::from_millis(20));
         }
-        r
+        match r.process_id() {
+            Some(pid) if pid == r.child.id() => Ok(r),
+            other => Err(format!(
+                "the redis-server answering on {port} is process {other:?}, not the one \
+                 started ({}): another test's server took the port",
+                r.child.id()
+            )),
+        }
+    }
+
+    /// The `process_id` of the server answering on the port (`INFO server`).
+    fn process_id(&self) -> Option<u32> {
+        let mut s = TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        s.set_read_timeout(Some(Duration::from_millis(500))).ok()?;
+        s.write_all(b"INFO server\r\n").ok()?;
+        let mut reply = Vec::new();
+        let mut buf = [0u8; 4096];
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            let text = String::from_utf8_lossy(&reply);
+            if let Some(rest) = text.split("process_id:").nth(1)
+                && let Some(end) = rest.find(['\r', '\n'])
+            {
+                return rest[..end].trim().parse().ok();
+            }
+            let n = s.read(&mut buf).ok()?;
+            if n == 0 {
+                break;
+            }
+            reply.extend_from_slice(&buf[..n]);
+        }
+        None
     }
 
     pub(crate) fn url(&self) -> String {
